@@ -1,0 +1,43 @@
+# Two entry points: `make reproduce` (the main job) and `make test` (the test suite).
+# Both create .venv on a fresh machine and install what they need first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+# The CPU build of torch that this project's machines carry; override on other machines,
+# e.g. `make test TORCH_SPEC=torch`.
+TORCH_SPEC ?= torch==2.13.0
+PYTEST_WORKERS ?= 2
+
+.PHONY: reproduce test install lint bench clean
+
+$(VENV)/.stamp-core: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(VENV)/.stamp-test: $(VENV)/.stamp-core pyproject.toml
+	$(PIP) install --quiet "$(TORCH_SPEC)"
+	$(PIP) install --quiet -e ".[test,bench]"
+	touch $@
+
+install: $(VENV)/.stamp-core
+
+reproduce: $(VENV)/.stamp-core
+	$(PY) -m theory check
+
+test: $(VENV)/.stamp-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+
+lint: $(VENV)/.stamp-test
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+bench: $(VENV)/.stamp-test
+	$(PY) bench/bench_theory.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,72 @@
+"""`python -m theory check [--trials N] [--seed S] [--json] [--only NAME ...]`.
+
+Runs every theorem checker on random instances, prints a table (or JSON), and exits 1 if any claim
+the project documents as holding is violated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+
+def _table(rows: list[dict]) -> str:
+    head = f"{'checker':<28} {'source':<34} {'status':<15} {'trials':>6} {'viol.':>5} {'max residual':>12}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(
+            f"{r['name']:<28} {r['source'][:34]:<34} {r['status']:<15} {r['trials']:>6} "
+            f"{r['violations']:>5} {r['max_residual']:>12.2e}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m theory", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="check every theorem numerically on random instances")
+    check.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="instances per checker (default: each checker's own)",
+    )
+    check.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    check.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    check.add_argument("--only", nargs="+", metavar="NAME", help="run only these checkers")
+    check.add_argument("--list", action="store_true", help="list the checkers and exit")
+    args = parser.parse_args(argv)
+
+    from theory.checks import CHECKERS, run_checks
+
+    if args.list:
+        for name, chk in CHECKERS.items():
+            print(f"{name:<28} {chk.source:<34} {chk.claim}")
+        return 0
+    if args.trials is not None and args.trials < 1:
+        parser.error(f"--trials must be >= 1, got {args.trials}")
+    try:
+        start = time.perf_counter()
+        rows = run_checks(
+            args.only, args.trials, args.seed, progress=not args.json and sys.stderr.isatty()
+        )
+        elapsed = time.perf_counter() - start
+    except ValueError as err:
+        parser.error(str(err))
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(_table(rows))
+        found = [r["name"] for r in rows if r["status"] == "counterexample"]
+        bad = [r["name"] for r in rows if r["violations"]]
+        print(
+            f"\n{len(rows)} checkers in {elapsed:.1f} s; counterexamples (documented findings): "
+            f"{found or 'none'}; violations: {bad or 'none'}"
+        )
+    return 1 if any(r["violations"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
