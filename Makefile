@@ -25,7 +25,7 @@ $(VENV)/.stamp-test: $(VENV)/.stamp-core pyproject.toml
 install: $(VENV)/.stamp-core
 
 reproduce: $(VENV)/.stamp-core
-	$(PY) -m theory check
+	$(PY) -m theory check --out figures/theory_check.json
 
 test: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
@@ -38,6 +38,7 @@ lint: $(VENV)/.stamp-test
 
 bench: $(VENV)/.stamp-test
 	$(PY) bench/bench_theory.py
+	$(PY) bench/bench_shaping.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

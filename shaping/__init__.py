@@ -1,0 +1,61 @@
+"""Shared shaping core: advantages, ratios, surrogate losses, aggregation, KL and entropy terms,
+and a registry of named methods used by both `toymdp/` (JAX) and `llm/` (torch).
+
+Backend-agnostic through `array_api_compat`; imports neither JAX nor torch. See ``CONTRACT.md``.
+"""
+
+from shaping.backend import stop_gradient
+from shaping.core import (
+    AGG_MODES,
+    LOG_RATIO_MAX,
+    agg_loss,
+    casp_ratio,
+    clip_fraction,
+    clipped_surrogate,
+    dr_grpo_advantages,
+    group_rank,
+    grpo_advantages,
+    high_entropy_mask,
+    importance_ratio,
+    is_correct,
+    kl_k3,
+    low_prob_confidence,
+    masked_mean,
+    masked_quantile,
+    masked_sum,
+    passk_advantages,
+    sequence_logp,
+    token_entropy,
+    topn_smoothed_ratio,
+)
+from shaping.methods import METHODS, Method, get_method, methods_table, register
+
+__all__ = [
+    "AGG_MODES",
+    "LOG_RATIO_MAX",
+    "METHODS",
+    "Method",
+    "agg_loss",
+    "casp_ratio",
+    "clip_fraction",
+    "clipped_surrogate",
+    "dr_grpo_advantages",
+    "get_method",
+    "group_rank",
+    "grpo_advantages",
+    "high_entropy_mask",
+    "importance_ratio",
+    "is_correct",
+    "kl_k3",
+    "low_prob_confidence",
+    "masked_mean",
+    "masked_quantile",
+    "masked_sum",
+    "methods_table",
+    "passk_advantages",
+    "register",
+    "sequence_logp",
+    "stop_gradient",
+    "token_entropy",
+    "topn_smoothed_ratio",
+]

@@ -1,4 +1,4 @@
-"""`python -m theory check [--trials N] [--seed S] [--json] [--only NAME ...]`.
+"""`python -m theory check [--trials N] [--seed S] [--json] [--out FILE] [--only NAME ...]`.
 
 Runs every theorem checker on random instances, prints a table (or JSON), and exits 1 if any claim
 the project documents as holding is violated.
@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     check.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     check.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    check.add_argument("--out", metavar="FILE", help="also write the JSON rows to FILE")
     check.add_argument("--only", nargs="+", metavar="NAME", help="run only these checkers")
     check.add_argument("--list", action="store_true", help="list the checkers and exit")
     args = parser.parse_args(argv)
@@ -55,6 +56,14 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - start
     except ValueError as err:
         parser.error(str(err))
+    if args.out:
+        from pathlib import Path
+
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(out.suffix + ".tmp")
+        tmp.write_text(json.dumps(rows, indent=2) + "\n")
+        tmp.replace(out)  # atomic: a reader never sees a half-written file
     if args.json:
         print(json.dumps(rows, indent=2))
     else:

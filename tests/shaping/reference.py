@@ -85,7 +85,10 @@ NEEDS: dict[str, frozenset[str]] = {
     "diff_entropy": frozenset({"entropy"}),
     "dsdr": frozenset({"diversity"}),
     "progrpo": frozenset({"prompt_logp", "prompt_mask"}),
-    "casp": frozenset({"entropy", "cand_logp", "cand_logp_old", "sampled_rank"}),
+    # pi_old of the candidates cancels from sg(rho/rho_n) rho_n (value rho, gradient
+    # sg(rho) grad log pi(v_n)), so the fast path documents that it does not need cand_logp_old;
+    # the reference below still computes rho_n from both and so checks that claim.
+    "casp": frozenset({"entropy", "cand_logp", "sampled_rank"}),
     "unlikeliness": frozenset(),
     "passk": frozenset(),
     "w_reinforce": frozenset(),
@@ -118,7 +121,8 @@ def group_advantages(rewards: Any, std_correction: int = 1, eps: float = 1e-6) -
         var = sum((r[b, g] - mean) ** 2 for g in range(n_g)) / dof if dof > 0 else 0.0
         std = math.sqrt(var)
         for g in range(n_g):
-            out[b, g] = (r[b, g] - mean) / (std + eps)
+            # A constant group with eps = 0 gets 0 (documented choice), not a ZeroDivisionError.
+            out[b, g] = (r[b, g] - mean) / (std + eps) if std + eps > 0 else 0.0
     return out
 
 
@@ -171,17 +175,27 @@ def token_entropy(logits: Any) -> np.ndarray:
     return out.reshape(z.shape[:-1])
 
 
+def _snap(h: float) -> float:
+    """``h`` itself, or the nearest integer when within float rounding of it.
+
+    Documented choice of the fast code (``q * (n - 1)`` and ``low_frac * n`` are often integers
+    in exact arithmetic; e.g. ``0.2 * 15 = 3.0000000000000004`` must give 3, not 4).
+    """
+    r = round(h)
+    return float(r) if abs(h - r) <= 1e-5 * max(abs(h), 1.0) else h
+
+
 def masked_quantile_1d(values: Any, mask: Any, q: float) -> float:
     """Linear-interpolation quantile (NumPy's default) of ``values`` where ``mask`` is set.
 
     The ``q``-quantile of sorted ``x_0 <= ... <= x_{n-1}`` sits at position ``h = q (n - 1)``:
-    ``x_floor(h) + (h - floor(h)) (x_ceil(h) - x_floor(h))``. An empty selection gives ``+inf``
-    (documented choice: no token of an empty response counts as high-entropy).
+    ``x_floor(h) + (h - floor(h)) (x_ceil(h) - x_floor(h))``. An empty selection gives 0
+    (documented choice; no token of an empty response is selected by CaSP anyway).
     """
     xs = sorted(float(v) for v, m in zip(values, mask, strict=True) if m > 0.5)
     if not xs:
-        return math.inf
-    h = q * (len(xs) - 1)
+        return 0.0
+    h = _snap(q * (len(xs) - 1))
     lo = math.floor(h)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
@@ -199,14 +213,14 @@ def masked_quantile(values: Any, mask: Any, q: float) -> np.ndarray:
 def low_prob_confidence_1d(logp: Any, mask: Any, low_frac: float) -> float:
     """ProGRPO confidence ``exp(mean of log p over T_low)`` of one sequence (seed 003, Eq. 5-6).
 
-    ``T_low`` holds the ``k = max(1, ceil(low_frac * n))`` unmasked positions of lowest log-prob
+    ``T_low`` holds the ``k = clip(ceil(low_frac * n), 1, n)`` unmasked positions of lowest log-prob
     (documented choice); the mean of the ``k`` smallest values does not depend on how ties are
     broken. An empty sequence has confidence 1 (documented choice: ``exp(0)``).
     """
     xs = sorted(float(v) for v, m in zip(logp, mask, strict=True) if m > 0.5)
     if not xs:
         return 1.0
-    k = max(1, math.ceil(low_frac * len(xs)))
+    k = min(max(1, math.ceil(_snap(low_frac * len(xs)))), len(xs))
     return math.exp(sum(xs[:k]) / k)
 
 

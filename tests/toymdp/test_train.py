@@ -1,0 +1,178 @@
+"""The simulator: exact mode against theory's closed forms, every registry method, vmap, seeds,
+and the sampled mode against the NumPy reference.
+
+Compiling dominates the run time, so configs are tiny, compiled functions are shared through
+module-scoped fixtures, every method is compiled into one program, and XLA runs at its fast-compile
+level (`toymdp.train.FAST_COMPILE`).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import shaping
+from theory import trees
+from toymdp import env as E
+from toymdp import policy as pol
+from toymdp import reference as R
+from toymdp import train as T
+
+
+def _final_log_probs(config: T.TrainConfig, params: dict) -> np.ndarray:
+    env = config.env
+    nodes, actions = pol.tree_index(env.num_actions, env.depth)
+    logits = T.policy_logits(params, env.base_logits)
+    lp = pol.trajectory_log_probs(pol.node_log_probs(logits), nodes, actions)
+    return np.asarray(lp, np.float64)[env.train_index]
+
+
+# ---- exact mode converges to theory's closed form ---------------------------------------------
+
+EXACT_CASES = [
+    ("kl", "policy", {}),
+    ("entropy", "policy", {"eta": 0.2}),
+    ("entropy", "base", {"eta": 0.2}),
+    ("ds", "policy", {"gamma_p": 0.1, "gamma_n": 0.05}),
+    ("ds", "base", {"gamma_p": 0.1, "gamma_n": 0.05}),
+]
+
+
+@pytest.mark.parametrize(("objective", "anchor", "values"), EXACT_CASES)
+def test_exact_mode_converges_to_closed_form(objective: str, anchor: str, values: dict) -> None:
+    rng = np.random.default_rng(5)
+    env = E.single_tree(trees.random_instance(rng, num_actions=3, depth=2, skew=1.0))
+    cfg = T.TrainConfig(
+        env, mode="exact", objective=objective, anchor=anchor, num_updates=1500,
+        learning_rate=0.05, beta=0.5,
+    )  # fmt: skip
+    settings = T.default_settings(cfg, **values)
+    out = T.jit_train(T.make_train(cfg), fast_compile=True)(settings, jax.random.key(0))
+    star = T.closed_form(cfg, settings)
+    tv = 0.5 * np.abs(np.exp(_final_log_probs(cfg, out["params"])) - np.exp(star)).sum(-1)
+    assert tv.max() < 1e-3
+    objective_path = np.asarray(out["train"]["objective"])
+    assert objective_path[-1] >= objective_path[0]
+    assert out["exact"]["correctness"].shape == (1501, 1)
+
+
+# ---- sampled mode: every registry method on the CaSP tree -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def all_methods() -> dict:
+    """Three updates of every registry method on the CaSP tree, compiled as one program."""
+    configs = {
+        name: T.TrainConfig(
+            E.casp_env(), method=name, group_size=4, num_updates=3, num_epochs=2,
+            learning_rate=0.3,
+        )  # fmt: skip
+        for name in sorted(shaping.METHODS)
+    }
+    trains = {name: T.make_train(cfg) for name, cfg in configs.items()}
+
+    def run(settings: dict, key: jax.Array) -> dict:
+        return {name: trains[name](settings[name], key) for name in trains}
+
+    settings = {name: T.default_settings(cfg) for name, cfg in configs.items()}
+    return jax.jit(run, compiler_options=T.FAST_COMPILE)(settings, jax.random.key(4))
+
+
+@pytest.mark.parametrize("name", sorted(shaping.METHODS))
+def test_every_method_runs_without_nan(all_methods: dict, name: str) -> None:
+    out = all_methods[name]
+    for key, value in {**out["exact"], **out["train"]}.items():
+        assert np.isfinite(np.asarray(value)).all(), key
+    assert out["exact"]["correctness"].shape == (4, 1)
+    assert out["train"]["reward"].shape == (3,)
+    p = np.asarray(out["exact"]["correctness"])
+    assert ((p >= 0) & (p <= 1 + 1e-6)).all()
+
+
+def test_methods_see_the_same_draws_before_training(all_methods: dict) -> None:
+    # Same key and the same (base) behaviour policy: the first batch is identical for all.
+    first = {float(out["train"]["reward"][0]) for out in all_methods.values()}
+    assert len(first) == 1
+
+
+# ---- vmap over settings x seeds, determinism --------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def grpo_kl() -> tuple[T.TrainConfig, object]:
+    cfg = T.TrainConfig(
+        E.casp_env(), method="grpo", group_size=4, num_updates=4, num_epochs=2,
+        learning_rate=0.3, record_policy=True,
+    )  # fmt: skip
+    return cfg, T.jit_train(T.make_train(cfg), fast_compile=True)
+
+
+def test_vmap_equals_per_run(grpo_kl: tuple) -> None:
+    cfg, single = grpo_kl
+    grid = T.settings_grid(cfg, lr=[0.3], kl_coef=[0.0, 0.2])
+    keys = T.seed_keys(0, 2)
+    batched = T.vmap_train(T.make_train(cfg), fast_compile=True)(grid, keys)
+    assert batched["exact"]["correctness"].shape == (2, 2, 5, 1)
+    for i in range(2):
+        settings = jax.tree.map(lambda a, i=i: a[i], grid)
+        for j in range(2):
+            one = single(settings, keys[j])
+            for key in one["exact"]:
+                np.testing.assert_allclose(
+                    batched["exact"][key][i, j], one["exact"][key], rtol=1e-5, atol=1e-6,
+                    err_msg=key,
+                )  # fmt: skip
+
+
+def test_same_seed_bit_identical(grpo_kl: tuple) -> None:
+    cfg, single = grpo_kl
+    settings = T.default_settings(cfg)
+    a = single(settings, jax.random.key(7))
+    b = single(settings, jax.random.key(7))
+    c = single(settings, jax.random.key(8))
+    for key in a["exact"]:
+        np.testing.assert_array_equal(np.asarray(a["exact"][key]), np.asarray(b["exact"][key]))
+    assert not np.array_equal(np.asarray(a["exact"]["traj_logp"]), np.asarray(c["exact"]["traj_logp"]))
+
+
+# ---- sampled mode against the NumPy reference (same uniforms, hence the same draws) -----------
+
+REFERENCE_CASES = [
+    ("grpo", "adam", "factored", {"kl_coef": 0.1}),
+    ("ds_grpo", "sgd", "shared", {"lr": 3.0}),
+    ("passk", "adam", "per_prompt", {"kl_coef": 0.05}),
+]
+
+
+@pytest.mark.parametrize(("method", "optimizer", "sharing", "values"), REFERENCE_CASES)
+def test_sampled_mode_matches_numpy_reference(
+    method: str, optimizer: str, sharing: str, values: dict
+) -> None:
+    env = E.multi_prompt_env(
+        np.random.default_rng(0), num_prompts=3, num_heldout=1, num_actions=3, depth=2,
+        correct_size=3, shared_size=1, sharing=sharing,
+    )  # fmt: skip
+    cfg = T.TrainConfig(
+        env, method=method, optimizer=optimizer, group_size=4, num_updates=6, num_epochs=3,
+        learning_rate=0.3, method_hyper={"k": 2} if method == "passk" else {},
+    )  # fmt: skip
+    settings = T.default_settings(cfg, **values)
+    key = jax.random.key(1)
+    got = T.jit_train(T.make_train(cfg), fast_compile=True)(settings, key)
+    want = R.reference_train(cfg, settings, np.asarray(T.sampling_uniforms(cfg, key)))
+    np.testing.assert_array_equal(np.asarray(got["train"]["reward"]), want["train"]["reward"])
+    np.testing.assert_allclose(got["train"]["loss"], want["train"]["loss"], atol=1e-5)
+    for key_ in want["exact"]:
+        np.testing.assert_allclose(
+            got["exact"][key_], want["exact"][key_], rtol=1e-4, atol=1e-5, err_msg=key_
+        )
+    # The run must actually move and clip, or the comparison proves little.
+    assert np.abs(want["exact"]["correctness"][-1] - want["exact"]["correctness"][0]).max() > 0.05
+    assert np.asarray(got["train"]["clip_frac"]).max() > 0
+
+
+def test_reference_rejects_uncovered_methods() -> None:
+    cfg = T.TrainConfig(E.casp_env(), method="casp", num_updates=1)
+    with pytest.raises(ValueError, match="method"):
+        R.reference_train(cfg, T.default_settings(cfg), np.zeros((1, 1, 8)))
