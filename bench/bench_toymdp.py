@@ -72,7 +72,9 @@ def main() -> None:
         f"{per_run_full * runs:.1f} s / {per_run_train * runs:.1f} s"
     )
     print(f"ratio (steady state, same metrics)   : {per_run_full * runs / jax_s:8.1f}x")
-    print(f"ratio (including JAX compilation)    : {per_run_full * runs / (jax_s + compile_s):8.1f}x")
+    print(
+        f"ratio (including JAX compilation)    : {per_run_full * runs / (jax_s + compile_s):8.1f}x"
+    )
     print(f"ratio (vs reference training only)   : {per_run_train * runs / jax_s:8.1f}x")
 
 

@@ -367,6 +367,8 @@ def token_entropy(logits: Array) -> Array:
     z = xp.where(finite, z, 0.0)
     e = xp.where(finite, xp.exp(z), 0.0)
     total = xp.sum(e, axis=-1, keepdims=True)
+    # total >= 1 unless every logit is -inf; keep log() finite for that row.
+    total = xp.where(total > 0, total, 1.0)
     log_p = z - xp.log(total)
     return -xp.sum(xp.where(finite, (e / total) * log_p, 0.0), axis=-1)
 

@@ -131,7 +131,8 @@ def expected_distinct(log_p: object, k: int, mask: object | None = None) -> np.n
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
     # 1 − (1 − p)^k = −expm1(k·log1p(−p)) stays accurate for tiny p.
     p = np.exp(lp)
-    terms = -np.expm1(k * np.log1p(-np.minimum(p, 1.0)))
+    with np.errstate(divide="ignore"):  # p == 1 gives log1p(-1) = -inf, and the term is exactly 1
+        terms = -np.expm1(k * np.log1p(-np.minimum(p, 1.0)))
     if mask is not None:
         terms = np.where(correct_mask(mask, lp.shape[-1], "mask"), terms, 0.0)
     out = np.sum(terms, axis=-1)

@@ -222,13 +222,21 @@ def ds_anchor_map(
 
     For the entropy bonus (`γ_p = η`, `γ_n = −η`, so `s_C = s_N = β + η`) this is the
     instance-free map `(β, η) → (β + η, η)`. In general `β'` depends on the instance through `λ`, and it
-    can be `≤ 0`, where no base-anchored problem of the form (18) has this optimum.
+    can be `≤ 0` (about a quarter of random instances with `γ_p ∈ [0, 2β]`, `γ_n ∈ [0, β)`; see the
+    checker `eq19_anchor_equivalence`); then, when `log π_b` is not constant on `C` nor off `C`, no
+    base-anchored problem of the form (18) has this optimum.
 
     Returns:
         `(beta', gamma_p', gamma_n')`; `beta'` has shape `(...)` for batched `log_pb` (then
-        `gamma_p'`, `gamma_n'` are arrays too).
+        `gamma_p'`, `gamma_n'` are arrays too); `beta'` is `inf` where `1/β'` is 0.
+
+    Raises:
+        ValueError: a correct set that is empty or full (the offset between the sets, which pins
+            `β'`, is then undefined and the map is not unique); otherwise as `differential_smoothing`.
     """
-    lam = np.asarray(ds_multiplier(log_pb, correct, beta, gamma_p, gamma_n))
+    lpb = log_probs(log_pb, "log_pb", require_finite=True)
+    correct_mask(correct, lpb.shape[-1], need_both=True)
+    lam = np.asarray(ds_multiplier(lpb, correct, beta, gamma_p, gamma_n))
     s_c, s_n = beta + gamma_p, beta - gamma_n
     inv = (1.0 - lam) / s_c + lam / s_n
     with np.errstate(divide="ignore"):

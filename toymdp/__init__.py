@@ -1,0 +1,17 @@
+"""JAX tree-MDP simulator driven by the shared `shaping/` core (issue 4).
+
+Modules (import them directly; this package imports nothing heavy on its own):
+
+- `toymdp.env`: `TreeEnv` (one tree, or many prompts with their own correct sets, sharing the
+  policy per prompt, fully, or through a shared plus a per-prompt logit component), `casp_env`,
+  `single_tree`, `multi_prompt_env`, `from_correct_sets`.
+- `toymdp.policy`: the tabular softmax policy in JAX: trajectory log-probs, sampling, per-token
+  log-probs, entropies, top-N candidates and sampled ranks.
+- `toymdp.metrics`: exact per-step metrics by enumeration (correctness, normalized variance,
+  entropy, KL to base, distinct correct in K samples, pass@k, Λ^(n)).
+- `toymdp.train`: `TrainConfig`, `make_train(config) -> train(settings, key)` (sampled RLVR with
+  any `shaping.METHODS` entry, or exact population gradients), `default_settings`,
+  `settings_grid`, `vmap_train`, `closed_form`.
+- `toymdp.reference`: the NumPy per-run reference of the sampled mode.
+- `toymdp.configs`: named configurations (the CaSP tree).
+"""

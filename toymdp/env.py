@@ -207,9 +207,7 @@ def casp_env(base_logits: np.ndarray | None = None) -> TreeEnv:
     tree = trees.casp_tree()
     n_int = trees.num_internal_nodes(tree.num_actions, tree.depth)
     base = np.zeros((n_int, tree.num_actions)) if base_logits is None else base_logits
-    return TreeEnv(
-        tree.num_actions, tree.depth, tree.correct[None], base, np.ones(1, dtype=bool)
-    )
+    return TreeEnv(tree.num_actions, tree.depth, tree.correct[None], base, np.ones(1, dtype=bool))
 
 
 def multi_prompt_env(

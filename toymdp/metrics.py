@@ -88,7 +88,7 @@ def exact_metrics(
     ks = jnp.asarray(pass_k, dtype=lp.dtype)
     passk = -jnp.expm1(ks * jnp.log1p(-jnp.minimum(corr, 1.0))[..., None])  # (P, k)
     reach = reach_probs(p, num_actions, depth)  # (P, N_int)
-    top_logp = -jnp.sort(-node_logp, axis=-1)[..., :num_candidates]  # (P, N_int, N)
+    top_logp = jax.lax.top_k(node_logp, num_candidates)[0]  # (P, N_int, N), rank 1 first
     out = {
         "correctness": corr,
         "normalized_variance": nvar,

@@ -177,16 +177,12 @@ class TrainConfig:
         if self.mode == "exact":
             return ("lr", *EXACT_SETTINGS[self.objective])
         defaults = shaping.METHODS[self.method].defaults
-        return ("lr", *(k for k, v in defaults.items() if _is_float(v)))
+        return ("lr", *(k for k, v in defaults.items() if isinstance(v, float)))
 
 
 def _positive_int(name: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _is_float(v: object) -> bool:
-    return isinstance(v, float)
 
 
 def _static_hyper(config: TrainConfig) -> dict[str, object]:
@@ -220,7 +216,7 @@ def _dry_run(config: TrainConfig) -> None:
         "prompt_mask": np.ones((1, 1)),
     }
     hyper = config.hyper()
-    batch = {k: fake[k] for k in ("rewards", "mask", "logp", "logp_old") + tuple(_needs(config))}
+    batch = {k: fake[k] for k in ("rewards", "mask", "logp", "logp_old", *_needs(config))}
     try:
         shaping.METHODS[config.method].loss(batch, **hyper)
     except ValueError as err:
@@ -263,9 +259,10 @@ def settings_grid(config: TrainConfig, **axes: Sequence[float]) -> Settings:
     """
     names = list(axes)
     mesh = np.meshgrid(*(np.asarray(axes[k], dtype=np.float64) for k in names), indexing="ij")
-    flat = [m.ravel() for m in mesh]
-    runs = [default_settings(config, **{k: float(f[i]) for k, f in zip(names, flat, strict=True)})
-            for i in range(flat[0].size)]  # fmt: skip
+    rows = np.stack([m.ravel() for m in mesh], axis=-1)  # (S, len(names))
+    runs = [
+        default_settings(config, **dict(zip(names, map(float, row), strict=True))) for row in rows
+    ]
     return stack_settings(runs)
 
 
@@ -276,9 +273,9 @@ def sampling_uniforms(config: TrainConfig, key: jax.Array) -> jax.Array:
 
 
 def make_optimizer(
-    name: str, learning_rate: jax.Array, adam_eps: float = 1e-8
+    name: str, learning_rate: jax.Array, adam_eps: float
 ) -> optax.GradientTransformation:
-    """optax Adam (default betas 0.9, 0.999) or plain SGD at a (traced) learning rate."""
+    """optax Adam (betas 0.9, 0.999; `eps = adam_eps`) or plain SGD at a (traced) learning rate."""
     if name == "adam":
         return optax.adam(learning_rate, eps=adam_eps)
     return optax.sgd(learning_rate)
@@ -405,20 +402,7 @@ def make_train(config: TrainConfig) -> Callable[[Settings, jax.Array], dict[str,
     if config.mode == "sampled":
         step = _sampled_step(config, nodes, actions, base_logits, base_node_logp_b, reward_b)
     else:
-
-        def step(carry: tuple, settings: Settings, optimizer: Any, _: jax.Array) -> tuple:
-            params, opt_state = carry
-
-            def loss_fn(p: Mapping[str, jax.Array]) -> jax.Array:
-                node_logp = policy.node_log_probs(policy_logits(p, base_logits)[idx])
-                return -population_objective(
-                    node_logp, base_lp_b, reward_b, correct_b, nodes, actions,
-                    settings, config.objective, config.anchor,
-                )  # fmt: skip
-
-            loss, grads = jax.value_and_grad(loss_fn)(params)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
-            return (optax.apply_updates(params, updates), opt_state), {"objective": -loss}
+        step = _exact_step(config, nodes, actions, base_logits, base_lp_b, reward_b, correct_b)
 
     def train(settings: Settings, key: jax.Array) -> dict[str, Any]:
         optimizer = make_optimizer(config.optimizer, settings["lr"], config.adam_eps)
@@ -447,6 +431,35 @@ def make_train(config: TrainConfig) -> Callable[[Settings, jax.Array], dict[str,
         return {"exact": exact, "train": train_metrics, "params": params}
 
     return train
+
+
+def _exact_step(
+    config: TrainConfig,
+    nodes: np.ndarray,
+    actions: np.ndarray,
+    base_logits: jax.Array,
+    base_lp_b: jax.Array,
+    reward_b: jax.Array,
+    correct_b: jax.Array,
+) -> Callable:
+    """One exact update: an optimizer step on `−J(π)` (`population_objective`), no sampling."""
+    idx = config.env.train_index
+
+    def step(carry: tuple, settings: Settings, optimizer: Any, _: jax.Array) -> tuple:
+        params, opt_state = carry
+
+        def loss_fn(p: Mapping[str, jax.Array]) -> jax.Array:
+            node_logp = policy.node_log_probs(policy_logits(p, base_logits)[idx])
+            return -population_objective(
+                node_logp, base_lp_b, reward_b, correct_b, nodes, actions,
+                settings, config.objective, config.anchor,
+            )  # fmt: skip
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), {"objective": -loss}
+
+    return step
 
 
 def _sampled_step(
@@ -503,9 +516,7 @@ def _sampled_step(
             if "entropy" in needs:
                 batch["entropy"] = policy.token_entropies(logits, tok_nodes)
             if "cand_logp" in needs:
-                batch["cand_logp"] = policy.candidate_log_probs(
-                    node_logp, order, tok_nodes, n_cand
-                )
+                batch["cand_logp"] = policy.candidate_log_probs(node_logp, order, tok_nodes, n_cand)
             return method.loss(batch, **hyper)
 
         def epoch(carry: tuple, _: None) -> tuple:

@@ -75,8 +75,6 @@ def evaluate(
         value, _ = method.loss(convert(batch, backend), **hyper)
         return to_numpy(value), None
     if backend == "torch.grad":
-        import torch
-
         tb = convert(batch, backend)
         keys = diff_keys(tb)
         for k in keys:

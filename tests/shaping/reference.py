@@ -489,9 +489,7 @@ def _casp_ratio(s: Mapping, h: Mapping, b: int, g: int, t: int, adv: float, high
     return rho
 
 
-def loss(
-    name: str, batch: Mapping, **overrides: object
-) -> tuple[float, dict[str, np.ndarray]]:
+def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[str, np.ndarray]]:
     """Reference loss of method ``name`` and its gradients.
 
     Returns ``(loss, grads)`` where ``grads[key]`` is ``d loss / d batch[key]`` (float64 NumPy) for
@@ -511,9 +509,7 @@ def loss(
     }
     # Object arrays of Python floats: a NumPy scalar on the left of a tensor would take the
     # arithmetic over and silently drop the autograd graph.
-    s: dict[str, Any] = {
-        k: _rows(v).astype(object) for k, v in batch.items() if k not in leaves
-    }
+    s: dict[str, Any] = {k: _rows(v).astype(object) for k, v in batch.items() if k not in leaves}
     s.update(leaves)
     mask = _rows(batch["mask"])
     n_b, n_g, n_t = mask.shape

@@ -21,6 +21,10 @@ _LOGP = st.one_of(
     st.sampled_from([-0.5, -1.0, -30.0]),
     st.floats(-40.0, -20.0, allow_nan=False, allow_infinity=False),
 )
+# Mild log-probs only: confidences exp(mean log p) stay far above float noise (ProGRPO).
+_MILD_LOGP = st.one_of(
+    st.floats(-3.0, 0.0, allow_nan=False, allow_infinity=False), st.sampled_from([-0.5, -1.0])
+)
 # Ratio log-deltas: both sides of the clip range [log 0.8, log 1.2], and exactly on-policy.
 _DELTA = st.one_of(st.just(0.0), st.floats(-0.6, 0.6, allow_nan=False, allow_infinity=False))
 _ENTROPY = st.one_of(
@@ -35,7 +39,7 @@ def _f64(draw, shape, elements):
 
 @st.composite
 def reward_groups(draw, n_b: int, n_g: int) -> np.ndarray:
-    """Binary (B, G) rewards; each group is random, all correct, or all wrong."""
+    """Binary (B, G) rewards; each group is mixed (if G > 1), all correct, or all wrong."""
     rows = []
     for _ in range(n_b):
         kind = draw(st.sampled_from(["mixed", "all_correct", "all_wrong"]))
@@ -44,7 +48,11 @@ def reward_groups(draw, n_b: int, n_g: int) -> np.ndarray:
         elif kind == "all_wrong":
             rows.append([0.0] * n_g)
         else:
-            rows.append(draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n_g, max_size=n_g)))
+            bits = draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n_g, max_size=n_g))
+            if n_g > 1 and len(set(bits)) == 1:
+                # Keep "mixed" mixed: Hypothesis would otherwise shrink it to a uniform group.
+                bits[draw(st.integers(0, n_g - 1))] = 1.0 - bits[0]
+            rows.append(bits)
     return np.array(rows, dtype=np.float64)
 
 
@@ -63,7 +71,7 @@ def batches(draw, needs: frozenset[str] = frozenset(), min_g: int = 1) -> dict[s
     n_b = draw(st.integers(1, MAX_B))
     n_g = draw(st.integers(min_g, MAX_G))
     n_t = draw(st.integers(1, MAX_T))
-    logp_old = _f64(draw, (n_b, n_g, n_t), _LOGP)
+    logp_old = _f64(draw, (n_b, n_g, n_t), draw(st.sampled_from([_LOGP, _MILD_LOGP])))
     mask = draw(masks(n_b, n_g, n_t))
     tie = n_g > 1 and draw(st.booleans())
     if tie:

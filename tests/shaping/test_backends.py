@@ -13,7 +13,7 @@ import pytest
 import shaping
 
 from . import reference as ref
-from .helpers import BACKENDS, assert_close, call_block, evaluate
+from .helpers import BACKENDS, assert_close, call_block, convert, evaluate, requires
 from .strategies import random_batch
 
 # One non-default setting per method that switches on its optional branches.
@@ -69,8 +69,6 @@ def test_loss_and_gradients_agree_across_backends(name, which, backend):
 def test_advantages_agree_across_backends(name, backend):
     batch = random_batch(seed=11)
     want = ref.advantages(name, batch)
-    from .helpers import convert, requires
-
     requires(backend)
     method = shaping.get_method(name)
     if backend.startswith("jax"):
@@ -169,3 +167,77 @@ def test_building_blocks_agree_across_backends(block, backend):
     if backend == "torch.grad":
         backend = "torch"  # value only; gradients are covered through the method losses
     assert_close(call_block(fn, backend, *args, **kwargs), want(), what=f"{block}/{backend}")
+
+
+# Driver-facing inputs: float32, bool masks, integer rewards, traced hyper-parameters ----------
+
+
+def _driver_batch(batch: dict) -> dict:
+    out = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in batch.items()}
+    out["mask"] = batch["mask"] > 0
+    out["rewards"] = batch["rewards"].astype(np.int32)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["numpy", "jax", "torch"])
+@pytest.mark.parametrize("name", ref.METHOD_NAMES)
+def test_float32_bool_mask_int_rewards(name, backend):
+    pytest.importorskip("torch")
+    batch = random_batch(seed=7)
+    want, _ = ref.loss(name, batch)
+    b32 = _driver_batch(batch)
+    method = shaping.get_method(name)
+    if backend == "jax":
+        jnp = pytest.importorskip("jax.numpy")
+        value = method.loss({k: jnp.asarray(v) for k, v in b32.items()})[0]
+    elif backend == "torch":
+        import torch
+
+        value = method.loss({k: torch.from_numpy(v) for k, v in b32.items()})[0]
+    else:
+        value = method.loss(b32)[0]
+    assert str(value.dtype).endswith("float32"), value.dtype
+    assert_close(value, want, rtol=2e-4, atol=2e-5, what=f"{name}/{backend} float32")
+
+
+def _traceable(name: str) -> dict[str, object]:
+    # Every numeric hyper-parameter a driver may sweep as data (top_n must stay a Python int).
+    out = {k: v for k, v in ref.DEFAULTS[name].items() if isinstance(v, float)}
+    out["kl_coef"] = 0.1
+    if name == "passk":
+        out["k"] = 2
+    return out
+
+
+@pytest.mark.parametrize("name", ref.METHOD_NAMES)
+def test_numeric_hyper_parameters_can_be_traced_under_jit(name):
+    jax = pytest.importorskip("jax")
+    pytest.importorskip("torch")
+    batch = random_batch(seed=7)
+    hyper = _traceable(name)
+    want, _ = ref.loss(name, batch, **hyper)
+    method = shaping.get_method(name)
+    with jax.enable_x64(True):
+        jb = convert(batch, "jax")
+        traced = {k: jax.numpy.asarray(v) for k, v in hyper.items()}
+        value = jax.jit(lambda b, h: method.loss(b, **h)[0])(jb, traced)
+    assert_close(value, want, what=f"{name} traced {sorted(hyper)}")
+
+
+@pytest.mark.parametrize("backend", ["jax", "torch.grad"])
+@pytest.mark.parametrize("name", ref.METHOD_NAMES)
+def test_garbage_in_padding_reaches_neither_value_nor_gradient(name, backend):
+    # Drivers pad with whatever the model emitted there; CONTRACT says padding is ignored.
+    batch = random_batch(seed=7)
+    clean = evaluate(shaping.get_method(name), batch, backend, {"kl_coef": 0.1})
+    dirty = dict(batch)
+    pad = batch["mask"] == 0
+    for key, value in (("logp", np.nan), ("logp_old", -np.inf), ("logp_ref", np.inf)):
+        dirty[key] = np.where(pad, value, batch[key])
+    dirty["entropy"] = np.where(pad, np.nan, batch["entropy"])
+    for key in ("cand_logp", "cand_logp_old"):
+        dirty[key] = np.where(pad[..., None], -np.inf, batch[key])
+    got = evaluate(shaping.get_method(name), dirty, backend, {"kl_coef": 0.1})
+    assert_close(got[0], clean[0], what=f"{name}/{backend} loss")
+    for key in clean[1]:
+        assert_close(got[1][key], clean[1][key], what=f"{name}/{backend} d loss / d {key}")

@@ -28,12 +28,7 @@ def _all_needs(name: str) -> frozenset[str]:
     return ref.NEEDS[name] | {"entropy"} if name.startswith("entropy_") else ref.NEEDS[name]
 
 
-def _min_g(name: str) -> int:
-    # passk's default k = 4 must fit in the group only when k is not drawn; hypers() handles it.
-    return 1
-
-
-def _no_near_ties(batch: dict, hyper: dict, name: str) -> bool:
+def _no_near_ties(batch: dict, name: str) -> bool:
     """False if two length-normalized log-probs differ only by float rounding.
 
     Ranks of values equal in exact arithmetic but summed in different orders are decided by the
@@ -74,9 +69,9 @@ def test_needs_match_contract(name):
 @given(data=st.data())
 def test_fast_equals_reference(name, data):
     torch = pytest.importorskip("torch")
-    batch = data.draw(batches(_all_needs(name), min_g=_min_g(name)), label="batch")
+    batch = data.draw(batches(_all_needs(name)), label="batch")
     hyper = data.draw(hypers(name, batch), label="hyper")
-    assume(_no_near_ties(batch, hyper, name))
+    assume(_no_near_ties(batch, name))
     method = shaping.get_method(name)
 
     want_adv = ref.advantages(name, batch, **hyper)

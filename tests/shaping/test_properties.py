@@ -39,9 +39,7 @@ def _assert_same_loss(a, b, what):
 @pytest.mark.parametrize("confidence_ref", ["prompt", "group_mean"])
 @given(batch=batches(frozenset({"prompt_logp", "prompt_mask"})))
 def test_progrpo_leaves_uniform_groups_unchanged(confidence_ref, batch):
-    adv = shaping.get_method("progrpo").advantages(
-        batch, alpha=1.0, confidence_ref=confidence_ref
-    )
+    adv = shaping.get_method("progrpo").advantages(batch, alpha=1.0, confidence_ref=confidence_ref)
     base = grpo.advantages(batch)
     r = batch["rewards"]
     uniform = (r.min(1) == r.max(1))[:, None]

@@ -139,10 +139,11 @@ def test_exact_metrics_match_theory() -> None:
     base_lp = pol.trajectory_log_probs(
         pol.node_log_probs(jnp.asarray(env.base_logits, jnp.float32)), nodes, actions
     )
-    got = M.exact_metrics(
-        node_logp, base_lp, jnp.asarray(env.correct), nodes, actions,
-        distinct_k=cfg.distinct_k, pass_k=cfg.pass_k, num_candidates=3,
-    )  # fmt: skip
+    kw = {"distinct_k": cfg.distinct_k, "pass_k": cfg.pass_k, "num_candidates": 3}
+    correct = jnp.asarray(env.correct)
+    got = jax.jit(lambda a, b: M.exact_metrics(a, b, correct, nodes, actions, **kw))(
+        node_logp, base_lp
+    )
     want = R.reference_metrics(np.asarray(jax.nn.log_softmax(logits, axis=-1)), cfg)
     assert set(got) == set(want)
     for key in want:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import shaping
-from theory import trees
+from theory import optimum, trees
 from toymdp import env as E
 from toymdp import policy as pol
 from toymdp import reference as R
@@ -60,14 +60,15 @@ def test_exact_mode_converges_to_closed_form(objective: str, anchor: str, values
 # ---- sampled mode: every registry method on the CaSP tree -------------------------------------
 
 
-@pytest.fixture(scope="module")
-def all_methods() -> dict:
-    """Three updates of every registry method on the CaSP tree, compiled as one program."""
+def test_every_method_runs_without_nan() -> None:
+    """Three updates of every registry method on the CaSP tree, compiled as one program.
+
+    One test (not one per method) so that pytest-xdist workers do not each compile the program.
+    """
     configs = {
         name: T.TrainConfig(
-            E.casp_env(), method=name, group_size=4, num_updates=3, num_epochs=2,
-            learning_rate=0.3,
-        )  # fmt: skip
+            E.casp_env(), method=name, group_size=4, num_updates=3, num_epochs=2, learning_rate=0.3
+        )
         for name in sorted(shaping.METHODS)
     }
     trains = {name: T.make_train(cfg) for name, cfg in configs.items()}
@@ -76,24 +77,16 @@ def all_methods() -> dict:
         return {name: trains[name](settings[name], key) for name in trains}
 
     settings = {name: T.default_settings(cfg) for name, cfg in configs.items()}
-    return jax.jit(run, compiler_options=T.FAST_COMPILE)(settings, jax.random.key(4))
-
-
-@pytest.mark.parametrize("name", sorted(shaping.METHODS))
-def test_every_method_runs_without_nan(all_methods: dict, name: str) -> None:
-    out = all_methods[name]
-    for key, value in {**out["exact"], **out["train"]}.items():
-        assert np.isfinite(np.asarray(value)).all(), key
-    assert out["exact"]["correctness"].shape == (4, 1)
-    assert out["train"]["reward"].shape == (3,)
-    p = np.asarray(out["exact"]["correctness"])
-    assert ((p >= 0) & (p <= 1 + 1e-6)).all()
-
-
-def test_methods_see_the_same_draws_before_training(all_methods: dict) -> None:
-    # Same key and the same (base) behaviour policy: the first batch is identical for all.
-    first = {float(out["train"]["reward"][0]) for out in all_methods.values()}
-    assert len(first) == 1
+    outs = jax.jit(run, compiler_options=T.FAST_COMPILE)(settings, jax.random.key(4))
+    failures = []
+    for name, out in outs.items():
+        values = {**out["exact"], **out["train"]}
+        failures += [f"{name}/{k}" for k, v in values.items() if not np.isfinite(v).all()]
+        assert out["exact"]["correctness"].shape == (4, 1), name
+        assert out["train"]["reward"].shape == (3,), name
+    assert not failures, f"non-finite metrics: {failures}"
+    # Same key and the same (base) behaviour policy: every method sees the same first batch.
+    assert len({float(out["train"]["reward"][0]) for out in outs.values()}) == 1
 
 
 # ---- vmap over settings x seeds, determinism --------------------------------------------------
@@ -133,46 +126,90 @@ def test_same_seed_bit_identical(grpo_kl: tuple) -> None:
     c = single(settings, jax.random.key(8))
     for key in a["exact"]:
         np.testing.assert_array_equal(np.asarray(a["exact"][key]), np.asarray(b["exact"][key]))
-    assert not np.array_equal(np.asarray(a["exact"]["traj_logp"]), np.asarray(c["exact"]["traj_logp"]))
+    assert not np.array_equal(
+        np.asarray(a["exact"]["traj_logp"]), np.asarray(c["exact"]["traj_logp"])
+    )
 
 
 # ---- sampled mode against the NumPy reference (same uniforms, hence the same draws) -----------
 
-REFERENCE_CASES = [
-    ("grpo", "adam", "factored", {"kl_coef": 0.1}),
-    ("ds_grpo", "sgd", "shared", {"lr": 3.0}),
-    ("passk", "adam", "per_prompt", {"kl_coef": 0.05}),
-]
 
-
-@pytest.mark.parametrize(("method", "optimizer", "sharing", "values"), REFERENCE_CASES)
-def test_sampled_mode_matches_numpy_reference(
-    method: str, optimizer: str, sharing: str, values: dict
-) -> None:
+def _reference_case(index: int, method: str) -> tuple[T.TrainConfig, dict]:
+    """Cycle optimizer, sharing and KL over the methods so every combination is covered."""
+    optimizer = ("adam", "sgd")[index % 2]
     env = E.multi_prompt_env(
         np.random.default_rng(0), num_prompts=3, num_heldout=1, num_actions=3, depth=2,
-        correct_size=3, shared_size=1, sharing=sharing,
+        correct_size=3, shared_size=1, sharing=E.SHARING[index % 3],
     )  # fmt: skip
     cfg = T.TrainConfig(
         env, method=method, optimizer=optimizer, group_size=4, num_updates=6, num_epochs=3,
-        learning_rate=0.3, method_hyper={"k": 2} if method == "passk" else {},
+        method_hyper={"k": 2} if method == "passk" else {},
     )  # fmt: skip
-    settings = T.default_settings(cfg, **values)
+    values = {"lr": 0.3 if optimizer == "adam" else 3.0, "kl_coef": (0.0, 0.1, 0.05)[index % 3]}
+    return cfg, T.default_settings(cfg, **values)
+
+
+def test_sampled_mode_matches_numpy_reference() -> None:
+    """JAX and NumPy runs of every method the reference covers, from the same uniforms.
+
+    The JAX runs are compiled as one program, in one test (see `test_every_method_runs_without_nan`).
+    """
+    cases = {m: _reference_case(i, m) for i, m in enumerate(R.REFERENCE_METHODS)}
+    trains = {m: T.make_train(cfg) for m, (cfg, _) in cases.items()}
     key = jax.random.key(1)
-    got = T.jit_train(T.make_train(cfg), fast_compile=True)(settings, key)
-    want = R.reference_train(cfg, settings, np.asarray(T.sampling_uniforms(cfg, key)))
-    np.testing.assert_array_equal(np.asarray(got["train"]["reward"]), want["train"]["reward"])
-    np.testing.assert_allclose(got["train"]["loss"], want["train"]["loss"], atol=1e-5)
-    for key_ in want["exact"]:
-        np.testing.assert_allclose(
-            got["exact"][key_], want["exact"][key_], rtol=1e-4, atol=1e-5, err_msg=key_
+
+    def run(settings: dict) -> dict:
+        return {m: trains[m](settings[m], key) for m in trains}
+
+    outs = jax.jit(run, compiler_options=T.FAST_COMPILE)({m: s for m, (_, s) in cases.items()})
+    clipped = 0
+    for method, (cfg, settings) in cases.items():
+        got = outs[method]
+        want = R.reference_train(cfg, settings, np.asarray(T.sampling_uniforms(cfg, key)))
+        np.testing.assert_array_equal(
+            np.asarray(got["train"]["reward"]), want["train"]["reward"], err_msg=method
         )
-    # The run must actually move and clip, or the comparison proves little.
-    assert np.abs(want["exact"]["correctness"][-1] - want["exact"]["correctness"][0]).max() > 0.05
-    assert np.asarray(got["train"]["clip_frac"]).max() > 0
+        np.testing.assert_allclose(
+            got["train"]["loss"], want["train"]["loss"], atol=1e-5, err_msg=method
+        )
+        for name in want["exact"]:
+            np.testing.assert_allclose(
+                got["exact"][name], want["exact"][name], rtol=1e-4, atol=1e-5,
+                err_msg=f"{method}/{name}",
+            )  # fmt: skip
+        # The run must move, or the comparison proves little.
+        moved = np.abs(want["exact"]["correctness"][-1] - want["exact"]["correctness"][0]).max()
+        assert moved > 0.01, method
+        clipped += bool(np.max(got["train"]["clip_frac"]) > 0)
+    assert clipped >= len(cases) // 2  # the clipped branch of the gradient is exercised
 
 
 def test_reference_rejects_uncovered_methods() -> None:
     cfg = T.TrainConfig(E.casp_env(), method="casp", num_updates=1)
     with pytest.raises(ValueError, match="method"):
         R.reference_train(cfg, T.default_settings(cfg), np.zeros((1, 1, 8)))
+
+
+def test_population_objective_is_theory_objective() -> None:
+    env = E.multi_prompt_env(np.random.default_rng(6), num_prompts=2, num_actions=2, depth=3)
+    rng = np.random.default_rng(7)
+    logits = env.base_logits + rng.normal(size=env.base_logits.shape)
+    nodes, actions = pol.tree_index(2, 3)
+    lp = trees.trajectory_log_probs(logits, 2, 3)
+    lpb = env.base_log_probs()
+    r = env.correct.astype(float)
+    settings = {"beta": 0.3, "eta": 0.2, "gamma_p": 0.1, "gamma_n": 0.05}
+    coefs = {
+        "kl": 0.0,
+        "entropy": 0.2,
+        "ds": np.where(env.correct, 0.1, -0.05),
+    }
+    for objective, coef in coefs.items():
+        for anchor in ("policy", "base"):
+            got = T.population_objective(
+                pol.node_log_probs(logits), lpb, r, env.correct, nodes, actions,
+                settings, objective, anchor,
+            )  # fmt: skip
+            kwargs = {"coef_policy": coef} if anchor == "policy" else {"coef_base": coef}
+            want = optimum.objective(lp, lpb, r, 0.3, **kwargs).mean()
+            np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{objective}/{anchor}")

@@ -61,13 +61,16 @@ def check_lemma_2(rng: np.random.Generator, trials: int) -> CheckResult:
         jac_err = float(np.max(np.abs(fd - jac)))
         others = np.arange(vocab) != y
         row_err = max(
-            abs(jac[y, y] - p[y] * (1 - p[y])), float(np.max(np.abs(jac[y, others] + p[y] * p[others])))
+            abs(jac[y, y] - p[y] * (1 - p[y])),
+            float(np.max(np.abs(jac[y, others] + p[y] * p[others]))),
         )
         # Negative update of the unclipped surrogate A·p_y/p_old, A < 0, at the behaviour policy.
         adv = -float(rng.uniform(0.1, 3.0))
         p_old = p[y]
         grad = adv * jac[y] / p_old  # ∇_z (A·p_y/p_old)
-        surrogate = adv * softmax(z + steps, axis=-1)[:, y] - adv * softmax(z - steps, axis=-1)[:, y]
+        surrogate = (
+            adv * softmax(z + steps, axis=-1)[:, y] - adv * softmax(z - steps, axis=-1)[:, y]
+        )
         grad_err = float(np.max(np.abs(surrogate / (2 * h * p_old) - grad)))
         eta = float(10 ** rng.uniform(-3, 0))
         dz = eta * grad
@@ -82,8 +85,12 @@ def check_lemma_2(rng: np.random.Generator, trials: int) -> CheckResult:
         gain = p_new[others] / p[others]
         order = np.argsort(p[others], kind="stable")
         sorted_p, sorted_gain = p[others][order], gain[order]
-        distinct = np.diff(sorted_p) > 1e-12 * sorted_p[1:]  # compare strictly ordered neighbours only
-        monotone_err = max(float(np.max((sorted_gain[:-1] - sorted_gain[1:])[distinct], initial=0.0)), 0.0)
+        distinct = (
+            np.diff(sorted_p) > 1e-12 * sorted_p[1:]
+        )  # compare strictly ordered neighbours only
+        monotone_err = max(
+            float(np.max((sorted_gain[:-1] - sorted_gain[1:])[distinct], initial=0.0)), 0.0
+        )
         squeezed += int(np.sum(p[others] < np.sum(p**2) - p[y]))
         alternatives += vocab - 1
         # (error, tolerance): finite differences 1e-7; the ratio and the exact-step gains are
@@ -167,7 +174,7 @@ def check_prop_3(rng: np.random.Generator, trials: int) -> CheckResult:
         errs.append(max(value - upper, 1 - value, 0.0))
         errs.append(max(value - float(expected_distinct(log_p, k + 1)), 0.0))
         # Robin Hood transfer between two entries, keeping their order.
-        i, j = rng.choice(vocab, size=2, replace=False) if vocab > 1 else (0, 0)
+        i, j = rng.choice(vocab, size=2, replace=False)
         if p[i] < p[j]:
             i, j = j, i
         q = p.copy()

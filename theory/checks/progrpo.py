@@ -134,14 +134,21 @@ def expected_flow(
         return grad.ravel()
 
     sol = solve_ivp(
-        rhs, (0.0, t_end), np.where(present, theta, 0.0).ravel(), method="LSODA", rtol=1e-8, atol=1e-10
+        rhs,
+        (0.0, t_end),
+        np.where(present, theta, 0.0).ravel(),
+        method="LSODA",
+        rtol=1e-8,
+        atol=1e-10,
     )
     if sol.status != 0:
         raise RuntimeError(f"expected_flow: integration failed: {sol.message}")
     return np.where(present, sol.y[:, -1].reshape(shape), -np.inf)
 
 
-def confidence_spread(pi: np.ndarray, correct: np.ndarray, length: np.ndarray | float) -> np.ndarray:
+def confidence_spread(
+    pi: np.ndarray, correct: np.ndarray, length: np.ndarray | float
+) -> np.ndarray:
     """`(max_C c − min_C c)/max_C c` with `c = π^{1/T}`: 0 iff confidence is equal on `C`; `(B,)`."""
     conf = np.where(correct, pi ** (1.0 / np.asarray(length, dtype=np.float64)), np.nan)
     top = np.nanmax(conf, axis=-1)
@@ -291,7 +298,10 @@ def check_thm_a2(rng: np.random.Generator, trials: int) -> CheckResult:
     alpha = rng.uniform(0.3, 1.0, size=(trials, 1))
     length = rng.integers(1, 5, size=(trials, 1)).astype(np.float64)
     # (a) the affine law on C, at the initial policies and at random ones.
-    for theta in (theta0, np.where(np.isfinite(theta0), rng.normal(size=theta0.shape) * 2, -np.inf)):
+    for theta in (
+        theta0,
+        np.where(np.isfinite(theta0), rng.normal(size=theta0.shape) * 2, -np.inf),
+    ):
         for rule in ("eq4", "alg1"):
             pi, b, _ = expected_arm_update(
                 theta, correct, group_size=group_size, alpha=alpha, length=length, rule=rule
@@ -349,8 +359,8 @@ __all__ = [
     "ArmRule",
     "conditional_entropy",
     "confidence_spread",
-    "expected_flow",
     "expected_arm_update",
+    "expected_flow",
     "group_advantage",
     "softmax",
 ]
