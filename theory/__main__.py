@@ -13,11 +13,16 @@ import time
 
 
 def _table(rows: list[dict]) -> str:
-    head = f"{'checker':<28} {'source':<34} {'status':<15} {'trials':>6} {'viol.':>5} {'max residual':>12}"
+    name_w = max([len("checker"), *(len(r["name"]) for r in rows)])
+    src_w = max([len("source"), *(len(r["source"]) for r in rows)])
+    head = (
+        f"{'checker':<{name_w}}  {'source':<{src_w}}  {'status':<14} {'trials':>6} {'viol.':>5}"
+        f" {'max residual':>12}"
+    )
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
-            f"{r['name']:<28} {r['source'][:34]:<34} {r['status']:<15} {r['trials']:>6} "
+            f"{r['name']:<{name_w}}  {r['source']:<{src_w}}  {r['status']:<14} {r['trials']:>6} "
             f"{r['violations']:>5} {r['max_residual']:>12.2e}"
         )
     return "\n".join(lines)

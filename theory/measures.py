@@ -107,7 +107,8 @@ def divergence(log_p: object, log_q: object, kind: DivergenceKind = "kl") -> np.
     else:
         with np.errstate(invalid="ignore"):
             log_terms = np.where(support, 2.0 * lp - lq, -np.inf)
-        out = np.expm1(logsumexp(log_terms, axis=-1))
+        with np.errstate(over="ignore"):  # an astronomically large χ² is +inf, which is correct
+            out = np.expm1(logsumexp(log_terms, axis=-1))
     out = np.maximum(out, 0.0)
     return float(out) if np.ndim(out) == 0 else out
 
