@@ -39,6 +39,7 @@ lint: $(VENV)/.stamp-test
 bench: $(VENV)/.stamp-test
 	$(PY) bench/bench_theory.py
 	$(PY) bench/bench_shaping.py
+	$(PY) bench/bench_toymdp.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

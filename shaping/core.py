@@ -14,11 +14,12 @@ Hyper-parameters that only enter arithmetic may be Python numbers or traced JAX 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from array_api_compat import array_namespace
 
-from shaping.backend import stop_gradient
+from shaping.backend import stop_gradient, top_k
 
 Array = Any
 
@@ -373,12 +374,42 @@ def token_entropy(logits: Array) -> Array:
     return -xp.sum(xp.where(finite, (e / total) * log_p, 0.0), axis=-1)
 
 
+def _static(v: object) -> float | None:
+    # A concrete, finite Python/NumPy real (a static bound can be derived from it), else None
+    # (JAX tracers, 0-d arrays, NaN): those take the full-sort path.
+    if isinstance(v, numbers.Real) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def _quantile_top_count(q: float, t: int) -> int:
+    """How many of a row's largest values `masked_quantile` reads: ``min(T, ceil((1-q)(T-1)) + 2)``.
+
+    A row with ``n <= T`` kept entries sorted ascending as ``s`` (descending as ``d``, so
+    ``s[i] = d[n-1-i]``) reads ``s[lo]`` and ``s[hi]``, ``lo = floor(h) <= hi``, ``h`` the snapped
+    float value of ``q*(n-1)``. Snapping never lowers ``floor(h)`` (it only rounds a value lying just
+    below an integer up to it, or one just above down to the same floor), and the float rounding of
+    ``q*(n-1)`` is below ``q*(n-1)*2**-22 = delta`` with ``delta < 1`` for any ``T < 2**22``. So
+    ``lo > q*(n-1) - delta - 1``, and the descending position read is
+    ``n-1-lo < (1-q)*(n-1) + 1 + delta <= c + 1 + delta`` with ``c = ceil((1-q)*(T-1))`` (also
+    ``c`` computed in double precision is >= the float value it bounds). An integer below
+    ``c + 1 + delta`` with ``delta < 1`` is at most ``c + 1``: positions ``0..c+1``, i.e. the
+    ``c + 2`` largest values, suffice; ``n-1-hi <= n-1-lo`` needs nothing more.
+    """
+    return min(t, math.ceil((1.0 - q) * (t - 1)) + 2)
+
+
 def masked_quantile(x: Array, mask: Array, q: float) -> Array:
     """Quantile of each row's masked entries, numpy's default "linear" method.
 
     With ``n`` kept entries sorted ascending as ``s``: ``h = q*(n-1)``,
     ``value = s[floor(h)] + (h - floor(h)) * (s[floor(h)+1] - s[floor(h)])``.
-    Implemented with one sort (padding sent to +inf) and one-hot selection: no Python loops.
+    Implemented with one (partial) sort and one-hot selection: no Python loops. For a concrete
+    `q` only the ``K = min(T, ceil((1-q)(T-1)) + 2)`` largest entries of each row are needed
+    (padding sent to -inf; see `_quantile_top_count`) and `shaping.backend.top_k` gets them:
+    ascending position ``i`` of a row with ``n`` kept entries is descending position ``n-1-i``.
+    A traced `q` (or ``K = T``) sorts the whole row (padding sent to +inf). Both read the same
+    values, so the result is identical.
 
     Args:
         x: (..., T), e.g. (B, G, T) token entropies.
@@ -399,16 +430,25 @@ def masked_quantile(x: Array, mask: Array, q: float) -> Array:
     keep = _bool_mask(xp, mask)
     dtype = _float_dtype(xp, x)
     n = xp.sum(xp.astype(keep, dtype), axis=-1, keepdims=True)
-    s = xp.sort(xp.where(keep, x, math.inf), axis=-1)
     last = xp.maximum(n - 1.0, 0.0)
     h = _snap_to_int(xp, q * last)
     lo = xp.floor(h)
+    hi = xp.minimum(lo + 1.0, last)
+    weight = h - lo
+    t = x.shape[-1]
+    q_static = _static(q)
+    k = t if q_static is None else _quantile_top_count(q_static, t)
+    if k < t:
+        s = top_k(xp.where(keep, x, -math.inf), k, largest=True)
+        # Descending positions; an empty row (n = 0) would give -1: clamp, it is replaced below.
+        lo, hi = xp.maximum(n - 1.0 - lo, 0.0), xp.maximum(n - 1.0 - hi, 0.0)
+    else:
+        s = xp.sort(xp.where(keep, x, math.inf), axis=-1)
     index = xp.__array_namespace_info__().default_dtypes()["indexing"]
-    # An empty row would read the +inf padding: replace it before the interpolation.
+    # An empty row would read the +-inf padding: replace it before the interpolation.
     s_lo = xp.where(n > 0, xp.take_along_axis(s, xp.astype(lo, index), axis=-1), 0.0)
-    s_hi = xp.take_along_axis(s, xp.astype(xp.minimum(lo + 1.0, last), index), axis=-1)
-    s_hi = xp.where(n > 0, s_hi, 0.0)
-    return (s_lo + (h - lo) * (s_hi - s_lo))[..., 0]
+    s_hi = xp.where(n > 0, xp.take_along_axis(s, xp.astype(hi, index), axis=-1), 0.0)
+    return (s_lo + weight * (s_hi - s_lo))[..., 0]
 
 
 def group_rank(x: Array) -> Array:
@@ -478,7 +518,10 @@ def low_prob_confidence(logp: Array, mask: Array, *, low_frac: float = 0.2) -> A
 
     ``T_low`` holds the ``k = clip(ceil(low_frac * n), 1, n)`` masked positions with the lowest
     log-probability (``n`` = number of masked positions; ``ceil`` is taken after snapping
-    ``low_frac * n`` to an integer within float rounding, so 0.2 * 15 gives 3).
+    ``low_frac * n`` to an integer within float rounding, so 0.2 * 15 gives 3). For a concrete
+    `low_frac` only the ``min(T, ceil(low_frac*T) + 1)`` smallest values of each row are sorted
+    (`shaping.backend.top_k`, padding sent to +inf); a traced one sorts the whole row. The two
+    paths sum the same values (up to float summation order).
 
     Args:
         logp: (B, G, T) response log-probs under pi_old, or (B, P) prompt log-probs.
@@ -496,8 +539,18 @@ def low_prob_confidence(logp: Array, mask: Array, *, low_frac: float = 0.2) -> A
     n = xp.sum(xp.astype(keep, dtype), axis=-1, keepdims=True)
     k = xp.clip(xp.ceil(_snap_to_int(xp, low_frac * n)), min=1.0)
     k = xp.minimum(k, xp.maximum(n, 1.0))
-    s = xp.sort(xp.where(keep, logp, math.inf), axis=-1)
-    pos = xp.arange(logp.shape[-1], dtype=dtype)
+    t = logp.shape[-1]
+    frac = _static(low_frac)
+    # Static bound on k for a concrete low_frac (n <= T): snapping never raises the ceil (it only
+    # moves a value lying just above an integer down to it), the float rounding of low_frac*n is
+    # below low_frac*n*2**-22 < 1, and k >= 1, so k <= max(ceil(low_frac*T) + 1, 1) (the same
+    # argument as `_quantile_top_count`). A traced low_frac sorts the whole row.
+    top = t if frac is None else min(t, max(math.ceil(frac * t) + 1, 1))
+    if top < t:
+        s = top_k(xp.where(keep, logp, math.inf), top, largest=False)
+    else:
+        s = xp.sort(xp.where(keep, logp, math.inf), axis=-1)
+    pos = xp.arange(top, dtype=dtype)
     chosen = (pos < k) & (n > 0)
     total = xp.sum(xp.where(chosen, s, 0.0), axis=-1)
     return xp.exp(total / k[..., 0])

@@ -127,10 +127,11 @@ def test_thm_a2_on_the_success_manifold_eq4_equalizes_and_alg1_freezes(theta, al
     _, _, frozen = expected_arm_update(th, c, group_size=group_size, alpha=alpha, rule="alg1")
     assert np.max(np.abs(frozen)) <= 1e-12
     spread0 = np.ptp(softmax(th, axis=-1))
-    for _ in range(120):
+    for _ in range(400):
         _, _, grad = expected_arm_update(th, c, group_size=group_size, alpha=alpha, rule="eq4")
         th += 3.0 * grad  # stable: the Jacobian of g has norm below ~0.5 here
-    # Near uniform the contraction per step is ≳ 3·α(1 − 1/G)/16 ≥ 0.028, so 120 steps give ≥ 28x.
+    # The spread contracts geometrically; the slowest case seen (theta = (0, 1, 1, 1), alpha = 0.31,
+    # G = 2) loses ~1.9% per step, so 400 steps leave well under a tenth of it.
     assert np.ptp(softmax(th, axis=-1)) <= 0.1 * spread0 + 1e-12
 
 
