@@ -1,0 +1,67 @@
+"""Shared figure helpers: a headless backend and reproducible PNG + PDF output."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+
+plt.rcParams.update(
+    {
+        "figure.dpi": 110,
+        "savefig.dpi": 130,
+        "font.size": 9,
+        "axes.titlesize": 10,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "legend.frameon": False,
+    }
+)
+
+#: One colour per method, shared by every figure so a method looks the same everywhere.
+METHOD_COLORS = {
+    "grpo": "#1f77b4",
+    "dr_grpo": "#aec7e8",
+    "ds_grpo": "#d62728",
+    "ds_grpo_pos": "#ff9896",
+    "ds_grpo_neg": "#e377c2",
+    "entropy_bonus": "#2ca02c",
+    "entropy_penalty": "#98df8a",
+    "diff_entropy": "#bcbd22",
+    "dsdr": "#9467bd",
+    "progrpo": "#8c564b",
+    "casp": "#ff7f0e",
+    "unlikeliness": "#17becf",
+    "passk": "#7f7f7f",
+    "w_reinforce": "#c49c94",
+    "psr": "#dbdb8d",
+    "nsr": "#9edae5",
+    "base": "#000000",
+}
+
+
+def save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
+    """Write `out_dir/stem.png` and `out_dir/stem.pdf` without timestamps (reruns give equal files)
+    and close the figure. Returns both paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
+    fig.savefig(paths[0], metadata={"Software": None}, bbox_inches="tight")
+    fig.savefig(
+        paths[1],
+        metadata={"CreationDate": None, "Producer": None, "Creator": None},
+        bbox_inches="tight",
+    )
+    plt.close(fig)
+    return paths
+
+
+def mean_and_spread(x: object, axis: int = 0) -> tuple[object, object]:
+    """Mean and standard deviation over `axis` (the seeds axis, by convention)."""
+    import numpy as np
+
+    arr = np.asarray(x, dtype=np.float64)
+    return arr.mean(axis=axis), arr.std(axis=axis)

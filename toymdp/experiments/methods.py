@@ -1,0 +1,1 @@
+"""Experiment module: being written."""
