@@ -26,6 +26,7 @@ install: $(VENV)/.stamp-core
 
 reproduce: $(VENV)/.stamp-core
 	$(PY) -m theory check --out figures/theory_check.json
+	$(PY) -m toymdp figures --out figures
 
 test: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
