@@ -1,0 +1,139 @@
+"""Command line: ``python -m llm train ...`` and ``python -m llm eval ...``.
+
+    python -m llm train --config FILE [--out DIR] [--resume] [--steps N]
+    python -m llm train --describe          # every config key, its default and meaning
+    python -m llm eval --model PATH (--problems FILE | --generate N | --heldout N) [--n 16]
+                       --out DIR [--label NAME] [--config FILE] [--seed S] ...
+
+`--model` takes a model folder or a run folder (its newest checkpoint is used). `--config` gives
+eval the run's template, max_new_tokens, top_p, distinct and data bounds (for `--generate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _train(args: argparse.Namespace) -> int:
+    from llm.config import describe, load_config
+    from llm.trainer import train
+
+    if args.describe:
+        print(describe())
+        return 0
+    if args.config is None:
+        raise SystemExit("train: --config FILE is required (see --describe)")
+    cfg = load_config(args.config, steps=args.steps)
+    out = args.out or str(Path("runs") / Path(args.config).stem)
+    history = train(cfg, out, resume=args.resume)
+    if history:
+        last = history[-1]
+        print(
+            f"{out}: step {int(last['step'])} reward {last['charts/reward_mean']:.3f} "
+            f"pass_rate {last['charts/pass_rate']:.3f}"
+        )
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from llm.config import TrainConfig, load_config
+    from llm.eval import evaluate, write_eval
+    from llm.tasks import generate_problems, load_problems
+    from llm.trainer import latest_checkpoint, load_model_and_tokenizer, make_backend
+
+    cfg = load_config(args.config) if args.config else TrainConfig()
+    if args.template:
+        cfg.template = args.template
+    model_path = Path(args.model)
+    ckpt = latest_checkpoint(model_path)
+    if ckpt is not None:
+        model_path = ckpt
+    if args.problems:
+        problems = load_problems(args.problems)
+    elif args.generate:
+        d = cfg.data
+        problems = generate_problems(
+            args.generate,
+            seed=args.seed if args.seed is not None else cfg.eval.seed,
+            num_numbers=tuple(d.num_numbers),
+            min_number=d.min_number,
+            max_number=d.max_number,
+            min_target=d.min_target,
+            max_target=d.max_target,
+        )
+    else:
+        from llm.tiny import TinyConfig, tiny_problems
+
+        problems = tiny_problems(TinyConfig(), "heldout", args.heldout)
+    model, tokenizer = load_model_and_tokenizer(model_path, cfg.device)
+    encoder = None
+    if not args.no_semantic:
+        from llm.diversity import load_encoder
+
+        encoder = load_encoder(cfg.device)
+    result = evaluate(
+        make_backend(cfg, model, tokenizer),
+        problems,
+        n=args.n or cfg.eval.n_samples,
+        template=cfg.template,
+        max_new_tokens=args.max_new_tokens or cfg.max_new_tokens,
+        temperature=args.temperature if args.temperature is not None else cfg.eval.temperature,
+        top_p=cfg.top_p,
+        seed=args.seed if args.seed is not None else 0,
+        distinct=cfg.distinct,
+        encoder=encoder,
+    )
+    label = args.label or model_path.name
+    path = write_eval(args.out, label, result, model=str(model_path))
+    ks = ", ".join(f"pass@{k}={v:.3f}" for k, v in result["pass_at_k"].items())
+    print(f"{path} [{label}]: {ks}; distinct correct {result['distinct_correct']:.2f}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m llm", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    tr = sub.add_parser("train", help="RL fine-tuning with a shaping method")
+    tr.add_argument("--config", help="TOML config (see --describe)")
+    tr.add_argument("--out", help="run folder (default runs/<config stem>)")
+    tr.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    tr.add_argument("--steps", type=int, help="override the config's steps")
+    tr.add_argument("--describe", action="store_true", help="print every config key and exit")
+    tr.set_defaults(func=_train)
+
+    ev = sub.add_parser("eval", help="pass@k and diversity of a model on Countdown")
+    ev.add_argument("--model", required=True, help="model folder, or a run folder")
+    src = ev.add_mutually_exclusive_group(required=True)
+    src.add_argument("--problems", help="local .jsonl/.parquet problem file")
+    src.add_argument("--generate", type=int, metavar="N", help="generate N problems")
+    src.add_argument("--heldout", type=int, metavar="N", help="llm.tiny's first N held-out")
+    ev.add_argument("--n", type=int, help="samples per problem (default: eval.n_samples)")
+    ev.add_argument("--out", required=True, help="folder of eval.json and passk.png")
+    ev.add_argument("--label", help="name of this model in eval.json (default: folder name)")
+    ev.add_argument("--config", help="TOML train config giving template, lengths, data bounds")
+    ev.add_argument("--template", help="prompt template (overrides the config)")
+    ev.add_argument("--max-new-tokens", type=int, help="overrides the config")
+    ev.add_argument("--temperature", type=float, help="overrides eval.temperature")
+    ev.add_argument("--seed", type=int, help="sampling seed (and --generate seed)")
+    ev.add_argument("--no-semantic", action="store_true", help="skip the MiniLM cosine")
+    ev.set_defaults(func=_eval)
+
+    args = parser.parse_args(argv)
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # per-checkpoint bars would break tqdm's line
+    except ImportError:
+        pass
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,452 @@
+"""Training configuration: a documented dataclass loaded from TOML, validated field by field.
+
+CleanRL style: each field's docstring is its documentation (`describe()` prints them, and the
+resolved config written to ``DIR/config.toml`` is the record of a run). A config file holds the
+top-level fields and three one-level tables: ``[hyper]`` (the method's hyper-parameters, names as
+in ``shaping.METHODS[method].defaults``), ``[data]`` (`DataConfig`) and ``[eval]`` (`EvalConfig`).
+Every field is checked by `validate`; a bad value or an unknown key raises ``ValueError`` naming it.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import itertools
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import shaping
+from llm.tasks import TEMPLATES
+
+__all__ = [
+    "DataConfig",
+    "EvalConfig",
+    "TrainConfig",
+    "config_to_toml",
+    "describe",
+    "load_config",
+    "save_config",
+    "validate",
+]
+
+SCHEDULES = ("constant", "cosine", "linear")
+BACKENDS = ("transformers",)
+DISTINCT = ("commutative", "ac")
+DATA_SOURCES = ("tiny", "generate", "file")
+EVAL_SOURCES = ("tiny", "generate")
+
+
+@dataclass
+class DataConfig:
+    """Training problems: the tiny model's training stream, generated, or a local file."""
+
+    source: str = "tiny"
+    """tiny (llm.tiny's train stream, disjoint from its held-out problems), generate, or file"""
+    path: str = ""
+    """source = file: a local `.jsonl` or `.parquet` file in the Countdown-Tasks-3to4 format"""
+    n_problems: int = 1000
+    """number of problems to draw (source = tiny or generate)"""
+    seed: int = 1
+    """seed of the generator (source = generate; held-out eval problems use `eval.seed`)"""
+    num_numbers: list[int] = field(default_factory=lambda: [3])
+    """source = generate: how many numbers a problem has (each problem draws one of these)"""
+    min_number: int = 1
+    """source = generate: smallest operand"""
+    max_number: int = 20
+    """source = generate: largest operand"""
+    min_target: int = 1
+    """source = generate: smallest target"""
+    max_target: int = 100
+    """source = generate: largest target (the tiny model's vocabulary stops at 100)"""
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation settings used by `python -m llm eval --config FILE`."""
+
+    source: str = "tiny"
+    """tiny (llm.tiny's held-out stream) or generate (the bounds of [data] with `seed`)"""
+    n_problems: int = 64
+    """number of held-out problems"""
+    seed: int = 12345
+    """source = generate: seed of the held-out problems (must differ from `data.seed`)"""
+    n_samples: int = 16
+    """samples per problem n; pass@k is reported for k = 1, 2, 4, ..., n"""
+    temperature: float = 1.0
+    """sampling temperature at evaluation"""
+
+
+@dataclass
+class TrainConfig:
+    """One RL fine-tuning run of a causal LM on Countdown with a `shaping.METHODS` method."""
+
+    model_path: str = "runs/base_tiny"
+    """local Hugging Face model directory (model + tokenizer); nothing is downloaded"""
+    build_base_model: bool = False
+    """build the offline tiny base model at `model_path` first (llm.tiny.ensure_base_model)"""
+    method: str = "grpo"
+    """shaping method, a key of shaping.METHODS"""
+    hyper: dict[str, Any] = field(default_factory=dict)
+    """the method's hyper-parameters (the [hyper] table); unset ones take the method's defaults"""
+    group_size: int = 8
+    """G: responses sampled per prompt"""
+    prompts_per_step: int = 4
+    """B: prompts per training step"""
+    steps: int = 20
+    """number of training steps (rollout + update rounds)"""
+    inner_epochs: int = 1
+    """mu: optimizer steps on each rollout batch (PPO epochs); each is one full-batch step"""
+    micro_batch_size: int = 8
+    """responses per forward/backward pass; gradients are accumulated over the batch"""
+    lr: float = 1e-4
+    """AdamW learning rate (peak, after warm-up)"""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay"""
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    """AdamW (beta1, beta2)"""
+    schedule: str = "constant"
+    """learning-rate schedule after warm-up: constant, cosine (to 0) or linear (to 0)"""
+    warmup_steps: int = 0
+    """optimizer steps of linear warm-up from 0"""
+    max_grad_norm: float = 1.0
+    """global gradient-norm clip (0 = no clipping; the norm is still logged)"""
+    kl_coef: float = 0.0
+    """k3 KL penalty to the frozen base model; > 0 loads a reference copy"""
+    temperature: float = 1.0
+    """sampling temperature; the trainer's log-probs use logits / temperature as well"""
+    top_p: float = 1.0
+    """nucleus sampling threshold of the rollout backend"""
+    max_new_tokens: int = 16
+    """longest response, in tokens"""
+    top_n: int = 0
+    """candidates tracked per token (Lambda^(n) metrics, CaSP); CaSP raises it to its own top_n"""
+    template: str = "compact"
+    """prompt template: compact (tiny model), base or qwen-instruct (TinyZero)"""
+    format_score: float = 0.1
+    """reward of a well-formed but wrong answer (TinyZero: 0.1)"""
+    distinct: str = "commutative"
+    """what makes two solutions different (llm.tasks.solution_key): commutative or ac"""
+    data: DataConfig = field(default_factory=DataConfig)
+    """training problems ([data] table)"""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """held-out evaluation ([eval] table)"""
+    seed: int = 0
+    """seed of sampling, data order and initialization of anything random"""
+    save_every: int = 10
+    """checkpoint every this many steps (the last step is always saved; 0 = only the last)"""
+    log_every: int = 1
+    """write metrics.jsonl / TensorBoard every this many steps"""
+    backend: str = "transformers"
+    """rollout backend: transformers (model.generate); vllm comes with the GPU issue"""
+    device: str = "cpu"
+    """torch device of the policy (cpu, cuda, cuda:0, ...)"""
+    tensorboard: bool = True
+    """write TensorBoard events to DIR/tb (skipped with a warning if tensorboard is missing)"""
+    num_threads: int = 0
+    """torch CPU threads (torch.set_num_threads); 0 = leave torch's default"""
+
+    @property
+    def n_candidates(self) -> int:
+        """Candidates N to compute per token: `top_n`, raised to the method's `top_n` for CaSP."""
+        needs = shaping.METHODS[self.method].needs_for(**self.method_hyper())
+        if "cand_logp" in needs:
+            return max(self.top_n, int(self.method_hyper().get("top_n", 0)))
+        return self.top_n
+
+    def method_hyper(self) -> dict[str, Any]:
+        """The keyword arguments of ``shaping.METHODS[method].loss``: `hyper` plus `kl_coef`."""
+        return {**self.hyper, "kl_coef": self.kl_coef}
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """Field docstrings (the string literal after each annotated field), read from the source."""
+    tree = ast.parse(inspect.getsource(cls))
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in itertools.pairwise(body):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and isinstance(nxt, ast.Expr)
+            and isinstance(nxt.value, ast.Constant)
+            and isinstance(nxt.value.value, str)
+        ):
+            docs[node.target.id] = nxt.value.value
+    return docs
+
+
+def describe() -> str:
+    """Every config key with its default and documentation (the `--help` of a config file)."""
+    lines = []
+    for prefix, cls in (("", TrainConfig), ("data.", DataConfig), ("eval.", EvalConfig)):
+        docs = _field_docs(cls)
+        for f in dataclasses.fields(cls):
+            if f.name in ("data", "eval"):
+                continue
+            default = f.default_factory() if callable(f.default_factory) else f.default
+            lines.append(f"{prefix}{f.name} = {default!r}  # {docs.get(f.name, '')}")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and validation
+
+
+def _build(cls: type, table: dict[str, Any], where: str) -> Any:
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ValueError(f"{where}unknown key(s) {unknown}; known: {sorted(known)}")
+    return cls(**table)
+
+
+def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
+    """A validated `TrainConfig` from a parsed TOML document.
+
+    Raises:
+        ValueError: an unknown key or an invalid value (the message names the field).
+    """
+    raw = dict(raw)
+    data = raw.pop("data", {})
+    ev = raw.pop("eval", {})
+    for name, table in (("data", data), ("eval", ev), ("hyper", raw.get("hyper", {}))):
+        if not isinstance(table, dict):
+            raise ValueError(f"{name}: expected a table, got {table!r}")
+    cfg = _build(TrainConfig, raw, "")
+    cfg.data = _build(DataConfig, data, "data: ")
+    cfg.eval = _build(EvalConfig, ev, "eval: ")
+    validate(cfg)
+    return cfg
+
+
+def load_config(path: str | os.PathLike[str], **overrides: Any) -> TrainConfig:
+    """Read a TOML config (`overrides` replace top-level fields, e.g. ``steps=2``) and validate it.
+
+    Raises:
+        ValueError: invalid TOML, an unknown key or an invalid value (naming the field).
+        FileNotFoundError: no such file.
+    """
+    with Path(path).open("rb") as f:
+        try:
+            raw = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: invalid TOML: {e}") from None
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    return config_from_dict(raw)
+
+
+def _check(ok: bool, name: str, value: object, expect: str) -> None:
+    if not ok:
+        raise ValueError(f"{name}: expected {expect}, got {value!r}")
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Check every field of `cfg` (and its tables); method hyper-parameters are checked by calling
+    the method once on a tiny NumPy batch with the run's group size and candidate count, so the
+    shaping core's own rules (names, ranges, ``k <= G`` for pass@k, ...) apply.
+
+    Raises:
+        ValueError: the first invalid field, named in the message.
+    """
+    c = cfg
+    _check(
+        isinstance(c.model_path, str) and c.model_path != "", "model_path", c.model_path, "a path"
+    )
+    for name in ("build_base_model", "tensorboard"):
+        _check(isinstance(getattr(c, name), bool), name, getattr(c, name), "true or false")
+    _check(
+        isinstance(c.method, str) and c.method in shaping.METHODS,
+        "method",
+        c.method,
+        f"one of {sorted(shaping.METHODS)}",
+    )
+    _check(isinstance(c.hyper, dict), "hyper", c.hyper, "a table")
+    if "kl_coef" in c.hyper:
+        raise ValueError(
+            "hyper.kl_coef: set the top-level kl_coef instead (it also loads the reference)"
+        )
+    for name in ("group_size", "prompts_per_step", "steps", "inner_epochs", "micro_batch_size"):
+        v = getattr(c, name)
+        _check(_is_int(v) and v >= 1, name, v, "an integer >= 1")
+    for name in ("warmup_steps", "save_every", "top_n", "num_threads"):
+        v = getattr(c, name)
+        _check(_is_int(v) and v >= 0, name, v, "an integer >= 0")
+    _check(_is_int(c.log_every) and c.log_every >= 1, "log_every", c.log_every, "an integer >= 1")
+    _check(_is_int(c.seed) and c.seed >= 0, "seed", c.seed, "an integer >= 0")
+    _check(_is_num(c.lr) and c.lr > 0, "lr", c.lr, "a number > 0")
+    _check(_is_num(c.weight_decay) and c.weight_decay >= 0, "weight_decay", c.weight_decay, ">= 0")
+    _check(
+        isinstance(c.adam_betas, list)
+        and len(c.adam_betas) == 2
+        and all(_is_num(b) and 0 <= b < 1 for b in c.adam_betas),
+        "adam_betas",
+        c.adam_betas,
+        "two numbers in [0, 1)",
+    )
+    _check(c.schedule in SCHEDULES, "schedule", c.schedule, f"one of {SCHEDULES}")
+    _check(
+        _is_num(c.max_grad_norm) and c.max_grad_norm >= 0, "max_grad_norm", c.max_grad_norm, ">= 0"
+    )
+    _check(_is_num(c.kl_coef) and c.kl_coef >= 0, "kl_coef", c.kl_coef, "a number >= 0")
+    _check(_is_num(c.temperature) and c.temperature > 0, "temperature", c.temperature, "> 0")
+    _check(_is_num(c.top_p) and 0 < c.top_p <= 1, "top_p", c.top_p, "a number in (0, 1]")
+    _check(
+        _is_int(c.max_new_tokens) and c.max_new_tokens >= 1,
+        "max_new_tokens",
+        c.max_new_tokens,
+        "an integer >= 1",
+    )
+    _check(c.template in TEMPLATES, "template", c.template, f"one of {TEMPLATES}")
+    _check(
+        _is_num(c.format_score) and 0 <= c.format_score < 1,
+        "format_score",
+        c.format_score,
+        "a number in [0, 1) (correct answers score 1)",
+    )
+    _check(c.distinct in DISTINCT, "distinct", c.distinct, f"one of {DISTINCT}")
+    _check(c.backend in BACKENDS, "backend", c.backend, f"one of {BACKENDS} (vllm: GPU issue)")
+    _check(
+        isinstance(c.device, str) and (c.device == "cpu" or c.device.startswith("cuda")),
+        "device",
+        c.device,
+        "cpu or cuda[:i]",
+    )
+    _validate_data(c.data)
+    _validate_eval(c.eval, c.data)
+    _validate_hyper(c)
+
+
+def _validate_data(d: DataConfig) -> None:
+    _check(d.source in DATA_SOURCES, "data.source", d.source, f"one of {DATA_SOURCES}")
+    _check(isinstance(d.path, str), "data.path", d.path, "a path string")
+    _check(
+        (d.source == "file") == bool(d.path), "data.path", d.path, "set iff data.source = 'file'"
+    )
+    _check(_is_int(d.n_problems) and d.n_problems >= 1, "data.n_problems", d.n_problems, ">= 1")
+    _check(_is_int(d.seed) and d.seed >= 0, "data.seed", d.seed, "an integer >= 0")
+    _check(
+        isinstance(d.num_numbers, list)
+        and len(d.num_numbers) > 0
+        and all(_is_int(k) and 2 <= k <= 5 for k in d.num_numbers),
+        "data.num_numbers",
+        d.num_numbers,
+        "a non-empty list of integers in [2, 5]",
+    )
+    _check(_is_int(d.min_number) and d.min_number >= 0, "data.min_number", d.min_number, ">= 0")
+    _check(
+        _is_int(d.max_number) and d.max_number >= d.min_number,
+        "data.max_number",
+        d.max_number,
+        f"an integer >= data.min_number ({d.min_number})",
+    )
+    _check(_is_int(d.min_target) and d.min_target >= 0, "data.min_target", d.min_target, ">= 0")
+    _check(
+        _is_int(d.max_target) and d.max_target >= d.min_target,
+        "data.max_target",
+        d.max_target,
+        f"an integer >= data.min_target ({d.min_target})",
+    )
+
+
+def _validate_eval(e: EvalConfig, d: DataConfig) -> None:
+    _check(e.source in EVAL_SOURCES, "eval.source", e.source, f"one of {EVAL_SOURCES}")
+    _check(_is_int(e.n_problems) and e.n_problems >= 1, "eval.n_problems", e.n_problems, ">= 1")
+    _check(_is_int(e.seed) and e.seed >= 0, "eval.seed", e.seed, "an integer >= 0")
+    if e.source == d.source == "generate":
+        _check(e.seed != d.seed, "eval.seed", e.seed, f"a seed other than data.seed ({d.seed})")
+    _check(_is_int(e.n_samples) and e.n_samples >= 1, "eval.n_samples", e.n_samples, ">= 1")
+    _check(_is_num(e.temperature) and e.temperature > 0, "eval.temperature", e.temperature, "> 0")
+
+
+def _validate_hyper(c: TrainConfig) -> None:
+    """Run the method once on a tiny batch (B=1, G=group_size, T=2) so shaping validates values."""
+    method = shaping.METHODS[c.method]
+    try:
+        needs = method.needs_for(**c.method_hyper())
+        n = max(c.n_candidates, 1)
+        g, t = c.group_size, 2
+        rewards = np.zeros((1, g))
+        rewards[0, 0] = 1.0
+        tok = np.full((1, g, t), -1.0)
+        batch = {"rewards": rewards, "mask": np.ones((1, g, t)), "logp": tok, "logp_old": tok}
+        extra = {
+            "logp_ref": tok,
+            "entropy": np.ones((1, g, t)),
+            "cand_logp": np.full((1, g, t, n), -1.0),
+            "cand_logp_old": np.full((1, g, t, n), -1.0),
+            "sampled_rank": np.zeros((1, g, t), dtype=np.int64),
+            "diversity": np.full((1, g), 0.5),
+            "prompt_logp": np.full((1, 3), -1.0),
+            "prompt_mask": np.ones((1, 3)),
+        }
+        batch.update({k: extra[k] for k in needs})
+        method.loss(batch, **c.method_hyper())
+    except ValueError as e:
+        raise ValueError(f"hyper ({c.method}): {e}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing TOML (flat keys and one-level tables are all a config holds)
+
+
+def _toml_value(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"cannot write non-finite float {v!r} to TOML")
+        return repr(v)
+    if isinstance(v, str):
+        # JSON string escapes are valid TOML basic-string escapes for these characters.
+        escaped = v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    raise ValueError(f"cannot write {type(v).__name__} {v!r} to TOML")
+
+
+def config_to_toml(cfg: TrainConfig) -> str:
+    """The resolved config as TOML: top-level keys, then [hyper] (with the method's defaults filled
+    in), [data] and [eval]. `load_config` of the result gives back an equal config."""
+    docs = _field_docs(TrainConfig)
+    lines = ["# Resolved training config (llm/config.py documents every key)."]
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in ("hyper", "data", "eval"):
+            continue
+        lines.append(f"{f.name} = {_toml_value(getattr(cfg, f.name))}  # {docs[f.name]}")
+    defaults = dict(shaping.METHODS[cfg.method].defaults)
+    defaults.pop("kl_coef", None)
+    hyper = {**defaults, **cfg.hyper}
+    lines += ["", "[hyper]  # method hyper-parameters, resolved with the method's defaults"]
+    lines += [f"{k} = {_toml_value(v)}" for k, v in hyper.items()]
+    for name, sub in (("data", cfg.data), ("eval", cfg.eval)):
+        sub_docs = _field_docs(type(sub))
+        lines += ["", f"[{name}]"]
+        for f in dataclasses.fields(sub):
+            lines.append(f"{f.name} = {_toml_value(getattr(sub, f.name))}  # {sub_docs[f.name]}")
+    return "\n".join(lines) + "\n"
+
+
+def save_config(cfg: TrainConfig, path: str | os.PathLike[str]) -> None:
+    """Write `config_to_toml(cfg)` to `path` atomically (temp file, then rename)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(config_to_toml(cfg), encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,223 @@
+"""Evaluation of a model on Countdown: pass@k, distinct correct solutions and response diversity.
+
+For each problem, n responses are sampled; reported (means over problems):
+
+- ``pass_at_k[k]`` for k = 1, 2, 4, ..., n (and n itself): the unbiased estimator of Chen et al.
+  2021, `theory.measures.pass_at_k`, from the number of correct responses c of each problem;
+- ``distinct_correct``: distinct correct solutions per problem (canonical forms,
+  `llm.tasks.solution_key`), and ``solution_coverage``: that number over the solver's count;
+- ``distinct_n[n]`` (n = 1..4): distinct n-grams over all n-grams of a problem's responses
+  (whitespace tokens), the usual Distinct-n, computed per problem (diversity across problems is
+  not what sharpening removes);
+- ``self_bleu``: mean sentence BLEU (sacrebleu, effective order) of each response against the
+  other responses of its problem, in [0, 1]; lower = more diverse;
+- ``semantic_cosine_correct``: mean pairwise cosine of MiniLM embeddings among the correct
+  responses of a problem (problems with >= 2 correct), when the `dsdr` extra is installed.
+
+`write_eval` merges one label's results into ``DIR/eval.json`` and redraws ``DIR/passk.png``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from llm.tasks import (
+    CountdownProblem,
+    count_solutions,
+    extract_answer,
+    make_prompt,
+    parse_expression,
+    solution_key,
+    verify,
+)
+from theory.measures import pass_at_k
+
+__all__ = [
+    "distinct_n",
+    "evaluate",
+    "k_values",
+    "plot_pass_at_k",
+    "self_bleu",
+    "write_eval",
+]
+
+
+def k_values(n: int) -> list[int]:
+    """1, 2, 4, ... up to n, and n itself."""
+    ks = [2**i for i in range(n.bit_length()) if 2**i <= n]
+    return ks if ks[-1] == n else [*ks, n]
+
+
+def distinct_n(texts: Sequence[str], n: int) -> float:
+    """Distinct n-grams / all n-grams over `texts` (whitespace tokens); 0 when there are none."""
+    grams = [
+        tuple(words[i : i + n])
+        for words in (t.split() for t in texts)
+        for i in range(len(words) - n + 1)
+    ]
+    return len(set(grams)) / len(grams) if grams else 0.0
+
+
+def self_bleu(texts: Sequence[str]) -> float | None:
+    """Mean sentence BLEU in [0, 1] of each text against all the others (None if < 2 texts)."""
+    if len(texts) < 2:
+        return None
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU(effective_order=True)
+    scores = [
+        bleu.sentence_score(t, [o for j, o in enumerate(texts) if j != i]).score / 100.0
+        for i, t in enumerate(texts)
+    ]
+    return float(np.mean(scores))
+
+
+def _mean_pairwise_cosine(emb: np.ndarray) -> float:
+    n = emb.shape[0]
+    sims = emb @ emb.T
+    return float((sims.sum() - np.trace(sims)) / (n * (n - 1)))
+
+
+def evaluate(
+    backend: Any,
+    problems: Sequence[CountdownProblem],
+    *,
+    n: int = 16,
+    template: str = "compact",
+    max_new_tokens: int = 16,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    prompts_per_batch: int = 8,
+    distinct: str = "commutative",
+    encoder: Any | None = None,
+) -> dict[str, Any]:
+    """Sample `n` responses per problem through `backend` (a `RolloutBackend`) and measure them.
+
+    Returns:
+        A JSON-ready dict: ``n``, ``n_problems``, ``pass_at_k`` ({str(k): float}),
+        ``accuracy``, ``distinct_correct``, ``solution_coverage``, ``distinct_n`` ({"1".."4"}),
+        ``self_bleu``, ``semantic_cosine_correct`` (None without an encoder or correct pairs),
+        ``format_rate`` and ``per_problem`` (correct count and distinct correct per problem).
+
+    Raises:
+        ValueError: no problems, or `n < 1`.
+    """
+    if not problems:
+        raise ValueError("problems: expected at least one problem")
+    if n < 1:
+        raise ValueError(f"n: expected >= 1, got {n}")
+    gen = torch.Generator().manual_seed(seed)
+    texts: list[list[str]] = []
+    for start in range(0, len(problems), prompts_per_batch):
+        chunk = problems[start : start + prompts_per_batch]
+        roll = backend.generate(
+            [make_prompt(p, template) for p in chunk],
+            n,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            generator=gen,
+        )
+        texts.extend(roll.texts)
+
+    ks = k_values(n)
+    per_problem = []
+    passk = np.zeros(len(ks))
+    bleus, cosines, formats = [], [], []
+    dist = np.zeros(4)
+    for prob, group in zip(problems, texts, strict=True):
+        verdicts = [verify(t, prob) for t in group]
+        correct = [t for t, v in zip(group, verdicts, strict=True) if v.reason == "correct"]
+        keys = set()
+        for t in correct:
+            expr = parse_expression(extract_answer(t) or "")
+            if expr is not None:
+                keys.add(solution_key(expr, distinct=distinct))
+        total = count_solutions(prob, distinct=distinct) if len(prob.nums) <= 5 else 0
+        c = len(correct)
+        passk += np.asarray([pass_at_k(n, c, k) for k in ks])
+        dist += [distinct_n(group, m) for m in range(1, 5)]
+        sb = self_bleu(group)
+        if sb is not None:
+            bleus.append(sb)
+        formats.append(np.mean([v.score > 0 for v in verdicts]))
+        if encoder is not None and c >= 2:
+            from llm.diversity import embed
+
+            cosines.append(_mean_pairwise_cosine(embed(correct, encoder)))
+        per_problem.append(
+            {
+                "nums": list(prob.nums),
+                "target": prob.target,
+                "correct": c,
+                "distinct_correct": len(keys),
+                "solutions": total,
+            }
+        )
+    m = len(problems)
+    return {
+        "n": n,
+        "n_problems": m,
+        "pass_at_k": {str(k): float(v / m) for k, v in zip(ks, passk, strict=True)},
+        "accuracy": float(np.mean([p["correct"] / n for p in per_problem])),
+        "format_rate": float(np.mean(formats)),
+        "distinct_correct": float(np.mean([p["distinct_correct"] for p in per_problem])),
+        "solution_coverage": float(
+            np.mean([p["distinct_correct"] / p["solutions"] for p in per_problem if p["solutions"]])
+            if any(p["solutions"] for p in per_problem)
+            else 0.0
+        ),
+        "distinct_n": {str(i + 1): float(v / m) for i, v in enumerate(dist)},
+        "self_bleu": float(np.mean(bleus)) if bleus else None,
+        "semantic_cosine_correct": float(np.mean(cosines)) if cosines else None,
+        "per_problem": per_problem,
+    }
+
+
+def write_eval(
+    out_dir: str | os.PathLike[str], label: str, result: dict[str, Any], **info: Any
+) -> Path:
+    """Merge ``{label: result | info}`` into ``DIR/eval.json`` (atomically) and redraw
+    ``DIR/passk.png`` with every label; returns the json path."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "eval.json"
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    data[label] = {**info, **result}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    plot_pass_at_k(data, out / "passk.png")
+    return path
+
+
+def plot_pass_at_k(data: dict[str, Any], path: str | os.PathLike[str]) -> None:
+    """pass@k against k (log2 axis), one line per label of an eval.json mapping."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    markers = itertools.cycle("osD^v<>")
+    for label, res in data.items():
+        ks = [int(k) for k in res["pass_at_k"]]
+        ax.plot(ks, list(res["pass_at_k"].values()), marker=next(markers), label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,273 @@
+"""Rollout backends: G sampled responses per prompt with the behaviour log-probs (see CONTRACT.md).
+
+`HFGenerateBackend` samples with transformers' `model.generate` (CPU or GPU); the vLLM backend of
+the GPU issue implements the same `RolloutBackend` protocol. Shapes: B prompts, G responses per
+prompt (a group), P prompt tokens, T response tokens, V vocabulary entries, N top candidates.
+
+Sources read (transformers 5.23, the installed version; the API is the same since 4.38):
+- `GenerationMixin._sample` (transformers/generation/utils.py): at every step
+  `next_token_scores = logits_processor(input_ids, next_token_logits)` is what
+  `output_scores=True` stores (one `(B*G, V)` tensor per step; `output_logits=True` stores the raw
+  logits instead), and the token is `torch.multinomial(softmax(next_token_scores))` drawn from the
+  *global* torch RNG; finished rows are filled with `pad_token_id`.
+- `GenerationMixin._get_logits_processor`: temperature, then top-k (generation default 50, so we
+  pass `top_k=0` to disable it), then top-p (filtered entries set to -inf).
+- `GenerationMixin._expand_inputs_for_generation`: `num_return_sequences` repeats each prompt with
+  `repeat_interleave`, so rows are prompt-major: row `b * G + g`.
+- `GenerationMixin._prepare_position_ids_for_generation`: with left padding, positions are
+  `attention_mask.cumsum(-1) - 1`; `sequence_logp` reproduces that.
+- Docs: https://huggingface.co/docs/transformers/internal/generation_utils (GenerateDecoderOnlyOutput:
+  `sequences`, `scores`, `logits`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass
+class RolloutBatch:
+    """B prompts with G sampled responses each; every tensor on CPU.
+
+    Positions `t >= T_bg` of a response (after its first EOS, or all of them past the longest
+    response) hold `pad_token_id`, mask 0, log-prob 0, entropy 0, candidate ids `pad_token_id` and
+    candidate log-probs 0. T is the longest response of the batch (at most `max_new_tokens`).
+    """
+
+    prompts: list[str]  # B prompt texts
+    prompt_ids: torch.LongTensor  # (B, P) left-padded
+    prompt_mask: torch.Tensor  # (B, P) 1.0 on prompt tokens
+    response_ids: torch.LongTensor  # (B, G, T) right-padded with pad_token_id
+    response_mask: torch.Tensor  # (B, G, T) 1.0 on generated tokens up to and including EOS
+    logp: torch.Tensor  # (B, G, T) log-prob of each sampled token under the sampler (behaviour)
+    texts: list[list[str]]  # (B, G) decoded responses (special tokens skipped)
+    cand_ids: torch.LongTensor | None = None  # (B, G, T, N) the sampler's top-N ids, rank 1 first
+    cand_logp: torch.Tensor | None = None  # (B, G, T, N) their log-probs under the sampler
+    entropy: torch.Tensor | None = None  # (B, G, T) the sampler's token entropy
+
+    @property
+    def group_size(self) -> int:
+        """G."""
+        return self.response_ids.shape[1]
+
+
+@runtime_checkable
+class RolloutBackend(Protocol):
+    """Samples G responses per prompt and reports the sampler's (behaviour policy's) log-probs."""
+
+    def generate(
+        self,
+        prompts: list[str],
+        group_size: int,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_n: int = 0,
+        want_entropy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> RolloutBatch: ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None: ...
+
+
+class HFGenerateBackend:
+    """`RolloutBackend` on transformers' `model.generate` (multinomial sampling, KV cache).
+
+    Samples from the same `model` object the trainer updates, so `sync_weights` has nothing to do.
+    The sampler's distribution at each step is softmax(top-p(logits / temperature)), with top-k
+    disabled; `logp`, `cand_logp` and `entropy` are taken from exactly the scores `generate`
+    sampled from (`output_scores`), so they are the behaviour policy's, including -inf for
+    candidates that top-p removed.
+
+    Memory: `generate` keeps one `(B*G, V)` float32 score tensor per step; fine for the tiny
+    model, but for a 150k vocabulary and long responses use the vLLM backend.
+    """
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+        if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
+            raise ValueError("tokenizer: expected pad_token_id and eos_token_id to be set")
+        self.model = model
+        self.tokenizer = tokenizer
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """No-op: this backend samples from the trained model object itself."""
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: list[str],
+        group_size: int,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_n: int = 0,
+        want_entropy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> RolloutBatch:
+        """Sample `group_size` responses per prompt.
+
+        Randomness: transformers' `generate` draws from the global torch RNG and takes no
+        generator. With `generator`, one seed is drawn from it and sampling runs under
+        `torch.random.fork_rng` seeded with it, so the result depends only on `generator`'s state
+        and the global RNG is left untouched. Without it, the global RNG is used (and advanced).
+
+        Returns:
+            A `RolloutBatch`; response tensors are `(B, G, T)`, candidates `(B, G, T, top_n)`.
+
+        Raises:
+            ValueError: empty `prompts`, `group_size < 1`, `max_new_tokens < 1`,
+                `temperature <= 0`, `top_p` not in (0, 1], `top_n` not in [0, V].
+        """
+        vocab = self.model.get_output_embeddings().weight.shape[0]
+        if not prompts:
+            raise ValueError("prompts: expected at least one prompt")
+        if group_size < 1:
+            raise ValueError(f"group_size: expected >= 1, got {group_size}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
+        if not temperature > 0:
+            raise ValueError(f"temperature: expected > 0, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
+        if not 0 <= top_n <= vocab:
+            raise ValueError(f"top_n: expected in [0, {vocab}], got {top_n}")
+
+        tok = self.tokenizer
+        device = self.model.device
+        enc = tok(list(prompts), return_tensors="pt", padding=True, padding_side="left")
+        prompt_ids = enc.input_ids.to(device)  # (B, P)
+        prompt_mask = enc.attention_mask.to(device)  # (B, P)
+        B, P, G = prompt_ids.shape[0], prompt_ids.shape[1], group_size
+
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            if generator is None:
+                out = self._sample(prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p)
+            else:
+                seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+                devices = [device] if device.type == "cuda" else []
+                with torch.random.fork_rng(devices=devices, device_type=device.type):
+                    torch.manual_seed(seed)
+                    out = self._sample(
+                        prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p
+                    )
+        finally:
+            self.model.train(was_training)
+
+        response = out.sequences[:, P:]  # (B*G, T)
+        T = response.shape[1]
+        mask = response_mask_from_eos(response, tok.eos_token_id)  # (B*G, T)
+        logp = torch.empty(B * G, T, device=device)
+        entropy = torch.empty(B * G, T, device=device) if want_entropy else None
+        cand_ids = torch.empty(B * G, T, top_n, dtype=torch.long, device=device)
+        cand_logp = torch.empty(B * G, T, top_n, device=device)
+        # Step by step: a (B*G, T, V) stack would double the memory `generate` already holds.
+        for t, scores in enumerate(out.scores):
+            logprobs = torch.log_softmax(scores.float(), dim=-1)  # (B*G, V) the sampler's
+            logp[:, t] = logprobs.gather(-1, response[:, t, None]).squeeze(-1)
+            if entropy is not None:
+                entropy[:, t] = _entropy(logprobs)
+            if top_n:
+                cand_logp[:, t], cand_ids[:, t] = torch.topk(logprobs, top_n, dim=-1)
+
+        # Past the first EOS the rows hold padding whose log-probs mean nothing (maybe -inf).
+        response = response.masked_fill(~mask, tok.pad_token_id)
+        logp = logp.masked_fill(~mask, 0.0)
+        if entropy is not None:
+            entropy = entropy.masked_fill(~mask, 0.0)
+        texts = tok.batch_decode(response, skip_special_tokens=True)
+
+        def grouped(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(B, G, *x.shape[1:]).cpu()
+
+        return RolloutBatch(
+            prompts=list(prompts),
+            prompt_ids=prompt_ids.cpu(),
+            prompt_mask=prompt_mask.float().cpu(),
+            response_ids=grouped(response),
+            response_mask=grouped(mask.float()),
+            logp=grouped(logp),
+            texts=[texts[b * G : (b + 1) * G] for b in range(B)],
+            cand_ids=grouped(cand_ids.masked_fill(~mask[..., None], tok.pad_token_id))
+            if top_n
+            else None,
+            cand_logp=grouped(cand_logp.masked_fill(~mask[..., None], 0.0)) if top_n else None,
+            entropy=grouped(entropy) if entropy is not None else None,
+        )
+
+    def _sample(
+        self,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        group_size: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+    ):
+        return self.model.generate(
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=0,  # the generation default of 50 would truncate the distribution
+            max_new_tokens=max_new_tokens,
+            num_return_sequences=group_size,
+            return_dict_in_generate=True,
+            output_scores=True,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self.tokenizer.eos_token_id,
+        )
+
+
+def response_mask_from_eos(response_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """`(..., T)` bool: True up to and including the first `eos_token_id` of each row (all True when
+    there is none, a truncated response). Works when the pad id equals the EOS id."""
+    is_eos = (response_ids == eos_token_id).long()
+    eos_before = torch.cumsum(is_eos, dim=-1) - is_eos  # EOS strictly before t
+    return eos_before == 0
+
+
+def _entropy(logprobs: torch.Tensor) -> torch.Tensor:
+    # Entries removed by top-p are -inf; their contribution p * log p is 0, not nan.
+    p = logprobs.exp()
+    return -torch.where(p > 0, p * logprobs, torch.zeros_like(p)).sum(-1)
+
+
+def sequence_logp(
+    model: PreTrainedModel,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_ids: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+) -> torch.Tensor:
+    """Log-probs of the response tokens under `model` at `temperature` (no top-p), one forward pass.
+
+    The slow, obviously-correct reference for `RolloutBatch.logp` (equal at `top_p=1`): prompt
+    `(B, P)` left-padded, responses `(B, G, T)`; positions are `cumsum(mask) - 1` as in
+    `generate`. Gradients flow when enabled. Returns `(B, G, T)`, 0 where `response_mask` is 0.
+    """
+    B, G, T = response_ids.shape
+    device = model.device
+    p_ids = prompt_ids.to(device).repeat_interleave(G, dim=0)  # (B*G, P)
+    p_mask = prompt_mask.to(device).long().repeat_interleave(G, dim=0)
+    r_ids = response_ids.to(device).reshape(B * G, T)
+    r_mask = response_mask.to(device).reshape(B * G, T)
+    ids = torch.cat([p_ids, r_ids], dim=1)  # (B*G, P+T)
+    # Causal attention: tokens after EOS never influence earlier ones, so attend to all of them.
+    attn = torch.cat([p_mask, torch.ones_like(r_ids)], dim=1)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits  # (B*G, P+T, V)
+    P = p_ids.shape[1]
+    logprobs = torch.log_softmax(logits[:, P - 1 : -1].float() / temperature, dim=-1)  # (B*G, T, V)
+    logp = logprobs.gather(-1, r_ids[..., None]).squeeze(-1)
+    return torch.where(r_mask > 0, logp, torch.zeros_like(logp)).reshape(B, G, T)

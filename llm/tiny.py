@@ -1,0 +1,515 @@
+"""The offline tiny model of the CPU default: a word-level tokenizer, a ~1M-parameter Qwen2 causal LM,
+and a supervised warm start on solver solutions of Countdown, cached on disk.
+
+Nothing here downloads: the tokenizer is built from `llm.tasks.compact_words`, the model from a
+config, the data by `llm.tasks.generate_problems` and `llm.tasks.solve`. Both are saved with
+`save_pretrained`, so `AutoTokenizer.from_pretrained(path)` and
+`AutoModelForCausalLM.from_pretrained(path)` (and any other loader of a Hugging Face folder) take
+`path`.
+
+The warm start plays the part of pre-training: on held-out problems the base policy solves some,
+not all, with several different correct solutions per solved problem (seed 000 App. C.1 starts RL
+from such a model). `TinyConfig` fixes the problem distribution small enough (3 numbers in 1..20,
+targets in 1..100) for this to take about two minutes on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+from llm.tasks import (
+    CountdownProblem,
+    compact_completion,
+    compact_words,
+    generate_problems,
+    make_prompt,
+    solve,
+)
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIAL_TOKENS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
+
+# The json file in a base-model folder recording how it was built; `ensure_base_model` reuses the
+# folder only when this matches the requested config.
+BUILD_FILE = "tiny_build.json"
+# Bumped when the build procedure changes in a way the config does not show, so old caches rebuild.
+BUILD_VERSION = 1
+# The held-out stream is reserved up to this many problems: the training set excludes all of them.
+HELDOUT_RESERVED = 2000
+
+
+@dataclass(frozen=True)
+class TinyConfig:
+    """Everything that determines the tiny base model; stored in `BUILD_FILE` next to it.
+
+    The defaults are the CPU default of the project (about 0.9M parameters; warm start of about two
+    minutes on two cores). Problems and solutions are drawn from seeded generators, so equal configs
+    give equal data; torch's CPU kernels make the weights reproducible on one machine.
+    """
+
+    # Problem distribution (shared by the warm start and the held-out problems).
+    num_numbers: int = 3
+    """numbers per problem"""
+    min_operand: int = 1
+    """smallest number in a problem"""
+    max_operand: int = 20
+    """largest number in a problem"""
+    min_target: int = 1
+    """smallest target"""
+    max_target: int = 100
+    """largest target; also the largest number in the vocabulary"""
+    data_seed: int = 0
+    """seed of the training and held-out problem streams"""
+
+    # Model (transformers Qwen2 architecture, tied embeddings).
+    hidden_size: int = 128
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 4
+    intermediate_size: int = 384
+    max_position_embeddings: int = 64
+    """prompt + completion of a 3- or 4-number problem is at most ~30 tokens"""
+    model_seed: int = 0
+    """seed of the weight initialization and of the warm-start data order"""
+
+    # Supervised warm start.
+    num_train_problems: int = 4000
+    """training problems (distinct, disjoint from the reserved held-out ones)"""
+    solutions_per_problem: int = 4
+    """distinct solver solutions drawn per problem and epoch (all of them when fewer)"""
+    epochs: int = 3
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.01
+    warmup_fraction: float = 0.05
+    """linear warm-up share of the steps; cosine decay to 10% of `lr` afterwards"""
+    grad_clip: float = 1.0
+    num_threads: int = 2
+    """torch CPU threads during the warm start"""
+
+    def __post_init__(self) -> None:
+        positive = (
+            "num_numbers",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "solutions_per_problem",
+            "batch_size",
+            "num_threads",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        for name in ("num_train_problems", "epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
+        if not 0 <= self.min_operand <= self.max_operand <= self.max_target:
+            raise ValueError(
+                "min_operand, max_operand: expected 0 <= min_operand <= max_operand <= max_target, "
+                f"got {self.min_operand}, {self.max_operand} (max_target {self.max_target})"
+            )
+        if not 0 <= self.min_target <= self.max_target:
+            raise ValueError(
+                f"min_target: expected 0 <= min_target <= max_target, got {self.min_target}"
+            )
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size: expected a multiple of num_attention_heads "
+                f"({self.num_attention_heads}), got {self.hidden_size}"
+            )
+        if not self.lr > 0:
+            raise ValueError(f"lr: expected > 0, got {self.lr}")
+        if not 0 <= self.warmup_fraction < 1:
+            raise ValueError(f"warmup_fraction: expected in [0, 1), got {self.warmup_fraction}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TinyConfig:
+        """The config of a `BUILD_FILE`'s `config` entry; unknown keys raise `ValueError`."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown TinyConfig fields: {unknown}")
+        return cls(**d)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokenizer and model
+
+
+def build_tokenizer(max_number: int = TinyConfig.max_target) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer for the compact template with the numbers `0..max_number`.
+
+    Vocabulary: ids 0-3 are `<pad> <bos> <eos> <unk>`, then `llm.tasks.compact_words(max_number)`
+    (`nums target : <answer> </answer> ( ) + - * /` and the numbers). Words are split on whitespace
+    (`tokenizers` WordLevel + WhitespaceSplit); an unknown word maps to `<unk>`. Encoding prepends
+    `<bos>` (a post-processor), decoding joins words with single spaces, so
+    `decode(encode(text), skip_special_tokens=True) == " ".join(text.split())` for in-vocabulary
+    text. Padding is on the left, as generation needs; the trainer pads responses on the right itself.
+
+    Raises:
+        ValueError: `max_number < 0`.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
+    if max_number < 0:
+        raise ValueError(f"max_number: expected >= 0, got {max_number}")
+    words = [*SPECIAL_TOKENS, *compact_words(max_number)]
+    vocab = {w: i for i, w in enumerate(words)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, vocab[BOS])]
+    )
+    # No word carries the "##" prefix, so this decoder only joins words with spaces.
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=EOS,
+        unk_token=UNK,
+        padding_side="left",
+        clean_up_tokenization_spaces=False,
+        model_max_length=TinyConfig.max_position_embeddings,
+    )
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerFast,
+    *,
+    seed: int,
+    hidden_size: int = TinyConfig.hidden_size,
+    num_hidden_layers: int = TinyConfig.num_hidden_layers,
+    num_attention_heads: int = TinyConfig.num_attention_heads,
+    intermediate_size: int = TinyConfig.intermediate_size,
+    max_position_embeddings: int = TinyConfig.max_position_embeddings,
+) -> Qwen2ForCausalLM:
+    """A randomly initialized Qwen2 causal LM over `tokenizer`'s vocabulary, in float32 on CPU.
+
+    Tied input and output embeddings, full multi-head attention (as many key-value heads as heads),
+    no sliding window; the special-token ids of `tokenizer` go into the config and the generation
+    config. The defaults have about 0.87M parameters. Deterministic given `seed` (the global torch
+    RNG is left as it was).
+    """
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_hidden_layers,
+        num_attention_heads=num_attention_heads,
+        num_key_value_heads=num_attention_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        use_sliding_window=False,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    gen = model.generation_config
+    gen.pad_token_id = tokenizer.pad_token_id
+    gen.bos_token_id = tokenizer.bos_token_id
+    gen.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def count_parameters(model: torch.nn.Module) -> int:
+    """Distinct trainable parameters (tied weights once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# --------------------------------------------------------------------------------------------------
+# Data
+
+
+def tiny_problems(
+    config: TinyConfig, split: Literal["train", "heldout"], n: int
+) -> list[CountdownProblem]:
+    """The first `n` problems of the `split` stream of `config`'s distribution, deterministic.
+
+    `heldout` is the stream of seed `(data_seed, 1)`; use its first `n <= HELDOUT_RESERVED` problems
+    for evaluation. `train` is the stream of seed `(data_seed, 0)` with duplicates and every problem
+    of the reserved held-out prefix removed (same multiset of numbers and same target), so a
+    held-out problem is never trained on.
+
+    Raises:
+        ValueError: `n < 0`, unknown `split`, or `n > HELDOUT_RESERVED` for `heldout`.
+    """
+    if n < 0:
+        raise ValueError(f"n: expected >= 0, got {n}")
+    if split == "heldout":
+        if n > HELDOUT_RESERVED:
+            raise ValueError(f"n: the held-out split holds {HELDOUT_RESERVED} problems, got {n}")
+        return _stream(config, 1, n)
+    if split != "train":
+        raise ValueError(f"split: expected 'train' or 'heldout', got {split!r}")
+    seen = set(_reserved_keys(config))
+    rng = np.random.default_rng([config.data_seed, 0])
+    out: list[CountdownProblem] = []
+    while len(out) < n:
+        # Draw in chunks from one generator so the stream does not depend on `n`.
+        for p in _draw(config, rng, max(256, n - len(out))):
+            key = _problem_key(p)
+            if key not in seen:
+                seen.add(key)
+                out.append(p)
+                if len(out) == n:
+                    break
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def _reserved_keys(config: TinyConfig) -> frozenset[tuple[tuple[int, ...], int]]:
+    return frozenset(_problem_key(p) for p in _stream(config, 1, HELDOUT_RESERVED))
+
+
+def _stream(config: TinyConfig, stream: int, n: int) -> list[CountdownProblem]:
+    return _draw(config, np.random.default_rng([config.data_seed, stream]), n)
+
+
+def _draw(config: TinyConfig, rng: np.random.Generator, n: int) -> list[CountdownProblem]:
+    return generate_problems(
+        n,
+        seed=rng,
+        num_numbers=config.num_numbers,
+        min_number=config.min_operand,
+        max_number=config.max_operand,
+        min_target=config.min_target,
+        max_target=config.max_target,
+    )
+
+
+def _problem_key(p: CountdownProblem) -> tuple[tuple[int, ...], int]:
+    return tuple(sorted(p.nums)), p.target
+
+
+def _encode_problems(
+    tokenizer: PreTrainedTokenizerFast, problems: Sequence[CountdownProblem]
+) -> list[tuple[list[int], list[list[int]]]]:
+    """Per problem: the prompt ids (with `<bos>`) and the ids of every solver solution + `<eos>`."""
+    encoded = []
+    for p in problems:
+        prompt = tokenizer(make_prompt(p, "compact")).input_ids
+        completions = [compact_completion(e) for e in solve(p)]
+        ids = tokenizer(completions, add_special_tokens=False).input_ids if completions else []
+        encoded.append((prompt, [c + [tokenizer.eos_token_id] for c in ids]))
+    return encoded
+
+
+def _epoch_examples(
+    encoded: list[tuple[list[int], list[list[int]]]], k: int, rng: np.random.Generator
+) -> list[tuple[list[int], list[int]]]:
+    """Up to `k` distinct solutions per problem, drawn afresh each epoch, in shuffled order."""
+    examples = []
+    for prompt, sols in encoded:
+        for j in rng.permutation(len(sols))[:k]:
+            examples.append((prompt, sols[int(j)]))
+    return [examples[int(i)] for i in rng.permutation(len(examples))]
+
+
+def collate_completions(
+    examples: Sequence[tuple[Sequence[int], Sequence[int]]], pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded `(input_ids, attention_mask, labels)`, each `(N, L)`.
+
+    `labels` is -100 on prompt and padding tokens, so the loss is on completion tokens only.
+    """
+    length = max(len(p) + len(c) for p, c in examples)
+    ids = torch.full((len(examples), length), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(examples), length), dtype=torch.long)
+    labels = torch.full((len(examples), length), -100, dtype=torch.long)
+    for i, (p, c) in enumerate(examples):
+        n = len(p) + len(c)
+        ids[i, :n] = torch.tensor([*p, *c])
+        mask[i, :n] = 1
+        labels[i, len(p) : n] = torch.tensor(c)
+    return ids, mask, labels
+
+
+# --------------------------------------------------------------------------------------------------
+# Warm start
+
+
+@contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def warm_start(
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    problems: Sequence[CountdownProblem],
+    *,
+    config: TinyConfig = TinyConfig(),
+    progress: bool = True,
+) -> list[float]:
+    """Supervised fine-tuning of `model` in place on solver solutions of `problems`.
+
+    Each epoch draws up to `config.solutions_per_problem` distinct solutions per problem (all
+    distinct solutions from `llm.tasks.solve`, a new draw every epoch, so the model sees several
+    modes), in the compact format: prompt `make_prompt(p, "compact")` (with `<bos>`), completion
+    `compact_completion(expr)` + `<eos>`; the loss is the mean token cross-entropy on completion
+    tokens only. AdamW (`config.lr`, `config.weight_decay`), linear warm-up then cosine decay to
+    10%, gradient clipping at `config.grad_clip`, `config.num_threads` torch threads. Deterministic
+    given `config.model_seed` on one machine. Problems without a solution are skipped.
+
+    Returns:
+        The training loss of every step.
+    """
+    encoded = _encode_problems(tokenizer, problems)
+    rng = np.random.default_rng([config.model_seed, 1])
+    n_examples = sum(min(len(s), config.solutions_per_problem) for _, s in encoded)
+    steps_per_epoch = math.ceil(n_examples / config.batch_size)
+    total = steps_per_epoch * config.epochs
+    warmup = max(1, int(config.warmup_fraction * total))
+
+    def schedule(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress_ = (step - warmup) / max(1, total - warmup)
+        return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress_))
+
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+    losses: list[float] = []
+    model.train()
+    with _torch_threads(config.num_threads), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.model_seed)  # dropout is off; this only pins any stray draw
+        bar = tqdm(total=total, desc="warm start", disable=not progress, unit="step")
+        for _ in range(config.epochs):
+            examples = _epoch_examples(encoded, config.solutions_per_problem, rng)
+            for start in range(0, len(examples), config.batch_size):
+                ids, mask, labels = collate_completions(
+                    examples[start : start + config.batch_size], tokenizer.pad_token_id
+                )
+                logits = model(input_ids=ids, attention_mask=mask).logits  # (N, L, V)
+                # Position t predicts token t + 1.
+                loss = torch.nn.functional.cross_entropy(
+                    logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100
+                )
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+                optimizer.step()
+                scheduler.step()
+                losses.append(loss.item())
+                bar.update(1)
+                bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        bar.close()
+    model.eval()
+    return losses
+
+
+# --------------------------------------------------------------------------------------------------
+# Cached base model
+
+
+def ensure_base_model(
+    path: str | os.PathLike[str],
+    *,
+    rebuild: bool = False,
+    config: TinyConfig | None = None,
+    progress: bool = True,
+) -> Path:
+    """The folder of the warm-started tiny base model for `config`, built when missing or stale.
+
+    A folder is reused when its `BUILD_FILE` records the same `config` and `BUILD_VERSION`;
+    otherwise (or with `rebuild=True`) the tokenizer and model are built, warm-started on
+    `tiny_problems(config, "train", config.num_train_problems)`, saved with `save_pretrained` into
+    a temporary sibling folder, and moved into place with `os.replace`, so a crash never leaves a
+    half-written model at `path`. `BUILD_FILE` also records the parameter count, the final
+    training loss and the warm-start seconds.
+
+    Returns:
+        `Path(path)`: load it with `load_base_model` or any Hugging Face loader.
+    """
+    config = TinyConfig() if config is None else config
+    path = Path(path)
+    if not rebuild and read_build_config(path) == config:
+        return path
+    tokenizer = build_tokenizer(config.max_target)
+    model = build_tiny_model(
+        tokenizer,
+        seed=config.model_seed,
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_hidden_layers,
+        num_attention_heads=config.num_attention_heads,
+        intermediate_size=config.intermediate_size,
+        max_position_embeddings=config.max_position_embeddings,
+    )
+    problems = tiny_problems(config, "train", config.num_train_problems)
+    start = time.perf_counter()
+    losses = warm_start(model, tokenizer, problems, config=config, progress=progress)
+    seconds = time.perf_counter() - start
+    build = {
+        "version": BUILD_VERSION,
+        "config": asdict(config),
+        "parameters": count_parameters(model),
+        "final_loss": losses[-1] if losses else None,
+        "warm_start_seconds": round(seconds, 1),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer.save_pretrained(tmp)
+    model.save_pretrained(tmp)
+    (tmp / BUILD_FILE).write_text(json.dumps(build, indent=2) + "\n", encoding="utf-8")
+    # os.replace cannot overwrite a non-empty folder: move the stale one aside first.
+    old = path.parent / f".{path.name}.old-{os.getpid()}"
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def read_build_config(path: str | os.PathLike[str]) -> TinyConfig | None:
+    """The `TinyConfig` a base-model folder was built with; `None` when absent, stale or unreadable."""
+    try:
+        build = json.loads((Path(path) / BUILD_FILE).read_text(encoding="utf-8"))
+        if build.get("version") != BUILD_VERSION:
+            return None
+        return TinyConfig.from_dict(build["config"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def load_base_model(
+    path: str | os.PathLike[str],
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    """`(model, tokenizer)` from a folder written by `ensure_base_model`, model in eval mode."""
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.eval()
+    return model, tokenizer

@@ -1,0 +1,178 @@
+"""The offline tiny model: tokenizer, model, data, warm start and the cached base-model folder."""
+
+import json
+import os
+from dataclasses import replace
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from llm import tiny
+from llm.tasks import compact_completion, compact_words, make_prompt, solve
+from llm.tiny import (
+    BUILD_FILE,
+    SPECIAL_TOKENS,
+    TinyConfig,
+    build_tiny_model,
+    build_tokenizer,
+    collate_completions,
+    count_parameters,
+    ensure_base_model,
+    load_base_model,
+    read_build_config,
+    tiny_problems,
+    warm_start,
+)
+
+# A few-second build: a small model on a handful of problems.
+SMALL = TinyConfig(
+    hidden_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=64,
+    num_train_problems=24,
+    solutions_per_problem=2,
+    epochs=2,
+    batch_size=16,
+    num_threads=1,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny tensors: extra threads only add synchronization (and contend on a shared machine).
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_tokenizer(100)
+
+
+def test_tokenizer_vocabulary_and_round_trip(tokenizer):
+    assert tokenizer.convert_ids_to_tokens([0, 1, 2, 3]) == list(SPECIAL_TOKENS)
+    assert len(tokenizer) == len(SPECIAL_TOKENS) + len(compact_words(100))
+    assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 1, 2)
+    assert tokenizer.unk_token_id == 3
+    text = make_prompt(tiny_problems(TinyConfig(), "heldout", 1)[0], "compact") + " <answer> ( 3 + 5 ) * 2 </answer>"
+    ids = tokenizer(text).input_ids
+    assert ids[0] == tokenizer.bos_token_id
+    assert len(ids) == 1 + len(text.split())  # one word, one token
+    assert tokenizer.unk_token_id not in ids
+    assert tokenizer.decode(ids, skip_special_tokens=True) == text
+    assert tokenizer("nums 101 foo").input_ids[2:] == [3, 3]
+
+
+def test_tokenizer_pads_left_and_loads_with_auto_tokenizer(tokenizer, tmp_path):
+    batch = tokenizer(["nums 1 2 target 3 :", "nums 1 target 1 :"], padding=True)
+    assert batch.input_ids[1][0] == tokenizer.pad_token_id
+    assert batch.attention_mask[1] == [0, 1, 1, 1, 1, 1, 1]
+    tokenizer.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    text = "nums 7 9 target 63 : <answer> 7 * 9 </answer>"
+    assert loaded(text).input_ids == tokenizer(text).input_ids
+    assert loaded.padding_side == "left"
+    assert (loaded.pad_token, loaded.eos_token) == ("<pad>", "<eos>")
+
+
+def test_default_model_size_and_save_round_trip(tokenizer, tmp_path):
+    model = build_tiny_model(tokenizer, seed=0)
+    assert 0.7e6 < count_parameters(model) < 1.2e6
+    assert model.config.tie_word_embeddings
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+    again = build_tiny_model(tokenizer, seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters(), strict=True))
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    ids = torch.tensor([tokenizer("nums 1 2 3 target 6 :").input_ids])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids).logits, model.eval()(ids).logits)
+    assert loaded.generation_config.eos_token_id == tokenizer.eos_token_id
+
+
+def test_problem_splits_are_deterministic_and_disjoint():
+    cfg = TinyConfig()
+    train = tiny_problems(cfg, "train", 300)
+    assert train == tiny_problems(cfg, "train", 300)
+    assert train[:100] == tiny_problems(cfg, "train", 100)  # a prefix does not depend on n
+    heldout = tiny_problems(cfg, "heldout", tiny.HELDOUT_RESERVED)
+    keys = {(tuple(sorted(p.nums)), p.target) for p in heldout}
+    assert not keys & {(tuple(sorted(p.nums)), p.target) for p in train}
+    assert len({(tuple(sorted(p.nums)), p.target) for p in train}) == len(train)
+    for p in train[:50]:
+        assert len(p.nums) == 3 and all(1 <= x <= 20 for x in p.nums) and 1 <= p.target <= 100
+        assert solve(p)
+    assert tiny_problems(replace(cfg, data_seed=1), "train", 20) != train[:20]
+    with pytest.raises(ValueError, match="split"):
+        tiny_problems(cfg, "test", 3)
+    with pytest.raises(ValueError, match="n"):
+        tiny_problems(cfg, "heldout", tiny.HELDOUT_RESERVED + 1)
+
+
+def test_collate_masks_the_prompt_out_of_the_loss():
+    ids, mask, labels = collate_completions([([1, 5, 6], [7, 8, 2]), ([1, 5], [2])], 0)
+    assert ids.tolist() == [[1, 5, 6, 7, 8, 2], [1, 5, 2, 0, 0, 0]]
+    assert mask.tolist() == [[1] * 6, [1, 1, 1, 0, 0, 0]]
+    assert labels.tolist() == [[-100, -100, -100, 7, 8, 2], [-100, -100, 2, -100, -100, -100]]
+
+
+def test_warm_start_lowers_the_completion_loss(tokenizer):
+    cfg = replace(SMALL, epochs=4, lr=1e-2)
+    model = build_tiny_model(tokenizer, seed=0, hidden_size=32, num_hidden_layers=1,
+                             num_attention_heads=2, intermediate_size=64)
+    problems = tiny_problems(cfg, "train", cfg.num_train_problems)
+    losses = warm_start(model, tokenizer, problems, config=cfg, progress=False)
+    assert len(losses) == 4 * 3  # 24 problems x 2 solutions / 16 per batch, 4 epochs
+    assert sum(losses[-3:]) < sum(losses[:3])
+    assert not model.training
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="hidden_size"):
+        TinyConfig(hidden_size=30, num_attention_heads=4)
+    with pytest.raises(ValueError, match="batch_size"):
+        TinyConfig(batch_size=0)
+    with pytest.raises(ValueError, match="max_operand"):
+        TinyConfig(max_operand=200)
+    with pytest.raises(ValueError, match="unknown"):
+        TinyConfig.from_dict({"hidden": 3})
+
+
+def test_ensure_base_model_builds_caches_and_rebuilds(tmp_path, monkeypatch):
+    path = tmp_path / "base"
+    assert ensure_base_model(path, config=SMALL, progress=False) == path
+    build = json.loads((path / BUILD_FILE).read_text())
+    assert read_build_config(path) == SMALL and build["parameters"] > 0
+    assert sorted(os.listdir(tmp_path)) == ["base"]  # no temporary folder left behind
+    model, tok = load_base_model(path)
+    assert model.config.hidden_size == SMALL.hidden_size and not model.training
+    prompt = make_prompt(tiny_problems(SMALL, "train", 1)[0], "compact")
+    assert tok(prompt).input_ids[0] == tok.bos_token_id
+
+    calls = []
+    real = tiny.warm_start
+    monkeypatch.setattr(tiny, "warm_start", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ensure_base_model(path, config=SMALL, progress=False)
+    assert calls == []  # same config: reused
+    ensure_base_model(path, config=SMALL, rebuild=True, progress=False)
+    other = replace(SMALL, model_seed=1, epochs=1)
+    ensure_base_model(path, config=other, progress=False)
+    assert calls == [1, 1]
+    assert read_build_config(path) == other
+    assert sorted(os.listdir(tmp_path)) == ["base"]
+
+
+def test_warm_start_data_is_the_compact_format(tokenizer):
+    p = tiny_problems(TinyConfig(), "train", 1)[0]
+    ((prompt, sols),) = tiny._encode_problems(tokenizer, [p])
+    assert tokenizer.decode(prompt, skip_special_tokens=True) == make_prompt(p, "compact")
+    assert len(sols) == len(solve(p))
+    assert all(s[-1] == tokenizer.eos_token_id for s in sols)
+    texts = {tokenizer.decode(s, skip_special_tokens=True) for s in sols}
+    assert texts == {compact_completion(e) for e in solve(p)}

@@ -1,0 +1,254 @@
+"""Trainer: a two-step smoke run of every registry method through the real loop, exact resume,
+and the micro-batched update equal to the shaping core's full-batch loss and gradient."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import shaping
+from llm.config import config_from_dict
+from llm.rollout import HFGenerateBackend, RolloutBatch, response_mask_from_eos
+from llm.tasks import CountdownProblem, compact_completion, solve
+from llm.tiny import build_tiny_model, build_tokenizer
+from llm.trainer import (
+    accumulate_gradients,
+    build_rows,
+    data_indices,
+    latest_checkpoint,
+    load_tokenizer,
+    policy_forward,
+    sampled_rank,
+    train,
+)
+
+MAX_NUMBER = 30
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # Tiny tensors on a shared 2-core machine: extra intra-op threads only contend.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A random ~3k-parameter Qwen2 with the word-level tokenizer, saved with save_pretrained."""
+    path = tmp_path_factory.mktemp("tiny_model")
+    tok = build_tokenizer(MAX_NUMBER)
+    model = build_tiny_model(
+        tok, seed=0, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32,
+    )  # fmt: skip
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+class PlantingBackend:
+    """The real `HFGenerateBackend`, with the first response of every group replaced by a solver
+    solution of the prompt's problem, so a random model's groups are mixed (nonzero advantages)."""
+
+    def __init__(self, model, tokenizer):
+        self.inner = HFGenerateBackend(model, tokenizer)
+        self.tok = tokenizer
+
+    def sync_weights(self, model):
+        self.inner.sync_weights(model)
+
+    def generate(self, prompts, group_size, **kw) -> RolloutBatch:
+        roll = self.inner.generate(prompts, group_size, **kw)
+        # Widen to max_new_tokens: the sampled responses may all be shorter than a solution.
+        t = kw["max_new_tokens"]
+        extra = t - roll.response_ids.shape[-1]
+        ids = torch.nn.functional.pad(roll.response_ids, (0, extra), value=self.tok.pad_token_id)
+        logp = torch.nn.functional.pad(roll.logp, (0, extra))
+        for b, prompt in enumerate(prompts):
+            words = prompt.split()
+            colon = words.index("target")
+            problem = CountdownProblem(tuple(map(int, words[1:colon])), int(words[colon + 1]))
+            text = compact_completion(solve(problem)[0])
+            planted = [*self.tok(text, add_special_tokens=False).input_ids, self.tok.eos_token_id]
+            planted = (planted + [self.tok.pad_token_id] * t)[:t]
+            ids[b, 0] = torch.tensor(planted)
+        mask = response_mask_from_eos(ids, self.tok.eos_token_id)
+        ids = ids.masked_fill(~mask, self.tok.pad_token_id)
+        flat = ids.reshape(-1, t)
+        texts = self.tok.batch_decode(flat, skip_special_tokens=True)
+        g = group_size
+        roll.response_ids = ids
+        roll.response_mask = mask.float()
+        roll.logp = logp.masked_fill(~mask, 0.0)
+        roll.texts = [texts[i * g : (i + 1) * g] for i in range(len(prompts))]
+        return roll
+
+
+def _config(model_path: str, method: str, **over):
+    raw = {
+        "model_path": model_path,
+        "method": method,
+        "group_size": 4,
+        "prompts_per_step": 2,
+        "steps": 2,
+        "max_new_tokens": 12,
+        "micro_batch_size": 3,
+        "top_n": 2,
+        "lr": 1e-2,
+        "tensorboard": False,
+        "data": {"source": "generate", "n_problems": 8, "max_number": 9, "max_target": MAX_NUMBER},
+        **over,
+    }
+    if method == "passk":
+        raw.setdefault("hyper", {"k": 2})
+    if method == "casp":
+        raw.setdefault("hyper", {"top_n": 2})
+    return config_from_dict(raw)
+
+
+@pytest.mark.parametrize("method", sorted(shaping.METHODS))
+def test_two_step_smoke_every_method(method, tiny_model_path, tmp_path):
+    cfg = _config(
+        tiny_model_path, method, inner_epochs=2, kl_coef=0.01 if method == "grpo" else 0.0
+    )
+    hist = train(
+        cfg, tmp_path, backend_factory=lambda c, m, t: PlantingBackend(m, t), progress=False
+    )
+    assert [h["step"] for h in hist] == [1, 2]
+    for h in hist:
+        assert all(np.isfinite(v) for v in h.values()), h
+        assert h["charts/pass_rate"] == 1.0  # every group holds the planted solution
+        assert h["charts/grad_norm"] > 0
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in lines] == [1, 2]
+    assert latest_checkpoint(tmp_path).name == "step_000002"
+    assert (tmp_path / "config.toml").is_file()
+
+
+def test_resume_after_kill_matches_uninterrupted_run(tiny_model_path, tmp_path):
+    factory = lambda c, m, t: PlantingBackend(m, t)  # noqa: E731
+    cfg = _config(tiny_model_path, "ds_grpo", steps=4, save_every=2, schedule="cosine",
+                  warmup_steps=1, inner_epochs=2)  # fmt: skip
+    full = train(cfg, tmp_path / "full", backend_factory=factory, progress=False)
+    # "Kill" after step 3: the checkpoint is at step 2 and step 3 was logged, then resume.
+    train(cfg, tmp_path / "killed", backend_factory=factory, stop_after=3, progress=False)
+    assert latest_checkpoint(tmp_path / "killed").name == "step_000002"
+    train(cfg, tmp_path / "killed", resume=True, backend_factory=factory, progress=False)
+
+    def rows(d):
+        out = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in out]
+
+    a, b = rows(tmp_path / "full"), rows(tmp_path / "killed")
+    assert [r["step"] for r in b] == [1, 2, 3, 4]
+    for ra, rb in zip(a, b, strict=True):
+        assert ra.keys() == rb.keys()
+        for k in ra:
+            assert rb[k] == pytest.approx(ra[k], rel=1e-6, abs=1e-6), k
+    assert full[-1]["charts/grad_norm"] > 0
+
+
+def test_resume_rejects_a_changed_config(tiny_model_path, tmp_path):
+    factory = lambda c, m, t: PlantingBackend(m, t)  # noqa: E731
+    train(_config(tiny_model_path, "grpo", steps=1), tmp_path, backend_factory=factory,
+          progress=False)  # fmt: skip
+    with pytest.raises(ValueError, match="lr"):
+        train(_config(tiny_model_path, "grpo", steps=2, lr=0.5), tmp_path, resume=True,
+              backend_factory=factory, progress=False)  # fmt: skip
+
+
+def _hand_batch(tokenizer):
+    """B=2 prompts, G=3 responses of uneven length, binary rewards (one group all wrong)."""
+    enc = tokenizer(["nums 1 2 3 target 6 :", "nums 4 5 target 9 :"], return_tensors="pt",
+                    padding=True, padding_side="left")  # fmt: skip
+    texts = [
+        ["<answer> 1 + 2 + 3 </answer>", "<answer> 1 * 2 </answer>", "( ( +"],
+        ["<answer> 4 + 5 </answer>", "<answer> 5 + 4 </answer>", "<answer> 4 </answer>"],
+    ]
+    t = 9
+    ids = torch.full((2, 3, t), tokenizer.pad_token_id)
+    for b in range(2):
+        for g in range(3):
+            seq = tokenizer(texts[b][g], add_special_tokens=False).input_ids
+            seq = [*seq, tokenizer.eos_token_id][:t]
+            ids[b, g, : len(seq)] = torch.tensor(seq)
+    mask = response_mask_from_eos(ids, tokenizer.eos_token_id)
+    ids = ids.masked_fill(~mask, tokenizer.pad_token_id)
+    rewards = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0]])
+    return enc.input_ids, enc.attention_mask.float(), ids, mask.float(), rewards
+
+
+@pytest.mark.parametrize("method", ["grpo", "dsdr", "casp", "diff_entropy", "progrpo"])
+@pytest.mark.parametrize("micro", [1, 4, 6])
+def test_micro_batched_update_equals_full_batch_loss(method, micro, tiny_model_path):
+    from transformers import AutoModelForCausalLM
+
+    tok = load_tokenizer(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    p_ids, p_mask, r_ids, r_mask, rewards = _hand_batch(tok)
+    rows = build_rows(p_ids, p_mask, r_ids, r_mask)
+    b, g, t = r_ids.shape
+    hyper = {"kl_coef": 0.05, **({"top_n": 2} if method == "casp" else {})}
+    # The behaviour policy: the same model with perturbed weights, so ratios are not 1.
+    old_model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for prm in old_model.parameters():
+            prm.add_(0.05 * torch.randn(prm.shape, generator=torch.Generator().manual_seed(1)))
+        old = policy_forward(old_model, rows, temperature=0.9, want_entropy=True, n_top=2,
+                             want_prompt=True)  # fmt: skip
+        cur = policy_forward(model, rows, temperature=0.9, want_entropy=True,
+                             cand_ids=old.cand_ids)  # fmt: skip
+    fixed = {
+        "rewards": rewards,
+        "mask": r_mask,
+        "logp_old": old.logp.reshape(b, g, t),
+        "logp_ref": old.logp.reshape(b, g, t) - 0.1,
+        "sampled_rank": sampled_rank(old.cand_ids, rows.response_ids).reshape(b, g, t),
+        "diversity": torch.tensor([[0.2, 0.9, 0.4], [0.1, 0.7, 0.3]]),
+        "prompt_logp": old.prompt_logp[::g],
+        "prompt_mask": p_mask[:, 1:] * p_mask[:, :-1],
+    }
+    needs = shaping.METHODS[method].needs_for(**hyper)
+    fixed = {k: v for k, v in fixed.items() if k in {"rewards", "mask", "logp_old", *needs}}
+
+    model.zero_grad()
+    loss, _, _ = accumulate_gradients(model, rows, fixed, cur, method=method, hyper=hyper,
+                                      temperature=0.9, micro_batch_size=micro)  # fmt: skip
+    grads = [p.grad.clone() for p in model.parameters()]
+
+    # Reference: one full-batch forward with grad, the shaping core's loss, plain backward.
+    model.zero_grad()
+    full = policy_forward(model, rows, temperature=0.9, want_entropy=True, cand_ids=old.cand_ids)
+    batch = {**fixed, "logp": full.logp.reshape(b, g, t)}
+    if "entropy" in needs:
+        batch["entropy"] = full.entropy.reshape(b, g, t)
+    if "cand_logp" in needs:
+        batch["cand_logp"] = full.cand_logp.reshape(b, g, t, -1)
+    ref_loss, _ = shaping.METHODS[method].loss(batch, **hyper)
+    ref_loss.backward()
+    assert float(loss) == pytest.approx(float(ref_loss), rel=1e-6, abs=1e-7)
+    assert float(ref_loss) != 0.0
+    for got, want in zip(grads, (p.grad for p in model.parameters()), strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+    # And the NumPy evaluation of the same batch by the shaping core gives the same value.
+    np_batch = {k: v.detach().double().numpy() for k, v in batch.items()}
+    np_loss, _ = shaping.METHODS[method].loss(np_batch, **hyper)
+    assert float(loss) == pytest.approx(float(np_loss), rel=1e-5, abs=1e-6)
+
+
+def test_data_order_is_a_permutation_per_epoch():
+    first = data_indices(0, 10, 10, seed=3)
+    assert sorted(first) == list(range(10))
+    assert data_indices(4, 8, 10, seed=3) == first[4:] + data_indices(10, 2, 10, seed=3)
+
+
+def test_sampled_rank():
+    cand = torch.tensor([[[5, 2, 7], [1, 2, 3]]])
+    resp = torch.tensor([[2, 9]])
+    assert sampled_rank(cand, resp).tolist() == [[1, 3]]
