@@ -1,11 +1,19 @@
-"""The offline tiny model of the CPU default: a word-level tokenizer, a ~1M-parameter Qwen2 causal LM,
-and a supervised warm start on solver solutions of Countdown, cached on disk.
+"""The offline tiny model of the CPU default: a word-level tokenizer, a ~1M-parameter causal LM of
+Qwen2's architecture, and a supervised warm start on solver solutions of Countdown, cached on disk.
 
 Nothing here downloads: the tokenizer is built from `llm.tasks.compact_words`, the model from a
 config, the data by `llm.tasks.generate_problems` and `llm.tasks.solve`. Both are saved with
 `save_pretrained`, so `AutoTokenizer.from_pretrained(path)` and
 `AutoModelForCausalLM.from_pretrained(path)` (and any other loader of a Hugging Face folder) take
 `path`.
+
+Why a `LlamaForCausalLM` and not a `Qwen2ForCausalLM`: transformers 5 lists `qwen2` among the model
+types whose Hub tokenizer class it distrusts (`MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS` in
+`models/auto/tokenization_auto.py`), so `AutoTokenizer.from_pretrained` on any folder whose
+`config.json` says `qwen2` rebuilds a byte-level BPE `Qwen2Tokenizer` from the vocabulary, which
+splits numbers into digits and drops our words: the saved folder would no longer load. Llama with
+`attention_bias=True` is the same network as Qwen2 (RMSNorm, rotary positions, SwiGLU MLP, biased
+attention projections; Llama also biases the output projection), and its folder loads as saved.
 
 The warm start plays the part of pre-training: on held-out problems the base policy solves some,
 not all, with several different correct solutions per solved problem (seed 000 App. C.1 starts RL
@@ -33,9 +41,9 @@ from tqdm.auto import tqdm
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
     PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
 )
 
 from llm.tasks import (
@@ -63,7 +71,7 @@ HELDOUT_RESERVED = 2000
 class TinyConfig:
     """Everything that determines the tiny base model; stored in `BUILD_FILE` next to it.
 
-    The defaults are the CPU default of the project (about 0.9M parameters; warm start of about two
+    The defaults are the CPU default of the project (about 0.9M parameters; warm start of two to three
     minutes on two cores). Problems and solutions are drawn from seeded generators, so equal configs
     give equal data; torch's CPU kernels make the weights reproducible on one machine.
     """
@@ -82,7 +90,7 @@ class TinyConfig:
     data_seed: int = 0
     """seed of the training and held-out problem streams"""
 
-    # Model (transformers Qwen2 architecture, tied embeddings).
+    # Model (Qwen2's architecture as a transformers Llama with attention biases; tied embeddings).
     hidden_size: int = 128
     num_hidden_layers: int = 4
     num_attention_heads: int = 4
@@ -104,8 +112,6 @@ class TinyConfig:
     warmup_fraction: float = 0.05
     """linear warm-up share of the steps; cosine decay to 10% of `lr` afterwards"""
     grad_clip: float = 1.0
-    num_threads: int = 2
-    """torch CPU threads during the warm start"""
 
     def __post_init__(self) -> None:
         positive = (
@@ -117,7 +123,6 @@ class TinyConfig:
             "max_position_embeddings",
             "solutions_per_problem",
             "batch_size",
-            "num_threads",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -205,15 +210,16 @@ def build_tiny_model(
     num_attention_heads: int = TinyConfig.num_attention_heads,
     intermediate_size: int = TinyConfig.intermediate_size,
     max_position_embeddings: int = TinyConfig.max_position_embeddings,
-) -> Qwen2ForCausalLM:
-    """A randomly initialized Qwen2 causal LM over `tokenizer`'s vocabulary, in float32 on CPU.
+) -> LlamaForCausalLM:
+    """A randomly initialized causal LM over `tokenizer`'s vocabulary, in float32 on CPU.
 
-    Tied input and output embeddings, full multi-head attention (as many key-value heads as heads),
-    no sliding window; the special-token ids of `tokenizer` go into the config and the generation
+    Qwen2's architecture as a `LlamaForCausalLM` with `attention_bias=True` (see the module
+    docstring for why not `Qwen2ForCausalLM`). Tied input and output embeddings, full multi-head
+    attention (as many key-value heads as heads); the special-token ids of `tokenizer` go into the config and the generation
     config. The defaults have about 0.87M parameters. Deterministic given `seed` (the global torch
     RNG is left as it was).
     """
-    config = Qwen2Config(
+    config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
@@ -221,15 +227,15 @@ def build_tiny_model(
         num_attention_heads=num_attention_heads,
         num_key_value_heads=num_attention_heads,
         max_position_embeddings=max_position_embeddings,
+        attention_bias=True,
         tie_word_embeddings=True,
-        use_sliding_window=False,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Qwen2ForCausalLM(config)
+        model = LlamaForCausalLM(config)
     gen = model.generation_config
     gen.pad_token_id = tokenizer.pad_token_id
     gen.bos_token_id = tokenizer.bos_token_id
@@ -251,10 +257,11 @@ def tiny_problems(
 ) -> list[CountdownProblem]:
     """The first `n` problems of the `split` stream of `config`'s distribution, deterministic.
 
-    `heldout` is the stream of seed `(data_seed, 1)`; use its first `n <= HELDOUT_RESERVED` problems
-    for evaluation. `train` is the stream of seed `(data_seed, 0)` with duplicates and every problem
-    of the reserved held-out prefix removed (same multiset of numbers and same target), so a
-    held-out problem is never trained on.
+    Both streams hold distinct problems (same multiset of numbers and same target counts as the
+    same problem). `heldout` is drawn with seed `(data_seed, 1)`; use its first
+    `n <= HELDOUT_RESERVED` problems for evaluation. `train` is drawn with seed `(data_seed, 0)`
+    and skips every problem of the reserved held-out prefix, so a held-out problem is never
+    trained on. A stream's prefix does not depend on `n`.
 
     Raises:
         ValueError: `n < 0`, unknown `split`, or `n > HELDOUT_RESERVED` for `heldout`.
@@ -264,14 +271,25 @@ def tiny_problems(
     if split == "heldout":
         if n > HELDOUT_RESERVED:
             raise ValueError(f"n: the held-out split holds {HELDOUT_RESERVED} problems, got {n}")
-        return _stream(config, 1, n)
+        return list(_reserved(config)[:n])
     if split != "train":
         raise ValueError(f"split: expected 'train' or 'heldout', got {split!r}")
-    seen = set(_reserved_keys(config))
-    rng = np.random.default_rng([config.data_seed, 0])
+    return _distinct_stream(config, 0, n, {_problem_key(p) for p in _reserved(config)})
+
+
+@functools.lru_cache(maxsize=4)
+def _reserved(config: TinyConfig) -> tuple[CountdownProblem, ...]:
+    return tuple(_distinct_stream(config, 1, HELDOUT_RESERVED, set()))
+
+
+def _distinct_stream(
+    config: TinyConfig, stream: int, n: int, exclude: set[tuple[tuple[int, ...], int]]
+) -> list[CountdownProblem]:
+    rng = np.random.default_rng([config.data_seed, stream])
+    seen = set(exclude)
     out: list[CountdownProblem] = []
     while len(out) < n:
-        # Draw in chunks from one generator so the stream does not depend on `n`.
+        # Each problem consumes the generator in order, so chunking never changes the stream.
         for p in _draw(config, rng, max(256, n - len(out))):
             key = _problem_key(p)
             if key not in seen:
@@ -280,15 +298,6 @@ def tiny_problems(
                 if len(out) == n:
                     break
     return out
-
-
-@functools.lru_cache(maxsize=4)
-def _reserved_keys(config: TinyConfig) -> frozenset[tuple[tuple[int, ...], int]]:
-    return frozenset(_problem_key(p) for p in _stream(config, 1, HELDOUT_RESERVED))
-
-
-def _stream(config: TinyConfig, stream: int, n: int) -> list[CountdownProblem]:
-    return _draw(config, np.random.default_rng([config.data_seed, stream]), n)
 
 
 def _draw(config: TinyConfig, rng: np.random.Generator, n: int) -> list[CountdownProblem]:
@@ -316,7 +325,7 @@ def _encode_problems(
         prompt = tokenizer(make_prompt(p, "compact")).input_ids
         completions = [compact_completion(e) for e in solve(p)]
         ids = tokenizer(completions, add_special_tokens=False).input_ids if completions else []
-        encoded.append((prompt, [c + [tokenizer.eos_token_id] for c in ids]))
+        encoded.append((prompt, [[*c, tokenizer.eos_token_id] for c in ids]))
     return encoded
 
 
@@ -365,11 +374,12 @@ def _torch_threads(n: int) -> Iterator[None]:
 
 
 def warm_start(
-    model: Qwen2ForCausalLM,
+    model: LlamaForCausalLM,
     tokenizer: PreTrainedTokenizerFast,
     problems: Sequence[CountdownProblem],
     *,
     config: TinyConfig = TinyConfig(),
+    num_threads: int = 2,
     progress: bool = True,
 ) -> list[float]:
     """Supervised fine-tuning of `model` in place on solver solutions of `problems`.
@@ -379,8 +389,9 @@ def warm_start(
     modes), in the compact format: prompt `make_prompt(p, "compact")` (with `<bos>`), completion
     `compact_completion(expr)` + `<eos>`; the loss is the mean token cross-entropy on completion
     tokens only. AdamW (`config.lr`, `config.weight_decay`), linear warm-up then cosine decay to
-    10%, gradient clipping at `config.grad_clip`, `config.num_threads` torch threads. Deterministic
-    given `config.model_seed` on one machine. Problems without a solution are skipped.
+    10%, gradient clipping at `config.grad_clip`, `num_threads` torch CPU threads (restored after).
+    Deterministic given `config.model_seed` on one machine and thread count. Problems without a
+    solution are skipped.
 
     Returns:
         The training loss of every step.
@@ -404,7 +415,7 @@ def warm_start(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     losses: list[float] = []
     model.train()
-    with _torch_threads(config.num_threads), torch.random.fork_rng(devices=[]):
+    with _torch_threads(num_threads), torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.model_seed)  # dropout is off; this only pins any stray draw
         bar = tqdm(total=total, desc="warm start", disable=not progress, unit="step")
         for _ in range(config.epochs):
@@ -440,6 +451,7 @@ def ensure_base_model(
     *,
     rebuild: bool = False,
     config: TinyConfig | None = None,
+    num_threads: int = 2,
     progress: bool = True,
 ) -> Path:
     """The folder of the warm-started tiny base model for `config`, built when missing or stale.
@@ -448,7 +460,8 @@ def ensure_base_model(
     otherwise (or with `rebuild=True`) the tokenizer and model are built, warm-started on
     `tiny_problems(config, "train", config.num_train_problems)`, saved with `save_pretrained` into
     a temporary sibling folder, and moved into place with `os.replace`, so a crash never leaves a
-    half-written model at `path`. `BUILD_FILE` also records the parameter count, the final
+    half-written model at `path`. The warm start runs on `num_threads` torch threads (not part of
+    the cache key: it changes only float rounding). `BUILD_FILE` also records the parameter count, the final
     training loss and the warm-start seconds.
 
     Returns:
@@ -470,7 +483,9 @@ def ensure_base_model(
     )
     problems = tiny_problems(config, "train", config.num_train_problems)
     start = time.perf_counter()
-    losses = warm_start(model, tokenizer, problems, config=config, progress=progress)
+    losses = warm_start(
+        model, tokenizer, problems, config=config, num_threads=num_threads, progress=progress
+    )
     seconds = time.perf_counter() - start
     build = {
         "version": BUILD_VERSION,
@@ -478,6 +493,7 @@ def ensure_base_model(
         "parameters": count_parameters(model),
         "final_loss": losses[-1] if losses else None,
         "warm_start_seconds": round(seconds, 1),
+        "num_threads": num_threads,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
@@ -507,7 +523,7 @@ def read_build_config(path: str | os.PathLike[str]) -> TinyConfig | None:
 
 def load_base_model(
     path: str | os.PathLike[str],
-) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+) -> tuple[LlamaForCausalLM, PreTrainedTokenizerFast]:
     """`(model, tokenizer)` from a folder written by `ensure_base_model`, model in eval mode."""
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)

@@ -33,7 +33,12 @@ def _one_thread():
 def backend():
     tok = build_tokenizer(100)
     model = build_tiny_model(
-        tok, seed=0, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+        tok,
+        seed=0,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
     )
     # Raise EOS so that some responses end early and others run to max_new_tokens.
     with torch.no_grad():
@@ -45,7 +50,11 @@ def backend():
 def prompts():
     # Different lengths, so that left padding is exercised.
     problems = tiny_problems(TinyConfig(), "heldout", 2)
-    return [make_prompt(problems[0], "compact"), "nums 5 target 5 :", make_prompt(problems[1], "compact")]
+    return [
+        make_prompt(problems[0], "compact"),
+        "nums 5 target 5 :",
+        make_prompt(problems[1], "compact"),
+    ]
 
 
 def sample(backend, prompts, seed=0, **kw):
@@ -143,7 +152,11 @@ def test_seeded_sampling_is_deterministic_and_leaves_the_global_rng(backend, pro
     assert a.texts != c.texts
     assert a.cand_ids is not None and a.entropy is None
     plain = backend.generate(prompts, 1, max_new_tokens=4)
-    assert plain.cand_ids is None and plain.cand_logp is None and plain.response_ids.shape[:2] == (B, 1)
+    assert (
+        plain.cand_ids is None
+        and plain.cand_logp is None
+        and plain.response_ids.shape[:2] == (B, 1)
+    )
 
 
 def test_generate_keeps_training_mode_and_validates(backend, prompts):

@@ -37,7 +37,6 @@ SMALL = TinyConfig(
     solutions_per_problem=2,
     epochs=2,
     batch_size=16,
-    num_threads=1,
 )
 
 
@@ -60,7 +59,10 @@ def test_tokenizer_vocabulary_and_round_trip(tokenizer):
     assert len(tokenizer) == len(SPECIAL_TOKENS) + len(compact_words(100))
     assert (tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id) == (0, 1, 2)
     assert tokenizer.unk_token_id == 3
-    text = make_prompt(tiny_problems(TinyConfig(), "heldout", 1)[0], "compact") + " <answer> ( 3 + 5 ) * 2 </answer>"
+    text = (
+        make_prompt(tiny_problems(TinyConfig(), "heldout", 1)[0], "compact")
+        + " <answer> ( 3 + 5 ) * 2 </answer>"
+    )
     ids = tokenizer(text).input_ids
     assert ids[0] == tokenizer.bos_token_id
     assert len(ids) == 1 + len(text.split())  # one word, one token
@@ -87,7 +89,9 @@ def test_default_model_size_and_save_round_trip(tokenizer, tmp_path):
     assert model.config.tie_word_embeddings
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
     again = build_tiny_model(tokenizer, seed=0)
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters(), strict=True))
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters(), strict=True)
+    )
     model.save_pretrained(tmp_path)
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
     ids = torch.tensor([tokenizer("nums 1 2 3 target 6 :").input_ids])
@@ -102,7 +106,9 @@ def test_problem_splits_are_deterministic_and_disjoint():
     assert train == tiny_problems(cfg, "train", 300)
     assert train[:100] == tiny_problems(cfg, "train", 100)  # a prefix does not depend on n
     heldout = tiny_problems(cfg, "heldout", tiny.HELDOUT_RESERVED)
+    assert heldout[:10] == tiny_problems(cfg, "heldout", 10)
     keys = {(tuple(sorted(p.nums)), p.target) for p in heldout}
+    assert len(keys) == len(heldout)
     assert not keys & {(tuple(sorted(p.nums)), p.target) for p in train}
     assert len({(tuple(sorted(p.nums)), p.target) for p in train}) == len(train)
     for p in train[:50]:
@@ -122,15 +128,30 @@ def test_collate_masks_the_prompt_out_of_the_loss():
     assert labels.tolist() == [[-100, -100, -100, 7, 8, 2], [-100, -100, 2, -100, -100, -100]]
 
 
-def test_warm_start_lowers_the_completion_loss(tokenizer):
+def test_warm_start_lowers_the_completion_loss_deterministically(tokenizer):
     cfg = replace(SMALL, epochs=4, lr=1e-2)
-    model = build_tiny_model(tokenizer, seed=0, hidden_size=32, num_hidden_layers=1,
-                             num_attention_heads=2, intermediate_size=64)
     problems = tiny_problems(cfg, "train", cfg.num_train_problems)
-    losses = warm_start(model, tokenizer, problems, config=cfg, progress=False)
+    models, runs = [], []
+    for _ in range(2):
+        model = build_tiny_model(
+            tokenizer,
+            seed=0,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=64,
+        )
+        runs.append(
+            warm_start(model, tokenizer, problems, config=cfg, num_threads=1, progress=False)
+        )
+        models.append(model)
+    losses = runs[0]
     assert len(losses) == 4 * 3  # 24 problems x 2 solutions / 16 per batch, 4 epochs
     assert sum(losses[-3:]) < sum(losses[:3])
-    assert not model.training
+    assert not models[0].training
+    assert runs[0] == runs[1]
+    params = zip(models[0].parameters(), models[1].parameters(), strict=True)
+    assert all(torch.equal(a, b) for a, b in params)
 
 
 def test_config_validation_names_the_field():
@@ -146,23 +167,28 @@ def test_config_validation_names_the_field():
 
 def test_ensure_base_model_builds_caches_and_rebuilds(tmp_path, monkeypatch):
     path = tmp_path / "base"
-    assert ensure_base_model(path, config=SMALL, progress=False) == path
+    assert ensure_base_model(path, config=SMALL, num_threads=1, progress=False) == path
     build = json.loads((path / BUILD_FILE).read_text())
     assert read_build_config(path) == SMALL and build["parameters"] > 0
     assert sorted(os.listdir(tmp_path)) == ["base"]  # no temporary folder left behind
     model, tok = load_base_model(path)
     assert model.config.hidden_size == SMALL.hidden_size and not model.training
-    prompt = make_prompt(tiny_problems(SMALL, "train", 1)[0], "compact")
-    assert tok(prompt).input_ids[0] == tok.bos_token_id
+    # AutoTokenizer on the folder with the model's config.json: the same word-level tokenizer.
+    prompt = (
+        make_prompt(tiny_problems(SMALL, "train", 1)[0], "compact") + " <answer> 12 * 3 </answer>"
+    )
+    ids = tok(prompt).input_ids
+    assert ids == build_tokenizer(SMALL.max_target)(prompt).input_ids
+    assert tok.decode(ids, skip_special_tokens=True) == prompt
 
     calls = []
     real = tiny.warm_start
     monkeypatch.setattr(tiny, "warm_start", lambda *a, **k: calls.append(1) or real(*a, **k))
-    ensure_base_model(path, config=SMALL, progress=False)
+    ensure_base_model(path, config=SMALL, num_threads=1, progress=False)
     assert calls == []  # same config: reused
-    ensure_base_model(path, config=SMALL, rebuild=True, progress=False)
+    ensure_base_model(path, config=SMALL, rebuild=True, num_threads=1, progress=False)
     other = replace(SMALL, model_seed=1, epochs=1)
-    ensure_base_model(path, config=other, progress=False)
+    ensure_base_model(path, config=other, num_threads=1, progress=False)
     assert calls == [1, 1]
     assert read_build_config(path) == other
     assert sorted(os.listdir(tmp_path)) == ["base"]

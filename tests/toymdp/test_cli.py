@@ -1,0 +1,46 @@
+"""Smoke test of `python -m toymdp figures`: files, summary.json contract, caching, determinism."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toymdp.__main__ import main
+from toymdp.experiments import EXPERIMENTS
+
+FAST = ["theorem_3_4", "convergence"]
+
+
+def test_all_seven_figures_are_registered_in_order():
+    assert [e.order for e in sorted(EXPERIMENTS.values(), key=lambda e: e.order)] == list(
+        range(1, 8)
+    )
+
+
+def test_quick_figures_are_written_and_bit_identical_on_recompute(tmp_path, capsys):
+    out = tmp_path / "figs"
+    assert main(["figures", "--quick", "--out", str(out), "--only", *FAST]) == 0
+    first = (out / "summary.json").read_bytes()
+    doc = json.loads(first)
+    assert set(doc["experiments"]) == set(FAST) and doc["quick"] is True
+    for name in FAST:
+        for fig in doc["experiments"][name]["figures"]:
+            assert (out / fig).stat().st_size > 0
+    timings = json.loads((out / "timings.json").read_text())
+    assert not any(t["cached"] for t in timings.values())
+
+    # A second run reads the cache; a third recomputes: both give the same bytes.
+    assert main(["figures", "--quick", "--out", str(out), "--only", *FAST]) == 0
+    assert all(t["cached"] for t in json.loads((out / "timings.json").read_text()).values())
+    assert (out / "summary.json").read_bytes() == first
+    assert main(["figures", "--quick", "--out", str(out), "--only", *FAST, "--no-cache"]) == 0
+    assert (out / "summary.json").read_bytes() == first
+    assert "wrote 2 experiments" in capsys.readouterr().out
+
+
+def test_unknown_experiment_is_a_usage_error(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["figures", "--out", str(tmp_path), "--only", "no_such_figure"])
+    assert exc.value.code == 2
+    assert "casp_tree" in capsys.readouterr().err
