@@ -19,7 +19,7 @@ $(VENV)/.stamp-core: pyproject.toml
 
 $(VENV)/.stamp-test: $(VENV)/.stamp-core pyproject.toml
 	$(PIP) install --quiet "$(TORCH_SPEC)"
-	$(PIP) install --quiet -e ".[test,bench]"
+	$(PIP) install --quiet -e ".[llm,dsdr,test,bench]"
 	touch $@
 
 install: $(VENV)/.stamp-core
