@@ -23,8 +23,8 @@ small for a second thread to help (measured: 0.125 s per step with one thread or
 thread makes the float rounding independent of ``--jobs``, and it lets ``--jobs 2`` train two runs
 side by side on a 2-core machine at twice the throughput.
 
-``--quick`` is the smoke-test budget: a 1-layer base model warm-started for a few steps, 2 training
-steps per method, 4 held-out problems x 4 samples, in ``RUNS/quick/`` (figures there too unless
+``--quick`` is the smoke-test budget: a 1-layer base model warm-started for a few steps, the first
+seed only, 2 training steps per method, 4 held-out problems x 4 samples, in ``RUNS/quick/`` (figures there too unless
 ``--figures`` is given), so it never overwrites the real runs or the committed figures.
 """
 
@@ -139,7 +139,8 @@ class ReproduceSettings:
     """per-method hyper-parameter overrides"""
 
     def resolved(self) -> ReproduceSettings:
-        """Apply `quick`: 2 steps, 4 problems x 4 samples, folders under RUNS/quick/."""
+        """Apply `quick`: the first seed only, 2 steps, 4 problems x 4 samples, one process,
+        folders under RUNS/quick/."""
         if not self.quick:
             figures = self.figures if self.figures is not None else "figures"
             return replace(self, figures=figures)
@@ -149,6 +150,7 @@ class ReproduceSettings:
             self,
             out_runs=runs,
             figures=figures,
+            seeds=self.seeds[:1],
             steps=2 if self.steps is None else self.steps,
             eval_problems=min(self.eval_problems, 4),
             eval_samples=min(self.eval_samples, 4),
@@ -247,7 +249,7 @@ def _train_run(job: _Job) -> tuple[Path, dict[str, Any]]:
         and ckpt is not None
         and ckpt.name == f"step_{cfg.steps:06d}"
     ):
-        return ckpt, marker
+        return ckpt, {**marker, "reused": True}
     if out.exists() and not same:
         # A run of another config or another base model: its checkpoints are not this run's.
         shutil.rmtree(out)
@@ -363,7 +365,7 @@ def _fmt(s: dict[str, float] | None, digits: int = 3, spread: bool = True) -> st
     if s is None:
         return "-"
     text = f"{s['mean']:.{digits}f}"
-    if spread and s.get("spread", 0.0) > 0:
+    if spread:
         text += f" ± {s['spread']:.{digits}f}"
     return text
 
@@ -382,8 +384,10 @@ def results_table(summary: dict[str, Any]) -> str:
                 f"{agg['train_reward_first']['mean']:.3f} → {agg['train_reward_last']['mean']:.3f}"
             )
         row = [label, hyper if label != "base" else "-"]
-        row += [_fmt(agg["pass_at_k"][k]) for k in ks]
-        row += [_fmt(agg["distinct_correct"], 2), _fmt(agg["self_bleu"]), reward]
+        many = len(agg["seeds"]) > 1  # show the spread over seeds, even when it is 0
+        row += [_fmt(agg["pass_at_k"][k], spread=many) for k in ks]
+        row += [_fmt(agg["distinct_correct"], 2, many), _fmt(agg["self_bleu"], spread=many)]
+        row.append(reward)
         row.append(_fmt(agg.get("train_seconds"), 0, spread=False))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -430,13 +434,14 @@ def plot_summary(summary: dict[str, Any], path: str | os.PathLike[str]) -> None:
         )  # fmt: skip
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [str(k) for k in ks])
         ax.set_xlabel("k")
         ax.grid(alpha=0.3)
     ax1.set_ylabel("pass@k")
     ax1.set_ylim(0, 1)
     ax1.set_title("held-out Countdown, tiny model")
     ax2.set_ylabel("pass@k − base pass@k")
-    ax2.set_title("gain over the base model")
+    ax2.set_title("gain over the base model (bars: range over seeds)")
     ax2.legend(fontsize=8)
     s = summary["settings"]
     fig.suptitle(
@@ -534,6 +539,12 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
                 bar.update(1)
     bar.close()
     phases["train_and_eval"] = time.perf_counter() - t0
+    # A rerun reuses finished runs: its phase timings then do not measure training.
+    reused = {
+        "runs": sum(1 for j in jobs[1:] if outcomes[j.label]["marker"].get("reused")),
+        "evals": sum(1 for j in jobs if outcomes[j.label]["reused_eval"]),
+        "of": len(jobs) - 1,
+    }
     for job in jobs:  # in job order, so eval.json's order does not depend on scheduling
         out = outcomes[job.label]
         if not out["reused_eval"]:
@@ -581,6 +592,7 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
         "methods": {"base": _base_entry(base_result)},
         "per_seed": per_seed,
         "timings_seconds": {},
+        "reused": reused,
     }
     for method, rows in per_seed.items():
         summary["methods"][method] = _aggregate(rows)
@@ -602,7 +614,7 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
 
 
 def _markdown(summary: dict[str, Any], table: str) -> str:
-    s = summary["settings"]
+    s, r = summary["settings"], summary["reused"]
     spread = " (mean over seeds ± half their range)" if len(s["seeds"]) > 1 else ""
     return (
         "# Countdown on the offline tiny model: base vs RL-fine-tuned methods\n\n"
@@ -615,7 +627,9 @@ def _markdown(summary: dict[str, Any], table: str) -> str:
         "correct solutions per problem (up to commutativity); Self-BLEU in [0, 1], lower = more "
         "diverse. Train reward: mean reward of the first and last 10% of training steps.\n\n"
         f"{table}\n\n"
-        f"Timings (s): {json.dumps(summary['timings_seconds'])}\n"
+        f"Timings of this invocation (s): {json.dumps(summary['timings_seconds'])}; it reused "
+        f"{r['runs']} of {r['of']} finished runs and {r['evals']} of {r['of'] + 1} evaluations "
+        "(train s: each run's own training time, recorded when it ran).\n"
     )
 
 

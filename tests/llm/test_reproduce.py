@@ -67,6 +67,12 @@ def test_second_call_reuses_runs_and_evals(quick_run):
         (root / "runs" / "quick" / "eval" / "eval.json").read_text(),
     )
     assert main(argv) == 0
+    summary = json.loads((root / "figures" / "llm_countdown.json").read_text())
+    assert summary["reused"] == {
+        "runs": len(METHODS),
+        "evals": 1 + len(METHODS),
+        "of": len(METHODS),
+    }
     after = (
         weights.stat().st_mtime_ns,
         (root / "runs" / "quick" / "eval" / "eval.json").read_text(),
@@ -77,5 +83,5 @@ def test_second_call_reuses_runs_and_evals(quick_run):
 def test_quick_settings_never_touch_the_real_folders():
     s = ReproduceSettings(quick=True).resolved()
     assert s.out_runs.endswith("quick") and s.figures.startswith(s.out_runs)
-    assert (s.steps, s.eval_problems, s.eval_samples, s.jobs) == (2, 4, 4, 1)
+    assert (s.steps, s.eval_problems, s.eval_samples, s.jobs, s.seeds) == (2, 4, 4, 1, (0,))
     assert ReproduceSettings().resolved().figures == "figures"
