@@ -22,14 +22,6 @@ KEYS = {
 }  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _problems(n=3):
     return generate_problems(n, seed=5, num_numbers=3, max_number=9, max_target=MAX_NUMBER)
 

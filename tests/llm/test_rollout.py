@@ -20,15 +20,6 @@ from llm.tiny import TinyConfig, build_tiny_model, build_tokenizer, tiny_problem
 B, G, MAX_NEW = 3, 4, 10
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: extra threads only add synchronization (and contend on a shared machine).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def backend():
     tok = build_tokenizer(100)

@@ -40,15 +40,6 @@ SMALL = TinyConfig(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny tensors: extra threads only add synchronization (and contend on a shared machine).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return build_tokenizer(100)

@@ -28,18 +28,9 @@ from llm.trainer import (
 MAX_NUMBER = 30
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # Tiny tensors on a shared 2-core machine: extra intra-op threads only contend.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A random ~3k-parameter Qwen2 with the word-level tokenizer, saved with save_pretrained."""
+    """A random tiny causal LM (Qwen2-style Llama) with the word-level tokenizer, saved with save_pretrained."""
     path = tmp_path_factory.mktemp("tiny_model")
     tok = build_tokenizer(MAX_NUMBER)
     model = build_tiny_model(
