@@ -2,8 +2,9 @@
 
 CleanRL style: each field's docstring is its documentation (`describe()` prints them, and the
 resolved config written to ``DIR/config.toml`` is the record of a run). A config file holds the
-top-level fields and three one-level tables: ``[hyper]`` (the method's hyper-parameters, names as
-in ``shaping.METHODS[method].defaults``), ``[data]`` (`DataConfig`) and ``[eval]`` (`EvalConfig`).
+top-level fields and four one-level tables: ``[hyper]`` (the method's hyper-parameters, names as
+in ``shaping.METHODS[method].defaults``), ``[data]`` (`DataConfig`), ``[eval]`` (`EvalConfig`) and
+``[vllm]`` (`VLLMConfig`).
 Every field is checked by `validate`; a bad value or an unknown key raises ``ValueError`` naming it.
 """
 
@@ -24,11 +25,13 @@ import numpy as np
 
 import shaping
 from llm.tasks import TEMPLATES
+from llm.tasks.math import MATH_TEMPLATES
 
 __all__ = [
     "DataConfig",
     "EvalConfig",
     "TrainConfig",
+    "VLLMConfig",
     "config_to_toml",
     "describe",
     "load_config",
@@ -37,10 +40,15 @@ __all__ = [
 ]
 
 SCHEDULES = ("constant", "cosine", "linear")
-BACKENDS = ("transformers",)
+BACKENDS = ("transformers", "vllm")
 DISTINCT = ("commutative", "ac")
+TASKS = ("countdown", "math")
 DATA_SOURCES = ("tiny", "generate", "file")
-EVAL_SOURCES = ("tiny", "generate")
+EVAL_SOURCES = ("tiny", "generate", "file")
+PRECISIONS = ("fp32", "bf16-mixed", "bf16")
+PARALLEL = ("auto", "ddp", "fsdp2")
+ROLLOUT_IS = ("truncate", "none")
+VLLM_DTYPES = ("bfloat16", "float16", "float32", "auto")
 
 
 @dataclass
@@ -48,9 +56,9 @@ class DataConfig:
     """Training problems: the tiny model's training stream, generated, or a local file."""
 
     source: str = "tiny"
-    """tiny (llm.tiny's train stream, disjoint from its held-out problems), generate, or file"""
+    """tiny (llm.tiny's train stream, countdown only), generate, or file"""
     path: str = ""
-    """source = file: a local `.jsonl` or `.parquet` file in the Countdown-Tasks-3to4 format"""
+    """source = file: a local .jsonl/.parquet file (Countdown-Tasks-3to4; math: MATH, DAPO-Math)"""
     n_problems: int = 1000
     """number of problems to draw (source = tiny or generate)"""
     seed: int = 1
@@ -72,21 +80,45 @@ class EvalConfig:
     """Held-out evaluation settings used by `python -m llm eval --config FILE`."""
 
     source: str = "tiny"
-    """tiny (llm.tiny's held-out stream) or generate (the bounds of [data] with `seed`)"""
+    """tiny (llm.tiny's held-out stream), generate (the bounds of [data] with `seed`) or file"""
+    paths: list[str] = field(default_factory=list)
+    """source = file: local evaluation files (MATH500 / AIME / AMC formats), each reported apart"""
     n_problems: int = 64
-    """number of held-out problems"""
+    """number of held-out problems (per file with source = file; fewer if the file is shorter)"""
     seed: int = 12345
     """source = generate: seed of the held-out problems (must differ from `data.seed`)"""
     n_samples: int = 16
     """samples per problem n; pass@k is reported for k = 1, 2, 4, ..., n"""
     temperature: float = 1.0
     """sampling temperature at evaluation"""
+    top_p: float = 1.0
+    """nucleus sampling threshold at evaluation"""
+
+
+@dataclass
+class VLLMConfig:
+    """The colocated vLLM engine of ``backend = "vllm"`` (`llm.vllm_backend.VLLMBackend`)."""
+
+    gpu_memory_utilization: float = 0.3
+    """fraction of the GPU's memory vLLM may take (weights + KV cache); the trainer gets the rest"""
+    sleep_mode: bool = True
+    """put the engine to sleep (free its KV cache and weights) during each update"""
+    tensor_parallel_size: int = 1
+    """vLLM tensor parallelism (GPUs per engine)"""
+    max_model_len: int = 0
+    """longest prompt + response the engine accepts (0 = vLLM's default for the model)"""
+    enforce_eager: bool = False
+    """disable CUDA graphs (less memory, slower generation)"""
+    dtype: str = "bfloat16"
+    """engine weight dtype: bfloat16, float16, float32 or auto"""
 
 
 @dataclass
 class TrainConfig:
-    """One RL fine-tuning run of a causal LM on Countdown with a `shaping.METHODS` method."""
+    """One RL fine-tuning run of a causal LM on Countdown or math with a `shaping.METHODS` method."""
 
+    task: str = "countdown"
+    """countdown (seed 000 App. C.1) or math (boxed answers graded by math-verify)"""
     model_path: str = "runs/base_tiny"
     """local Hugging Face model directory (model + tokenizer); nothing is downloaded"""
     build_base_model: bool = False
@@ -128,7 +160,8 @@ class TrainConfig:
     top_n: int = 0
     """candidates tracked per token (Lambda^(n) metrics, CaSP); CaSP raises it to its own top_n"""
     template: str = "compact"
-    """prompt template: compact (tiny model), base or qwen-instruct (TinyZero)"""
+    """prompt template; countdown: compact (tiny model), base or qwen-instruct (TinyZero); math:
+    llm.tasks.MATH_TEMPLATES (qwen-math, qwen3, plain)"""
     format_score: float = 0.1
     """reward of a well-formed but wrong answer (TinyZero: 0.1)"""
     distinct: str = "commutative"
@@ -144,9 +177,22 @@ class TrainConfig:
     log_every: int = 1
     """write metrics.jsonl / TensorBoard every this many steps"""
     backend: str = "transformers"
-    """rollout backend: transformers (model.generate); vllm comes with the GPU issue"""
+    """rollout backend: transformers (model.generate) or vllm (colocated engine, [vllm] table)"""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    """the vLLM engine's settings ([vllm] table; used with backend = vllm)"""
+    rollout_is: str = "truncate"
+    """correction for sampler/trainer log-prob mismatch: truncate (per-token weight
+    min(exp(logp_old - logp_sampler), rollout_is_cap) on the surrogate, as TRL and verl) or none"""
+    rollout_is_cap: float = 2.0
+    """upper bound of the truncated importance-sampling weight"""
     device: str = "cpu"
-    """torch device of the policy (cpu, cuda, cuda:0, ...)"""
+    """torch device of the policy (cpu, cuda, cuda:0, ...); under torchrun cuda means cuda:LOCAL_RANK"""
+    precision: str = "fp32"
+    """fp32; bf16-mixed (fp32 weights and optimizer, bf16 compute); bf16 (bf16 weights too)"""
+    gradient_checkpointing: bool = False
+    """recompute activations in the backward pass (transformers' gradient checkpointing)"""
+    parallel: str = "auto"
+    """data parallelism under torchrun: ddp, fsdp2 (fully_shard) or auto (fsdp2 on CUDA, else ddp)"""
     tensorboard: bool = True
     """write TensorBoard events to DIR/tb (skipped with a warning if tensorboard is missing)"""
     num_threads: int = 0
@@ -165,6 +211,9 @@ class TrainConfig:
         return {**self.hyper, "kl_coef": self.kl_coef}
 
 
+_TABLES = ("data", "eval", "vllm")
+
+
 def _field_docs(cls: type) -> dict[str, str]:
     """Field docstrings (the string literal after each annotated field), read from the source."""
     tree = ast.parse(inspect.getsource(cls))
@@ -178,17 +227,18 @@ def _field_docs(cls: type) -> dict[str, str]:
             and isinstance(nxt.value, ast.Constant)
             and isinstance(nxt.value.value, str)
         ):
-            docs[node.target.id] = nxt.value.value
+            docs[node.target.id] = " ".join(nxt.value.value.split())
     return docs
 
 
 def describe() -> str:
     """Every config key with its default and documentation (the `--help` of a config file)."""
     lines = []
-    for prefix, cls in (("", TrainConfig), ("data.", DataConfig), ("eval.", EvalConfig)):
+    tables = (("", TrainConfig), ("data.", DataConfig), ("eval.", EvalConfig), ("vllm.", VLLMConfig))
+    for prefix, cls in tables:
         docs = _field_docs(cls)
         for f in dataclasses.fields(cls):
-            if f.name in ("data", "eval"):
+            if f.name in _TABLES:
                 continue
             default = f.default_factory() if callable(f.default_factory) else f.default
             lines.append(f"{prefix}{f.name} = {default!r}  # {docs.get(f.name, '')}")
@@ -216,12 +266,15 @@ def config_from_dict(raw: dict[str, Any]) -> TrainConfig:
     raw = dict(raw)
     data = raw.pop("data", {})
     ev = raw.pop("eval", {})
-    for name, table in (("data", data), ("eval", ev), ("hyper", raw.get("hyper", {}))):
+    vl = raw.pop("vllm", {})
+    tables = (("data", data), ("eval", ev), ("vllm", vl), ("hyper", raw.get("hyper", {})))
+    for name, table in tables:
         if not isinstance(table, dict):
             raise ValueError(f"{name}: expected a table, got {table!r}")
     cfg = _build(TrainConfig, raw, "")
     cfg.data = _build(DataConfig, data, "data: ")
     cfg.eval = _build(EvalConfig, ev, "eval: ")
+    cfg.vllm = _build(VLLMConfig, vl, "vllm: ")
     validate(cfg)
     return cfg
 
@@ -267,7 +320,8 @@ def validate(cfg: TrainConfig) -> None:
     _check(
         isinstance(c.model_path, str) and c.model_path != "", "model_path", c.model_path, "a path"
     )
-    for name in ("build_base_model", "tensorboard"):
+    _check(c.task in TASKS, "task", c.task, f"one of {TASKS}")
+    for name in ("build_base_model", "tensorboard", "gradient_checkpointing"):
         _check(isinstance(getattr(c, name), bool), name, getattr(c, name), "true or false")
     _check(
         isinstance(c.method, str) and c.method in shaping.METHODS,
@@ -311,7 +365,8 @@ def validate(cfg: TrainConfig) -> None:
         c.max_new_tokens,
         "an integer >= 1",
     )
-    _check(c.template in TEMPLATES, "template", c.template, f"one of {TEMPLATES}")
+    templates = TEMPLATES if c.task == "countdown" else MATH_TEMPLATES
+    _check(c.template in templates, "template", c.template, f"one of {templates} ({c.task})")
     _check(
         _is_num(c.format_score) and 0 <= c.format_score < 1,
         "format_score",
@@ -319,20 +374,59 @@ def validate(cfg: TrainConfig) -> None:
         "a number in [0, 1) (correct answers score 1)",
     )
     _check(c.distinct in DISTINCT, "distinct", c.distinct, f"one of {DISTINCT}")
-    _check(c.backend in BACKENDS, "backend", c.backend, f"one of {BACKENDS} (vllm: GPU issue)")
+    _check(c.backend in BACKENDS, "backend", c.backend, f"one of {BACKENDS}")
     _check(
         isinstance(c.device, str) and (c.device == "cpu" or c.device.startswith("cuda")),
         "device",
         c.device,
         "cpu or cuda[:i]",
     )
-    _validate_data(c.data)
-    _validate_eval(c.eval, c.data)
+    if c.backend == "vllm":
+        _check(c.device.startswith("cuda"), "device", c.device, "cuda with backend = vllm")
+    _check(c.rollout_is in ROLLOUT_IS, "rollout_is", c.rollout_is, f"one of {ROLLOUT_IS}")
+    _check(
+        _is_num(c.rollout_is_cap) and c.rollout_is_cap >= 1,
+        "rollout_is_cap",
+        c.rollout_is_cap,
+        "a number >= 1",
+    )
+    _check(c.precision in PRECISIONS, "precision", c.precision, f"one of {PRECISIONS}")
+    _check(c.parallel in PARALLEL, "parallel", c.parallel, f"one of {PARALLEL}")
+    _validate_vllm(c.vllm)
+    _validate_data(c.data, c.task)
+    _validate_eval(c.eval, c.data, c.task)
     _validate_hyper(c)
 
 
-def _validate_data(d: DataConfig) -> None:
+def _validate_vllm(v: VLLMConfig) -> None:
+    _check(
+        _is_num(v.gpu_memory_utilization) and 0 < v.gpu_memory_utilization < 1,
+        "vllm.gpu_memory_utilization",
+        v.gpu_memory_utilization,
+        "a number in (0, 1)",
+    )
+    for name in ("sleep_mode", "enforce_eager"):
+        value = getattr(v, name)
+        _check(isinstance(value, bool), f"vllm.{name}", value, "true or false")
+    _check(
+        _is_int(v.tensor_parallel_size) and v.tensor_parallel_size >= 1,
+        "vllm.tensor_parallel_size",
+        v.tensor_parallel_size,
+        "an integer >= 1",
+    )
+    _check(
+        _is_int(v.max_model_len) and v.max_model_len >= 0,
+        "vllm.max_model_len",
+        v.max_model_len,
+        "an integer >= 0",
+    )
+    _check(v.dtype in VLLM_DTYPES, "vllm.dtype", v.dtype, f"one of {VLLM_DTYPES}")
+
+
+def _validate_data(d: DataConfig, task: str) -> None:
     _check(d.source in DATA_SOURCES, "data.source", d.source, f"one of {DATA_SOURCES}")
+    if task == "math":
+        _check(d.source != "tiny", "data.source", d.source, "generate or file (task = math)")
     _check(isinstance(d.path, str), "data.path", d.path, "a path string")
     _check(
         (d.source == "file") == bool(d.path), "data.path", d.path, "set iff data.source = 'file'"
@@ -363,8 +457,20 @@ def _validate_data(d: DataConfig) -> None:
     )
 
 
-def _validate_eval(e: EvalConfig, d: DataConfig) -> None:
+def _validate_eval(e: EvalConfig, d: DataConfig, task: str) -> None:
     _check(e.source in EVAL_SOURCES, "eval.source", e.source, f"one of {EVAL_SOURCES}")
+    if task == "math":
+        _check(e.source != "tiny", "eval.source", e.source, "generate or file (task = math)")
+    _check(
+        isinstance(e.paths, list) and all(isinstance(x, str) and x for x in e.paths),
+        "eval.paths",
+        e.paths,
+        "a list of file paths",
+    )
+    _check(
+        (e.source == "file") == bool(e.paths), "eval.paths", e.paths, "set iff eval.source = 'file'"
+    )
+    _check(_is_num(e.top_p) and 0 < e.top_p <= 1, "eval.top_p", e.top_p, "a number in (0, 1]")
     _check(_is_int(e.n_problems) and e.n_problems >= 1, "eval.n_problems", e.n_problems, ">= 1")
     _check(_is_int(e.seed) and e.seed >= 0, "eval.seed", e.seed, "an integer >= 0")
     if e.source == d.source == "generate":
@@ -428,7 +534,7 @@ def config_to_toml(cfg: TrainConfig) -> str:
     docs = _field_docs(TrainConfig)
     lines = ["# Resolved training config (llm/config.py documents every key)."]
     for f in dataclasses.fields(TrainConfig):
-        if f.name in ("hyper", "data", "eval"):
+        if f.name == "hyper" or f.name in _TABLES:
             continue
         lines.append(f"{f.name} = {_toml_value(getattr(cfg, f.name))}  # {docs[f.name]}")
     defaults = dict(shaping.METHODS[cfg.method].defaults)
@@ -436,7 +542,7 @@ def config_to_toml(cfg: TrainConfig) -> str:
     hyper = {**defaults, **cfg.hyper}
     lines += ["", "[hyper]  # method hyper-parameters, resolved with the method's defaults"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in hyper.items()]
-    for name, sub in (("data", cfg.data), ("eval", cfg.eval)):
+    for name, sub in (("data", cfg.data), ("eval", cfg.eval), ("vllm", cfg.vllm)):
         sub_docs = _field_docs(type(sub))
         lines += ["", f"[{name}]"]
         for f in dataclasses.fields(sub):

@@ -24,7 +24,7 @@ Batch = Mapping[str, Array]
 __all__ = ["METHODS", "Method", "get_method", "methods_table", "register"]
 
 _BASE_KEYS = ("rewards", "mask", "logp", "logp_old")
-_TOKEN_KEYS = ("mask", "logp", "logp_old", "logp_ref", "entropy", "sampled_rank")
+_TOKEN_KEYS = ("mask", "logp", "logp_old", "logp_ref", "entropy", "sampled_rank", "is_weight")
 _CAND_KEYS = ("cand_logp", "cand_logp_old")
 _PROMPT_KEYS = ("prompt_logp", "prompt_mask")
 
@@ -310,6 +310,11 @@ def _policy_loss(
     if ratio_fn is not None:
         ratio = ratio_fn(ratio, adv)
     surrogate = core.clipped_surrogate(ratio, adv, eps_low=h["eps_low"], eps_high=h["eps_high"])
+    clip_frac = core._clip_fraction(xp, stop_gradient(surrogate), stop_gradient(ratio), adv, keep)
+    if "is_weight" in batch:
+        # Rollout importance weight (sampler -> behaviour policy), on the surrogate only, before
+        # the KL and extra terms, as TRL's vllm_importance_sampling_correction and verl's TIS do.
+        surrogate = surrogate * stop_gradient(batch["is_weight"])
     per_token = surrogate
     out: dict[str, Array] = {}
     kl_coef = h["kl_coef"]
@@ -327,7 +332,7 @@ def _policy_loss(
     out["pg_loss"] = (
         stop_gradient(loss) if per_token is surrogate else core.agg_loss(surrogate, keep, agg)
     )
-    out["clip_frac"] = core._clip_fraction(xp, surrogate, stop_gradient(ratio), adv, keep)
+    out["clip_frac"] = clip_frac
     out["adv_mean"] = xp.mean(adv)
     out.update(metrics or {})
     return loss, {k: stop_gradient(v) for k, v in out.items()}

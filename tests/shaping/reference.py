@@ -495,7 +495,8 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
     Returns ``(loss, grads)`` where ``grads[key]`` is ``d loss / d batch[key]`` (float64 NumPy) for
     every differentiable key present (``logp``, ``entropy``, ``cand_logp``).
 
-    Per token: ``clipped surrogate(ratio, A) + kl_coef * k3(logp, logp_ref)``, aggregated by
+    Per token: ``is_weight * clipped surrogate(ratio, A) + kl_coef * k3(logp, logp_ref)``
+    (``is_weight`` = 1 when absent), aggregated by
     ``loss_agg``; then the method's extra terms (token-entropy terms, DSDR's local term).
     """
     import torch
@@ -529,6 +530,8 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
                 else:
                     ratio = _exp(s["logp"][b, g, t] - s["logp_old"][b, g, t])
                 tok = clipped_surrogate_ratio(ratio, a, h["eps_low"], h["eps_high"])
+                if "is_weight" in s:
+                    tok = tok * s["is_weight"][b, g, t]
                 if h["kl_coef"] > 0:
                     tok = tok + h["kl_coef"] * k3(s["logp"][b, g, t], s["logp_ref"][b, g, t])
                 loss_tok[b][g][t] = tok

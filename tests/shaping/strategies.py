@@ -84,6 +84,9 @@ def batches(draw, needs: frozenset[str] = frozenset(), min_g: int = 1) -> dict[s
         "logp": logp_old + _f64(draw, (n_b, n_g, n_t), _DELTA),
         "logp_ref": logp_old + _f64(draw, (n_b, n_g, n_t), _DELTA),
     }
+    if draw(st.booleans()):
+        # Optional rollout importance weight: truncated ratios in [0, 2].
+        batch["is_weight"] = _f64(draw, (n_b, n_g, n_t), st.floats(0.0, 2.0))
     if "entropy" in needs:
         batch["entropy"] = _f64(draw, (n_b, n_g, n_t), _ENTROPY)
         if tie:
