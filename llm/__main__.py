@@ -2,13 +2,15 @@
 
     python -m llm train --config FILE [--out DIR] [--resume] [--steps N]
     python -m llm train --describe          # every config key, its default and meaning
-    python -m llm eval --model PATH (--problems FILE | --generate N | --heldout N) [--n 16]
+    python -m llm eval --model PATH [--problems FILE | --generate N | --heldout N] [--n 16]
                        --out DIR [--label NAME] [--config FILE] [--seed S] ...
+    torchrun --nproc_per_node W -m llm train --config FILE   # data parallel (DDP / FSDP2)
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
 
 `--model` takes a model folder or a run folder (its newest checkpoint is used). `--config` gives
-eval the run's template, max_new_tokens, top_p, distinct and data bounds (for `--generate`).
+eval the run's task, template, backend, max_new_tokens, distinct and data bounds (for
+`--generate`); without a problem source, eval reads the config's [eval] sets (one label per file).
 """
 
 from __future__ import annotations
@@ -44,8 +46,10 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from llm.config import TrainConfig, load_config
-    from llm.eval import evaluate, write_eval
+    from llm.eval import evaluate, evaluate_math, write_eval
+    from llm.task import load_eval_sets
     from llm.tasks import generate_problems, load_problems
+    from llm.tasks.math import load_math_problems
     from llm.trainer import latest_checkpoint, load_model_and_tokenizer, make_backend
 
     cfg = load_config(args.config) if args.config else TrainConfig()
@@ -55,45 +59,60 @@ def _eval(args: argparse.Namespace) -> int:
     ckpt = latest_checkpoint(model_path)
     if ckpt is not None:
         model_path = ckpt
+    cfg.model_path = str(model_path)  # the vLLM backend loads this folder
     if args.problems:
-        problems = load_problems(args.problems)
+        load = load_math_problems if cfg.task == "math" else load_problems
+        sets = {"": load(args.problems)}
     elif args.generate:
         d = cfg.data
-        problems = generate_problems(
-            args.generate,
-            seed=args.seed if args.seed is not None else cfg.eval.seed,
-            num_numbers=tuple(d.num_numbers),
-            min_number=d.min_number,
-            max_number=d.max_number,
-            min_target=d.min_target,
-            max_target=d.max_target,
-        )
-    else:
+        sets = {
+            "": generate_problems(
+                args.generate,
+                seed=args.seed if args.seed is not None else cfg.eval.seed,
+                num_numbers=tuple(d.num_numbers),
+                min_number=d.min_number,
+                max_number=d.max_number,
+                min_target=d.min_target,
+                max_target=d.max_target,
+            )
+        }
+    elif args.heldout:
         from llm.tiny import TinyConfig, tiny_problems
 
-        problems = tiny_problems(TinyConfig(), "heldout", args.heldout)
-    model, tokenizer = load_model_and_tokenizer(model_path, cfg.device)
+        sets = {"": tiny_problems(TinyConfig(), "heldout", args.heldout)}
+    else:
+        sets = load_eval_sets(cfg)
+        if len(sets) == 1:
+            sets = {"": next(iter(sets.values()))}
+    model, tokenizer = load_model_and_tokenizer(model_path, cfg.device, cfg.precision)
     encoder = None
     if not args.no_semantic:
         from llm.diversity import load_encoder
 
         encoder = load_encoder(cfg.device)
-    result = evaluate(
-        make_backend(cfg, model, tokenizer),
-        problems,
-        n=args.n or cfg.eval.n_samples,
-        template=cfg.template,
-        max_new_tokens=args.max_new_tokens or cfg.max_new_tokens,
-        temperature=args.temperature if args.temperature is not None else cfg.eval.temperature,
-        top_p=cfg.top_p,
-        seed=args.seed if args.seed is not None else 0,
-        distinct=cfg.distinct,
-        encoder=encoder,
-    )
-    label = args.label or model_path.name
-    path = write_eval(args.out, label, result, model=str(model_path))
-    ks = ", ".join(f"pass@{k}={v:.3f}" for k, v in result["pass_at_k"].items())
-    print(f"{path} [{label}]: {ks}; distinct correct {result['distinct_correct']:.2f}")
+    backend = make_backend(cfg, model, tokenizer)
+    common = {
+        "n": args.n or cfg.eval.n_samples,
+        "template": cfg.template,
+        "max_new_tokens": args.max_new_tokens or cfg.eval.max_new_tokens or cfg.max_new_tokens,
+        "top_k": cfg.eval.top_k,
+        "temperature": args.temperature if args.temperature is not None else cfg.eval.temperature,
+        "top_p": cfg.eval.top_p,
+        "seed": args.seed if args.seed is not None else 0,
+        "encoder": encoder,
+    }
+    for name, problems in sets.items():
+        if cfg.task == "math":
+            result = evaluate_math(backend, problems, bleu=not args.no_bleu, **common)
+            extra = f"distinct answers {result['distinct_answers']:.2f}"
+        else:
+            result = evaluate(backend, problems, distinct=cfg.distinct, **common)
+            extra = f"distinct correct {result['distinct_correct']:.2f}"
+        label = args.label or model_path.name
+        label = f"{label}/{name}" if name else label
+        path = write_eval(args.out, label, result, model=str(model_path))
+        ks = ", ".join(f"pass@{k}={v:.3f}" for k, v in result["pass_at_k"].items())
+        print(f"{path} [{label}]: {ks}; {extra}")
     return 0
 
 
@@ -140,10 +159,10 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--describe", action="store_true", help="print every config key and exit")
     tr.set_defaults(func=_train)
 
-    ev = sub.add_parser("eval", help="pass@k and diversity of a model on Countdown")
+    ev = sub.add_parser("eval", help="pass@k and diversity of a model on Countdown or math")
     ev.add_argument("--model", required=True, help="model folder, or a run folder")
-    src = ev.add_mutually_exclusive_group(required=True)
-    src.add_argument("--problems", help="local .jsonl/.parquet problem file")
+    src = ev.add_mutually_exclusive_group()
+    src.add_argument("--problems", help="local .jsonl/.parquet problem file (task of --config)")
     src.add_argument("--generate", type=int, metavar="N", help="generate N problems")
     src.add_argument("--heldout", type=int, metavar="N", help="llm.tiny's first N held-out")
     ev.add_argument("--n", type=int, help="samples per problem (default: eval.n_samples)")
@@ -155,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--temperature", type=float, help="overrides eval.temperature")
     ev.add_argument("--seed", type=int, help="sampling seed (and --generate seed)")
     ev.add_argument("--no-semantic", action="store_true", help="skip the MiniLM cosine")
+    ev.add_argument("--no-bleu", action="store_true", help="math: skip Self-BLEU (slow for long n)")
     ev.set_defaults(func=_eval)
 
     rp = sub.add_parser(

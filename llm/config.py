@@ -93,6 +93,10 @@ class EvalConfig:
     """sampling temperature at evaluation"""
     top_p: float = 1.0
     """nucleus sampling threshold at evaluation"""
+    top_k: int = 0
+    """top-k sampling at evaluation (0 = off)"""
+    max_new_tokens: int = 0
+    """longest response at evaluation (0 = the training max_new_tokens)"""
 
 
 @dataclass
@@ -133,8 +137,11 @@ class TrainConfig:
     """B: prompts per training step"""
     steps: int = 20
     """number of training steps (rollout + update rounds)"""
+    prompts_per_update: int = 0
+    """prompts (whole groups) per optimizer step, verl's ppo_mini_batch_size: each inner epoch
+    takes prompts_per_step / prompts_per_update steps in data order (0 = all: one step)"""
     inner_epochs: int = 1
-    """mu: optimizer steps on each rollout batch (PPO epochs); each is one full-batch step"""
+    """mu: passes over each rollout batch (PPO epochs)"""
     micro_batch_size: int = 8
     """responses per forward/backward pass; gradients are accumulated over the batch"""
     lr: float = 1e-4
@@ -151,12 +158,17 @@ class TrainConfig:
     """global gradient-norm clip (0 = no clipping; the norm is still logged)"""
     kl_coef: float = 0.0
     """k3 KL penalty to the frozen base model; > 0 loads a reference copy"""
+    entropy_coef: float = 0.0
+    """token-entropy bonus of any method, verl's entropy_coeff (loss -= c * entropy)"""
     temperature: float = 1.0
     """sampling temperature; the trainer's log-probs use logits / temperature as well"""
     top_p: float = 1.0
     """nucleus sampling threshold of the rollout backend"""
     max_new_tokens: int = 16
     """longest response, in tokens"""
+    max_prompt_tokens: int = 0
+    """training problems whose prompt is longer (in tokens) are dropped, as verl's
+    filter_overlong_prompts; 0 = keep all"""
     top_n: int = 0
     """candidates tracked per token (Lambda^(n) metrics, CaSP); CaSP raises it to its own top_n"""
     template: str = "compact"
@@ -207,8 +219,9 @@ class TrainConfig:
         return self.top_n
 
     def method_hyper(self) -> dict[str, Any]:
-        """The keyword arguments of ``shaping.METHODS[method].loss``: `hyper` plus `kl_coef`."""
-        return {**self.hyper, "kl_coef": self.kl_coef}
+        """The keyword arguments of ``shaping.METHODS[method].loss``: `hyper` plus `kl_coef` and
+        `entropy_coef`."""
+        return {**self.hyper, "kl_coef": self.kl_coef, "entropy_coef": self.entropy_coef}
 
 
 _TABLES = ("data", "eval", "vllm")
@@ -234,7 +247,12 @@ def _field_docs(cls: type) -> dict[str, str]:
 def describe() -> str:
     """Every config key with its default and documentation (the `--help` of a config file)."""
     lines = []
-    tables = (("", TrainConfig), ("data.", DataConfig), ("eval.", EvalConfig), ("vllm.", VLLMConfig))
+    tables = (
+        ("", TrainConfig),
+        ("data.", DataConfig),
+        ("eval.", EvalConfig),
+        ("vllm.", VLLMConfig),
+    )
     for prefix, cls in tables:
         docs = _field_docs(cls)
         for f in dataclasses.fields(cls):
@@ -334,10 +352,12 @@ def validate(cfg: TrainConfig) -> None:
         raise ValueError(
             "hyper.kl_coef: set the top-level kl_coef instead (it also loads the reference)"
         )
+    if "entropy_coef" in c.hyper:
+        raise ValueError("hyper.entropy_coef: set the top-level entropy_coef instead")
     for name in ("group_size", "prompts_per_step", "steps", "inner_epochs", "micro_batch_size"):
         v = getattr(c, name)
         _check(_is_int(v) and v >= 1, name, v, "an integer >= 1")
-    for name in ("warmup_steps", "save_every", "top_n", "num_threads"):
+    for name in ("warmup_steps", "save_every", "top_n", "num_threads", "max_prompt_tokens"):
         v = getattr(c, name)
         _check(_is_int(v) and v >= 0, name, v, "an integer >= 0")
     _check(_is_int(c.log_every) and c.log_every >= 1, "log_every", c.log_every, "an integer >= 1")
@@ -357,6 +377,20 @@ def validate(cfg: TrainConfig) -> None:
         _is_num(c.max_grad_norm) and c.max_grad_norm >= 0, "max_grad_norm", c.max_grad_norm, ">= 0"
     )
     _check(_is_num(c.kl_coef) and c.kl_coef >= 0, "kl_coef", c.kl_coef, "a number >= 0")
+    _check(
+        _is_num(c.entropy_coef) and c.entropy_coef >= 0,
+        "entropy_coef",
+        c.entropy_coef,
+        "a number >= 0",
+    )
+    _check(
+        _is_int(c.prompts_per_update)
+        and c.prompts_per_update >= 0
+        and (c.prompts_per_update == 0 or c.prompts_per_step % c.prompts_per_update == 0),
+        "prompts_per_update",
+        c.prompts_per_update,
+        f"0 or an integer dividing prompts_per_step ({c.prompts_per_step})",
+    )
     _check(_is_num(c.temperature) and c.temperature > 0, "temperature", c.temperature, "> 0")
     _check(_is_num(c.top_p) and 0 < c.top_p <= 1, "top_p", c.top_p, "a number in (0, 1]")
     _check(
@@ -471,6 +505,9 @@ def _validate_eval(e: EvalConfig, d: DataConfig, task: str) -> None:
         (e.source == "file") == bool(e.paths), "eval.paths", e.paths, "set iff eval.source = 'file'"
     )
     _check(_is_num(e.top_p) and 0 < e.top_p <= 1, "eval.top_p", e.top_p, "a number in (0, 1]")
+    for name in ("top_k", "max_new_tokens"):
+        value = getattr(e, name)
+        _check(_is_int(value) and value >= 0, f"eval.{name}", value, "an integer >= 0")
     _check(_is_int(e.n_problems) and e.n_problems >= 1, "eval.n_problems", e.n_problems, ">= 1")
     _check(_is_int(e.seed) and e.seed >= 0, "eval.seed", e.seed, "an integer >= 0")
     if e.source == d.source == "generate":
@@ -539,6 +576,7 @@ def config_to_toml(cfg: TrainConfig) -> str:
         lines.append(f"{f.name} = {_toml_value(getattr(cfg, f.name))}  # {docs[f.name]}")
     defaults = dict(shaping.METHODS[cfg.method].defaults)
     defaults.pop("kl_coef", None)
+    defaults.pop("entropy_coef", None)
     hyper = {**defaults, **cfg.hyper}
     lines += ["", "[hyper]  # method hyper-parameters, resolved with the method's defaults"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in hyper.items()]

@@ -1,4 +1,4 @@
-"""Evaluation of a model on Countdown: pass@k, distinct correct solutions and response diversity.
+"""Evaluation of a model on Countdown or math: pass@k, distinct correct solutions, diversity.
 
 For each problem, n responses are sampled; reported (means over problems):
 
@@ -13,6 +13,10 @@ For each problem, n responses are sampled; reported (means over problems):
   other responses of its problem, in [0, 1]; lower = more diverse;
 - ``semantic_cosine_correct``: mean pairwise cosine of MiniLM embeddings among the correct
   responses of a problem (problems with >= 2 correct), when the `dsdr` extra is installed.
+
+Math problems (`llm.tasks.math.MathProblem`, graded by math-verify) report the same pass@k,
+Distinct-n, Self-BLEU and cosine entries, with ``distinct_answers`` (distinct boxed final answers
+per problem, correct or not) in place of the Countdown solution counts.
 
 `write_eval` merges one label's results into ``DIR/eval.json`` and redraws ``DIR/passk.png``.
 """
@@ -38,11 +42,13 @@ from llm.tasks import (
     solution_key,
     verify,
 )
+from llm.tasks.math import MathProblem, compute_math_score, extract_boxed, make_math_prompt
 from theory.measures import pass_at_k
 
 __all__ = [
     "distinct_n",
     "evaluate",
+    "evaluate_math",
     "k_values",
     "plot_pass_at_k",
     "self_bleu",
@@ -95,6 +101,7 @@ def evaluate(
     max_new_tokens: int = 16,
     temperature: float = 1.0,
     top_p: float = 1.0,
+    top_k: int = 0,
     seed: int = 0,
     prompts_per_batch: int = 8,
     distinct: str = "commutative",
@@ -115,19 +122,17 @@ def evaluate(
         raise ValueError("problems: expected at least one problem")
     if n < 1:
         raise ValueError(f"n: expected >= 1, got {n}")
-    gen = torch.Generator().manual_seed(seed)
-    texts: list[list[str]] = []
-    for start in range(0, len(problems), prompts_per_batch):
-        chunk = problems[start : start + prompts_per_batch]
-        roll = backend.generate(
-            [make_prompt(p, template) for p in chunk],
-            n,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            generator=gen,
-        )
-        texts.extend(roll.texts)
+    texts = _sample_texts(
+        backend,
+        [make_prompt(p, template) for p in problems],
+        n=n,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        prompts_per_batch=prompts_per_batch,
+    )
 
     ks = k_values(n)
     per_problem = []
@@ -176,6 +181,113 @@ def evaluate(
             if any(p["solutions"] for p in per_problem)
             else 0.0
         ),
+        "distinct_n": {str(i + 1): float(v / m) for i, v in enumerate(dist)},
+        "self_bleu": float(np.mean(bleus)) if bleus else None,
+        "semantic_cosine_correct": float(np.mean(cosines)) if cosines else None,
+        "per_problem": per_problem,
+    }
+
+
+def _sample_texts(
+    backend: Any,
+    prompts: Sequence[str],
+    *,
+    n: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    top_k: int,
+    seed: int,
+    prompts_per_batch: int,
+) -> list[list[str]]:
+    gen = torch.Generator().manual_seed(seed)
+    texts: list[list[str]] = []
+    for start in range(0, len(prompts), prompts_per_batch):
+        roll = backend.generate(
+            list(prompts[start : start + prompts_per_batch]),
+            n,
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            generator=gen,
+        )
+        texts.extend(roll.texts)
+    return texts
+
+
+def evaluate_math(
+    backend: Any,
+    problems: Sequence[MathProblem],
+    *,
+    n: int = 16,
+    template: str = "qwen-math",
+    max_new_tokens: int = 1024,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int = 0,
+    prompts_per_batch: int = 8,
+    bleu: bool = True,
+    encoder: Any | None = None,
+) -> dict[str, Any]:
+    """Sample `n` responses per math problem through `backend` and grade them with math-verify.
+
+    Returns:
+        A JSON-ready dict: ``n``, ``n_problems``, ``pass_at_k`` ({str(k): float}, unbiased),
+        ``accuracy``, ``boxed_rate`` (responses with a boxed answer), ``distinct_answers``
+        (distinct boxed answers per problem, as strings), ``distinct_n``, ``self_bleu`` (None
+        with ``bleu=False``), ``semantic_cosine_correct`` and ``per_problem`` (id, correct count,
+        distinct answers).
+
+    Raises:
+        ValueError: no problems, or `n < 1`.
+    """
+    if not problems:
+        raise ValueError("problems: expected at least one problem")
+    if n < 1:
+        raise ValueError(f"n: expected >= 1, got {n}")
+    texts = _sample_texts(
+        backend,
+        [make_math_prompt(p, template) for p in problems],
+        n=n,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        seed=seed,
+        prompts_per_batch=prompts_per_batch,
+    )
+    ks = k_values(n)
+    passk = np.zeros(len(ks))
+    dist = np.zeros(4)
+    per_problem, bleus, cosines, boxed = [], [], [], []
+    for prob, group in zip(problems, texts, strict=True):
+        scores = [compute_math_score(t, prob) for t in group]
+        answers = [extract_boxed(t) for t in group]
+        correct = [t for t, sc in zip(group, scores, strict=True) if sc == 1.0]
+        c = len(correct)
+        passk += np.asarray([pass_at_k(n, c, k) for k in ks])
+        dist += [distinct_n(group, m) for m in range(1, 5)]
+        boxed.append(np.mean([a is not None for a in answers]))
+        if bleu:
+            sb = self_bleu(group)
+            if sb is not None:
+                bleus.append(sb)
+        if encoder is not None and c >= 2:
+            from llm.diversity import embed
+
+            cosines.append(_mean_pairwise_cosine(embed(correct, encoder)))
+        distinct = {" ".join(a.split()) for a in answers if a is not None}
+        per_problem.append({"id": prob.id, "correct": c, "distinct_answers": len(distinct)})
+    m = len(problems)
+    return {
+        "n": n,
+        "n_problems": m,
+        "pass_at_k": {str(k): float(v / m) for k, v in zip(ks, passk, strict=True)},
+        "accuracy": float(np.mean([p["correct"] / n for p in per_problem])),
+        "boxed_rate": float(np.mean(boxed)),
+        "distinct_answers": float(np.mean([p["distinct_answers"] for p in per_problem])),
         "distinct_n": {str(i + 1): float(v / m) for i, v in enumerate(dist)},
         "self_bleu": float(np.mean(bleus)) if bleus else None,
         "semantic_cosine_correct": float(np.mean(cosines)) if cosines else None,

@@ -67,6 +67,7 @@ class RolloutBackend(Protocol):
         max_new_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
+        top_k: int = 0,
         top_n: int = 0,
         want_entropy: bool = False,
         generator: torch.Generator | None = None,
@@ -106,6 +107,7 @@ class HFGenerateBackend:
         max_new_tokens: int,
         temperature: float = 1.0,
         top_p: float = 1.0,
+        top_k: int = 0,
         top_n: int = 0,
         want_entropy: bool = False,
         generator: torch.Generator | None = None,
@@ -116,6 +118,7 @@ class HFGenerateBackend:
         generator. With `generator`, one seed is drawn from it and sampling runs under
         `torch.random.fork_rng` seeded with it, so the result depends only on `generator`'s state
         and the global RNG is left untouched. Without it, the global RNG is used (and advanced).
+        `top_k` (0 = off) truncates before top-p, as transformers orders its logits processors.
 
         Returns:
             A `RolloutBatch`; response tensors are `(B, G, T)`, candidates `(B, G, T, top_n)`.
@@ -149,14 +152,16 @@ class HFGenerateBackend:
         self.model.eval()
         try:
             if generator is None:
-                out = self._sample(prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p)
+                out = self._sample(
+                    prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p, top_k
+                )
             else:
                 seed = int(torch.randint(0, 2**62, (1,), generator=generator))
                 devices = [device] if device.type == "cuda" else []
                 with torch.random.fork_rng(devices=devices, device_type=device.type):
                     torch.manual_seed(seed)
                     out = self._sample(
-                        prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p
+                        prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p, top_k
                     )
         finally:
             self.model.train(was_training)
@@ -210,6 +215,7 @@ class HFGenerateBackend:
         max_new_tokens: int,
         temperature: float,
         top_p: float,
+        top_k: int = 0,
     ):
         return self.model.generate(
             input_ids=prompt_ids,
@@ -217,7 +223,7 @@ class HFGenerateBackend:
             do_sample=True,
             temperature=temperature,
             top_p=top_p,
-            top_k=0,  # the generation default of 50 would truncate the distribution
+            top_k=top_k,  # 0 = off: the generation default of 50 would truncate the distribution
             max_new_tokens=max_new_tokens,
             num_return_sequences=group_size,
             return_dict_in_generate=True,

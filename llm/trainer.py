@@ -36,6 +36,7 @@ inner epoch they are the behaviour pass itself, later epochs add one no-grad for
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -54,13 +55,17 @@ from tqdm.auto import tqdm
 
 import shaping
 from llm.config import TrainConfig, config_to_toml, load_config, save_config
-from llm.tasks import (
-    CountdownProblem,
-    compute_score,
-    generate_problems,
-    load_problems,
-    make_prompt,
+from llm.distributed import (
+    DistInfo,
+    broadcast_object,
+    gather_batch,
+    grad_sync,
+    init_distributed,
+    local_rows,
+    unwrap,
+    wrap_policy,
 )
+from llm.task import Problem, load_train_problems, prompt_for, score_for
 
 __all__ = [
     "PolicyOutputs",
@@ -72,6 +77,7 @@ __all__ = [
     "load_train_problems",
     "make_scheduler",
     "policy_forward",
+    "rollout_is_weight",
     "train",
 ]
 
@@ -90,30 +96,6 @@ class RolloutBackendLike(Protocol):
 
 # ---------------------------------------------------------------------------------------------
 # Data
-
-
-def load_train_problems(cfg: TrainConfig) -> list[CountdownProblem]:
-    """The training problems of `cfg.data`: llm.tiny's train stream, read from `path`, or
-    generated with its seed."""
-    d = cfg.data
-    if d.source == "tiny":
-        from llm.tiny import TinyConfig, tiny_problems
-
-        return tiny_problems(TinyConfig(), "train", d.n_problems)
-    if d.source == "file":
-        problems = load_problems(d.path)
-        if not problems:
-            raise ValueError(f"data.path: {d.path} holds no problems")
-        return problems
-    return generate_problems(
-        d.n_problems,
-        seed=d.seed,
-        num_numbers=tuple(d.num_numbers),
-        min_number=d.min_number,
-        max_number=d.max_number,
-        min_target=d.min_target,
-        max_target=d.max_target,
-    )
 
 
 def data_indices(position: int, count: int, n: int, seed: int) -> list[int]:
@@ -220,6 +202,7 @@ def policy_forward(
     n_top: int = 0,
     cand_ids: Tensor | None = None,
     want_prompt: bool = False,
+    precision: str = "fp32",
 ) -> PolicyOutputs:
     """Log-probs of `rows` under `model` with logits / `temperature` (the sampling distribution,
     as TRL's `GRPOTrainer` scales them; top-p truncation is not applied, as there).
@@ -227,13 +210,16 @@ def policy_forward(
     Args:
         n_top: return the top-`n_top` candidates of this distribution (ignored if `cand_ids`).
         cand_ids: (R, T, N) candidate ids at which to read log-probs (the behaviour policy's).
+        precision: ``bf16-mixed`` runs the model under bf16 autocast; log-softmax is always
+            computed in float32.
     """
-    out = model(
-        input_ids=rows.input_ids,
-        attention_mask=rows.attention_mask,
-        position_ids=rows.position_ids,
-        use_cache=False,
-    )
+    with _autocast(rows.input_ids.device, precision):
+        out = model(
+            input_ids=rows.input_ids,
+            attention_mask=rows.attention_mask,
+            position_ids=rows.position_ids,
+            use_cache=False,
+        )
     p = rows.prompt_len
     logits = out.logits.float() / temperature  # (R, P + T, V)
     # Position i predicts token i + 1: response token t comes from position P - 1 + t.
@@ -251,6 +237,12 @@ def policy_forward(
         prompt_lp = torch.log_softmax(logits[:, : p - 1], dim=-1)
         res.prompt_logp = prompt_lp.gather(-1, rows.input_ids[:, 1:p].unsqueeze(-1)).squeeze(-1)
     return res
+
+
+def _autocast(device: torch.device, precision: str) -> Any:
+    if precision != "bf16-mixed":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 def _chunks(n: int, size: int) -> list[tuple[int, int]]:
@@ -274,6 +266,16 @@ def _forward_all(
         return None if vals[0] is None else torch.cat(vals, dim=0)
 
     return PolicyOutputs(**{k: cat(k) for k in PolicyOutputs.__dataclass_fields__})
+
+
+def _slice_outputs(out: PolicyOutputs, start: int, stop: int) -> PolicyOutputs:
+    """Rows ``start:stop`` of every per-row field (the prompt log-probs included)."""
+    return PolicyOutputs(
+        **{
+            k: None if getattr(out, k) is None else getattr(out, k)[start:stop]
+            for k in PolicyOutputs.__dataclass_fields__
+        }
+    )
 
 
 def sampled_rank(cand_ids: Tensor, response_ids: Tensor) -> Tensor:
@@ -300,11 +302,19 @@ def accumulate_gradients(
     hyper: dict[str, Any],
     temperature: float,
     micro_batch_size: int,
+    precision: str = "fp32",
+    info: DistInfo | None = None,
 ) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
     """Accumulate into ``.grad`` the exact gradient of the full-batch shaping loss.
 
+    With several processes (`info`), the full batch is the global one: every rank gathers the
+    detached quantities of all ranks (`llm.distributed.gather_batch`), evaluates the same loss,
+    and back-propagates the gradient of its own rows scaled by the world size, so that the
+    engines' gradient mean over ranks is the full-batch gradient.
+
     Args:
-        rows: the R = B * G rows.
+        model: the policy (a transformers model, or its DDP / FSDP2 wrapping).
+        rows: this rank's R = B * G rows.
         fixed: no-grad batch entries already shaped (B, G, ...): rewards, mask, logp_old and the
             method's other non-differentiable keys.
         current: the policy quantities at the current parameters (no grad), per row; their values
@@ -313,36 +323,47 @@ def accumulate_gradients(
 
     Returns:
         (loss, metrics, batch): the full-batch loss (detached) equal to the shaping core's value,
-        its metrics, and the batch it was evaluated on (leaves detached).
+        its metrics, and the (global) batch it was evaluated on (leaves detached).
     """
+    info = info or DistInfo()
     b, g = fixed["rewards"].shape
+    t = rows.response_mask.shape[1]
     needs = shaping.METHODS[method].needs_for(**hyper)
-    leaves: dict[str, Tensor] = {}
+    local: dict[str, Tensor] = {}
     for key in _GRAD_KEYS:
         value = getattr(current, key)
         if key == "logp" or key in needs:
             if value is None:
                 raise ValueError(f"{method}: needs {key!r} but the forward pass did not compute it")
-            leaves[key] = value.detach().reshape(b, g, *value.shape[1:]).requires_grad_(True)
-    batch = {**fixed, **leaves}
+            local[key] = value.detach().reshape(b, g, *value.shape[1:])
+    batch = gather_batch({**fixed, **local}, info)
+    leaves = {k: batch[k].detach().requires_grad_(True) for k in local}
+    batch.update(leaves)
     loss, metrics = shaping.METHODS[method].loss(batch, **hyper)
     grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
-    # d loss / d leaf, flattened back to rows (R, T[, N]); an unused leaf has zero gradient.
+    # d loss / d leaf for this rank's rows, flattened back to rows (R, T[, N]); an unused leaf has
+    # zero gradient. The world-size factor undoes the engines' mean over ranks.
     leaf_grads = {
-        k: (torch.zeros_like(v) if gr is None else gr).reshape(b * g, *v.shape[2:])
+        k: local_rows(torch.zeros_like(v) if gr is None else gr, info, b, t).reshape(
+            b * g, *local[k].shape[2:]
+        )
+        * info.world_size
         for (k, v), gr in zip(leaves.items(), grads, strict=True)
     }
     cand_ids = current.cand_ids
-    for s, e in _chunks(len(rows), micro_batch_size):
-        out = policy_forward(
-            model,
-            rows.slice(s, e),
-            temperature=temperature,
-            want_entropy="entropy" in leaves,
-            cand_ids=None if "cand_logp" not in leaves else cand_ids[s:e],
-        )
-        surrogate = sum((getattr(out, k) * leaf_grads[k][s:e]).sum() for k in leaves)
-        surrogate.backward()
+    chunks = _chunks(len(rows), micro_batch_size)
+    for i, (s, e) in enumerate(chunks):
+        with grad_sync(model, enabled=i == len(chunks) - 1):
+            out = policy_forward(
+                model,
+                rows.slice(s, e),
+                temperature=temperature,
+                want_entropy="entropy" in leaves,
+                cand_ids=None if "cand_logp" not in leaves else cand_ids[s:e],
+                precision=precision,
+            )
+            surrogate = sum((getattr(out, k) * leaf_grads[k][s:e]).sum() for k in leaves)
+            surrogate.backward()
     detached = {k: v.detach() for k, v in batch.items()}
     return loss.detach(), metrics, detached
 
@@ -401,33 +422,79 @@ def latest_checkpoint(out_dir: str | os.PathLike[str]) -> Path | None:
 def _save_checkpoint(
     out_dir: Path,
     step: int,
-    model: torch.nn.Module,
+    policy: torch.nn.Module,
     tokenizer: Any,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     position: int,
+    info: DistInfo,
 ) -> Path:
+    """Write ``step_NNNNNN`` atomically; with several processes the full (unsharded) model and
+    optimizer states are gathered to rank 0 (torch.distributed.checkpoint.state_dict), which
+    writes them, and every rank waits for it."""
     root = out_dir / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    state = {
-        "step": step,
-        "data_position": position,
-        "optimizer": optimizer.state_dict(),
-        "scheduler": scheduler.state_dict(),
-        "rng": _rng_state(),
-    }
-    torch.save(state, tmp / STATE_FILE)
-    # A directory rename is atomic on POSIX: a checkpoint is either complete or absent.
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    model_state, optim_state = None, optimizer.state_dict()
+    if info.enabled:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_state = get_model_state_dict(policy, options=options)
+        # The gathered dict names tied weights twice (lm_head = embeddings) as separate tensors;
+        # keep the names `named_parameters` keeps so `save_pretrained` writes what it would.
+        inner = unwrap(policy)
+        own = {n for n, _ in inner.named_parameters()} | {n for n, _ in inner.named_buffers()}
+        model_state = {k: v for k, v in model_state.items() if k in own}
+        optim_state = get_optimizer_state_dict(policy, optimizer, options=options)
+    if info.is_main:
+        root.mkdir(parents=True, exist_ok=True)
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        unwrap(policy).save_pretrained(tmp, state_dict=model_state)
+        tokenizer.save_pretrained(tmp)
+        state = {
+            "step": step,
+            "data_position": position,
+            "world_size": info.world_size,
+            "optimizer": optim_state,
+            "scheduler": scheduler.state_dict(),
+            "rng": _rng_state(),
+        }
+        torch.save(state, tmp / STATE_FILE)
+        # A directory rename is atomic on POSIX: a checkpoint is either complete or absent.
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    if info.enabled:
+        torch.distributed.barrier()
     return final
+
+
+def _load_optimizer_state(
+    policy: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], info: DistInfo
+) -> None:
+    saved_world = int(state.get("world_size", 1))
+    if (saved_world > 1) != info.enabled:
+        raise ValueError(
+            f"--resume: the checkpoint was written by {saved_world} process(es), this run has "
+            f"{info.world_size}; resume with the same kind of launch (torchrun or not)"
+        )
+    if not info.enabled:
+        optimizer.load_state_dict(state["optimizer"])
+        return
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    set_optimizer_state_dict(
+        policy,
+        optimizer,
+        optim_state_dict=state["optimizer"],
+        options=StateDictOptions(full_state_dict=True),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -449,26 +516,73 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def load_model_and_tokenizer(path: str | os.PathLike[str], device: str) -> tuple[Any, Any]:
-    """`AutoModelForCausalLM` (float32, eval mode) and `load_tokenizer` from a local directory."""
+def load_model_and_tokenizer(
+    path: str | os.PathLike[str], device: str, precision: str = "fp32"
+) -> tuple[Any, Any]:
+    """`AutoModelForCausalLM` (eval mode) and `load_tokenizer` from a local directory; weights in
+    bfloat16 for ``precision = "bf16"``, float32 otherwise (``bf16-mixed`` keeps float32 master
+    weights and computes under autocast)."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     return model.to(device).eval(), load_tokenizer(path)
 
 
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Transformers' activation checkpointing (non-reentrant). Transformers only checkpoints in
+    training mode (``GradientCheckpointingLayer`` checks ``self.training``), so the model is put in
+    train mode; that is harmless for the Qwen/Llama families (no dropout by default) and a warning
+    names any active dropout."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    model.train()
+    active = sorted(
+        {type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0}
+    )
+    rates = {
+        k: getattr(model.config, k, 0.0)
+        for k in ("attention_dropout", "hidden_dropout", "dropout")
+        if getattr(model.config, k, 0.0)
+    }
+    if active or rates:
+        warnings.warn(
+            f"gradient_checkpointing puts the model in train mode; dropout is active ({rates or active})",
+            stacklevel=2,
+        )
+
+
 def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any) -> RolloutBackendLike:
-    """The rollout backend named by ``cfg.backend``."""
+    """The rollout backend named by ``cfg.backend`` (vllm: `llm.vllm_backend.VLLMBackend` on the
+    model folder ``cfg.model_path`` with the ``[vllm]`` settings; it needs CUDA and the `gpu`
+    extra)."""
     if cfg.backend == "transformers":
         from llm.rollout import HFGenerateBackend
 
         return HFGenerateBackend(model, tokenizer)
+    if cfg.backend == "vllm":
+        from llm.vllm_backend import VLLMBackend
+
+        v = cfg.vllm
+        return VLLMBackend(
+            cfg.model_path,
+            tokenizer,
+            gpu_memory_utilization=v.gpu_memory_utilization,
+            sleep_mode=v.sleep_mode,
+            tensor_parallel_size=v.tensor_parallel_size,
+            max_model_len=v.max_model_len,
+            enforce_eager=v.enforce_eager,
+            dtype=v.dtype,
+            seed=cfg.seed,
+        )
     raise ValueError(f"backend: unknown backend {cfg.backend!r}")
 
 
-def _step_seed(seed: int, step: int) -> int:
-    # Sampling uses a generator seeded per step, so a resumed run samples what it would have.
-    return int(np.random.default_rng((seed, 7919, step)).integers(2**62))
+def _step_seed(seed: int, step: int, rank: int = 0) -> int:
+    # Sampling uses a generator seeded per step (and rank), so a resumed run samples what it
+    # would have; rank 0 keeps the single-process seeds.
+    key = (seed, 7919, step) if rank == 0 else (seed, 7919, step, rank)
+    return int(np.random.default_rng(key).integers(2**62))
 
 
 class _Logger:
@@ -557,42 +671,65 @@ def train(
     `save_pretrained`, and ``trainer_state.pt``: optimizer, scheduler, RNG states, data
     position, step) every `save_every` steps and at the last step.
 
+    Under ``torchrun --nproc_per_node W`` each of the W processes samples and scores
+    ``prompts_per_step / W`` of the step's prompts, the update is the single-process update of the
+    global batch (`accumulate_gradients`), the policy is wrapped by DDP or FSDP2 (``parallel``),
+    and rank 0 logs and writes checkpoints.
+
     Args:
         resume: continue from the newest checkpoint in `out_dir` (fresh start if none); the
             config must equal the saved one except `steps`.
         backend_factory: ``(cfg, model, tokenizer) -> backend``; default `make_backend`.
         stop_after: stop after this step without saving (simulates a kill; tests use it).
-        progress: show a tqdm bar.
+        progress: show a tqdm bar (rank 0).
 
     Raises:
-        ValueError: invalid config, or a resumed run whose config differs.
+        ValueError: invalid config, a resumed run whose config differs, or a mini-batch
+            (``prompts_per_update``, else ``prompts_per_step``) not divisible by the number of
+            processes.
     """
+    info = init_distributed(cfg.device)
+    per_update = cfg.prompts_per_update or cfg.prompts_per_step
+    if per_update % info.world_size:
+        name = "prompts_per_update" if cfg.prompts_per_update else "prompts_per_step"
+        raise ValueError(
+            f"{name}: {per_update} is not divisible by the {info.world_size} processes (each "
+            "rank takes whole groups of every mini-batch)"
+        )
+    device = info.device
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if resume:
         _check_resume_config(cfg, out)
-    save_config(cfg, out / "config.toml")
+    if info.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, out / "config.toml")
+        if cfg.build_base_model:
+            from llm.tiny import ensure_base_model
 
-    if cfg.build_base_model:
-        from llm.tiny import ensure_base_model
-
-        ensure_base_model(cfg.model_path)
+            ensure_base_model(cfg.model_path)
+    if info.enabled:
+        torch.distributed.barrier()
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)  # noqa: NPY002 (seeds the legacy global RNG that libraries use)
     torch.manual_seed(cfg.seed)
 
-    ckpt = latest_checkpoint(out) if resume else None
-    model, tokenizer = load_model_and_tokenizer(ckpt or cfg.model_path, cfg.device)
+    ckpt = broadcast_object(latest_checkpoint(out) if resume else None, info)
+    model, tokenizer = load_model_and_tokenizer(ckpt or cfg.model_path, device, cfg.precision)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     ref_model = None
     if cfg.kl_coef > 0:
-        ref_model, _ = load_model_and_tokenizer(cfg.model_path, cfg.device)
+        ref_model, _ = load_model_and_tokenizer(cfg.model_path, device, cfg.precision)
         ref_model.requires_grad_(False)
+    policy = wrap_policy(model, info, cfg.parallel)
     backend = (backend_factory or make_backend)(cfg, model, tokenizer)
+    if ckpt is not None:
+        backend.sync_weights(model)  # an engine with its own copy starts from cfg.model_path
 
     optimizer = torch.optim.AdamW(
-        model.parameters(),
+        policy.parameters(),
         lr=cfg.lr,
         betas=tuple(cfg.adam_betas),
         weight_decay=cfg.weight_decay,
@@ -603,12 +740,14 @@ def train(
     start, position = 0, 0
     if ckpt is not None:
         state = torch.load(ckpt / STATE_FILE, weights_only=False)
-        optimizer.load_state_dict(state["optimizer"])
+        _load_optimizer_state(policy, optimizer, state, info)
         scheduler.load_state_dict(state["scheduler"])
         _set_rng_state(state["rng"])
         start, position = state["step"], state["data_position"]
 
     problems = load_train_problems(cfg)
+    if cfg.max_prompt_tokens > 0:
+        problems = _drop_long_prompts(problems, cfg, tokenizer)
     method = cfg.method
     hyper = cfg.method_hyper()
     needs = shaping.METHODS[method].needs_for(**hyper)
@@ -617,20 +756,26 @@ def train(
     if "diversity" in needs:
         from llm.diversity import load_encoder
 
-        encoder = load_encoder(cfg.device)
+        encoder = load_encoder(device)
 
-    logger = _Logger(out, tensorboard=cfg.tensorboard, start_step=start)
+    logger = _Logger(out, tensorboard=cfg.tensorboard, start_step=start) if info.is_main else None
     history: list[dict[str, float]] = []
     last = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
-    bar = tqdm(range(start + 1, last + 1), disable=not progress, desc=f"train {method}")
+    bar = tqdm(
+        range(start + 1, last + 1),
+        disable=not (progress and info.is_main),
+        desc=f"train {method}",
+    )
     try:
         for step in bar:
             t0 = time.perf_counter()
             idx = data_indices(position, cfg.prompts_per_step, len(problems), cfg.data.seed)
             position += cfg.prompts_per_step
+            idx = _rank_share(idx, info, cfg.prompts_per_update or cfg.prompts_per_step)
             batch_problems = [problems[i] for i in idx]
-            prompts = [make_prompt(p, cfg.template) for p in batch_problems]
-            gen = torch.Generator(device=cfg.device).manual_seed(_step_seed(cfg.seed, step))
+            prompts = [prompt_for(p, cfg.template) for p in batch_problems]
+            seed = _step_seed(cfg.seed, step, info.rank)
+            gen = torch.Generator(device=device).manual_seed(seed)
             with torch.no_grad():
                 roll = backend.generate(
                     prompts,
@@ -644,7 +789,7 @@ def train(
 
             metrics = _train_step(
                 cfg,
-                model,
+                policy,
                 ref_model,
                 optimizer,
                 scheduler,
@@ -654,6 +799,7 @@ def train(
                 hyper=hyper,
                 n_cand=n_cand,
                 encoder=encoder,
+                info=info,
             )
             backend.sync_weights(model)
             t_end = time.perf_counter()
@@ -666,36 +812,74 @@ def train(
                 }
             )
             history.append({"step": step, **metrics})
-            if step % cfg.log_every == 0 or step == cfg.steps:
+            if logger is not None and (step % cfg.log_every == 0 or step == cfg.steps):
                 logger.log(step, metrics)
             bar.set_postfix(reward=f"{metrics['charts/reward_mean']:.3f}")
             if step == cfg.steps or (cfg.save_every and step % cfg.save_every == 0):
-                _save_checkpoint(out, step, model, tokenizer, optimizer, scheduler, position)
+                _save_checkpoint(out, step, policy, tokenizer, optimizer, scheduler, position, info)
     finally:
-        logger.close()
+        if logger is not None:
+            logger.close()
     return history
+
+
+def _rank_share(indices: list[int], info: DistInfo, per_update: int) -> list[int]:
+    """This rank's prompts of a step: its 1/W of every mini-batch of `per_update` consecutive
+    prompts, so mini-batch j of every rank together is mini-batch j of the single-process run."""
+    m = per_update // info.world_size
+    return [
+        i
+        for start in range(0, len(indices), per_update)
+        for i in indices[start + info.rank * m : start + (info.rank + 1) * m]
+    ]
+
+
+def _drop_long_prompts(problems: list[Problem], cfg: TrainConfig, tokenizer: Any) -> list[Problem]:
+    """The problems whose prompt fits in ``max_prompt_tokens`` (verl's filter_overlong_prompts).
+
+    Raises:
+        ValueError: none fits.
+    """
+    prompts = [prompt_for(p, cfg.template) for p in problems]
+    lengths = [len(ids) for ids in tokenizer(prompts)["input_ids"]]
+    kept = [p for p, n in zip(problems, lengths, strict=True) if n <= cfg.max_prompt_tokens]
+    if not kept:
+        raise ValueError(
+            f"max_prompt_tokens: every prompt is longer than {cfg.max_prompt_tokens} tokens "
+            f"(shortest {min(lengths)})"
+        )
+    if len(kept) < len(problems):
+        warnings.warn(
+            f"max_prompt_tokens: dropped {len(problems) - len(kept)} of {len(problems)} "
+            f"problems whose prompt is longer than {cfg.max_prompt_tokens} tokens",
+            stacklevel=2,
+        )
+    return kept
 
 
 def _train_step(
     cfg: TrainConfig,
-    model: torch.nn.Module,
+    policy: torch.nn.Module,
     ref_model: torch.nn.Module | None,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     roll: Any,
-    problems: Sequence[CountdownProblem],
+    problems: Sequence[Problem],
     *,
     needs: frozenset[str],
     hyper: dict[str, Any],
     n_cand: int,
     encoder: Any,
+    info: DistInfo | None = None,
 ) -> dict[str, float]:
-    """Score, behaviour pass, mu full-batch optimizer steps; returns the step's metrics."""
-    device = cfg.device
+    """Score, behaviour pass, mu full-batch optimizer steps; returns the step's metrics (of the
+    global batch when several processes train)."""
+    info = info or DistInfo(device=cfg.device)
+    device = info.device
     b, g, t = roll.response_ids.shape
     rewards = torch.tensor(
         [
-            [compute_score(text, prob, format_score=cfg.format_score) for text in texts]
+            [score_for(text, prob, format_score=cfg.format_score) for text in texts]
             for texts, prob in zip(roll.texts, problems, strict=True)
         ],
         dtype=torch.float32,
@@ -708,25 +892,33 @@ def _train_step(
         roll.response_mask.to(device),
     )
     mask = rows.response_mask.reshape(b, g, t)
+    fwd = {"temperature": cfg.temperature, "precision": cfg.precision}
 
     t0 = time.perf_counter()
     old = _forward_all(
-        model,
+        policy,
         rows,
         cfg.micro_batch_size,
-        temperature=cfg.temperature,
         want_entropy=True,
         n_top=n_cand,
         want_prompt="prompt_logp" in needs,
+        **fwd,
     )
     fixed: dict[str, Tensor] = {
         "rewards": rewards,
         "mask": mask,
         "logp_old": old.logp.reshape(b, g, t),
     }
+    sampler_logp = getattr(roll, "logp", None)
+    if sampler_logp is not None:
+        sampler_logp = sampler_logp.to(device=device, dtype=torch.float32)
+    if cfg.rollout_is == "truncate" and sampler_logp is not None:
+        fixed["is_weight"] = rollout_is_weight(
+            fixed["logp_old"], sampler_logp, mask, cap=cfg.rollout_is_cap
+        )
     if "logp_ref" in needs:
         assert ref_model is not None  # kl_coef > 0 loads it
-        ref = _forward_all(ref_model, rows, cfg.micro_batch_size, temperature=cfg.temperature)
+        ref = _forward_all(ref_model, rows, cfg.micro_batch_size, **fwd)
         fixed["logp_ref"] = ref.logp.reshape(b, g, t)
     if "sampled_rank" in needs:
         fixed["sampled_rank"] = sampled_rank(old.cand_ids, rows.response_ids).reshape(b, g, t)
@@ -746,70 +938,108 @@ def _train_step(
     t_old = time.perf_counter()
 
     metrics: dict[str, float] = {}
-    current = old
     method = shaping.METHODS[cfg.method]
-    adv = method.advantages(
-        {**fixed, "logp": fixed["logp_old"], **_extra_current(old, needs, b, g)}, **hyper
-    )
+    # Mini-batches of whole groups (verl's ppo_mini_batch_size), in data order, each one
+    # optimizer step; this rank's share of a mini-batch is prompts_per_update / W groups.
+    per_update = (cfg.prompts_per_update or cfg.prompts_per_step) // info.world_size
+    losses: list[Tensor] = []
+    step_metrics: list[dict[str, Tensor]] = []
+    norms: list[float] = []
     for epoch in range(cfg.inner_epochs):
-        if epoch > 0:
-            current = _forward_all(
-                model,
-                rows,
-                cfg.micro_batch_size,
+        for start in range(0, b, per_update):
+            stop = min(start + per_update, b)
+            sub_rows = rows.slice(start * g, stop * g)
+            if epoch == 0 and start == 0:
+                current = _slice_outputs(old, start * g, stop * g)
+            else:  # the parameters moved since the behaviour pass
+                current = _forward_all(
+                    policy,
+                    sub_rows,
+                    cfg.micro_batch_size,
+                    want_entropy="entropy" in needs,
+                    cand_ids=old.cand_ids[start * g : stop * g] if "cand_logp" in needs else None,
+                    **fwd,
+                )
+            optimizer.zero_grad(set_to_none=True)
+            loss, loss_metrics, _ = accumulate_gradients(
+                policy,
+                sub_rows,
+                {k: v[start:stop] for k, v in fixed.items()},
+                current,
+                method=cfg.method,
+                hyper=hyper,
                 temperature=cfg.temperature,
-                want_entropy="entropy" in needs,
-                cand_ids=old.cand_ids if "cand_logp" in needs else None,
+                micro_batch_size=cfg.micro_batch_size,
+                precision=cfg.precision,
+                info=info,
             )
-        optimizer.zero_grad(set_to_none=True)
-        loss, loss_metrics, _ = accumulate_gradients(
-            model,
-            rows,
-            fixed,
-            current,
-            method=cfg.method,
-            hyper=hyper,
-            temperature=cfg.temperature,
-            micro_batch_size=cfg.micro_batch_size,
-        )
-        clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
-        scheduler.step()
+            clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+            norms.append(float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)))
+            optimizer.step()
+            scheduler.step()
+            losses.append(loss)
+            step_metrics.append({k: v for k, v in loss_metrics.items() if v.numel() == 1})
     t_upd = time.perf_counter()
 
+    # Reported over the global batch (the behaviour pass and the rollout), and as the mean over
+    # the step's optimizer steps for the loss terms and the gradient norm.
+    report = {**fixed, "logp": fixed["logp_old"], "entropy": old.entropy.reshape(b, g, t)}
+    if "cand_logp" in needs:
+        report["cand_logp"] = old.cand_logp.reshape(b, g, t, -1)
+    if sampler_logp is not None:
+        report["sampler_logp"] = sampler_logp
+    if old.cand_logp is not None:
+        report["cand_logp_old"] = old.cand_logp.reshape(b, g, t, -1)
+    first = gather_batch(report, info)
+    report = first
+    rewards, mask = first["rewards"], first["mask"]
+    adv = method.advantages({**first, "logp": first["logp_old"]}, **hyper)
     correct = (rewards > 0.5).float()
     metrics["charts/reward_mean"] = rewards.mean().item()
     metrics["charts/accuracy"] = correct.mean().item()
     metrics["charts/pass_rate"] = correct.amax(dim=1).mean().item()
     metrics["charts/format_rate"] = (rewards > 0).float().mean().item()
     metrics["charts/response_len"] = mask.sum(-1).mean().item()
-    metrics["charts/entropy"] = _masked_mean(old.entropy.reshape(b, g, t), mask)
+    metrics["charts/entropy"] = _masked_mean(report["entropy"], mask)
     metrics["charts/lr"] = scheduler.get_last_lr()[0]
-    metrics["charts/grad_norm"] = float(grad_norm)
-    if getattr(roll, "logp", None) is not None:
-        gap = (roll.logp.to(device).float() - fixed["logp_old"]).abs()
-        metrics["charts/sampler_logp_gap"] = _masked_mean(gap, mask)
-    metrics["losses/loss"] = loss.item()
-    for k, v in loss_metrics.items():
-        if v.numel() == 1:
-            metrics[f"losses/{k}"] = float(v)
+    metrics["charts/grad_norm"] = float(np.mean(norms))
+    metrics["charts/optimizer_steps"] = float(len(norms))
+    if "sampler_logp" in report:
+        diff = first["logp_old"] - report["sampler_logp"]
+        metrics["charts/sampler_logp_gap"] = _masked_mean(diff.abs(), mask)
+        # k3 estimate of KL(sampler || trainer) per token: the mismatch TRL and verl log.
+        metrics["charts/sampler_kl"] = _masked_mean(torch.expm1(diff) - diff, mask)
+    if "is_weight" in first:
+        w = first["is_weight"]
+        metrics["charts/is_weight_mean"] = _masked_mean(w, mask)
+        metrics["charts/is_weight_capped"] = _masked_mean((w >= cfg.rollout_is_cap).float(), mask)
+    metrics["losses/loss"] = float(torch.stack(losses).mean())
+    for k in step_metrics[0]:
+        metrics[f"losses/{k}"] = float(np.mean([float(m[k]) for m in step_metrics]))
     metrics.update(_stats(adv, "adv"))
-    if old.cand_logp is not None:
-        cand = old.cand_logp.reshape(b, g, t, -1)
+    if "cand_logp_old" in report:
+        cand = report["cand_logp_old"]
         for n in range(cand.shape[-1]):
             metrics[f"topn/lambda_{n + 1}"] = _masked_mean(cand[..., n], mask)
     if div is not None:
-        metrics["charts/diversity"] = float(np.mean(div))
+        metrics["charts/diversity"] = _masked_mean(first["diversity"], torch.ones_like(rewards))
     metrics["time/logprob"] = t_old - t0
     metrics["time/optim"] = t_upd - t_old
     return metrics
 
 
-def _extra_current(old: PolicyOutputs, needs: frozenset[str], b: int, g: int) -> dict[str, Tensor]:
-    out = {}
-    if "entropy" in needs:
-        out["entropy"] = old.entropy.reshape(b, g, -1)
-    if "cand_logp" in needs:
-        out["cand_logp"] = old.cand_logp.reshape(b, g, *old.cand_logp.shape[1:])
-    return out
+def rollout_is_weight(
+    logp_old: Tensor, logp_sampler: Tensor, mask: Tensor, *, cap: float
+) -> Tensor:
+    """Truncated importance weight of each sampled token, ``min(exp(logp_old - logp_sampler), cap)``
+    (1 on padding): corrects the surrogate for sampling from the rollout engine's distribution
+    rather than the trainer's (vLLM kernels, bf16, top-p), as TRL's
+    ``vllm_importance_sampling_correction`` and verl's truncated IS (TIS) do.
+
+    Args:
+        logp_old, logp_sampler, mask: (B, G, T) trainer and sampler log-probs of the sampled
+            tokens, and the response mask.
+        cap: upper bound C >= 1 of the weight.
+    """
+    diff = torch.where(mask > 0, logp_old - logp_sampler, torch.zeros_like(logp_old))
+    return torch.exp(diff.clamp(max=math.log(cap)))

@@ -65,6 +65,8 @@ class Method:
         extra = self.needs_fn(h) if self.needs_fn is not None else self.needs
         if not (_concrete(h["kl_coef"]) and h["kl_coef"] == 0):
             extra = extra | {"logp_ref"}
+        if not (_concrete(h["entropy_coef"]) and h["entropy_coef"] == 0):
+            extra = extra | {"entropy"}
         return frozenset(extra)
 
 
@@ -141,6 +143,7 @@ _NUMERIC_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "eps_low": (_unit, "in [0, 1]"),
     "eps_high": (_nonneg, ">= 0"),
     "kl_coef": (_nonneg, ">= 0"),
+    "entropy_coef": (_nonneg, ">= 0"),
     "eps": (_nonneg, ">= 0"),
     "gamma_p": (_nonneg, ">= 0"),
     "gamma_n": (_nonneg, ">= 0"),
@@ -322,6 +325,10 @@ def _policy_loss(
         kl = core.kl_k3(logp, _get(name, batch, "logp_ref"), keep)
         per_token = per_token + kl_coef * kl
         out["kl"] = core.agg_loss(stop_gradient(kl), keep, agg)
+    entropy_coef = h["entropy_coef"]
+    if not (_concrete(entropy_coef) and entropy_coef == 0):
+        # verl's actor.entropy_coeff: loss -= c * agg(token entropy), the same aggregation.
+        per_token = per_token - entropy_coef * _masked_entropy(name, batch)
     if token_extra is not None:
         per_token = per_token + token_extra
     loss = core.agg_loss(per_token, keep, agg)
@@ -353,6 +360,7 @@ _COMMON: dict[str, object] = {
     "eps_high": 0.2,
     "loss_agg": "token-mean",
     "kl_coef": 0.0,
+    "entropy_coef": 0.0,
 }
 _NORM: dict[str, object] = {"std_correction": 1, "eps": 1e-6}
 

@@ -1,6 +1,8 @@
-"""Tasks with verifiable rewards for the LLM side: Countdown (seed 000, App. C.1).
+"""Tasks with verifiable rewards for the LLM side: Countdown (seed 000, App. C.1) and competition
+math (seed 000, Sec. 4.3; seed 001, Sec. 4.1).
 
-Pure Python and numpy: no torch, no transformers; `datasets` only inside the Parquet loader.
+Pure Python and numpy: no torch, no transformers; `datasets`/pyarrow only inside the Parquet
+loaders; math-verify only inside the math grader.
 """
 
 from llm.tasks.countdown import (
@@ -42,11 +44,35 @@ from llm.tasks.expr import (
     parse_expression,
     to_infix,
 )
+from llm.tasks.math import (
+    BOXED_INSTRUCTION,
+    GRADE_TIMEOUT_S,
+    MATH_LAYOUTS,
+    MATH_TEMPLATES,
+    MAX_ANSWER_CHARS,
+    MAX_ANSWER_DEPTH,
+    MathProblem,
+    MathVerdict,
+    answers_equivalent,
+    compute_math_score,
+    extract_boxed,
+    generate_math_problems,
+    load_math_problems,
+    make_math_prompt,
+    math_verdict,
+    write_math_jsonl,
+)
 
 __all__ = [
+    "BOXED_INSTRUCTION",
     "COMPACT_WORDS",
     "CORRECT_SCORE",
     "FORMAT_SCORE",
+    "GRADE_TIMEOUT_S",
+    "MATH_LAYOUTS",
+    "MATH_TEMPLATES",
+    "MAX_ANSWER_CHARS",
+    "MAX_ANSWER_DEPTH",
     "MAX_DEPTH",
     "MAX_EXPRESSION_CHARS",
     "MAX_NODES",
@@ -54,19 +80,28 @@ __all__ = [
     "TEMPLATES",
     "CountdownProblem",
     "Expr",
+    "MathProblem",
+    "MathVerdict",
     "Verdict",
     "ac_key",
+    "answers_equivalent",
     "commutative_key",
     "compact_completion",
     "compact_words",
+    "compute_math_score",
     "compute_score",
     "count_solutions",
     "evaluate",
     "extract_answer",
+    "extract_boxed",
+    "generate_math_problems",
     "generate_problems",
     "leaves",
+    "load_math_problems",
     "load_problems",
+    "make_math_prompt",
     "make_prompt",
+    "math_verdict",
     "parse_expression",
     "problem_from_row",
     "solution_key",
@@ -76,5 +111,6 @@ __all__ = [
     "solves",
     "to_infix",
     "verify",
+    "write_math_jsonl",
     "write_problems_jsonl",
 ]

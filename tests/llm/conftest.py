@@ -17,3 +17,24 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+TEST_MAX_NUMBER = 30
+"""Largest number in the test tokenizer's vocabulary (problems of the llm tests stay below it)."""
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A random tiny causal LM (Qwen2-style Llama) with the word-level tokenizer, saved with
+    save_pretrained (seconds to build, unlike the warm-started base model)."""
+    from llm.tiny import build_tiny_model, build_tokenizer
+
+    path = tmp_path_factory.mktemp("tiny_model")
+    tok = build_tokenizer(TEST_MAX_NUMBER)
+    model = build_tiny_model(
+        tok, seed=0, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32,
+    )  # fmt: skip
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)

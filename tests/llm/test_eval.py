@@ -14,7 +14,6 @@ from llm.eval import distinct_n, evaluate, k_values, self_bleu, write_eval
 from llm.tasks import generate_problems, write_problems_jsonl
 from llm.trainer import load_tokenizer
 from tests.llm.test_trainer import MAX_NUMBER, PlantingBackend
-from tests.llm.test_trainer import tiny_model_path as tiny_model_path  # the shared fixture
 
 KEYS = {
     "n", "n_problems", "pass_at_k", "accuracy", "format_rate", "distinct_correct",

@@ -13,7 +13,6 @@ import shaping
 from llm.config import config_from_dict
 from llm.rollout import HFGenerateBackend, RolloutBatch, response_mask_from_eos
 from llm.tasks import CountdownProblem, compact_completion, solve
-from llm.tiny import build_tiny_model, build_tokenizer
 from llm.trainer import (
     accumulate_gradients,
     build_rows,
@@ -26,20 +25,6 @@ from llm.trainer import (
 )
 
 MAX_NUMBER = 30
-
-
-@pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A random tiny causal LM (Qwen2-style Llama) with the word-level tokenizer, saved with save_pretrained."""
-    path = tmp_path_factory.mktemp("tiny_model")
-    tok = build_tokenizer(MAX_NUMBER)
-    model = build_tiny_model(
-        tok, seed=0, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32,
-    )  # fmt: skip
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
 
 
 class PlantingBackend:
@@ -243,3 +228,69 @@ def test_sampled_rank():
     cand = torch.tensor([[[5, 2, 7], [1, 2, 3]]])
     resp = torch.tensor([[2, 9]])
     assert sampled_rank(cand, resp).tolist() == [[1, 3]]
+
+
+def test_rollout_is_weight_truncates_and_ignores_padding():
+    from llm.trainer import rollout_is_weight
+
+    logp_old = torch.tensor([[[-1.0, -2.0, -3.0, 0.0]]])
+    sampler = torch.tensor([[[-1.5, -1.0, -3.0, -9.0]]])
+    mask = torch.tensor([[[1.0, 1.0, 1.0, 0.0]]])
+    w = rollout_is_weight(logp_old, sampler, mask, cap=1.5)
+    want = torch.tensor([[[1.5, np.exp(-1.0), 1.0, 1.0]]], dtype=w.dtype)  # e^0.5 > 1.5: capped
+    torch.testing.assert_close(w, want)
+
+
+def test_mini_batches_and_rollout_is_metrics(tiny_model_path, tmp_path):
+    cfg = _config(
+        tiny_model_path, "grpo", prompts_per_step=4, prompts_per_update=2, inner_epochs=2,
+        steps=1, entropy_coef=0.01, top_p=0.9,
+    )  # fmt: skip
+    assert cfg.method_hyper()["entropy_coef"] == 0.01
+    (h,) = train(
+        cfg, tmp_path, backend_factory=lambda c, m, t: PlantingBackend(m, t), progress=False
+    )
+    assert h["charts/optimizer_steps"] == 4  # 2 epochs x 2 mini-batches
+    # top-p renormalizes the sampler: its log-probs exceed the trainer's, weights drop below 1.
+    assert 0 < h["charts/is_weight_mean"] < 1
+    assert h["charts/sampler_logp_gap"] > 0 and h["charts/sampler_kl"] >= 0
+    off = _config(tiny_model_path, "grpo", steps=1, rollout_is="none")
+    (h_off,) = train(
+        off, tmp_path / "off", backend_factory=lambda c, m, t: PlantingBackend(m, t),
+        progress=False,
+    )  # fmt: skip
+    assert "charts/is_weight_mean" not in h_off
+
+
+def test_max_prompt_tokens_drops_long_prompts(tiny_model_path, tmp_path):
+    # Compact prompts are `<bos> nums a b c target t :` (8 tokens with 3 numbers, 9 with 4).
+    cfg = _config(
+        tiny_model_path, "grpo", steps=1, max_prompt_tokens=8,
+        data={"source": "generate", "n_problems": 8, "num_numbers": [3, 4], "max_number": 9,
+              "max_target": MAX_NUMBER},
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match="dropped"):
+        train(cfg, tmp_path, backend_factory=lambda c, m, t: PlantingBackend(m, t), progress=False)
+    cfg.max_prompt_tokens = 3
+    with pytest.raises(ValueError, match="max_prompt_tokens"):
+        train(cfg, tmp_path / "none", progress=False)
+
+
+def test_math_task_runs_through_the_loop(tiny_model_path, tmp_path):
+    cfg = config_from_dict(
+        {
+            "model_path": tiny_model_path,
+            "task": "math",
+            "template": "plain",
+            "group_size": 2,
+            "prompts_per_step": 2,
+            "steps": 1,
+            "max_new_tokens": 4,
+            "tensorboard": False,
+            "data": {"source": "generate", "n_problems": 4},
+            "eval": {"source": "generate", "n_problems": 2},
+        }
+    )
+    (h,) = train(cfg, tmp_path, progress=False)
+    assert h["charts/reward_mean"] == 0.0  # a random word-level model never boxes an answer
+    assert latest_checkpoint(tmp_path) is not None

@@ -30,6 +30,7 @@ COMMON_DEFAULTS: dict[str, object] = {
     "eps_high": 0.2,
     "loss_agg": "token-mean",
     "kl_coef": 0.0,
+    "entropy_coef": 0.0,
 }
 GROUP_NORM_DEFAULTS: dict[str, object] = {"std_correction": 1, "eps": 1e-6}
 
@@ -495,7 +496,8 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
     Returns ``(loss, grads)`` where ``grads[key]`` is ``d loss / d batch[key]`` (float64 NumPy) for
     every differentiable key present (``logp``, ``entropy``, ``cand_logp``).
 
-    Per token: ``is_weight * clipped surrogate(ratio, A) + kl_coef * k3(logp, logp_ref)``
+    Per token: ``is_weight * clipped surrogate(ratio, A) + kl_coef * k3(logp, logp_ref)
+    - entropy_coef * entropy``
     (``is_weight`` = 1 when absent), aggregated by
     ``loss_agg``; then the method's extra terms (token-entropy terms, DSDR's local term).
     """
@@ -534,6 +536,8 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
                     tok = tok * s["is_weight"][b, g, t]
                 if h["kl_coef"] > 0:
                     tok = tok + h["kl_coef"] * k3(s["logp"][b, g, t], s["logp_ref"][b, g, t])
+                if h["entropy_coef"] > 0:
+                    tok = tok - h["entropy_coef"] * s["entropy"][b, g, t]
                 loss_tok[b][g][t] = tok
     total = aggregate(loss_tok, mask, h["loss_agg"])
     total = total + _extra_terms(name, s, h, mask)

@@ -167,6 +167,7 @@ def hypers(draw, name: str, batch: dict[str, np.ndarray]) -> dict[str, object]:
             ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
         ),
         "kl_coef": st.sampled_from([0.0, 0.3]),
+        "entropy_coef": st.sampled_from([0.0, 0.05]),
         "eps_low": st.sampled_from([0.2, 0.1]),
         "eps_high": st.sampled_from([0.2, 0.28]),
         "std_correction": st.sampled_from([0, 1]),

@@ -24,8 +24,8 @@ NAMES = ref.METHOD_NAMES
 
 
 def _all_needs(name: str) -> frozenset[str]:
-    # Draw every key the method may need under any setting (e.g. entropy for form="token").
-    return ref.NEEDS[name] | {"entropy"} if name.startswith("entropy_") else ref.NEEDS[name]
+    # Draw every key the method may need under any setting (entropy: form="token", entropy_coef).
+    return ref.NEEDS[name] | {"entropy"}
 
 
 def _no_near_ties(batch: dict, name: str) -> bool:

@@ -321,6 +321,7 @@ _NONNEGATIVE = (
     "lam_loc",
     "beta_rank",
     "kl_coef",
+    "entropy_coef",
     "eps",
     "eps_high",
     "eps_low",

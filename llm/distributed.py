@@ -1,0 +1,210 @@
+"""Data-parallel training over processes started by ``torchrun`` (torch.distributed).
+
+Nothing here shards anything by hand: the policy is wrapped by torch's own engines, DDP
+(`torch.nn.parallel.DistributedDataParallel`) or FSDP2 (`torch.distributed.fsdp.fully_shard`,
+applied to every decoder layer named by the model's ``_no_split_modules`` and then to the root,
+the recipe of the FSDP2 tutorial and of TRL/accelerate's auto-wrap policy). This module adds the
+two things the shaping losses need on top of them:
+
+- **The loss is the single-process loss of the global batch.** A shaping loss is not a sum of
+  per-response terms (token-mean over the whole batch, group statistics, DSDR's softmax), so every
+  rank all-gathers the detached per-token quantities of all ranks (`gather_batch`, padded to the
+  longest response and prompt of the step), evaluates the full-batch loss, and back-propagates
+  only the gradient of its own rows (`local_rows`). The wrapped engines average gradients over
+  ranks; multiplying the local surrogate by the world size turns that mean into the sum that the
+  chain rule asks for, so one optimizer step equals the single-process step on the same global
+  batch (tested with gloo on 2 CPU processes: tests/llm/test_distributed.py).
+- **Gradient sync once per optimizer step**: DDP's ``no_sync()`` and FSDP2's
+  ``set_requires_gradient_sync(False)`` skip the all-reduce / reduce-scatter on every micro-batch
+  but the last.
+
+Sources: torch docs "Getting Started with Fully Sharded Data Parallel (FSDP2)" and
+`torch.distributed.fsdp.fully_shard` (FSDPModule.set_requires_gradient_sync); DDP docs
+(`no_sync`); `torch.distributed.checkpoint.state_dict` (get/set_model_state_dict and
+get/set_optimizer_state_dict with ``StateDictOptions(full_state_dict=True)``) for checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "DistInfo",
+    "gather_batch",
+    "grad_sync",
+    "init_distributed",
+    "local_rows",
+    "wrap_policy",
+]
+
+Tensor = torch.Tensor
+
+# Keys of a shaping batch by the axis that differs between ranks (llm/CONTRACT.md shapes).
+_TOKEN_AXIS = 2  # (B, G, T) and (B, G, T, N)
+_PROMPT_KEYS = ("prompt_logp", "prompt_mask")  # (B, P)
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process stands: rank r of W, its device; ``W = 1`` without torchrun."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: str = "cpu"
+
+    @property
+    def enabled(self) -> bool:
+        """True when running with more than one process."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that logs and writes checkpoints."""
+        return self.rank == 0
+
+
+def init_distributed(device: str) -> DistInfo:
+    """Join the process group torchrun set up (``WORLD_SIZE`` > 1), or return a single-process
+    `DistInfo`. The backend is NCCL on CUDA and gloo on CPU; ``device = "cuda"`` becomes
+    ``cuda:LOCAL_RANK``.
+
+    Raises:
+        ValueError: ``device`` names one CUDA index while several processes share the node.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return DistInfo(device=device)
+    rank = int(os.environ["RANK"])
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.startswith("cuda"):
+        if ":" in device:
+            raise ValueError(
+                f"device: expected 'cuda' under torchrun (each rank takes cuda:LOCAL_RANK), "
+                f"got {device!r}"
+            )
+        device = f"cuda:{local}"
+        torch.cuda.set_device(local)
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
+    return DistInfo(rank=rank, world_size=world, local_rank=local, device=device)
+
+
+def wrap_policy(model: torch.nn.Module, info: DistInfo, parallel: str) -> torch.nn.Module:
+    """The module to train: `model` itself (one process), DDP around it, or `model` after FSDP2's
+    in-place `fully_shard` (``parallel = "auto"`` picks fsdp2 on CUDA and ddp on CPU).
+
+    Raises:
+        ValueError: unknown `parallel`.
+    """
+    if not info.enabled:
+        return model
+    if parallel not in ("auto", "ddp", "fsdp2"):
+        raise ValueError(f"parallel: expected auto, ddp or fsdp2, got {parallel!r}")
+    kind = parallel if parallel != "auto" else ("fsdp2" if "cuda" in info.device else "ddp")
+    if kind == "ddp":
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [info.local_rank] if info.device.startswith("cuda") else None
+        return DistributedDataParallel(model, device_ids=ids)
+    from torch.distributed.fsdp import fully_shard
+
+    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
+    for module in model.modules():
+        if type(module).__name__ in layer_classes:
+            fully_shard(module)
+    fully_shard(model)
+    return model
+
+
+def unwrap(policy: torch.nn.Module) -> torch.nn.Module:
+    """The transformers model inside a DDP wrapper (FSDP2 shards in place: itself)."""
+    return getattr(policy, "module", policy)
+
+
+@contextlib.contextmanager
+def grad_sync(policy: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Within the block, backward passes synchronize gradients across ranks only if `enabled`."""
+    if hasattr(policy, "no_sync") and not enabled:  # DDP
+        with policy.no_sync():
+            yield
+        return
+    if hasattr(policy, "set_requires_gradient_sync"):  # FSDP2
+        policy.set_requires_gradient_sync(enabled)
+        try:
+            yield
+        finally:
+            policy.set_requires_gradient_sync(True)
+        return
+    yield
+
+
+def _pad_to(x: Tensor, axis: int, size: int) -> Tensor:
+    if x.shape[axis] == size:
+        return x
+    pad_shape = list(x.shape)
+    pad_shape[axis] = size - x.shape[axis]
+    return torch.cat([x, torch.zeros(pad_shape, dtype=x.dtype, device=x.device)], dim=axis)
+
+
+def _axis(key: str, x: Tensor) -> int | None:
+    if key in _PROMPT_KEYS:
+        return 1
+    return _TOKEN_AXIS if x.ndim >= 3 else None
+
+
+def gather_batch(batch: dict[str, Tensor], info: DistInfo) -> dict[str, Tensor]:
+    """All ranks' batches concatenated along B in rank order (identity with one process).
+
+    Per-token entries (B, G, T[, N]) are zero-padded to the longest T of all ranks and prompt
+    entries (B, P) to the longest P; padding carries mask 0, so the shaping core ignores it.
+    Gradients do not flow through the gather (inputs are detached copies).
+
+    Args:
+        batch: this rank's entries, the same keys on every rank, B rows each.
+    """
+    if not info.enabled:
+        return batch
+    keys = sorted(batch)
+    sizes = torch.zeros(2, dtype=torch.int64, device=info.device)
+    for k in keys:
+        axis = _axis(k, batch[k])
+        if axis is not None:
+            slot = 1 if axis == 1 else 0
+            sizes[slot] = max(int(sizes[slot]), batch[k].shape[axis])
+    dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
+    out = {}
+    for k in keys:
+        x = batch[k].detach()
+        axis = _axis(k, x)
+        if axis is not None:
+            x = _pad_to(x, axis, int(sizes[1 if axis == 1 else 0]))
+        parts = [torch.empty_like(x) for _ in range(info.world_size)]
+        dist.all_gather(parts, x.contiguous())
+        out[k] = torch.cat(parts, dim=0)
+    return out
+
+
+def local_rows(x: Tensor, info: DistInfo, b: int, t: int | None = None) -> Tensor:
+    """This rank's `b` rows of a gathered (W*b, ...) tensor, cut back to its own length `t` on the
+    token axis (axis 2) when given."""
+    part = x[info.rank * b : (info.rank + 1) * b]
+    if t is not None and part.ndim >= 3:
+        part = part[:, :, :t]
+    return part
+
+
+def broadcast_object(obj: Any, info: DistInfo) -> Any:
+    """Rank 0's `obj` on every rank (identity with one process)."""
+    if not info.enabled:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]

@@ -1,0 +1,551 @@
+"""Rollouts from an in-process vLLM engine colocated with the trainer on one GPU (see CONTRACT.md).
+
+`VLLMBackend` implements the `RolloutBackend` protocol of `llm.rollout` with `vllm.LLM` running in
+the trainer's process ("colocate" mode, as TRL's `VLLMGeneration`): the engine shares the GPU with
+the trained model, takes the trainer's weights after every optimizer step (`sync_weights`), and,
+with sleep mode, frees its KV cache and moves its weights to CPU while the trainer trains. The
+conversion of vLLM's outputs into a `RolloutBatch` is the pure function
+`rollout_batch_from_outputs`, testable on CPU with stand-in objects. Shapes: B prompts, G responses
+per prompt (a group), P prompt tokens, T response tokens, N top candidates.
+
+Pinned version: vLLM 0.25.1 (`PINNED_VLLM_VERSION`), the newest release that TRL's colocate mode
+supports (huggingface/trl `pyproject.toml` extra `vllm>=0.17.0,<=0.25.1`, checked again in
+`trl/import_utils.py:is_vllm_available`), so every call below has a working reference. Its
+source was read from the PyPI wheel `vllm-0.25.1-cp38-abi3-manylinux_2_28_x86_64.whl`; the calls
+used here are unchanged in vLLM 0.33.0 (also read). Sources, vLLM 0.25.1 paths:
+- `vllm/entrypoints/llm.py`: `LLM.__init__` (engine arguments go to `EngineArgs`), `LLM.generate`
+  (a list of prompts paired one by one with a list of `SamplingParams`; outputs in prompt order),
+  `LLM.apply_model` (runs a function on the model inside each worker), `LLM.reset_prefix_cache`,
+  `LLM.sleep(level)` and `LLM.wake_up(tags)` with tags in `("weights", "kv_cache", "scheduling")`.
+- `vllm/config/model.py`, `ModelConfig.logprobs_mode`: the default `"raw_logprobs"` are log-probs
+  *before* temperature and top-k/top-p; `"processed_logprobs"` are after all processors, i.e. of
+  the distribution actually sampled from (the behaviour policy). `ModelConfig.max_logprobs`
+  (default 20) caps `SamplingParams.logprobs`.
+- `vllm/v1/worker/gpu/sample/sampler.py`, `Sampler.__call__` / `Sampler.sample` (Model Runner V2,
+  the default for dense models since 0.25.0): a float32 copy of the logits gets logit bias,
+  penalties, bad words, temperature, min-p, then top-k/top-p (removed entries -inf); the token is
+  drawn by Gumbel-max from a per-request seed and the position (`gumbel.py`), and with
+  `processed_logprobs` the log-probs are log-softmax of exactly these processed logits.
+  The V1 runner's `vllm/v1/sample/sampler.py` honours the same mode.
+- `vllm/v1/worker/gpu/sample/logprob.py`, `compute_topk_logprobs`: column 0 is the sampled token,
+  then `torch.topk`; the sampled token's rank is the number of entries with logit >= its logit.
+- `vllm/logprobs.py`, `append_logprobs_for_next_position`: each position becomes a dict
+  `{token_id: Logprob(logprob, rank, decoded_token)}` holding the sampled token with its vocabulary
+  rank and the top-N with ranks 1..N; a sampled token inside the top-N is overwritten by its
+  top-N entry, so a dict has N entries, or N + 1 when the sampled token is outside the top N.
+- `vllm/v1/engine/parallel_sampling.py`, `ParentRequest._get_child_sampling_params`: `n > 1` fans
+  out into n child requests; child g gets `seed + g`, so per-prompt seeds are spaced G apart.
+- `vllm/v1/core/sched/utils.py`, `check_stop`: the EOS (or stop) token is appended to the output
+  token ids before the request stops, so responses include their EOS.
+- `vllm/v1/engine/llm_engine.py`, `LLMEngine.__init__` / `from_engine_args`: with
+  `VLLM_ENABLE_V1_MULTIPROCESSING=0` the engine core runs in this process (`InprocClient`), and
+  `vllm/v1/executor/uniproc_executor.py`, `UniProcExecutor.collective_rpc`, calls functions directly
+  (`vllm/v1/serial_utils.py:run_method`): nothing is pickled, tensors are passed by reference.
+  `ExecutorWithExternalLauncher` (same file) is the torchrun variant for tensor parallelism, and
+  `vllm/config/parallel.py:ParallelConfig.__post_init__` turns multiprocessing off for it.
+- `vllm/v1/worker/worker_base.py`, `WorkerBase.apply_model`: `fn(self.get_model())`, the model
+  unwrapped from its CUDA-graph wrapper (`vllm/v1/worker/gpu_model_runner.py:get_model`);
+  `vllm/model_executor/models/llama.py`, `LlamaForCausalLM.load_weights`: Hugging Face names,
+  q/k/v and gate/up stacked by the loader, `lm_head.` skipped when embeddings are tied.
+- `vllm/v1/worker/gpu_worker.py`, `Worker.sleep` / `Worker.wake_up` (level 1: weights to CPU, KV
+  cache discarded); `vllm/v1/engine/core.py`, `EngineCore.sleep` clears the prefix cache and
+  `EngineCore.wake_up` resumes scheduling only once every tag is awake again.
+- `vllm/v1/worker/utils.py`, `request_memory`: at start-up, free GPU memory must be at least
+  `gpu_memory_utilization` x total memory (the trainer's share must fit in the rest).
+TRL's colocate mode, huggingface/trl v1.9.0 `trl/generation/vllm_generation.py`:
+`VLLMGeneration._init_vllm` (`distributed_executor_backend="external_launcher"`,
+`max_num_batched_tokens=4096`, `logprobs_mode="processed_logprobs"`), `_push_param_to_vllm`
+(`model.load_weights([(name, param)])` on the in-process model), `_sync_fsdp2_params_to_vllm`
+(`.full_tensor()`), `_fix_param_name_to_vllm`, `sync_weights` (wake weights, load,
+`reset_prefix_cache`) and `generate` (wake weights, wake KV cache, generate, sleep).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from llm.rollout import RolloutBatch
+
+PINNED_VLLM_VERSION = "0.25.1"
+
+# Prefixes that wrappers add to parameter names: DDP (`module.`), torch.compile (`_orig_mod.`),
+# FSDP1 (`_fsdp_wrapped_module.`) and activation checkpointing (`_checkpoint_wrapped_module.`,
+# which TRL's `_fix_param_name_to_vllm` removes). The last two can sit inside a name.
+_LEADING_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+_INNER_WRAPPER_SEGMENTS = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.")
+
+_INSTALL_HINT = (
+    "VLLMBackend needs vLLM, which is not installed. On a CUDA machine install the gpu extra "
+    f"(pip install -e '.[gpu]', vLLM {PINNED_VLLM_VERSION}), or use the transformers backend."
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# The attributes of vLLM's output objects that the conversion reads (vllm/outputs.py,
+# vllm/logprobs.py); anything with them works, e.g. the stand-in dataclasses of the tests.
+
+
+class LogprobLike(Protocol):
+    logprob: float
+    rank: int | None
+
+
+class CompletionOutputLike(Protocol):
+    index: int
+    token_ids: Sequence[int]
+    logprobs: Sequence[dict[int, LogprobLike]] | None
+
+
+class RequestOutputLike(Protocol):
+    outputs: Sequence[CompletionOutputLike]
+
+
+# --------------------------------------------------------------------------------------------------
+# Pure conversion
+
+
+def rollout_batch_from_outputs(
+    prompts: Sequence[str],
+    prompt_token_ids: Sequence[Sequence[int]],
+    outputs: Sequence[RequestOutputLike],
+    group_size: int,
+    top_n: int,
+    pad_token_id: int,
+    eos_token_id: int,
+    tokenizer: Any,
+) -> RolloutBatch:
+    """The `RolloutBatch` of vLLM's `RequestOutput`s, one per prompt, each with G completions.
+
+    Rows are prompt-major (row `b * G + g` is completion g of prompt b, ordered by
+    `CompletionOutput.index`). A completion is cut after its first `eos_token_id` (vLLM stops
+    there already; this keeps the contract if a different stop token let it run on). Per position,
+    `logprobs[t]` is vLLM's dict `token_id -> Logprob`: the sampled token's log-prob is read at its
+    id, and the candidates are the `top_n` entries of smallest rank (rank 1 first), which drops
+    the sampled token when it was added outside the top N.
+
+    Args:
+        prompts: B prompt texts.
+        prompt_token_ids: B unpadded prompt token-id lists (what was sent to the engine).
+        outputs: B objects with `.outputs`, each G objects with `.index`, `.token_ids` and
+            `.logprobs` (a list of per-position dicts, as long as `token_ids`).
+        group_size: G.
+        top_n: N, candidates per position (0: none; vLLM was asked for `logprobs=top_n`).
+        pad_token_id: fills prompt padding (left) and response padding (right).
+        eos_token_id: the EOS id; the response mask includes it.
+        tokenizer: anything with `batch_decode(list[list[int]], skip_special_tokens=True)`.
+
+    Returns:
+        A `RolloutBatch` on CPU: `prompt_ids`/`prompt_mask` (B, P), `response_ids`,
+        `response_mask`, `logp` (B, G, T) with T the longest response, `cand_ids`/`cand_logp`
+        (B, G, T, N) or None when `top_n == 0`, `entropy` None (vLLM does not report it), `texts`
+        (B, G). Outside the mask: ids pad, log-probs 0, candidate ids pad, candidate log-probs 0.
+
+    Raises:
+        ValueError: lengths of `prompts`, `prompt_token_ids` and `outputs` differ, a request has
+            not G completions, `logprobs` is missing or shorter than `token_ids`, the sampled
+            token is missing from its position's dict, or a position has fewer than `top_n`
+            candidates.
+    """
+    B, G, N = len(prompts), group_size, top_n
+    if len(prompt_token_ids) != B or len(outputs) != B:
+        raise ValueError(
+            f"expected one prompt_token_ids list and one output per prompt ({B}), got "
+            f"{len(prompt_token_ids)} and {len(outputs)}"
+        )
+
+    responses: list[list[int]] = []  # B*G token-id lists, cut after the first EOS
+    position_logprobs: list[Sequence[dict[int, LogprobLike]]] = []
+    for b, request in enumerate(outputs):
+        completions = sorted(request.outputs, key=lambda c: c.index)
+        if len(completions) != G:
+            raise ValueError(f"prompt {b}: expected {G} completions, got {len(completions)}")
+        for completion in completions:
+            ids = [int(i) for i in completion.token_ids]
+            if eos_token_id in ids:
+                ids = ids[: ids.index(eos_token_id) + 1]
+            lps = completion.logprobs
+            if lps is None or len(lps) < len(ids):
+                raise ValueError(
+                    f"prompt {b}, completion {completion.index}: expected a logprobs dict per "
+                    f"token ({len(ids)}), got {None if lps is None else len(lps)}"
+                )
+            responses.append(ids)
+            position_logprobs.append(lps)
+
+    T = max((len(ids) for ids in responses), default=0)
+    response_ids = torch.full((B * G, T), pad_token_id, dtype=torch.long)
+    response_mask = torch.zeros(B * G, T)
+    logp = torch.zeros(B * G, T)
+    cand_ids = torch.full((B * G, T, N), pad_token_id, dtype=torch.long)
+    cand_logp = torch.zeros(B * G, T, N)
+    for row, (ids, lps) in enumerate(zip(responses, position_logprobs, strict=True)):
+        for t, token in enumerate(ids):
+            entries = lps[t]
+            if token not in entries:
+                raise ValueError(f"row {row}, position {t}: sampled token {token} has no log-prob")
+            response_ids[row, t] = token
+            response_mask[row, t] = 1.0
+            logp[row, t] = entries[token].logprob
+            if N:
+                # A missing rank (never the case for sampled-token log-probs) sorts last.
+                ranked = sorted(
+                    entries.items(),
+                    key=lambda kv: float("inf") if kv[1].rank is None else kv[1].rank,
+                )
+                if len(ranked) < N:
+                    raise ValueError(
+                        f"row {row}, position {t}: expected {N} candidates, got {len(ranked)}"
+                    )
+                for n, (cand, lp) in enumerate(ranked[:N]):
+                    cand_ids[row, t, n] = cand
+                    cand_logp[row, t, n] = lp.logprob
+
+    P = max((len(ids) for ids in prompt_token_ids), default=0)
+    prompt_ids = torch.full((B, P), pad_token_id, dtype=torch.long)
+    prompt_mask = torch.zeros(B, P)
+    for b, ids in enumerate(prompt_token_ids):
+        if ids:
+            prompt_ids[b, P - len(ids) :] = torch.as_tensor(list(ids), dtype=torch.long)
+            prompt_mask[b, P - len(ids) :] = 1.0
+
+    texts = tokenizer.batch_decode(responses, skip_special_tokens=True) if responses else []
+
+    def grouped(x: torch.Tensor) -> torch.Tensor:
+        return x.reshape(B, G, *x.shape[1:])
+
+    return RolloutBatch(
+        prompts=list(prompts),
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=grouped(response_ids),
+        response_mask=grouped(response_mask),
+        logp=grouped(logp),
+        texts=[list(texts[b * G : (b + 1) * G]) for b in range(B)],
+        cand_ids=grouped(cand_ids) if N else None,
+        cand_logp=grouped(cand_logp) if N else None,
+        entropy=None,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Weights and seeds
+
+
+def vllm_param_name(name: str) -> str:
+    """`name` with the prefixes of DDP, torch.compile, FSDP1 and activation checkpointing removed,
+    i.e. the Hugging Face checkpoint name that vLLM's `load_weights` expects."""
+    stripped = True
+    while stripped:
+        stripped = False
+        for prefix in _LEADING_WRAPPER_PREFIXES:
+            if name.startswith(prefix):
+                name, stripped = name[len(prefix) :], True
+    for segment in _INNER_WRAPPER_SEGMENTS:
+        name = name.replace(segment, "")
+    return name
+
+
+def iter_full_parameters(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """`(checkpoint name, full tensor)` for each parameter of `model`, one at a time.
+
+    Streams: only one parameter is materialized at once (no state-dict copy). Tied parameters come
+    once (`named_parameters` deduplicates). A sharded DTensor (FSDP2) is gathered with
+    `full_tensor()`, a collective that every rank must reach in the same order. Tensors are
+    detached and keep their device and dtype; vLLM's weight loaders copy (and cast) them in place.
+    """
+    for name, param in model.named_parameters():
+        tensor = param.detach()
+        # DTensor (torch.distributed.tensor) without importing torch.distributed.
+        if hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()
+        yield vllm_param_name(name), tensor
+
+
+def request_seeds(
+    generator: torch.Generator | None, num_prompts: int, group_size: int
+) -> list[int | None]:
+    """One vLLM seed per prompt, or `None`s without `generator`.
+
+    One base seed is drawn from `generator` (as `HFGenerateBackend` draws one), and prompt b gets
+    `base + b * G`: vLLM gives completion g of a request `seed + g`, so all B*G completions have
+    distinct seeds and the batch depends only on `generator`'s state.
+    """
+    if generator is None:
+        return [None] * num_prompts
+    base = int(torch.randint(0, 2**62, (1,), generator=generator))
+    return [base + b * group_size for b in range(num_prompts)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Backend
+
+
+class VLLMBackend:
+    """`RolloutBackend` on an in-process `vllm.LLM` that shares the GPU with the trainer.
+
+    Sampling: `SamplingParams(n=G, temperature, top_p, top_k=0, max_tokens, logprobs=top_n,
+    seed, stop_token_ids=[eos], detokenize=False)` on token-id prompts (`TokensPrompt`), so
+    tokenization and decoding are the trainer's tokenizer's. The engine is built with
+    `logprobs_mode="processed_logprobs"`: `logp` and `cand_logp` are of the distribution sampled
+    from (after temperature and top-p, -inf for candidates top-p removed), the behaviour policy, as
+    `HFGenerateBackend` reports. vLLM does not report the entropy: `entropy` is None even with
+    `want_entropy=True` (the trainer computes it from its own forward pass).
+
+    Log-probs differ from the trainer's: vLLM's kernels, its dtype (`dtype`, bfloat16 by default,
+    while the trainer may hold float32 weights) and batching give slightly different numbers for
+    the same weights. The trainer corrects with a truncated importance weight on
+    `exp(logp_trainer - logp_sampler)`, as TRL and verl do.
+
+    Weight sync: `sync_weights(model)` streams the trainer's parameters (names stripped of wrapper
+    prefixes, FSDP2 DTensors gathered) into the engine's model with its `load_weights`, through
+    `LLM.apply_model` (in-process, no copies beyond vLLM's in-place loads), then resets the
+    prefix cache, whose KV entries were computed with the old weights.
+
+    Sleep mode (`sleep_mode=True`): after each `generate` the engine sleeps at level 1 (weights
+    copied to CPU, KV cache freed), so the training step has the GPU; `sync_weights` wakes the
+    weights only, and `generate` wakes the weights, then the KV cache. vLLM's CuMem allocator
+    allows one sleep-mode engine per process.
+
+    Tensor parallelism (`tensor_parallel_size > 1`) uses vLLM's `external_launcher`: launch the
+    trainer with torchrun, one process per GPU of the group, each calling `generate` with the
+    same prompts and generator state and `sync_weights` with the full model.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        tokenizer: Any,
+        *,
+        gpu_memory_utilization: float = 0.3,
+        sleep_mode: bool = True,
+        tensor_parallel_size: int = 1,
+        max_model_len: int = 0,
+        enforce_eager: bool = False,
+        dtype: str = "bfloat16",
+        seed: int = 0,
+        max_logprobs: int = 20,
+    ) -> None:
+        """Build the engine from the Hugging Face folder `model_path`.
+
+        Args:
+            model_path: local folder with `config.json`, weights and tokenizer files.
+            tokenizer: the trainer's tokenizer (prompt encoding, padding ids, EOS, decoding).
+            gpu_memory_utilization: fraction of the GPU's total memory the engine may use
+                (weights, activations, KV cache); at start-up that much must be free.
+            sleep_mode: free the engine's GPU memory between rollouts (see the class docstring).
+            tensor_parallel_size: GPUs per engine; > 1 needs torchrun (see the class docstring).
+            max_model_len: context length (prompt + response); 0 lets vLLM take the model's.
+            enforce_eager: no CUDA graphs (slower decoding, faster start, less memory).
+            dtype: weights and activations dtype of the engine ("bfloat16", "float16",
+                "float32", "auto").
+            seed: the engine's global seed (requests carry their own seeds, see `generate`).
+            max_logprobs: the largest `top_n` that `generate` accepts (vLLM's default 20).
+
+        Raises:
+            ImportError: vLLM is not installed.
+            ValueError: invalid arguments, a tokenizer without pad or EOS id, or
+                `tensor_parallel_size > 1` outside torchrun.
+        """
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(
+                f"gpu_memory_utilization: expected in (0, 1], got {gpu_memory_utilization}"
+            )
+        if tensor_parallel_size < 1:
+            raise ValueError(f"tensor_parallel_size: expected >= 1, got {tensor_parallel_size}")
+        if max_model_len < 0:
+            raise ValueError(f"max_model_len: expected >= 0 (0: the model's), got {max_model_len}")
+        if max_logprobs < 0:
+            raise ValueError(f"max_logprobs: expected >= 0, got {max_logprobs}")
+        if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
+            raise ValueError("tokenizer: expected pad_token_id and eos_token_id to be set")
+        try:
+            import vllm
+        except ImportError as err:
+            raise ImportError(_INSTALL_HINT) from err
+        if vllm.__version__.split("+")[0] != PINNED_VLLM_VERSION:
+            warnings.warn(
+                f"VLLMBackend is written against vLLM {PINNED_VLLM_VERSION}; found "
+                f"{vllm.__version__}",
+                stacklevel=2,
+            )
+
+        if tensor_parallel_size > 1 or _distributed_initialized():
+            # One engine per torchrun process, ranks taken from the environment
+            # (ExecutorWithExternalLauncher._distributed_args reads RANK and LOCAL_RANK, and
+            # torch.distributed's env:// init MASTER_ADDR and MASTER_PORT).
+            missing = [
+                v
+                for v in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+                if v not in os.environ
+            ]
+            if missing:
+                raise ValueError(
+                    f"tensor_parallel_size={tensor_parallel_size} (or an initialized "
+                    f"torch.distributed) needs a torchrun launch; missing environment {missing}"
+                )
+            executor_backend = "external_launcher"
+        else:
+            executor_backend = "uni"
+        # The engine core must run in this process: `apply_model` then calls our function on the
+        # model directly (tensors by reference) instead of pickling it to a worker process. Read
+        # when the engine is built (vllm/envs.py, cached afterwards by EngineCore.__init__).
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+
+        engine_kwargs: dict[str, Any] = {
+            "model": str(model_path),
+            "dtype": dtype,
+            "seed": seed,
+            "gpu_memory_utilization": gpu_memory_utilization,
+            "tensor_parallel_size": tensor_parallel_size,
+            "enforce_eager": enforce_eager,
+            "enable_sleep_mode": sleep_mode,
+            "distributed_executor_backend": executor_backend,
+            # Log-probs of the distribution sampled from (after temperature and top-p).
+            "logprobs_mode": "processed_logprobs",
+            "max_logprobs": max_logprobs,
+            # As TRL's _init_vllm: at the default of 32768 batched tokens vLLM's memory profiler
+            # finds too little memory for a colocated engine; prefills are chunked instead.
+            "max_num_batched_tokens": 4096,
+        }
+        if max_model_len:
+            engine_kwargs["max_model_len"] = max_model_len
+
+        self.tokenizer = tokenizer
+        self.sleep_mode = sleep_mode
+        self.max_logprobs = max_logprobs
+        self.llm = vllm.LLM(**engine_kwargs)
+        self._sampling_params = vllm.SamplingParams
+        self._tokens_prompt = vllm.TokensPrompt
+        if not hasattr(self.llm.llm_engine, "model_executor"):
+            raise RuntimeError(
+                "vLLM runs its engine in another process; VLLMBackend needs it in-process "
+                "(VLLM_ENABLE_V1_MULTIPROCESSING=0 was not honoured)"
+            )
+        self._asleep: set[str] = set()
+        if sleep_mode:
+            self._sleep()
+
+    # ------------------------------------------------------------------ sleep mode
+
+    def _sleep(self) -> None:
+        self.llm.sleep(level=1)
+        self._asleep = {"weights", "kv_cache"}
+
+    def _wake(self, tag: str) -> None:
+        if tag in self._asleep:
+            # vLLM allocates with its own CuMem pool: memory cached by torch's allocator for the
+            # trainer is invisible to it (TRL empties the cache here too).
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            self.llm.wake_up(tags=[tag])
+            self._asleep.discard(tag)
+
+    # ------------------------------------------------------------------ protocol
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Load `model`'s parameters into the engine, one at a time, and reset its prefix cache.
+
+        `model` is the trained module, possibly wrapped (DDP, torch.compile, FSDP1 names, FSDP2
+        DTensors; see `iter_full_parameters`). PEFT adapters are not merged: pass a plain model.
+        With sleep mode only the weights are woken; the KV cache stays freed until `generate`.
+
+        Raises:
+            ValueError: from vLLM's loader, for a parameter name the engine's model lacks.
+        """
+        self._wake("weights")
+
+        def load(engine_model: torch.nn.Module) -> None:
+            engine_model.load_weights(iter_full_parameters(model))
+
+        with torch.no_grad():
+            self.llm.apply_model(load)
+        self.llm.reset_prefix_cache()
+
+    def generate(
+        self,
+        prompts: list[str],
+        group_size: int,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        top_n: int = 0,
+        want_entropy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> RolloutBatch:
+        """Sample `group_size` responses per prompt with the engine.
+
+        Randomness: with `generator`, one seed is drawn from it and each prompt's request gets a
+        seed derived from it (`request_seeds`), so equal generator states give equal batches (up
+        to vLLM's numerical nondeterminism across batch shapes); without it, vLLM draws seeds.
+        `top_k = 0` disables top-k. `want_entropy` is accepted for the protocol; vLLM does not
+        report entropies, so `entropy` is None.
+
+        Returns:
+            A `RolloutBatch` (see `rollout_batch_from_outputs`); candidates `(B, G, T, top_n)`.
+
+        Raises:
+            ValueError: empty `prompts`, `group_size < 1`, `max_new_tokens < 1`,
+                `temperature <= 0`, `top_p` not in (0, 1], `top_n` not in [0, max_logprobs].
+        """
+        if not prompts:
+            raise ValueError("prompts: expected at least one prompt")
+        if group_size < 1:
+            raise ValueError(f"group_size: expected >= 1, got {group_size}")
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
+        if not temperature > 0:
+            raise ValueError(f"temperature: expected > 0, got {temperature}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
+        if not 0 <= top_n <= self.max_logprobs:
+            raise ValueError(f"top_n: expected in [0, {self.max_logprobs}], got {top_n}")
+
+        tok = self.tokenizer
+        prompt_token_ids = [list(ids) for ids in tok(list(prompts))["input_ids"]]
+        seeds = request_seeds(generator, len(prompts), group_size)
+        params = [
+            self._sampling_params(
+                n=group_size,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,  # 0 disables top-k in the pinned version (SamplingParams docs)
+                max_tokens=max_new_tokens,
+                logprobs=top_n,
+                seed=seed,
+                stop_token_ids=[tok.eos_token_id],
+                detokenize=False,
+            )
+            for seed in seeds
+        ]
+        requests = [self._tokens_prompt(prompt_token_ids=ids) for ids in prompt_token_ids]
+
+        # Weights before the KV cache: the weights may be loaded while the cache is still freed.
+        self._wake("weights")
+        self._wake("kv_cache")
+        try:
+            outputs = self.llm.generate(requests, sampling_params=params, use_tqdm=False)
+        finally:
+            if self.sleep_mode:
+                self._sleep()
+
+        return rollout_batch_from_outputs(
+            prompts,
+            prompt_token_ids,
+            outputs,
+            group_size,
+            top_n,
+            tok.pad_token_id,
+            tok.eos_token_id,
+            tok,
+        )
+
+
+def _distributed_initialized() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()

@@ -1,0 +1,104 @@
+"""One training step of a fixed global batch, for the multi-process equality test.
+
+Run as ``python dist_worker.py MODEL OUT PARALLEL METHOD [PROMPTS_PER_UPDATE]`` (one process) or under
+``torchrun --nproc_per_node 2`` (DDP or FSDP2 over gloo). The rollouts are scripted, a pure
+function of the prompt text (half of each group the solver's correct answer, half random words,
+fixed "sampler" log-probs), so every launch trains on the same global batch whatever rank samples
+which prompt; the checkpoint written at step 1 is what the test compares.
+"""
+
+from __future__ import annotations
+
+import sys
+import zlib
+
+import numpy as np
+import torch
+
+from llm.config import config_from_dict
+from llm.rollout import RolloutBatch
+from llm.task import load_train_problems, prompt_for
+from llm.tasks import compact_completion, solve
+from llm.trainer import train
+
+
+class ScriptedBackend:
+    """Deterministic responses per prompt (see the module docstring)."""
+
+    def __init__(self, tokenizer, answers: dict[str, str]) -> None:
+        self.tok = tokenizer
+        self.answers = answers
+
+    def sync_weights(self, model) -> None:
+        pass
+
+    def generate(self, prompts, group_size, *, max_new_tokens, generator=None, **_):
+        tok = self.tok
+        eos, pad = tok.eos_token_id, tok.pad_token_id
+        enc = tok(prompts, padding=True, return_tensors="pt")
+        responses = []
+        for prompt in prompts:
+            rng = np.random.default_rng(zlib.crc32(prompt.encode()))
+            group = []
+            for g in range(group_size):
+                if g % 2 == 0:
+                    ids = tok(self.answers[prompt], add_special_tokens=False)["input_ids"]
+                else:
+                    ids = rng.integers(4, tok.vocab_size, size=rng.integers(1, 6)).tolist()
+                group.append([*ids[: max_new_tokens - 1], eos])
+            responses.append(group)
+        t = max(len(r) for group in responses for r in group)
+        ids = torch.full((len(prompts), group_size, t), pad, dtype=torch.long)
+        mask = torch.zeros(len(prompts), group_size, t)
+        for b, group in enumerate(responses):
+            for g, r in enumerate(group):
+                ids[b, g, : len(r)] = torch.tensor(r)
+                mask[b, g, : len(r)] = 1.0
+        texts = [[tok.decode(r, skip_special_tokens=True) for r in group] for group in responses]
+        return RolloutBatch(
+            prompts=list(prompts),
+            prompt_ids=enc["input_ids"],
+            prompt_mask=enc["attention_mask"].float(),
+            response_ids=ids,
+            response_mask=mask,
+            logp=torch.full(ids.shape, -1.5) * mask,
+            texts=texts,
+        )
+
+
+def main(model: str, out: str, parallel: str, method: str, per_update: str = "0") -> None:
+    hyper = {"form": "token", "eta": 0.05} if method == "entropy_bonus" else {}
+    cfg = config_from_dict(
+        {
+            "model_path": model,
+            "method": method,
+            "hyper": hyper,
+            "group_size": 4,
+            "prompts_per_step": 4,
+            "prompts_per_update": int(per_update),
+            "steps": 1,
+            "micro_batch_size": 3,  # chunks straddle groups and ranks' row counts
+            "lr": 1e-3,
+            "max_new_tokens": 12,
+            "save_every": 0,
+            "tensorboard": False,
+            "num_threads": 1,
+            "parallel": parallel,
+            "rollout_is_cap": 1.2,
+            "data": {"source": "generate", "n_problems": 8, "max_number": 9, "max_target": 30},
+        }
+    )
+    problems = load_train_problems(cfg)
+    answers = {prompt_for(p, cfg.template): compact_completion(solve(p)[0]) for p in problems}
+    train(
+        cfg,
+        out,
+        backend_factory=lambda c, m, tok: ScriptedBackend(tok, answers),
+        progress=False,
+    )
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

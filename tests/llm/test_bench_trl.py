@@ -1,0 +1,72 @@
+"""Smoke test of bench/bench_trl.py: both trainers run a few steps on a random tiny model, see the
+same prompts in the same order, and the JSON report holds finite per-step times and ratios."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+
+from llm.tiny import build_tiny_model, build_tokenizer
+
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_trl.py"
+
+
+def load_bench():
+    """bench/bench_trl.py as a module (bench/ is no package); registered, as dataclasses need."""
+    if "bench_trl" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("bench_trl", BENCH)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bench_trl"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["bench_trl"]
+
+
+@pytest.fixture(scope="module")
+def random_tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A random one-layer model with the full compact vocabulary (targets up to 100)."""
+    path = tmp_path_factory.mktemp("bench_trl_model")
+    tok = build_tokenizer()
+    model = build_tiny_model(
+        tok, seed=0, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32,
+    )  # fmt: skip
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_bench_trl_smoke(random_tiny: str, tmp_path: Path) -> None:
+    bench = load_bench()
+    out = tmp_path / "bench.json"
+    argv = [
+        "--model", random_tiny, "--steps", "3", "--warmup", "1", "--threads", "1",
+        "--group-size", "4", "--prompts-per-step", "2", "--micro-batch-size", "4",
+        "--max-new-tokens", "6", "--out", str(out),
+    ]  # fmt: skip
+    res = bench.main(argv)
+    saved = json.loads(out.read_text())
+    assert saved["summary"] == pytest.approx(res["summary"], nan_ok=True)
+    assert saved["same_prompts"] is True
+    for name in ("ours", "trl"):
+        (run,) = saved[name]
+        assert len(run["step"]) == 3
+        assert all(t > 0 for t in run["step"])
+    s = saved["summary"]
+    for key in ("ours_step_s", "trl_step_s", "ratio_step", "ratio_loop"):
+        assert math.isfinite(s[key]) and s[key] > 0, key
+    assert len(saved["differences"]) >= 5
+
+
+def test_bench_trl_rejects_other_methods(random_tiny: str, tmp_path: Path) -> None:
+    bench = load_bench()
+    cfg = tmp_path / "dr.toml"
+    cfg.write_text('method = "dr_grpo"\n')
+    with pytest.raises(SystemExit, match="compares GRPO"):
+        bench.make_config(bench.Args(config=str(cfg)), random_tiny)

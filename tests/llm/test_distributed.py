@@ -1,0 +1,77 @@
+"""Data parallelism: one update step over 2 gloo processes (torchrun; DDP and FSDP2) gives the
+parameters of the single-process step on the same global batch (llm/distributed.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+WORKER = Path(__file__).with_name("dist_worker.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(args: list[str], world: int) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(k, None)
+    launcher = [sys.executable]
+    if world > 1:
+        launcher += [
+            "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
+        ]  # fmt: skip
+    proc = subprocess.run(
+        [*launcher, str(WORKER), *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+
+def _params(out: Path) -> dict[str, torch.Tensor]:
+    return load_file(out / "checkpoints" / "step_000001" / "model.safetensors")
+
+
+def _loss(out: Path) -> float:
+    return json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["losses/loss"]
+
+
+@pytest.fixture(scope="module")
+def single(tiny_model_path, tmp_path_factory):
+    """The single-process reference step, one per method."""
+    runs = {}
+
+    def get(method: str, per_update: str) -> Path:
+        key = (method, per_update)
+        if key not in runs:
+            out = tmp_path_factory.mktemp(f"single_{method}")
+            _run([tiny_model_path, str(out), "auto", method, per_update], world=1)
+            runs[key] = out
+        return runs[key]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("parallel", "method", "per_update"),
+    [("ddp", "grpo", "0"), ("fsdp2", "grpo", "0"), ("ddp", "entropy_bonus", "0"),
+     ("fsdp2", "grpo", "2")],
+)  # fmt: skip
+def test_two_processes_equal_one(parallel, method, per_update, single, tiny_model_path, tmp_path):
+    ref = single(method, per_update)
+    _run([tiny_model_path, str(tmp_path), parallel, method, per_update], world=2)
+    want, got = _params(ref), _params(tmp_path)
+    base = load_file(Path(tiny_model_path) / "model.safetensors")
+    assert want.keys() == got.keys()
+    moved = max((want[k] - base[k]).abs().max().item() for k in want)
+    assert moved > 1e-4, "the step did not change the parameters: the test would be vacuous"
+    for k in want:
+        torch.testing.assert_close(
+            got[k], want[k], rtol=1e-5, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}"
+        )
+    assert _loss(tmp_path) == pytest.approx(_loss(ref), rel=1e-6)
