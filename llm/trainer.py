@@ -213,17 +213,22 @@ def policy_forward(
         precision: ``bf16-mixed`` runs the model under bf16 autocast; log-softmax is always
             computed in float32.
     """
+    p = rows.prompt_len
+    t = rows.response_ids.shape[1]
+    # Only the positions that predict response tokens need logits (a (P, V) float block per row
+    # is gigabytes at a 150k vocabulary); ProGRPO's prompt log-probs need them all.
+    keep = {} if want_prompt else {"logits_to_keep": t + 1}
     with _autocast(rows.input_ids.device, precision):
         out = model(
             input_ids=rows.input_ids,
             attention_mask=rows.attention_mask,
             position_ids=rows.position_ids,
             use_cache=False,
+            **keep,
         )
-    p = rows.prompt_len
-    logits = out.logits.float() / temperature  # (R, P + T, V)
+    logits = out.logits.float() / temperature  # (R, P + T, V), or (R, T + 1, V)
     # Position i predicts token i + 1: response token t comes from position P - 1 + t.
-    resp_logits = logits[:, p - 1 : -1]  # (R, T, V)
+    resp_logits = logits[:, -t - 1 : -1]  # (R, T, V)
     logprobs = torch.log_softmax(resp_logits, dim=-1)
     res = PolicyOutputs(logp=logprobs.gather(-1, rows.response_ids.unsqueeze(-1)).squeeze(-1))
     if want_entropy:
@@ -721,7 +726,9 @@ def train(
         enable_gradient_checkpointing(model)
     ref_model = None
     if cfg.kl_coef > 0:
-        ref_model, _ = load_model_and_tokenizer(cfg.model_path, device, cfg.precision)
+        # Frozen: no fp32 master copy needed, bf16 unless the run is fp32 throughout.
+        ref_precision = "fp32" if cfg.precision == "fp32" else "bf16"
+        ref_model, _ = load_model_and_tokenizer(cfg.model_path, device, ref_precision)
         ref_model.requires_grad_(False)
     policy = wrap_policy(model, info, cfg.parallel)
     backend = (backend_factory or make_backend)(cfg, model, tokenizer)
@@ -977,6 +984,8 @@ def _train_step(
             norms.append(float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip)))
             optimizer.step()
             scheduler.step()
+            # Free the gradients now: the rollout engine wakes up before the next zero_grad.
+            optimizer.zero_grad(set_to_none=True)
             losses.append(loss)
             step_metrics.append({k: v for k, v in loss_metrics.items() if v.numel() == 1})
     t_upd = time.perf_counter()
