@@ -63,16 +63,23 @@ TRL 1.16.0 `trainer/grpo_trainer.py`, `trainer/grpo_config.py`, `trainer/utils.p
 - optimizer: both `torch.optim.AdamW` (TRL with ``optim="adamw_torch"``; its default on torch >= 2.8
   would be the fused kernel), same betas, eps 1e-8, weight decay, clip norm, constant LR.
 
-Sampler correction: on transformers rollouts TRL applies none, so the benchmark sets our
-``rollout_is = "none"`` (the two distributions agree there). ``--vllm`` (GPU only) runs both with
-vLLM rollouts: ours with ``backend = "vllm"``, ``device = "cuda"`` and ``vllm.dtype = "auto"``,
-TRL with ``use_vllm=True, vllm_mode="colocate"``, our ``[vllm]`` memory, sleep and parallelism
-settings, and our truncated token-level importance weight (``vllm_importance_sampling_mode =
-"token_truncate"``, clip at ``rollout_is_cap``); TRL then recomputes the old log-probs as ours
-does. It exits with a message when CUDA, vLLM or our vLLM backend is missing.
+- sampler correction: TRL weights the surrogate by the sampler / trainer importance ratio only
+  with vLLM, so on transformers rollouts the benchmark sets our ``rollout_is = "none"`` (its
+  default, a truncated token-level weight, is 1 up to rounding there).
+
+``--vllm`` (GPU only) runs both with vLLM rollouts: ours with ``backend = "vllm"``,
+``device = "cuda"`` and ``vllm.dtype = "auto"``, TRL with ``use_vllm=True,
+vllm_mode="colocate"``, our ``[vllm]`` memory, sleep and parallelism settings, and our truncated
+token-level importance weight (``vllm_importance_sampling_mode = "token_truncate"``, clip at
+``rollout_is_cap``); TRL then recomputes the old log-probs as ours does. It exits with a message
+when CUDA, vLLM or our vLLM backend is missing.
 
     python bench/bench_trl.py --steps 10
-    python bench/bench_trl.py --steps 20 --rounds 2 --out runs/bench_trl.json
+    python bench/bench_trl.py --steps 20 --threads 1 --rounds 2 --out runs/bench_trl.json
+
+On a shared machine (other jobs running) two threads per process oversubscribe the cores and
+wall-clock medians swing by 10x; ``--threads 1 --rounds 2`` and the CPU-time row are the stable
+comparison.
 """
 
 from __future__ import annotations
@@ -147,7 +154,7 @@ class Args:
 def differences() -> list[str]:
     """The bullet list of what the two trainers compute differently, from the module docstring."""
     doc = __doc__ or ""
-    section = doc.split("What the two compute differently", 1)[1].split("``--vllm``", 1)[0]
+    section = doc.split("What the two compute differently", 1)[1].split("\n\n``--vllm``", 1)[0]
     items = section.split("\n- ")[1:]
     return [" ".join(item.split()) for item in items]
 

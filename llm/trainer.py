@@ -14,11 +14,13 @@ One training step (CleanRL-style single loop, see `train`):
 5. mu inner epochs, each ONE optimizer step on the whole batch with gradients accumulated over
    micro-batches (`accumulate_gradients`), clipping, AdamW and a warm-up + decay schedule.
 
-Why recompute ``logp_old`` rather than use the sampler's log-probs: TRL's `GRPOTrainer` and
-verl's actor both recompute the old log-probs with the training forward pass, so that the ratio is
-exactly 1 on the first inner epoch whatever the sampler's numerics (KV cache, batching, vLLM
-kernels, top-p truncation). The sampler's own log-probs are kept as a diagnostic
-(``charts/sampler_logp_gap``). For the same reason the CaSP candidates are the top-N of that
+Why recompute ``logp_old`` rather than use the sampler's log-probs: verl's actor recomputes the old
+log-probs with the training forward pass (TRL 1.16's `GRPOTrainer` does when it needs them: several
+iterations, or vLLM with importance-sampling correction; with one iteration it takes the detached
+log-probs of its gradient pass), so that the ratio is exactly 1 on the first inner epoch whatever
+the sampler's numerics (KV cache, batching, vLLM kernels, top-p truncation). The sampler's own
+log-probs weight the surrogate (truncated IS, ``rollout_is``) and are logged
+(``charts/sampler_logp_gap``, ``charts/sampler_kl``). For the same reason the CaSP candidates are the top-N of that
 pi_old forward (so ``sampled_rank``, ``cand_logp`` and ``logp_old`` share one distribution), and
 the model stays in eval mode throughout (no dropout), as RL fine-tuning recipes do.
 

@@ -177,7 +177,15 @@ class TrainConfig:
         if self.mode == "exact":
             return ("lr", *EXACT_SETTINGS[self.objective])
         defaults = shaping.METHODS[self.method].defaults
-        return ("lr", *(k for k, v in defaults.items() if isinstance(v, float)))
+        # `entropy_coef` (the LLM trainer's verl-style bonus) stays static: swept as data it
+        # would always build the entropy term; the toy's entropy methods are entropy_bonus & co.
+        return (
+            "lr",
+            *(k for k, v in defaults.items() if isinstance(v, float) and k not in _STATIC),
+        )
+
+
+_STATIC = ("entropy_coef",)
 
 
 def _positive_int(name: str, value: object) -> None:
