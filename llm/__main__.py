@@ -100,6 +100,8 @@ def _eval(args: argparse.Namespace) -> int:
         "top_p": cfg.eval.top_p,
         "seed": args.seed if args.seed is not None else 0,
         "encoder": encoder,
+        # vLLM schedules a whole evaluation set at once; transformers' generate pads per call.
+        "prompts_per_batch": 10**9 if cfg.backend == "vllm" else 8,
     }
     for name, problems in sets.items():
         if cfg.task == "math":

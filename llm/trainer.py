@@ -784,7 +784,9 @@ def train(
             batch_problems = [problems[i] for i in idx]
             prompts = [prompt_for(p, cfg.template) for p in batch_problems]
             seed = _step_seed(cfg.seed, step, info.rank)
-            gen = torch.Generator(device=device).manual_seed(seed)
+            # A CPU generator on every device: the backends only draw seeds from it (a CUDA
+            # generator cannot feed torch.randint's CPU draw).
+            gen = torch.Generator().manual_seed(seed)
             with torch.no_grad():
                 roll = backend.generate(
                     prompts,
