@@ -118,10 +118,6 @@ def evaluate(
     Raises:
         ValueError: no problems, or `n < 1`.
     """
-    if not problems:
-        raise ValueError("problems: expected at least one problem")
-    if n < 1:
-        raise ValueError(f"n: expected >= 1, got {n}")
     texts = _sample_texts(
         backend,
         [make_prompt(p, template) for p in problems],
@@ -200,6 +196,15 @@ def _sample_texts(
     seed: int,
     prompts_per_batch: int,
 ) -> list[list[str]]:
+    """`n` sampled texts per prompt, `prompts_per_batch` prompts per backend call.
+
+    Raises:
+        ValueError: no prompts, or `n < 1`.
+    """
+    if not prompts:
+        raise ValueError("problems: expected at least one problem")
+    if n < 1:
+        raise ValueError(f"n: expected >= 1, got {n}")
     gen = torch.Generator().manual_seed(seed)
     texts: list[list[str]] = []
     for start in range(0, len(prompts), prompts_per_batch):
@@ -243,10 +248,6 @@ def evaluate_math(
     Raises:
         ValueError: no problems, or `n < 1`.
     """
-    if not problems:
-        raise ValueError("problems: expected at least one problem")
-    if n < 1:
-        raise ValueError(f"n: expected >= 1, got {n}")
     texts = _sample_texts(
         backend,
         [make_math_prompt(p, template) for p in problems],

@@ -23,14 +23,12 @@ TEST_MAX_NUMBER = 30
 """Largest number in the test tokenizer's vocabulary (problems of the llm tests stay below it)."""
 
 
-@pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A random tiny causal LM (Qwen2-style Llama) with the word-level tokenizer, saved with
-    save_pretrained (seconds to build, unlike the warm-started base model)."""
+def save_random_tiny_model(path, max_number: int = TEST_MAX_NUMBER) -> str:
+    """A random one-layer causal LM (Qwen2-style Llama) with the word-level tokenizer of numbers up
+    to `max_number`, saved at `path` with save_pretrained (seconds, unlike the warm-started base)."""
     from llm.tiny import build_tiny_model, build_tokenizer
 
-    path = tmp_path_factory.mktemp("tiny_model")
-    tok = build_tokenizer(TEST_MAX_NUMBER)
+    tok = build_tokenizer(max_number)
     model = build_tiny_model(
         tok, seed=0, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
         intermediate_size=32,
@@ -38,3 +36,9 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`save_random_tiny_model` in a session temp folder."""
+    return save_random_tiny_model(tmp_path_factory.mktemp("tiny_model"))

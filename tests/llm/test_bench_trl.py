@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from llm.tiny import build_tiny_model, build_tokenizer
+from tests.llm.conftest import save_random_tiny_model
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "bench_trl.py"
 
@@ -31,15 +31,7 @@ def load_bench():
 @pytest.fixture(scope="module")
 def random_tiny(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A random one-layer model with the full compact vocabulary (targets up to 100)."""
-    path = tmp_path_factory.mktemp("bench_trl_model")
-    tok = build_tokenizer()
-    model = build_tiny_model(
-        tok, seed=0, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32,
-    )  # fmt: skip
-    model.save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
+    return save_random_tiny_model(tmp_path_factory.mktemp("bench_trl_model"), max_number=100)
 
 
 def test_bench_trl_smoke(random_tiny: str, tmp_path: Path) -> None:
