@@ -69,3 +69,61 @@ def test_eval_command_writes_eval_json(tiny_model_path, tmp_path):
     assert KEYS <= data["base"].keys()
     assert list(data["base"]["pass_at_k"]) == ["1", "2", "4"]
     assert (tmp_path / "ev" / "passk.png").is_file()
+
+
+class ScriptedMathBackend:
+    """Responses per prompt: the gold answer boxed in the first `correct` of n, a wrong box next,
+    then no box, so every pass@k and rate has a closed form."""
+
+    def __init__(self, answers: dict[str, str], correct: int) -> None:
+        self.answers, self.correct = answers, correct
+
+    def generate(self, prompts, n, **_):
+        from types import SimpleNamespace
+
+        texts = []
+        for p in prompts:
+            gold = self.answers[p]
+            group = [f"so \\boxed{{{gold}}}" if i < self.correct else "no box" for i in range(n)]
+            if self.correct < n:
+                group[self.correct] = "\\boxed{-12345}"
+            texts.append(group)
+        return SimpleNamespace(texts=texts)
+
+
+def test_evaluate_math_closed_form():
+    from llm.eval import evaluate_math
+    from llm.tasks.math import generate_math_problems, make_math_prompt
+
+    problems = generate_math_problems(3, seed=0)
+    answers = {make_math_prompt(p, "plain"): p.answer for p in problems}
+    res = evaluate_math(ScriptedMathBackend(answers, correct=2), problems, n=4, template="plain")
+    # c = 2 of n = 4: pass@1 = 1/2, pass@2 = 1 - C(2,2)/C(4,2) = 5/6, pass@4 = 1.
+    assert res["pass_at_k"] == pytest.approx({"1": 0.5, "2": 5 / 6, "4": 1.0})
+    assert res["boxed_rate"] == pytest.approx(0.75)
+    assert res["distinct_answers"] == pytest.approx(2.0)
+    assert [p["correct"] for p in res["per_problem"]] == [2, 2, 2]
+
+
+def test_eval_command_reads_the_config_eval_sets(tiny_model_path, tmp_path):
+    from llm.tasks.math import generate_math_problems, write_math_jsonl
+
+    for name in ("aime", "amc"):
+        write_math_jsonl(generate_math_problems(2, seed=len(name)), tmp_path / f"{name}.jsonl")
+    cfg = tmp_path / "math.toml"
+    cfg.write_text(
+        f'model_path = "{tiny_model_path}"\ntask = "math"\ntemplate = "plain"\n'
+        'max_new_tokens = 3\n[data]\nsource = "generate"\n'
+        f'[eval]\nsource = "file"\npaths = ["{tmp_path / "aime.jsonl"}", "{tmp_path / "amc.jsonl"}"]\n'
+        "n_samples = 2\n"
+    )
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", tiny_model_path, "--config", str(cfg), "--out", str(out),
+            "--label", "tiny", "--no-semantic", "--no-bleu"]  # fmt: skip
+    assert main(argv) == 0
+    data = json.loads((out / "eval.json").read_text())
+    assert sorted(data) == ["tiny/aime", "tiny/amc"]
+    assert data["tiny/aime"]["n_problems"] == 2 and set(data["tiny/aime"]["pass_at_k"]) == {
+        "1",
+        "2",
+    }
