@@ -1,6 +1,6 @@
 """One training step of a fixed global batch, for the multi-process equality test.
 
-Run as ``python dist_worker.py MODEL OUT PARALLEL METHOD [PROMPTS_PER_UPDATE]`` (one process) or under
+Run as ``python dist_worker.py MODEL OUT PARALLEL METHOD [PER_UPDATE [STEPS [MODE]]]`` (one process) or under
 ``torchrun --nproc_per_node 2`` (DDP or FSDP2 over gloo). The rollouts are scripted, a pure
 function of the prompt text (half of each group the solver's correct answer, half random words,
 fixed "sampler" log-probs), so every launch trains on the same global batch whatever rank samples
@@ -66,7 +66,16 @@ class ScriptedBackend:
         )
 
 
-def main(model: str, out: str, parallel: str, method: str, per_update: str = "0") -> None:
+def main(
+    model: str,
+    out: str,
+    parallel: str,
+    method: str,
+    per_update: str = "0",
+    steps: str = "1",
+    mode: str = "run",
+) -> None:
+    """`mode`: run (all steps), kill (stop after step 1, checkpointed) or resume (from it)."""
     hyper = {"form": "token", "eta": 0.05} if method == "entropy_bonus" else {}
     cfg = config_from_dict(
         {
@@ -76,11 +85,11 @@ def main(model: str, out: str, parallel: str, method: str, per_update: str = "0"
             "group_size": 4,
             "prompts_per_step": 4,
             "prompts_per_update": int(per_update),
-            "steps": 1,
+            "steps": int(steps),
             "micro_batch_size": 3,  # chunks straddle groups and ranks' row counts
             "lr": 1e-3,
             "max_new_tokens": 12,
-            "save_every": 0,
+            "save_every": 1,
             "tensorboard": False,
             "num_threads": 1,
             "parallel": parallel,
@@ -95,6 +104,8 @@ def main(model: str, out: str, parallel: str, method: str, per_update: str = "0"
         out,
         backend_factory=lambda c, m, tok: ScriptedBackend(tok, answers),
         progress=False,
+        stop_after=1 if mode == "kill" else None,
+        resume=mode == "resume",
     )
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

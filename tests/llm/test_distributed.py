@@ -32,8 +32,8 @@ def _run(args: list[str], world: int) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
 
-def _params(out: Path) -> dict[str, torch.Tensor]:
-    return load_file(out / "checkpoints" / "step_000001" / "model.safetensors")
+def _params(out: Path, step: int = 1) -> dict[str, torch.Tensor]:
+    return load_file(out / "checkpoints" / f"step_{step:06d}" / "model.safetensors")
 
 
 def _loss(out: Path) -> float:
@@ -75,3 +75,19 @@ def test_two_processes_equal_one(parallel, method, per_update, single, tiny_mode
             got[k], want[k], rtol=1e-5, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}"
         )
     assert _loss(tmp_path) == pytest.approx(_loss(ref), rel=1e-6)
+
+
+@pytest.mark.slow
+def test_two_process_resume_equals_uninterrupted_single_process(tiny_model_path, tmp_path):
+    """FSDP2 checkpoint (full states gathered to rank 0) and resume (optimizer state re-sharded):
+    killed after step 1 and resumed, 2 processes end where one process does after 2 steps."""
+    args = ["fsdp2", "grpo", "0", "2"]
+    _run([tiny_model_path, str(tmp_path / "one"), *args, "run"], world=1)
+    _run([tiny_model_path, str(tmp_path / "two"), *args, "kill"], world=2)
+    assert not (tmp_path / "two" / "checkpoints" / "step_000002").exists()
+    _run([tiny_model_path, str(tmp_path / "two"), *args, "resume"], world=2)
+    want, got = _params(tmp_path / "one", 2), _params(tmp_path / "two", 2)
+    for k in want:
+        torch.testing.assert_close(
+            got[k], want[k], rtol=1e-5, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}"
+        )
