@@ -39,6 +39,7 @@ inner epoch they are the behaviour pass itself, later epochs add one no-grad for
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -75,11 +76,13 @@ __all__ = [
     "accumulate_gradients",
     "build_rows",
     "data_indices",
+    "generate_shared",
     "latest_checkpoint",
     "load_train_problems",
     "make_scheduler",
     "policy_forward",
     "rollout_is_weight",
+    "slice_rollout",
     "train",
 ]
 
@@ -783,19 +786,17 @@ def train(
             idx = _rank_share(idx, info, cfg.prompts_per_update or cfg.prompts_per_step)
             batch_problems = [problems[i] for i in idx]
             prompts = [prompt_for(p, cfg.template) for p in batch_problems]
-            seed = _step_seed(cfg.seed, step, info.rank)
-            # A CPU generator on every device: the backends only draw seeds from it (a CUDA
-            # generator cannot feed torch.randint's CPU draw).
-            gen = torch.Generator().manual_seed(seed)
-            with torch.no_grad():
-                roll = backend.generate(
-                    prompts,
-                    cfg.group_size,
-                    max_new_tokens=cfg.max_new_tokens,
-                    temperature=cfg.temperature,
-                    top_p=cfg.top_p,
-                    generator=gen,
-                )
+            roll = generate_shared(
+                backend,
+                prompts,
+                info,
+                share=cfg.vllm.tensor_parallel_size if cfg.backend == "vllm" else 1,
+                seed_of=lambda rank, step=step: _step_seed(cfg.seed, step, rank),
+                group_size=cfg.group_size,
+                max_new_tokens=cfg.max_new_tokens,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+            )
             t_roll = time.perf_counter()
 
             metrics = _train_step(
@@ -832,6 +833,58 @@ def train(
         if logger is not None:
             logger.close()
     return history
+
+
+def generate_shared(
+    backend: RolloutBackendLike,
+    prompts: list[str],
+    info: DistInfo,
+    *,
+    share: int,
+    seed_of: Callable[[int], int],
+    group_size: int,
+    **sampling: Any,
+) -> Any:
+    """This rank's rollouts, generated alone (``share = 1``) or by its group of `share`
+    consecutive ranks together (vLLM tensor parallelism: every rank of an engine's group must
+    submit the same requests, as TRL's colocate mode gathers them).
+
+    The group's prompts are all-gathered, sampled with the generator of the group's first rank
+    (``seed_of(rank)``), and this rank keeps its own prompts' rows (`slice_rollout`).
+
+    Raises:
+        ValueError: the world size is not a multiple of `share`.
+    """
+    if share <= 1 or not info.enabled:
+        # A CPU generator on every device: the backends only draw seeds from it (a CUDA
+        # generator cannot feed torch.randint's CPU draw).
+        gen = torch.Generator().manual_seed(seed_of(info.rank))
+        with torch.no_grad():
+            return backend.generate(prompts, group_size, generator=gen, **sampling)
+    if info.world_size % share:
+        raise ValueError(
+            f"vllm.tensor_parallel_size: {share} does not divide the {info.world_size} processes"
+        )
+    gathered: list[Any] = [None] * info.world_size
+    torch.distributed.all_gather_object(gathered, prompts)
+    lead = info.rank - info.rank % share
+    group = gathered[lead : lead + share]
+    gen = torch.Generator().manual_seed(seed_of(lead))
+    with torch.no_grad():
+        roll = backend.generate(
+            [p for part in group for p in part], group_size, generator=gen, **sampling
+        )
+    start = sum(len(part) for part in group[: info.rank - lead])
+    return slice_rollout(roll, start, start + len(prompts))
+
+
+def slice_rollout(roll: Any, start: int, stop: int) -> Any:
+    """Prompts ``start:stop`` of a `RolloutBatch` (every per-prompt field; padding is kept)."""
+    fields = {}
+    for f in dataclasses.fields(roll):
+        value = getattr(roll, f.name)
+        fields[f.name] = None if value is None else value[start:stop]
+    return type(roll)(**fields)
 
 
 def _rank_share(indices: list[int], info: DistInfo, per_update: int) -> list[int]:

@@ -75,7 +75,8 @@ def main(
     steps: str = "1",
     mode: str = "run",
 ) -> None:
-    """`mode`: run (all steps), kill (stop after step 1, checkpointed) or resume (from it)."""
+    """`mode`: run (all steps), kill (stop after step 1, checkpointed), resume (from it), or
+    share (`generate_shared` with groups of 2 ranks, as vLLM tensor parallelism needs)."""
     hyper = {"form": "token", "eta": 0.05} if method == "entropy_bonus" else {}
     cfg = config_from_dict(
         {
@@ -99,6 +100,9 @@ def main(
     )
     problems = load_train_problems(cfg)
     answers = {prompt_for(p, cfg.template): compact_completion(solve(p)[0]) for p in problems}
+    if mode == "share":
+        _share(model, out, answers)
+        return
     train(
         cfg,
         out,
@@ -109,6 +113,35 @@ def main(
     )
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+class RecordingBackend(ScriptedBackend):
+    """Records what `generate` was asked: the prompts and the generator's first draw."""
+
+    def generate(self, prompts, group_size, *, generator=None, **kw):
+        self.calls = getattr(self, "calls", [])
+        self.calls.append((list(prompts), int(generator.initial_seed())))
+        return super().generate(prompts, group_size, generator=generator, **kw)
+
+
+def _share(model: str, out: str, answers: dict[str, str]) -> None:
+    import json
+    from pathlib import Path
+
+    from llm.distributed import init_distributed
+    from llm.trainer import generate_shared, load_tokenizer
+
+    info = init_distributed("cpu")
+    mine = sorted(answers)[2 * info.rank : 2 * info.rank + 2]
+    backend = RecordingBackend(load_tokenizer(model), answers)
+    roll = generate_shared(
+        backend, mine, info, share=2, seed_of=lambda r: 1000 + r, group_size=3,
+        max_new_tokens=8,
+    )  # fmt: skip
+    record = {"mine": mine, "calls": backend.calls, "roll_prompts": roll.prompts,
+              "rows": int(roll.response_ids.shape[0])}  # fmt: skip
+    Path(out, f"rank{info.rank}.json").write_text(json.dumps(record))
+    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -91,3 +91,13 @@ def test_two_process_resume_equals_uninterrupted_single_process(tiny_model_path,
         torch.testing.assert_close(
             got[k], want[k], rtol=1e-5, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}"
         )
+
+
+def test_generate_shared_gives_a_group_the_same_requests(tiny_model_path, tmp_path):
+    """vLLM tensor parallelism: both ranks of a group submit the group's prompts with the first
+    rank's seed, and each keeps its own prompts' rollouts."""
+    _run([tiny_model_path, str(tmp_path), "ddp", "grpo", "0", "1", "share"], world=2)
+    r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert r0["calls"] == r1["calls"] == [[r0["mine"] + r1["mine"], 1000]]
+    for r in (r0, r1):
+        assert r["roll_prompts"] == r["mine"] and r["rows"] == 2
