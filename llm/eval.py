@@ -92,6 +92,47 @@ def _mean_pairwise_cosine(emb: np.ndarray) -> float:
     return float((sims.sum() - np.trace(sims)) / (n * (n - 1)))
 
 
+class _SharedMetrics:
+    """The task-independent metrics of an evaluation, accumulated one problem at a time: unbiased
+    pass@k, Distinct-1..4, Self-BLEU (optional) and the MiniLM cosine among correct responses."""
+
+    def __init__(self, n: int, *, bleu: bool, encoder: Any | None) -> None:
+        self.n, self.bleu, self.encoder = n, bleu, encoder
+        self.ks = k_values(n)
+        self.passk = np.zeros(len(self.ks))
+        self.dist = np.zeros(4)
+        self.bleus: list[float] = []
+        self.cosines: list[float] = []
+        self.m = 0
+
+    def add(self, group: Sequence[str], correct: Sequence[str]) -> int:
+        """One problem's `n` responses and its correct ones; returns the correct count c."""
+        c = len(correct)
+        self.m += 1
+        self.passk += np.asarray([pass_at_k(self.n, c, k) for k in self.ks])
+        self.dist += [distinct_n(group, m) for m in range(1, 5)]
+        if self.bleu:
+            sb = self_bleu(group)
+            if sb is not None:
+                self.bleus.append(sb)
+        if self.encoder is not None and c >= 2:
+            from llm.diversity import embed
+
+            self.cosines.append(_mean_pairwise_cosine(embed(correct, self.encoder)))
+        return c
+
+    def result(self) -> dict[str, Any]:
+        m = self.m
+        return {
+            "n": self.n,
+            "n_problems": m,
+            "pass_at_k": {str(k): float(v / m) for k, v in zip(self.ks, self.passk, strict=True)},
+            "distinct_n": {str(i + 1): float(v / m) for i, v in enumerate(self.dist)},
+            "self_bleu": float(np.mean(self.bleus)) if self.bleus else None,
+            "semantic_cosine_correct": float(np.mean(self.cosines)) if self.cosines else None,
+        }
+
+
 def evaluate(
     backend: Any,
     problems: Sequence[CountdownProblem],
@@ -130,11 +171,8 @@ def evaluate(
         prompts_per_batch=prompts_per_batch,
     )
 
-    ks = k_values(n)
-    per_problem = []
-    passk = np.zeros(len(ks))
-    bleus, cosines, formats = [], [], []
-    dist = np.zeros(4)
+    shared = _SharedMetrics(n, bleu=True, encoder=encoder)
+    per_problem, formats = [], []
     for prob, group in zip(problems, texts, strict=True):
         verdicts = [verify(t, prob) for t in group]
         correct = [t for t, v in zip(group, verdicts, strict=True) if v.reason == "correct"]
@@ -144,17 +182,8 @@ def evaluate(
             if expr is not None:
                 keys.add(solution_key(expr, distinct=distinct))
         total = count_solutions(prob, distinct=distinct) if len(prob.nums) <= 5 else 0
-        c = len(correct)
-        passk += np.asarray([pass_at_k(n, c, k) for k in ks])
-        dist += [distinct_n(group, m) for m in range(1, 5)]
-        sb = self_bleu(group)
-        if sb is not None:
-            bleus.append(sb)
+        c = shared.add(group, correct)
         formats.append(np.mean([v.score > 0 for v in verdicts]))
-        if encoder is not None and c >= 2:
-            from llm.diversity import embed
-
-            cosines.append(_mean_pairwise_cosine(embed(correct, encoder)))
         per_problem.append(
             {
                 "nums": list(prob.nums),
@@ -164,11 +193,8 @@ def evaluate(
                 "solutions": total,
             }
         )
-    m = len(problems)
     return {
-        "n": n,
-        "n_problems": m,
-        "pass_at_k": {str(k): float(v / m) for k, v in zip(ks, passk, strict=True)},
+        **shared.result(),
         "accuracy": float(np.mean([p["correct"] / n for p in per_problem])),
         "format_rate": float(np.mean(formats)),
         "distinct_correct": float(np.mean([p["distinct_correct"] for p in per_problem])),
@@ -177,9 +203,6 @@ def evaluate(
             if any(p["solutions"] for p in per_problem)
             else 0.0
         ),
-        "distinct_n": {str(i + 1): float(v / m) for i, v in enumerate(dist)},
-        "self_bleu": float(np.mean(bleus)) if bleus else None,
-        "semantic_cosine_correct": float(np.mean(cosines)) if cosines else None,
         "per_problem": per_problem,
     }
 
@@ -259,39 +282,21 @@ def evaluate_math(
         seed=seed,
         prompts_per_batch=prompts_per_batch,
     )
-    ks = k_values(n)
-    passk = np.zeros(len(ks))
-    dist = np.zeros(4)
-    per_problem, bleus, cosines, boxed = [], [], [], []
+    shared = _SharedMetrics(n, bleu=bleu, encoder=encoder)
+    per_problem, boxed = [], []
     for prob, group in zip(problems, texts, strict=True):
         scores = [compute_math_score(t, prob) for t in group]
         answers = [extract_boxed(t) for t in group]
         correct = [t for t, sc in zip(group, scores, strict=True) if sc == 1.0]
-        c = len(correct)
-        passk += np.asarray([pass_at_k(n, c, k) for k in ks])
-        dist += [distinct_n(group, m) for m in range(1, 5)]
+        c = shared.add(group, correct)
         boxed.append(np.mean([a is not None for a in answers]))
-        if bleu:
-            sb = self_bleu(group)
-            if sb is not None:
-                bleus.append(sb)
-        if encoder is not None and c >= 2:
-            from llm.diversity import embed
-
-            cosines.append(_mean_pairwise_cosine(embed(correct, encoder)))
         distinct = {" ".join(a.split()) for a in answers if a is not None}
         per_problem.append({"id": prob.id, "correct": c, "distinct_answers": len(distinct)})
-    m = len(problems)
     return {
-        "n": n,
-        "n_problems": m,
-        "pass_at_k": {str(k): float(v / m) for k, v in zip(ks, passk, strict=True)},
+        **shared.result(),
         "accuracy": float(np.mean([p["correct"] / n for p in per_problem])),
         "boxed_rate": float(np.mean(boxed)),
         "distinct_answers": float(np.mean([p["distinct_answers"] for p in per_problem])),
-        "distinct_n": {str(i + 1): float(v / m) for i, v in enumerate(dist)},
-        "self_bleu": float(np.mean(bleus)) if bleus else None,
-        "semantic_cosine_correct": float(np.mean(cosines)) if cosines else None,
         "per_problem": per_problem,
     }
 

@@ -1049,46 +1049,44 @@ def _train_step(
 
     # Reported over the global batch (the behaviour pass and the rollout), and as the mean over
     # the step's optimizer steps for the loss terms and the gradient norm.
-    report = {**fixed, "logp": fixed["logp_old"], "entropy": old.entropy.reshape(b, g, t)}
-    if "cand_logp" in needs:
-        report["cand_logp"] = old.cand_logp.reshape(b, g, t, -1)
-    if sampler_logp is not None:
-        report["sampler_logp"] = sampler_logp
+    # The behaviour pass is the policy at the rollout: its values stand in for the current ones.
+    local = {**fixed, "logp": fixed["logp_old"], "entropy": old.entropy.reshape(b, g, t)}
     if old.cand_logp is not None:
-        report["cand_logp_old"] = old.cand_logp.reshape(b, g, t, -1)
-    first = gather_batch(report, info)
-    report = first
-    rewards, mask = first["rewards"], first["mask"]
-    adv = method.advantages({**first, "logp": first["logp_old"]}, **hyper)
+        local["cand_logp"] = old.cand_logp.reshape(b, g, t, -1)
+    if sampler_logp is not None:
+        local["sampler_logp"] = sampler_logp
+    full = gather_batch(local, info)
+    rewards, mask = full["rewards"], full["mask"]
+    adv = method.advantages(full, **hyper)
     correct = (rewards > 0.5).float()
     metrics["charts/reward_mean"] = rewards.mean().item()
     metrics["charts/accuracy"] = correct.mean().item()
     metrics["charts/pass_rate"] = correct.amax(dim=1).mean().item()
     metrics["charts/format_rate"] = (rewards > 0).float().mean().item()
     metrics["charts/response_len"] = mask.sum(-1).mean().item()
-    metrics["charts/entropy"] = _masked_mean(report["entropy"], mask)
+    metrics["charts/entropy"] = _masked_mean(full["entropy"], mask)
     metrics["charts/lr"] = scheduler.get_last_lr()[0]
     metrics["charts/grad_norm"] = float(np.mean(norms))
     metrics["charts/optimizer_steps"] = float(len(norms))
-    if "sampler_logp" in report:
-        diff = first["logp_old"] - report["sampler_logp"]
+    if "sampler_logp" in full:
+        diff = full["logp_old"] - full["sampler_logp"]
         metrics["charts/sampler_logp_gap"] = _masked_mean(diff.abs(), mask)
         # k3 estimate of KL(sampler || trainer) per token: the mismatch TRL and verl log.
         metrics["charts/sampler_kl"] = _masked_mean(torch.expm1(diff) - diff, mask)
-    if "is_weight" in first:
-        w = first["is_weight"]
+    if "is_weight" in full:
+        w = full["is_weight"]
         metrics["charts/is_weight_mean"] = _masked_mean(w, mask)
         metrics["charts/is_weight_capped"] = _masked_mean((w >= cfg.rollout_is_cap).float(), mask)
     metrics["losses/loss"] = float(torch.stack(losses).mean())
     for k in step_metrics[0]:
         metrics[f"losses/{k}"] = float(np.mean([float(m[k]) for m in step_metrics]))
     metrics.update(_stats(adv, "adv"))
-    if "cand_logp_old" in report:
-        cand = report["cand_logp_old"]
+    if "cand_logp" in full:
+        cand = full["cand_logp"]
         for n in range(cand.shape[-1]):
             metrics[f"topn/lambda_{n + 1}"] = _masked_mean(cand[..., n], mask)
     if div is not None:
-        metrics["charts/diversity"] = _masked_mean(first["diversity"], torch.ones_like(rewards))
+        metrics["charts/diversity"] = _masked_mean(full["diversity"], torch.ones_like(rewards))
     metrics["time/logprob"] = t_old - t0
     metrics["time/optim"] = t_upd - t_old
     return metrics
