@@ -1,9 +1,9 @@
 """Checkers for DSDR's theory (seed 001, App. C and Theorem 3.1).
 
 The seed lost its math symbols; each checker's docstring states the reconstruction it checks. The notation
-follows FORMULAS.md §2 (DSDR): verifier reward `r ∈ {0,1}`, clipped diversity score `min(s, σ)`, augmented
-reward `r̃ = r + λ·1[r=1]·min(s, σ)`, group advantages `A_i = (r̃_i − mean r̃)/(std r̃ + ε)`, coupling
-`w = softmax_{j∈C}(s_j/τ)`, local regularizer weight `λ_loc`.
+follows docs/formulas.md §2.16-§2.17 (DSDR): verifier reward `r ∈ {0,1}`, clipped diversity score
+`min(s, σ)`, augmented reward `r̃ = r + λ·1[r=1]·min(s, σ)`, group advantages
+`A_i = (r̃_i − mean r̃)/(std r̃ + ε)`, coupling `w = softmax_{j∈C}(s_j/τ)`, local regularizer weight `λ_loc`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ _MASKED_LOGIT = -1e4
 
 
 def group_advantages(rewards: np.ndarray, *, eps: float, ddof: int = 0) -> np.ndarray:
-    """GRPO group-normalized advantages `A_i = (r_i − mean_j r_j)/(std_j r_j + ε)` (FORMULAS.md §2).
+    """GRPO group-normalized advantages `A_i = (r_i − mean_j r_j)/(std_j r_j + ε)` (docs/formulas.md §2.1).
 
     Args:
         rewards: `(..., G)` per-response rewards of each group.
         eps: the stabilizer `ε > 0` added to the standard deviation.
-        ddof: 0 (population std, verl) or 1 (unbiased std, TRL).
+        ddof: 0 (population std) or 1 (unbiased std, as TRL and verl's `torch.std`).
 
     Returns:
         `(..., G)` advantages.

@@ -6,7 +6,7 @@ CAB, DBA (`toymdp.env.casp_env`). Each method trains a tabular policy by sampled
 accuracy `P(π) = Σ_{τ∈C} π(τ)` and modes covered, the expected number of distinct correct
 responses in 1,000 samples `Σ_{τ∈C} 1 − (1 − π(τ))^1000` (seed 004 Prop. 3).
 
-The paper publishes none of its training settings, so these are choices [FORMULAS.md, choice]:
+The paper publishes none of its training settings, so these are choices (docs/formulas.md §4.10):
 
 - Base policy: skewed towards BDC, as a language model's prior favours one solution: logit
   `+SKEW` on the BDC action at each of its three nodes (root→B, B→D, BD→C), 0 elsewhere. With
