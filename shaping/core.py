@@ -95,7 +95,7 @@ def is_correct(rewards: Array) -> Array:
     Returns:
         (B, G) bool array, ``rewards > 0.5``.
 
-    Source: docs/formulas.md notation, correct set ``C = {tau : r(tau) = 1}``.
+    Source: docs/formulas.md §0.2 (correct set, threshold 0.5).
     """
     return rewards > _CORRECT_THRESHOLD
 
@@ -152,7 +152,7 @@ def grpo_advantages(rewards: Array, *, std_correction: int = 1, eps: float = 1e-
     Raises:
         ValueError: `std_correction` not 0 or 1, or `rewards` not 2-D.
 
-    Source: docs/formulas.md §2 (GRPO; Shao et al. 2024).
+    Source: docs/formulas.md §2.1 (GRPO; Shao et al. 2024).
     """
     xp = array_namespace(rewards)
     if rewards.ndim != 2:
@@ -175,7 +175,7 @@ def dr_grpo_advantages(rewards: Array) -> Array:
     Returns:
         (B, G) advantages.
 
-    Source: docs/formulas.md §2 (Dr. GRPO; Liu et al. 2025).
+    Source: docs/formulas.md §2.2 (Dr. GRPO; Liu et al. 2025).
     """
     xp = array_namespace(rewards)
     r = _as_float(xp, rewards)
@@ -197,7 +197,7 @@ def sequence_logp(logp: Array, mask: Array, *, reduction: str = "sum") -> Array:
     Raises:
         ValueError: unknown `reduction`.
 
-    Source: docs/formulas.md §2, DS-GRPO note on reduction (seed 000 §4.2).
+    Source: docs/formulas.md §2.8 (seed 000 §4.2).
     """
     if reduction == "sum":
         return masked_sum(logp, mask, axis=-1)
@@ -220,7 +220,7 @@ def importance_ratio(logp: Array, logp_old: Array, mask: Array) -> Array:
     Returns:
         (B, G, T) ratios.
 
-    Source: docs/formulas.md §2 (clipped surrogate; PPO).
+    Source: docs/formulas.md §2.3 (PPO; clamp at 20 as verl).
     """
     xp = array_namespace(logp, logp_old, mask)
     keep = _bool_mask(xp, mask)
@@ -248,7 +248,7 @@ def clipped_surrogate(
     Returns:
         (B, G, T) per-token loss (not masked; aggregate with `agg_loss`).
 
-    Source: docs/formulas.md §2 (clipped surrogate; DAPO for eps_low/eps_high).
+    Source: docs/formulas.md §2.4 (DAPO for eps_low/eps_high).
     """
     xp = array_namespace(ratio, advantages)
     adv = _expand_advantages(xp, advantages, ratio)
@@ -316,7 +316,7 @@ def agg_loss(
         ValueError: unknown `mode`, `loss` and `mask` shapes differ, or `norm_length` not an
             int >= max(T, 1).
 
-    Source: docs/formulas.md §2 (and §3 for the Dr. GRPO constant); verl
+    Source: docs/formulas.md §2.5 (and §2.2 for the Dr. GRPO constant); verl
     ``core_algos.agg_loss``; TRL ``GRPOTrainer`` ``loss_type="dr_grpo"``.
     """
     if mode not in AGG_MODES:
@@ -360,7 +360,7 @@ def kl_k3(logp: Array, logp_ref: Array, mask: Array) -> Array:
     Returns:
         (B, G, T) nonnegative per-token KL estimates.
 
-    Source: docs/formulas.md §2 (Schulman's k3; verl ``low_var_kl`` without its +-10 clamp).
+    Source: docs/formulas.md §2.6 (Schulman's k3; verl ``low_var_kl`` without its +-10 clamp).
     """
     xp = array_namespace(logp, logp_ref, mask)
     keep = _bool_mask(xp, mask)
@@ -380,7 +380,7 @@ def token_entropy(logits: Array) -> Array:
     Returns:
         (B, G, T) entropies in nats.
 
-    Source: docs/formulas.md §2 (token entropy; verl ``entropy_from_logits``).
+    Source: docs/formulas.md §2.7 (token entropy; verl ``entropy_from_logits``).
     """
     xp = array_namespace(logits)
     shift = stop_gradient(xp.max(logits, axis=-1, keepdims=True))
@@ -488,7 +488,7 @@ def group_rank(x: Array) -> Array:
     Returns:
         (B, G) ranks as floats in ``{0, ..., G-1}`` (a permutation per row).
 
-    Source: unlikeliness reward (He, Fried, Welleck 2025, authors' code), docs/formulas.md §2.
+    Source: unlikeliness reward (He, Fried, Welleck 2025, authors' code), docs/formulas.md §2.12.
     """
     xp = array_namespace(x)
     xi = xp.expand_dims(x, axis=-1)
@@ -518,7 +518,7 @@ def passk_advantages(rewards: Array, *, k: int = 4) -> Array:
     Raises:
         ValueError: concrete `k` outside ``[1, G]``.
 
-    Source: Chen et al. 2025, "Pass@k Training" (authors' code), docs/formulas.md §2.
+    Source: Chen et al. 2025, "Pass@k Training" (authors' code), docs/formulas.md §2.14.
     """
     xp = array_namespace(rewards)
     group = rewards.shape[-1]

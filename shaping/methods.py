@@ -14,7 +14,7 @@ The registry then provides ``shaping.METHODS[name].loss(batch, **hyper) -> (scal
 method's own terms, aggregated by ``loss_agg``) and ``.advantages(batch, **hyper) -> (B, G)`` to
 both drivers (``toymdp/``, ``llm/``). The common loss hyper-parameters (`COMMON_DEFAULTS`) are
 added to every method; a function may override one of their defaults by declaring it. Batch keys
-and shapes: `shaping.contract`; formulas: docs/formulas.md §2 (corrections §3).
+and shapes: `shaping.contract`; formulas: docs/formulas.md §2 (one subsection per method).
 
 Style follows verl's ``core_algos.register_adv_est`` / ``register_policy_loss`` (a name-keyed
 registry filled by a decorator), with the method's defaults read from its signature.
@@ -496,7 +496,7 @@ def grpo(batch: Batch, *, std_correction: int = 1, eps: float = 1e-6) -> Array:
     Hyper-parameters: ``std_correction`` 1 = unbiased group std (TRL, verl), 0 = population;
     ``eps`` added to the std. A constant group (or G = 1) gets advantage 0.
 
-    Source: Shao et al. 2024 (DeepSeekMath); docs/formulas.md §2
+    Source: Shao et al. 2024 (DeepSeekMath); docs/formulas.md §2.1
     """
     return _grpo_of(_rewards("grpo", batch), std_correction, eps)
 
@@ -519,7 +519,7 @@ def dr_grpo(
     should pass their cap. It must be an int >= the padded length T of every batch (ValueError
     naming ``max_response_length`` otherwise). Ignored by the other aggregations.
 
-    Source: Liu et al. 2025 (Dr. GRPO), TRL loss_type="dr_grpo"; docs/formulas.md §2, §3
+    Source: Liu et al. 2025 (Dr. GRPO), TRL loss_type="dr_grpo"; docs/formulas.md §2.2, §2.5
     """
     return core.dr_grpo_advantages(_rewards("dr_grpo", batch))
 
@@ -551,7 +551,7 @@ def ds_grpo(
     Hyper-parameters: ``gamma_p``, ``gamma_n`` >= 0; ``logp_reduction`` "sum" (``log pi(tau)``,
     the theory's quantity) or "mean" (length-normalized); ``std_correction``, ``eps`` as GRPO.
 
-    Source: seed 000 §4.2 (Eq. 4, differential smoothing); docs/formulas.md §2
+    Source: seed 000 §4.2 (Eq. 4, differential smoothing); docs/formulas.md §2.9
     """
     h = {"std_correction": std_correction, "eps": eps, "logp_reduction": logp_reduction}
     return _ds("ds_grpo", batch, gamma_p, gamma_n, h)
@@ -573,7 +573,7 @@ def ds_grpo_pos(
     Hyper-parameters: ``gamma_p`` >= 0; ``logp_reduction`` "sum" or "mean";
     ``std_correction``, ``eps`` as GRPO.
 
-    Source: seed 000 §4.2 (DS-Positive ablation); docs/formulas.md §2
+    Source: seed 000 §4.2 (DS-Positive ablation); docs/formulas.md §2.9
     """
     h = {"std_correction": std_correction, "eps": eps, "logp_reduction": logp_reduction}
     return _ds("ds_grpo_pos", batch, gamma_p, 0.0, h)
@@ -595,7 +595,7 @@ def ds_grpo_neg(
     Hyper-parameters: ``gamma_n`` >= 0; ``logp_reduction`` "sum" or "mean";
     ``std_correction``, ``eps`` as GRPO.
 
-    Source: seed 000 §4.2 (DS-Negative ablation); docs/formulas.md §2
+    Source: seed 000 §4.2 (DS-Negative ablation); docs/formulas.md §2.9
     """
     h = {"std_correction": std_correction, "eps": eps, "logp_reduction": logp_reduction}
     return _ds("ds_grpo_neg", batch, 0.0, gamma_n, h)
@@ -637,7 +637,7 @@ def entropy_bonus(
     log-prob ``l``, Lemma B.4) or "token" (per-token entropy term, verl's ``entropy_coeff``);
     ``logp_reduction``, ``std_correction``, ``eps`` as `ds_grpo`.
 
-    Source: seed 000 Lemma B.4 (global entropy bonus); token form: verl entropy_coeff; docs/formulas.md §2
+    Source: seed 000 Lemma B.4 (global entropy bonus); token form: verl entropy_coeff; docs/formulas.md §2.10
     """
     h = {"std_correction": std_correction, "eps": eps, "logp_reduction": logp_reduction}
     return _entropy_shaping("entropy_bonus", +1.0, batch, eta, form, h)
@@ -661,7 +661,7 @@ def entropy_penalty(
     Hyper-parameters: ``eta`` >= 0, the penalty's strength; ``form`` "trajectory" or "token";
     ``logp_reduction``, ``std_correction``, ``eps`` as `entropy_bonus`.
 
-    Source: seed 000 Lemma B.4 (global entropy penalty); token form: verl entropy_coeff; docs/formulas.md §2
+    Source: seed 000 Lemma B.4 (global entropy penalty); token form: verl entropy_coeff; docs/formulas.md §2.10
     """
     h = {"std_correction": std_correction, "eps": eps, "logp_reduction": logp_reduction}
     return _entropy_shaping("entropy_penalty", -1.0, batch, eta, form, h)
@@ -683,7 +683,7 @@ def diff_entropy(
     Hyper-parameters: ``eta_pos`` (entropy bonus on correct responses), ``eta_neg`` (penalty on
     incorrect ones), both >= 0; ``std_correction``, ``eps`` as GRPO.
 
-    Source: seed 000 §4.8.2 (differential entropy control); docs/formulas.md §2
+    Source: seed 000 §4.8.2 (differential entropy control); docs/formulas.md §2.11
     """
     r = _rewards("diff_entropy", batch)
 
@@ -733,7 +733,7 @@ def dsdr(
     Hyper-parameters: ``lam`` >= 0 (reward bonus), ``sigma`` >= 0 (cap on s_i), ``tau`` > 0
     (softmax temperature), ``lam_loc`` >= 0 (local-term weight); ``std_correction``, ``eps``.
 
-    Source: seed 001 Eqs. 10, 11, 15, 16 (DSDR); docs/formulas.md §2
+    Source: seed 001 Eqs. 10, 11, 15, 16 (DSDR); docs/formulas.md §2.16-§2.17
     """
     r = _rewards("dsdr", batch)
     xp = array_namespace(r)
@@ -785,7 +785,7 @@ def progrpo(
     (``c(q)`` of the prompt, Alg. 1) or "group_mean" (Eq. 10: the group's mean ``c``);
     ``std_correction``, ``eps`` as GRPO.
 
-    Source: seed 003 Alg. 1, Eqs. 4-6 (Eq. 10 for confidence_ref='group_mean'); docs/formulas.md §2
+    Source: seed 003 Alg. 1, Eqs. 4-6 (Eq. 10 for confidence_ref='group_mean'); docs/formulas.md §2.15
     """
     r = _rewards("progrpo", batch)
     xp = array_namespace(r)
@@ -829,7 +829,7 @@ def casp(
     Hyper-parameters: ``alpha`` in [0, 1]; ``top_n`` int in [1, N]; ``quantile`` in (0, 1);
     ``lam_top1`` > 0; ``std_correction``, ``eps``.
 
-    Source: seed 004 Eqs. 4.1, 5; authors' code compute_policy_loss_simko; docs/formulas.md §2
+    Source: seed 004 Eqs. 4.1, 5; authors' code compute_policy_loss_simko; docs/formulas.md §2.18-§2.20
     """
     name = "casp"
     entropy, cand, rank, mask = (
@@ -874,7 +874,7 @@ def unlikeliness(
     no mixed outcome (all correct or all wrong) are dropped from the loss, their advantages 0;
     False keeps them (their rank-shaped rewards then still differ); ``std_correction``, ``eps``.
 
-    Source: He, Fried, Welleck 2025 (authors' code, ray_lean_trainer.py); docs/formulas.md §2, §3
+    Source: He, Fried, Welleck 2025 (authors' code, ray_lean_trainer.py); docs/formulas.md §2.12
     """
     r = _rewards("unlikeliness", batch)
     xp = array_namespace(r)
@@ -897,7 +897,7 @@ def passk(batch: Batch, *, k: int = 4) -> Array:
 
     Hyper-parameters: ``k`` integer in [1, G].
 
-    Source: Chen et al. 2025, Pass@k Training (authors' code); docs/formulas.md §2
+    Source: Chen et al. 2025, Pass@k Training (authors' code); docs/formulas.md §2.14
     """
     return core.passk_advantages(_rewards("passk", batch), k=k)
 
@@ -910,7 +910,7 @@ def w_reinforce(batch: Batch, *, lam: float = 0.1) -> Array:
 
     Hyper-parameters: ``lam`` >= 0 (the authors' ``positive_advantage_weight``).
 
-    Source: Zhu et al. 2025, W-REINFORCE (authors' code); docs/formulas.md §2
+    Source: Zhu et al. 2025, W-REINFORCE (authors' code); docs/formulas.md §2.13
     """
     c = _correct_f(_rewards("w_reinforce", batch))
     return lam * c - (1.0 - c)
@@ -937,7 +937,7 @@ def psr(batch: Batch, *, subset_normalization: bool = False) -> Shaping:
     trainer keeps only the correct subset of the batch (``batch.subset``), so ``token-mean``
     averages over the correct responses' tokens only.
 
-    Source: Zhu et al. 2025, PSR (authors' code, ray_trainer.py); docs/formulas.md §2, §3
+    Source: Zhu et al. 2025, PSR (authors' code, ray_trainer.py); docs/formulas.md §2.13
     """
     return _signed("psr", batch, True, subset_normalization)
 
@@ -951,6 +951,6 @@ def nsr(batch: Batch, *, subset_normalization: bool = False) -> Shaping:
     Hyper-parameters: ``subset_normalization`` (default False); True drops the correct
     responses from the loss, as the authors' trainer keeps only the incorrect subset.
 
-    Source: Zhu et al. 2025, NSR (authors' code, ray_trainer.py); docs/formulas.md §2, §3
+    Source: Zhu et al. 2025, NSR (authors' code, ray_trainer.py); docs/formulas.md §2.13
     """
     return _signed("nsr", batch, False, subset_normalization)

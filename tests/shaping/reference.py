@@ -1,7 +1,7 @@
 """Slow, obviously-correct references for the shaping core (issue 3).
 
 Every quantity here is computed by plain Python loops over groups ``(B, G)`` and tokens ``T``,
-written from ``design/FORMULAS.md`` §2 and ``shaping/CONTRACT.md`` without reading the fast code.
+written from the formulas of ``docs/formulas.md`` §2 and ``shaping/CONTRACT.md`` without reading the fast code.
 Detached quantities (advantages, masks, quantiles, confidences) use Python floats and ``math``.
 Losses are built token by token from 0-d ``torch.float64`` tensors sliced out of leaf tensors, so
 ``torch.autograd`` gives reference gradients with respect to the differentiable batch keys
