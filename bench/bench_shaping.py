@@ -58,33 +58,18 @@ class Args:
 
 
 def make_batch(args: Args) -> dict[str, np.ndarray]:
-    """A synthetic batch with every CONTRACT.md key (NumPy; converted per timed call)."""
-    rng = np.random.default_rng(args.seed)
+    """A seeded float32 batch with every batch key but ``is_weight`` (`shaping.example_batch`)."""
+    needs = set(shaping.BATCH_KEYS) - {"is_weight"}
     b, g, t, n = args.prompts, args.group, args.tokens, args.candidates
-    lengths = rng.integers(t // 4, t + 1, size=(b, g))
-    mask = (np.arange(t)[None, None, :] < lengths[..., None]).astype(np.float32)
-    logp_old = -rng.exponential(0.7, size=(b, g, t)).astype(np.float32)
-    cand_old = np.sort(-rng.exponential(1.5, size=(b, g, t, n)), axis=-1)[..., ::-1]
-    return {
-        "rewards": rng.integers(0, 2, size=(b, g)).astype(np.float32),
-        "mask": mask,
-        "logp_old": logp_old,
-        "logp": logp_old + rng.normal(0.0, 0.1, size=(b, g, t)).astype(np.float32),
-        "logp_ref": logp_old + rng.normal(0.0, 0.1, size=(b, g, t)).astype(np.float32),
-        "entropy": rng.uniform(0.0, 3.0, size=(b, g, t)).astype(np.float32),
-        "cand_logp_old": cand_old.astype(np.float32),
-        "cand_logp": (cand_old + rng.normal(0.0, 0.1, size=cand_old.shape)).astype(np.float32),
-        "sampled_rank": rng.integers(0, n + 1, size=(b, g, t)),
-        "diversity": rng.uniform(0.0, 1.0, size=(b, g)).astype(np.float32),
-        "prompt_logp": -rng.exponential(1.0, size=(b, 128)).astype(np.float32),
-        "prompt_mask": np.ones((b, 128), dtype=np.float32),
-    }
+    return shaping.example_batch(needs, b, g, t, n, np, seed=args.seed, P=128, dtype=np.float32)
 
 
-def settings(name: str) -> dict[str, object]:
+def settings(name: str, tokens: int) -> dict[str, object]:
     """Hyper-parameters that switch on each method's full computation (defaults otherwise)."""
     if name in ("entropy_bonus", "entropy_penalty"):
         return {"form": "token"}
+    if "max_response_length" in shaping.get_method(name).defaults:
+        return {"max_response_length": tokens}  # Dr. GRPO's constant: the padded length here
     return {}
 
 
@@ -93,7 +78,7 @@ class Timed:
 
     def __init__(self, name: str, batch: dict[str, np.ndarray]) -> None:
         self.method = shaping.get_method(name)
-        self.hyper = settings(name)
+        self.hyper = settings(name, batch["mask"].shape[-1])
         needs = self.method.needs_for(**self.hyper) | {"rewards", "mask", "logp", "logp_old"}
         self.batch = {k: torch.from_numpy(np.ascontiguousarray(batch[k])) for k in needs}
         self.leaves = [

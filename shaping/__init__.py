@@ -2,9 +2,12 @@
 and a registry of named methods used by both `toymdp/` (JAX) and `llm/` (torch).
 
 Backend-agnostic through `array_api_compat`; imports neither JAX nor torch. See ``CONTRACT.md``.
+A method is one decorated function (`register`); the batch keys are one table (`BATCH_KEYS`), from
+which `example_batch` builds a valid batch for any method on any array backend.
 """
 
 from shaping.backend import stop_gradient
+from shaping.contract import BATCH_KEYS, example_batch
 from shaping.core import (
     AGG_MODES,
     LOG_RATIO_MAX,
@@ -28,18 +31,32 @@ from shaping.core import (
     token_entropy,
     topn_smoothed_ratio,
 )
-from shaping.methods import METHODS, Method, get_method, methods_table, register
+from shaping.methods import (
+    COMMON_DEFAULTS,
+    METHODS,
+    Extra,
+    Method,
+    Shaping,
+    get_method,
+    methods_table,
+    register,
+)
 
 __all__ = [
     "AGG_MODES",
+    "BATCH_KEYS",
+    "COMMON_DEFAULTS",
     "LOG_RATIO_MAX",
     "METHODS",
+    "Extra",
     "Method",
+    "Shaping",
     "agg_loss",
     "casp_ratio",
     "clip_fraction",
     "clipped_surrogate",
     "dr_grpo_advantages",
+    "example_batch",
     "get_method",
     "group_rank",
     "grpo_advantages",

@@ -25,7 +25,7 @@ def stop_gradient(x: Any) -> Any:
         `jax.lax.stop_gradient(x)` for JAX, `x.detach()` for torch, `x` itself for NumPy
         (and any other backend without autodiff).
 
-    Source: standard; used wherever FORMULAS.md writes ``sg(.)`` (e.g. seed 004, Eq. 4.1).
+    Source: standard; used wherever docs/formulas.md writes ``sg(.)`` (§0.1; e.g. seed 004, Eq. 4.1).
     """
     if is_jax_array(x):
         import jax

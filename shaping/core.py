@@ -95,7 +95,7 @@ def is_correct(rewards: Array) -> Array:
     Returns:
         (B, G) bool array, ``rewards > 0.5``.
 
-    Source: FORMULAS.md notation, correct set ``C = {tau : r(tau) = 1}``.
+    Source: docs/formulas.md §0.2 (correct set, threshold 0.5).
     """
     return rewards > _CORRECT_THRESHOLD
 
@@ -141,8 +141,9 @@ def grpo_advantages(rewards: Array, *, std_correction: int = 1, eps: float = 1e-
 
     Args:
         rewards: (B, G) rewards; integer rewards are cast to the default float dtype.
-        std_correction: 1 for the unbiased std (ddof=1, TRL), 0 for the population std (verl).
-            With G = 1 the std is defined as 0.
+        std_correction: 1 for the unbiased std (ddof=1), as TRL and verl use (verl's
+            ``compute_grpo_outcome_advantage`` calls ``torch.std``, which is unbiased by
+            default); 0 for the population std (ddof=0). With G = 1 the std is defined as 0.
         eps: added to the std (default 1e-6, verl; TRL uses 1e-4). May be a traced scalar.
 
     Returns:
@@ -151,7 +152,7 @@ def grpo_advantages(rewards: Array, *, std_correction: int = 1, eps: float = 1e-
     Raises:
         ValueError: `std_correction` not 0 or 1, or `rewards` not 2-D.
 
-    Source: FORMULAS.md §2 (GRPO; Shao et al. 2024).
+    Source: docs/formulas.md §2.1 (GRPO; Shao et al. 2024).
     """
     xp = array_namespace(rewards)
     if rewards.ndim != 2:
@@ -174,7 +175,7 @@ def dr_grpo_advantages(rewards: Array) -> Array:
     Returns:
         (B, G) advantages.
 
-    Source: FORMULAS.md §2 (Dr. GRPO; Liu et al. 2025).
+    Source: docs/formulas.md §2.2 (Dr. GRPO; Liu et al. 2025).
     """
     xp = array_namespace(rewards)
     r = _as_float(xp, rewards)
@@ -196,7 +197,7 @@ def sequence_logp(logp: Array, mask: Array, *, reduction: str = "sum") -> Array:
     Raises:
         ValueError: unknown `reduction`.
 
-    Source: FORMULAS.md §2, DS-GRPO note on reduction (seed 000 §4.2).
+    Source: docs/formulas.md §2.8 (seed 000 §4.2).
     """
     if reduction == "sum":
         return masked_sum(logp, mask, axis=-1)
@@ -219,7 +220,7 @@ def importance_ratio(logp: Array, logp_old: Array, mask: Array) -> Array:
     Returns:
         (B, G, T) ratios.
 
-    Source: FORMULAS.md §2 (clipped surrogate; PPO).
+    Source: docs/formulas.md §2.3 (PPO; clamp at 20 as verl).
     """
     xp = array_namespace(logp, logp_old, mask)
     keep = _bool_mask(xp, mask)
@@ -247,7 +248,7 @@ def clipped_surrogate(
     Returns:
         (B, G, T) per-token loss (not masked; aggregate with `agg_loss`).
 
-    Source: FORMULAS.md §2 (clipped surrogate; DAPO for eps_low/eps_high).
+    Source: docs/formulas.md §2.4 (DAPO for eps_low/eps_high).
     """
     xp = array_namespace(ratio, advantages)
     adv = _expand_advantages(xp, advantages, ratio)
@@ -284,7 +285,9 @@ def _clip_fraction(
     return agg_loss(xp.astype(clipped, ratio.dtype), keep, "token-mean")
 
 
-def agg_loss(loss: Array, mask: Array, mode: str = "token-mean") -> Array:
+def agg_loss(
+    loss: Array, mask: Array, mode: str = "token-mean", *, norm_length: int | None = None
+) -> Array:
     """Aggregate a per-token loss into a scalar.
 
     Modes (padding is ignored even if it holds NaN or +-inf):
@@ -292,21 +295,29 @@ def agg_loss(loss: Array, mask: Array, mode: str = "token-mean") -> Array:
     - ``"token-mean"`` (DAPO): ``sum(l*m) / max(sum(m), 1)`` over the whole batch;
     - ``"seq-mean-token-mean"`` (GRPO): mean over all ``B*G`` sequences of
       ``sum_t(l*m) / max(sum_t m, 1)`` (a fully masked sequence contributes 0 and still counts);
-    - ``"seq-mean-token-sum-norm"`` (Dr. GRPO): mean over all sequences of ``sum_t(l*m) / T``,
-      ``T`` the padded length (a constant).
+    - ``"seq-mean-token-sum-norm"`` (Dr. GRPO): mean over all sequences of ``sum_t(l*m) / L``
+      with the constant ``L = norm_length`` (TRL's ``max_completion_length``), or the padded
+      length ``T`` when `norm_length` is None.
+
+    A batch with no sequence (``B*G = 0``) gives 0 in every mode (never NaN), and so does
+    ``T = 0`` (every sum is empty; ``L`` is read as at least 1).
 
     Args:
         loss: (B, G, T) per-token loss (any leading shape; tokens on the last axis).
         mask: same shape, bool or float.
         mode: one of `AGG_MODES` (default "token-mean").
+        norm_length: ``L`` of ``"seq-mean-token-sum-norm"``, an int with ``L >= T``
+            (ignored by the other modes).
 
     Returns:
         scalar.
 
     Raises:
-        ValueError: unknown `mode`, or `loss` and `mask` shapes differ.
+        ValueError: unknown `mode`, `loss` and `mask` shapes differ, or `norm_length` not an
+            int >= max(T, 1).
 
-    Source: FORMULAS.md §2; verl ``core_algos.agg_loss``.
+    Source: docs/formulas.md §2.5 (and §2.2 for the Dr. GRPO constant); verl
+    ``core_algos.agg_loss``; TRL ``GRPOTrainer`` ``loss_type="dr_grpo"``.
     """
     if mode not in AGG_MODES:
         raise ValueError(f"loss_agg must be one of {list(AGG_MODES)}, got {mode!r}")
@@ -317,11 +328,22 @@ def agg_loss(loss: Array, mask: Array, mode: str = "token-mean") -> Array:
     kept = xp.where(keep, loss, 0.0)
     if mode == "token-mean":
         return xp.sum(kept) / xp.maximum(xp.sum(xp.astype(keep, loss.dtype)), 1.0)
+    # A static count: an empty batch divides 0 by 1 instead of taking the mean of nothing.
+    n_seq = max(math.prod(loss.shape[:-1]), 1)
     seq_sum = xp.sum(kept, axis=-1)
     if mode == "seq-mean-token-mean":
         count = xp.sum(xp.astype(keep, loss.dtype), axis=-1)
-        return xp.mean(seq_sum / xp.maximum(count, 1.0))
-    return xp.mean(seq_sum) / loss.shape[-1]
+        return xp.sum(seq_sum / xp.maximum(count, 1.0)) / n_seq
+    t = loss.shape[-1]
+    if norm_length is None:
+        length = max(t, 1)
+    elif isinstance(norm_length, bool) or not isinstance(norm_length, int) or norm_length < 1:
+        raise ValueError(f"norm_length must be an int >= 1, got {norm_length!r}")
+    elif norm_length < t:
+        raise ValueError(f"norm_length = {norm_length} is below the padded length T = {t}")
+    else:
+        length = norm_length
+    return xp.sum(seq_sum) / (n_seq * length)
 
 
 def kl_k3(logp: Array, logp_ref: Array, mask: Array) -> Array:
@@ -338,7 +360,7 @@ def kl_k3(logp: Array, logp_ref: Array, mask: Array) -> Array:
     Returns:
         (B, G, T) nonnegative per-token KL estimates.
 
-    Source: FORMULAS.md §2 (Schulman's k3; verl ``low_var_kl`` without its +-10 clamp).
+    Source: docs/formulas.md §2.6 (Schulman's k3; verl ``low_var_kl`` without its +-10 clamp).
     """
     xp = array_namespace(logp, logp_ref, mask)
     keep = _bool_mask(xp, mask)
@@ -358,7 +380,7 @@ def token_entropy(logits: Array) -> Array:
     Returns:
         (B, G, T) entropies in nats.
 
-    Source: FORMULAS.md §2 (token entropy; verl ``entropy_from_logits``).
+    Source: docs/formulas.md §2.7 (token entropy; verl ``entropy_from_logits``).
     """
     xp = array_namespace(logits)
     shift = stop_gradient(xp.max(logits, axis=-1, keepdims=True))
@@ -417,7 +439,7 @@ def masked_quantile(x: Array, mask: Array, q: float) -> Array:
         q: quantile level in [0, 1]; may be a traced scalar.
 
     Returns:
-        (...,) one value per row; 0 for a row with no kept entry.
+        (...,) one value per row; 0 for a row with no kept entry (and for every row when T = 0).
 
     Raises:
         ValueError: concrete `q` outside [0, 1].
@@ -427,6 +449,9 @@ def masked_quantile(x: Array, mask: Array, q: float) -> Array:
     if isinstance(q, int | float) and not 0.0 <= q <= 1.0:
         raise ValueError(f"quantile must be in [0, 1], got {q!r}")
     xp = array_namespace(x, mask)
+    if x.shape[-1] == 0:
+        # Every row is empty (T = 0): nothing to sort or index.
+        return xp.zeros(x.shape[:-1], dtype=_float_dtype(xp, x), device=device(x))
     keep = _bool_mask(xp, mask)
     dtype = _float_dtype(xp, x)
     n = xp.sum(xp.astype(keep, dtype), axis=-1, keepdims=True)
@@ -463,7 +488,7 @@ def group_rank(x: Array) -> Array:
     Returns:
         (B, G) ranks as floats in ``{0, ..., G-1}`` (a permutation per row).
 
-    Source: unlikeliness reward (He, Fried, Welleck 2025, authors' code), FORMULAS.md §2.
+    Source: unlikeliness reward (He, Fried, Welleck 2025, authors' code), docs/formulas.md §2.12.
     """
     xp = array_namespace(x)
     xi = xp.expand_dims(x, axis=-1)
@@ -493,7 +518,7 @@ def passk_advantages(rewards: Array, *, k: int = 4) -> Array:
     Raises:
         ValueError: concrete `k` outside ``[1, G]``.
 
-    Source: Chen et al. 2025, "Pass@k Training" (authors' code), FORMULAS.md §2.
+    Source: Chen et al. 2025, "Pass@k Training" (authors' code), docs/formulas.md §2.14.
     """
     xp = array_namespace(rewards)
     group = rewards.shape[-1]

@@ -1,14 +1,30 @@
-"""Registry of named shaping methods (advantage + loss), shared by `toymdp/` and `llm/`.
+"""Registry of named shaping methods, each one decorated function (advantage + loss terms).
 
-A method is added here once and becomes available to both drivers:
-``shaping.METHODS[name].loss(batch, **hyper) -> (scalar loss, metrics)`` and
-``shaping.METHODS[name].advantages(batch, **hyper) -> (B, G)``. See ``shaping/CONTRACT.md`` for
-the batch keys and hyper-parameter names, and FORMULAS.md §2 for the formulas.
+A method is one function registered with `register`; its keyword defaults are the method's
+hyper-parameters and defaults, its docstring gives the shapes, the source and the
+hyper-parameters, and the decorator declares the batch keys it needs::
+
+    @register("my_method", needs={"entropy"})
+    def my_method(batch, *, beta: float = 0.1, std_correction: int = 1, eps: float = 1e-6):
+        '''One line: the formula. ... Source: seed 00x Eq. y; docs/formulas.md §2.'''
+        return Shaping(advantages=...)  # or just the (B, G) advantages
+
+The registry then provides ``shaping.METHODS[name].loss(batch, **hyper) -> (scalar, metrics)``
+(the clipped surrogate of `Shaping.advantages`, plus the common k3 KL and entropy terms and the
+method's own terms, aggregated by ``loss_agg``) and ``.advantages(batch, **hyper) -> (B, G)`` to
+both drivers (``toymdp/``, ``llm/``). The common loss hyper-parameters (`COMMON_DEFAULTS`) are
+added to every method; a function may override one of their defaults by declaring it. Batch keys
+and shapes: `shaping.contract`; formulas: docs/formulas.md §2 (one subsection per method).
+
+Style follows verl's ``core_algos.register_adv_est`` / ``register_policy_loss`` (a name-keyed
+registry filled by a decorator), with the method's defaults read from its signature.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -17,16 +33,71 @@ from array_api_compat import array_namespace
 
 from shaping import core
 from shaping.backend import stop_gradient
+from shaping.contract import check_batch
 
 Array = Any
 Batch = Mapping[str, Array]
 
-__all__ = ["METHODS", "Method", "get_method", "methods_table", "register"]
+__all__ = [
+    "COMMON_DEFAULTS",
+    "METHODS",
+    "Extra",
+    "Method",
+    "Shaping",
+    "get_method",
+    "methods_table",
+    "register",
+]
 
-_BASE_KEYS = ("rewards", "mask", "logp", "logp_old")
-_TOKEN_KEYS = ("mask", "logp", "logp_old", "logp_ref", "entropy", "sampled_rank", "is_weight")
-_CAND_KEYS = ("cand_logp", "cand_logp_old")
-_PROMPT_KEYS = ("prompt_logp", "prompt_mask")
+COMMON_DEFAULTS: Mapping[str, object] = MappingProxyType(
+    {
+        "eps_low": 0.2,
+        "eps_high": 0.2,
+        "loss_agg": "token-mean",
+        "kl_coef": 0.0,
+        "entropy_coef": 0.0,
+    }
+)
+"""Hyper-parameters of every method's loss: clip widths of the clipped surrogate, the loss
+aggregation (`core.AGG_MODES`), the k3 KL coefficient (needs ``logp_ref``) and verl's
+``entropy_coeff`` (needs ``entropy``)."""
+
+
+@dataclass(frozen=True)
+class Extra:
+    """Loss terms a method adds to the clipped surrogate (computed only by ``Method.loss``).
+
+    Attributes:
+        token: (B, G, T) per-token term added before aggregation (0 on padding is not needed:
+            padding is masked out by the aggregation).
+        scalar: scalar added after aggregation.
+        metrics: detached scalar metrics to report.
+        token_metrics: (B, G, T) per-token quantities reported aggregated by ``loss_agg``.
+    """
+
+    token: Array | None = None
+    scalar: Array | None = None
+    metrics: Mapping[str, Array] = field(default_factory=dict)
+    token_metrics: Mapping[str, Array] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """What a method function returns (a bare (B, G) array means ``Shaping(advantages=it)``).
+
+    Attributes:
+        advantages: (B, G) advantages (detached by the registry).
+        rows: (B, G) bool, the responses that enter the loss (None = all). Others are dropped
+            from every term and from the aggregation's denominators, as the authors' code drops
+            them from the training batch (unlikeliness, PSR/NSR subset normalization).
+        ratio: ``(rho, A) -> rho'`` reshaping the (B, G, T) importance ratio before clipping.
+        extra: ``rho -> Extra`` with the method's own loss terms (given the unshaped ratio).
+    """
+
+    advantages: Array
+    rows: Array | None = None
+    ratio: Callable[[Array, Array], Array] | None = None
+    extra: Callable[[Array], Extra] | None = None
 
 
 @dataclass(frozen=True)
@@ -38,10 +109,12 @@ class Method:
         needs: batch keys required with the default hyper-parameters, beyond
             rewards/mask/logp/logp_old (see `needs_for` for other settings).
         defaults: every hyper-parameter and its default (read-only).
-        source: where the formula comes from (seed file and equation, or authors' code).
+        source: where the formula comes from (the docstring's ``Source:`` paragraph).
         advantages: ``advantages(batch, **hyper) -> (B, G)`` detached advantages.
         loss: ``loss(batch, **hyper) -> (scalar loss, dict of detached metrics)``.
-        doc: the formula as implemented, one line (for the README table).
+        doc: the formula as implemented, one line (the docstring's first line).
+        needs_fn: ``needs_fn(filled hyper) -> frozenset`` when the needs depend on settings.
+        function: the decorated function itself.
     """
 
     name: str
@@ -54,6 +127,7 @@ class Method:
     needs_fn: Callable[[Mapping[str, object]], frozenset[str]] | None = field(
         default=None, repr=False, compare=False
     )
+    function: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
 
     def needs_for(self, **hyper: object) -> frozenset[str]:
         """Batch keys (beyond rewards/mask/logp/logp_old) needed with these hyper-parameters.
@@ -74,13 +148,39 @@ _REGISTRY: dict[str, Method] = {}
 METHODS: Mapping[str, Method] = MappingProxyType(_REGISTRY)
 """Read-only view ``name -> Method`` of every registered method."""
 
+Needs = Iterable[str] | Callable[[Mapping[str, object]], Iterable[str]]
 
-def register(method: Method) -> Method:
-    """Add `method` to `METHODS`.
+
+def register(name: str | Method, *, needs: Needs = ()) -> Any:
+    """Register a method: ``@register("name", needs=...)`` over its function.
+
+    The decorated function takes the batch and keyword-only hyper-parameters, each with a
+    default, and returns `Shaping` or the (B, G) advantages. Its docstring must have a
+    ``Source:`` paragraph (the `Method.source`). `COMMON_DEFAULTS` are added to its defaults
+    (the function may override a common default by declaring it; it receives only what it
+    declares). The function is returned unchanged. ``register(method)`` with a ready `Method`
+    also works (the older form).
+
+    Args:
+        name: the registry key (or a `Method`).
+        needs: batch keys needed beyond rewards/mask/logp/logp_old: a set, or a function of the
+            filled hyper-parameters returning one (when they depend on settings).
 
     Raises:
-        ValueError: a method of that name is already registered.
+        ValueError: a method of that name is already registered, or the function has a
+            parameter without a default, or no ``Source:`` in its docstring.
     """
+    if isinstance(name, Method):
+        return _add(name)
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        _add(_method(name, fn, needs))
+        return fn
+
+    return decorate
+
+
+def _add(method: Method) -> Method:
     if method.name in _REGISTRY:
         raise ValueError(f"method {method.name!r} is already registered")
     _REGISTRY[method.name] = method
@@ -108,6 +208,68 @@ def methods_table() -> str:
         defaults = ", ".join(f"`{k}={v!r}`" for k, v in m.defaults.items())
         rows.append(f"| `{name}` | {m.source} | {needs} | {defaults} |")
     return "\n".join(rows)
+
+
+def _docstring_parts(name: str, fn: Callable[..., Any]) -> tuple[str, str]:
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    paragraphs = [p.strip() for p in doc.split("\n\n")]
+    for p in paragraphs:
+        if p.startswith("Source:"):
+            source = " ".join(p[len("Source:") :].split())
+            return paragraphs[0].splitlines()[0], source
+    raise ValueError(f"method {name!r}: the docstring of {fn.__name__} needs a 'Source:' paragraph")
+
+
+def _method(name: str, fn: Callable[..., Any], needs: Needs) -> Method:
+    own: dict[str, object] = {}
+    for p in list(inspect.signature(fn).parameters.values())[1:]:
+        if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is inspect.Parameter.empty:
+            raise ValueError(
+                f"method {name!r}: parameter {p.name!r} of {fn.__name__} must be keyword-only "
+                "with a default (the method's default)"
+            )
+        own[p.name] = p.default
+    defaults = MappingProxyType({**COMMON_DEFAULTS, **own})
+    doc, source = _docstring_parts(name, fn)
+    needs_fn = needs if callable(needs) else None
+    fixed = frozenset() if callable(needs) else frozenset(needs)
+
+    def shaping_of(batch: Batch, hyper: Mapping[str, object]) -> tuple[dict, Shaping]:
+        h = _fill(name, defaults, hyper)
+        _validate(name, h, batch)
+        check_batch(name, batch)
+        out = fn(batch, **{k: h[k] for k in own})
+        return h, out if isinstance(out, Shaping) else Shaping(advantages=out)
+
+    def advantages(batch: Batch, **hyper: object) -> Array:
+        return stop_gradient(shaping_of(batch, hyper)[1].advantages)
+
+    def loss(batch: Batch, **hyper: object) -> tuple[Array, dict[str, Array]]:
+        h, shaped = shaping_of(batch, hyper)
+        return _policy_loss(name, batch, shaped, h)
+
+    advantages.__name__, loss.__name__ = f"{name}_advantages", f"{name}_loss"
+    advantages.__doc__ = (
+        f"Advantages (B, G), detached, of `{fn.__name__}`: {doc}\n\n"
+        f"Hyper-parameters: {dict(defaults)}. Raises ValueError naming a bad hyper-parameter or "
+        "batch key."
+    )
+    loss.__doc__ = (
+        f"Loss (scalar, metrics) of `{fn.__name__}`: {doc}\n\n"
+        f"Hyper-parameters: {dict(defaults)}. Raises ValueError naming a bad hyper-parameter or "
+        "batch key."
+    )
+    return Method(
+        name=name,
+        needs=frozenset(needs_fn(defaults)) if needs_fn is not None else fixed,
+        defaults=defaults,
+        source=source,
+        advantages=advantages,
+        loss=loss,
+        doc=doc,
+        needs_fn=(lambda h: frozenset(needs_fn(h))) if needs_fn is not None else None,
+        function=fn,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -171,7 +333,8 @@ _CHOICES: dict[str, tuple[object, ...]] = {
     "form": ("trajectory", "token"),
     "confidence_ref": ("prompt", "group_mean"),
 }
-_INTEGERS = ("top_n",)
+_INTEGERS = ("top_n", "max_response_length")
+_BOOLEANS = ("skip_uniform_groups", "subset_normalization")
 
 
 def _fill(name: str, defaults: Mapping[str, object], hyper: Mapping[str, object]) -> dict:
@@ -181,13 +344,17 @@ def _fill(name: str, defaults: Mapping[str, object], hyper: Mapping[str, object]
     return {**defaults, **hyper}
 
 
-def _validate(name: str, h: Mapping[str, object]) -> None:
+def _validate(name: str, h: Mapping[str, object], batch: Batch) -> None:
     for key, value in h.items():
         if key in _CHOICES:
             if isinstance(value, bool) or value not in _CHOICES[key]:
                 raise ValueError(
                     f"{name}: {key} must be one of {list(_CHOICES[key])}, got {value!r}"
                 )
+            continue
+        if key in _BOOLEANS:
+            if not isinstance(value, bool):
+                raise ValueError(f"{name}: {key} must be true or false, got {value!r}")
             continue
         if key in _INTEGERS:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -200,60 +367,17 @@ def _validate(name: str, h: Mapping[str, object]) -> None:
         rule = _ALPHA_RULES.get(name) if key == "alpha" else _NUMERIC_RULES.get(key)
         if rule is not None and _concrete(value) and not rule[0](value):
             raise ValueError(f"{name}: {key} must be {rule[1]}, got {value!r}")
+    if "max_response_length" in h and "mask" in batch:
+        t = batch["mask"].shape[-1]
+        if h["loss_agg"] == "seq-mean-token-sum-norm" and h["max_response_length"] < t:
+            raise ValueError(
+                f"{name}: max_response_length = {h['max_response_length']} is below the batch's "
+                f"padded response length T = {t}; set it to the generation cap (max_new_tokens)"
+            )
 
 
 # ---------------------------------------------------------------------------------------------
-# Batch access and shape checks (Python branching on shapes only, never on values).
-
-
-def _check_batch(name: str, batch: Batch) -> None:
-    if "rewards" not in batch:
-        raise ValueError(f"{name}: batch is missing key 'rewards'")
-    rewards = batch["rewards"]
-    if rewards.ndim != 2:
-        raise ValueError(f"{name}: batch['rewards'] must have shape (B, G), got {rewards.shape}")
-    bg = tuple(rewards.shape)
-    token_shape = None
-    for key in _TOKEN_KEYS:
-        if key not in batch:
-            continue
-        shape = tuple(batch[key].shape)
-        if token_shape is None:
-            token_shape = shape
-        if len(shape) != 3 or shape[:2] != bg or shape != token_shape:
-            raise ValueError(
-                f"{name}: batch[{key!r}] has shape {shape}, expected (B, G, T) with "
-                f"(B, G) = {bg}, the same T as every other per-token key ({token_shape})"
-            )
-    cand_shape = None
-    for key in _CAND_KEYS:
-        if key not in batch:
-            continue
-        shape = tuple(batch[key].shape)
-        cand_shape = cand_shape or shape
-        ok = len(shape) == 4 and shape[:2] == bg and shape == cand_shape
-        if ok and token_shape is not None:
-            ok = shape[:3] == token_shape
-        if not ok:
-            raise ValueError(
-                f"{name}: batch[{key!r}] has shape {shape}, expected (B, G, T, N) with "
-                f"(B, G) = {bg} and (B, G, T) of the per-token keys ({token_shape})"
-            )
-    if "diversity" in batch and tuple(batch["diversity"].shape) != bg:
-        raise ValueError(
-            f"{name}: batch['diversity'] has shape {tuple(batch['diversity'].shape)}, "
-            f"expected (B, G) = {bg}"
-        )
-    prompt_shape = None
-    for key in _PROMPT_KEYS:
-        if key not in batch:
-            continue
-        shape = tuple(batch[key].shape)
-        prompt_shape = prompt_shape or shape
-        if len(shape) != 2 or shape[0] != bg[0] or shape != prompt_shape:
-            raise ValueError(
-                f"{name}: batch[{key!r}] has shape {shape}, expected (B, P) with B = {bg[0]}"
-            )
+# Batch access helpers (Python branching on shapes only, never on values).
 
 
 def _get(name: str, batch: Batch, key: str) -> Array:
@@ -278,40 +402,48 @@ def _correct_f(r: Array) -> Array:
     return xp.astype(core.is_correct(r), r.dtype)
 
 
-def _grpo(r: Array, h: Mapping[str, Any]) -> Array:
-    return core.grpo_advantages(r, std_correction=h["std_correction"], eps=h["eps"])
-
-
 def _seq_logp_old(name: str, batch: Batch, reduction: str) -> Array:
     return core.sequence_logp(
         _get(name, batch, "logp_old"), _get(name, batch, "mask"), reduction=reduction
     )
 
 
+def _masked_entropy(name: str, batch: Batch) -> Array:
+    entropy, mask = _get(name, batch, "entropy"), _get(name, batch, "mask")
+    xp = array_namespace(entropy, mask)
+    keep = core._bool_mask(xp, mask)
+    return xp.where(keep, entropy, xp.zeros_like(entropy))
+
+
+def _mean(xp: Any, x: Array) -> Array:
+    # The mean of an empty array (B = 0) is 0 here, not NaN.
+    return xp.sum(x) / max(math.prod(x.shape), 1)
+
+
 # ---------------------------------------------------------------------------------------------
-# Shared loss: clipped surrogate + optional k3 KL + optional per-token extra term, one aggregation.
+# The loss every method shares: clipped surrogate + optional k3 KL + optional entropy bonus +
+# the method's own terms, one aggregation.
 
 
 def _policy_loss(
-    name: str,
-    batch: Batch,
-    adv: Array,
-    h: Mapping[str, Any],
-    *,
-    ratio: Array | None = None,
-    ratio_fn: Callable[[Array, Array], Array] | None = None,
-    token_extra: Array | None = None,
-    scalar_extra: Array | None = None,
-    metrics: dict[str, Array] | None = None,
+    name: str, batch: Batch, shaped: Shaping, h: Mapping[str, Any]
 ) -> tuple[Array, dict[str, Array]]:
     logp, logp_old, mask = (_get(name, batch, k) for k in ("logp", "logp_old", "mask"))
     xp = array_namespace(logp, mask)
     keep = core._bool_mask(xp, mask)
+    if shaped.rows is not None:
+        keep = keep & xp.expand_dims(shaped.rows, axis=-1)
     agg = h["loss_agg"]
-    if ratio is None:
-        ratio = core.importance_ratio(logp, logp_old, keep)
-    if ratio_fn is not None:
-        ratio = ratio_fn(ratio, adv)
+    norm = h.get("max_response_length") if agg == "seq-mean-token-sum-norm" else None
+
+    def aggregate(x: Array) -> Array:
+        return core.agg_loss(x, keep, agg, norm_length=norm)
+
+    adv = stop_gradient(shaped.advantages)
+    ratio = core.importance_ratio(logp, logp_old, keep)
+    extra = shaped.extra(ratio) if shaped.extra is not None else Extra()
+    if shaped.ratio is not None:
+        ratio = shaped.ratio(ratio, adv)
     surrogate = core.clipped_surrogate(ratio, adv, eps_low=h["eps_low"], eps_high=h["eps_high"])
     clip_frac = core._clip_fraction(xp, stop_gradient(surrogate), stop_gradient(ratio), adv, keep)
     if "is_weight" in batch:
@@ -324,231 +456,245 @@ def _policy_loss(
     if not (_concrete(kl_coef) and kl_coef == 0):
         kl = core.kl_k3(logp, _get(name, batch, "logp_ref"), keep)
         per_token = per_token + kl_coef * kl
-        out["kl"] = core.agg_loss(stop_gradient(kl), keep, agg)
+        out["kl"] = aggregate(stop_gradient(kl))
     entropy_coef = h["entropy_coef"]
     if not (_concrete(entropy_coef) and entropy_coef == 0):
         # verl's actor.entropy_coeff: loss -= c * agg(token entropy), the same aggregation.
         per_token = per_token - entropy_coef * _masked_entropy(name, batch)
-    if token_extra is not None:
-        per_token = per_token + token_extra
-    loss = core.agg_loss(per_token, keep, agg)
-    if scalar_extra is not None:
-        loss = loss + scalar_extra
+    if extra.token is not None:
+        per_token = per_token + extra.token
+    loss = aggregate(per_token)
+    if extra.scalar is not None:
+        loss = loss + extra.scalar
     # Metrics are computed on detached values so they add no autograd work.
     surrogate = stop_gradient(surrogate)
-    out["pg_loss"] = (
-        stop_gradient(loss) if per_token is surrogate else core.agg_loss(surrogate, keep, agg)
-    )
+    out["pg_loss"] = stop_gradient(loss) if per_token is surrogate else aggregate(surrogate)
     out["clip_frac"] = clip_frac
-    out["adv_mean"] = xp.mean(adv)
-    out.update(metrics or {})
+    out["adv_mean"] = _mean(xp, adv)
+    out.update({k: aggregate(stop_gradient(v)) for k, v in extra.token_metrics.items()})
+    out.update(extra.metrics)
     return loss, {k: stop_gradient(v) for k, v in out.items()}
 
 
-def _masked_entropy(name: str, batch: Batch) -> Array:
-    entropy, mask = _get(name, batch, "entropy"), _get(name, batch, "mask")
-    xp = array_namespace(entropy, mask)
-    keep = core._bool_mask(xp, mask)
-    return xp.where(keep, entropy, xp.zeros_like(entropy))
+# =============================================================================================
+# Methods. Each docstring: the formula (first line), shapes, hyper-parameters, source.
+# Shapes: batch keys as in `shaping.contract.BATCH_KEYS`; every function returns (B, G)
+# advantages or a `Shaping` around them.
 
 
-# ---------------------------------------------------------------------------------------------
-# Method definitions.
-
-_COMMON: dict[str, object] = {
-    "eps_low": 0.2,
-    "eps_high": 0.2,
-    "loss_agg": "token-mean",
-    "kl_coef": 0.0,
-    "entropy_coef": 0.0,
-}
-_NORM: dict[str, object] = {"std_correction": 1, "eps": 1e-6}
+def _grpo_of(r: Array, std_correction: int, eps: float) -> Array:
+    return core.grpo_advantages(r, std_correction=std_correction, eps=eps)
 
 
-def _define(
-    name: str,
+@register("grpo")
+def grpo(batch: Batch, *, std_correction: int = 1, eps: float = 1e-6) -> Array:
+    """GRPO: ``A = (r - mean_G r) / (std_G r + eps)``, clipped surrogate, optional k3 KL.
+
+    Shapes: ``rewards`` (B, G) -> advantages (B, G); the loss reads ``logp``, ``logp_old``,
+    ``mask`` (B, G, T).
+
+    Hyper-parameters: ``std_correction`` 1 = unbiased group std (TRL, verl), 0 = population;
+    ``eps`` added to the std. A constant group (or G = 1) gets advantage 0.
+
+    Source: Shao et al. 2024 (DeepSeekMath); docs/formulas.md §2.1
+    """
+    return _grpo_of(_rewards("grpo", batch), std_correction, eps)
+
+
+@register("dr_grpo")
+def dr_grpo(
+    batch: Batch,
     *,
-    source: str,
-    doc: str,
-    defaults: Mapping[str, object],
-    advantages: Callable[[Batch, Mapping[str, Any]], Array],
-    loss: Callable[[Batch, Mapping[str, Any], Array], tuple[Array, dict[str, Array]]] | None = None,
-    needs: Callable[[Mapping[str, object]], frozenset[str]] | None = None,
-) -> Method:
-    frozen = MappingProxyType(dict(defaults))
+    loss_agg: str = "seq-mean-token-sum-norm",
+    max_response_length: int = 256,
+) -> Array:
+    """Dr. GRPO: ``A = r - mean_G r``; loss = mean over sequences of token sums / L (a constant).
 
-    def _prepare(batch: Batch, hyper: Mapping[str, object]) -> dict:
-        h = _fill(name, frozen, hyper)
-        _validate(name, h)
-        _check_batch(name, batch)
-        return h
+    Shapes: ``rewards`` (B, G) -> advantages (B, G).
 
-    def adv_fn(batch: Batch, **hyper: object) -> Array:
-        return stop_gradient(advantages(batch, _prepare(batch, hyper)))
+    Hyper-parameters: ``loss_agg`` (default ``"seq-mean-token-sum-norm"``, the unbiased
+    aggregation); ``max_response_length`` = ``L``, the constant divisor of that aggregation:
+    the generation cap (``max_new_tokens``, as TRL's ``max_completion_length``), not the batch's
+    longest response. Default 256 (TRL's ``GRPOConfig.max_completion_length`` default); drivers
+    should pass their cap. It must be an int >= the padded length T of every batch (ValueError
+    naming ``max_response_length`` otherwise). Ignored by the other aggregations.
 
-    def loss_fn(batch: Batch, **hyper: object) -> tuple[Array, dict[str, Array]]:
-        h = _prepare(batch, hyper)
-        adv = stop_gradient(advantages(batch, h))
-        if loss is None:
-            return _policy_loss(name, batch, adv, h)
-        return loss(batch, h, adv)
-
-    adv_fn.__name__ = f"{name}_advantages"
-    loss_fn.__name__ = f"{name}_loss"
-    adv_fn.__doc__ = (
-        f"{name} advantages (B, G), detached. {doc}\n\nSource: {source}.\n\n"
-        "Raises ValueError on unknown or invalid hyper-parameters and mismatched shapes."
-    )
-    loss_fn.__doc__ = (
-        f"{name} loss -> (scalar, metrics). {doc}\n\nSource: {source}.\n\n"
-        "Raises ValueError on unknown or invalid hyper-parameters and mismatched shapes."
-    )
-    default_needs = needs(frozen) if needs is not None else frozenset()
-    return register(
-        Method(
-            name=name,
-            needs=default_needs,
-            defaults=frozen,
-            source=source,
-            advantages=adv_fn,
-            loss=loss_fn,
-            doc=doc,
-            needs_fn=needs,
-        )
-    )
+    Source: Liu et al. 2025 (Dr. GRPO), TRL loss_type="dr_grpo"; docs/formulas.md §2.2, §2.5
+    """
+    return core.dr_grpo_advantages(_rewards("dr_grpo", batch))
 
 
-# GRPO and Dr. GRPO ---------------------------------------------------------------------------
-
-_define(
-    "grpo",
-    source="Shao et al. 2024 (DeepSeekMath); FORMULAS §2",
-    doc="A = (r - mean r)/(std r + eps); loss = agg(-min(rho A, clip(rho) A)) + kl_coef k3",
-    defaults={**_COMMON, **_NORM},
-    advantages=lambda b, h: _grpo(_rewards("grpo", b), h),
-)
-
-_define(
-    "dr_grpo",
-    source="Liu et al. 2025 (Dr. GRPO); FORMULAS §2",
-    doc="A = r - mean r; seq-mean-token-sum-norm aggregation",
-    defaults={**_COMMON, "loss_agg": "seq-mean-token-sum-norm"},
-    advantages=lambda b, h: core.dr_grpo_advantages(_rewards("dr_grpo", b)),
-)
+def _ds(name: str, batch: Batch, gamma_p: Any, gamma_n: Any, h: Mapping[str, Any]) -> Array:
+    r = _rewards(name, batch)
+    ell = _seq_logp_old(name, batch, h["logp_reduction"])
+    c = _correct_f(r)
+    a = _grpo_of(r, h["std_correction"], h["eps"])
+    return a - gamma_p * c * ell + gamma_n * (1.0 - c) * ell
 
 
-# DS-GRPO and its ablations -------------------------------------------------------------------
+@register("ds_grpo")
+def ds_grpo(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    gamma_p: float = 0.02,
+    gamma_n: float = 0.005,
+    logp_reduction: str = "sum",
+) -> Array:
+    """DS-GRPO: ``A~ = A - gamma_p l`` on correct, ``A + gamma_n l`` on incorrect responses.
+
+    ``A`` is GRPO's advantage and ``l = log pi_old(tau)`` the sequence log-prob.
+
+    Shapes: ``rewards`` (B, G), ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
+
+    Hyper-parameters: ``gamma_p``, ``gamma_n`` >= 0; ``logp_reduction`` "sum" (``log pi(tau)``,
+    the theory's quantity) or "mean" (length-normalized); ``std_correction``, ``eps`` as GRPO.
+
+    Source: seed 000 §4.2 (Eq. 4, differential smoothing); docs/formulas.md §2.9
+    """
+    h = {"std_correction": std_correction, "eps": eps, "logp_reduction": logp_reduction}
+    return _ds("ds_grpo", batch, gamma_p, gamma_n, h)
 
 
-def _ds_advantages(name: str, fixed: Mapping[str, float]) -> Callable:
-    def adv(batch: Batch, h: Mapping[str, Any]) -> Array:
-        r = _rewards(name, batch)
-        gamma_p = fixed.get("gamma_p", h.get("gamma_p"))
-        gamma_n = fixed.get("gamma_n", h.get("gamma_n"))
-        ell = _seq_logp_old(name, batch, h["logp_reduction"])
-        c = _correct_f(r)
-        return _grpo(r, h) - gamma_p * c * ell + gamma_n * (1.0 - c) * ell
+@register("ds_grpo_pos")
+def ds_grpo_pos(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    gamma_p: float = 0.02,
+    logp_reduction: str = "sum",
+) -> Array:
+    """DS-Positive: ``A~ = A - gamma_p l`` on correct responses only (``gamma_n = 0``).
 
-    return adv
+    Shapes: ``rewards`` (B, G), ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
 
+    Hyper-parameters: ``gamma_p`` >= 0; ``logp_reduction`` "sum" or "mean";
+    ``std_correction``, ``eps`` as GRPO.
 
-_define(
-    "ds_grpo",
-    source="seed 000 §4.2 (Eq. 4, differential smoothing)",
-    doc="A~ = A - gamma_p l (correct), A + gamma_n l (incorrect); l = log pi_old(tau)",
-    defaults={**_COMMON, **_NORM, "gamma_p": 0.02, "gamma_n": 0.005, "logp_reduction": "sum"},
-    advantages=_ds_advantages("ds_grpo", {}),
-)
-_define(
-    "ds_grpo_pos",
-    source="seed 000 §4.2 (DS-Positive ablation)",
-    doc="A~ = A - gamma_p l on correct responses only (gamma_n = 0)",
-    defaults={**_COMMON, **_NORM, "gamma_p": 0.02, "logp_reduction": "sum"},
-    advantages=_ds_advantages("ds_grpo_pos", {"gamma_n": 0.0}),
-)
-_define(
-    "ds_grpo_neg",
-    source="seed 000 §4.2 (DS-Negative ablation)",
-    doc="A~ = A + gamma_n l on incorrect responses only (gamma_p = 0)",
-    defaults={**_COMMON, **_NORM, "gamma_n": 0.005, "logp_reduction": "sum"},
-    advantages=_ds_advantages("ds_grpo_neg", {"gamma_p": 0.0}),
-)
+    Source: seed 000 §4.2 (DS-Positive ablation); docs/formulas.md §2.9
+    """
+    h = {"std_correction": std_correction, "eps": eps, "logp_reduction": logp_reduction}
+    return _ds("ds_grpo_pos", batch, gamma_p, 0.0, h)
 
 
-# Global entropy bonus / penalty and differential entropy control -----------------------------
+@register("ds_grpo_neg")
+def ds_grpo_neg(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    gamma_n: float = 0.005,
+    logp_reduction: str = "sum",
+) -> Array:
+    """DS-Negative: ``A~ = A + gamma_n l`` on incorrect responses only (``gamma_p = 0``).
+
+    Shapes: ``rewards`` (B, G), ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
+
+    Hyper-parameters: ``gamma_n`` >= 0; ``logp_reduction`` "sum" or "mean";
+    ``std_correction``, ``eps`` as GRPO.
+
+    Source: seed 000 §4.2 (DS-Negative ablation); docs/formulas.md §2.9
+    """
+    h = {"std_correction": std_correction, "eps": eps, "logp_reduction": logp_reduction}
+    return _ds("ds_grpo_neg", batch, 0.0, gamma_n, h)
 
 
-def _entropy_method(name: str, sign: float) -> None:
+def _entropy_shaping(
+    name: str, sign: float, batch: Batch, eta: Any, form: str, h: Mapping[str, Any]
+) -> Shaping:
     # sign = +1 for the bonus (reward - eta log pi), -1 for the penalty (reward + eta log pi).
-    def adv(batch: Batch, h: Mapping[str, Any]) -> Array:
-        a = _grpo(_rewards(name, batch), h)
-        if h["form"] == "token":
-            return a
-        return a - sign * h["eta"] * _seq_logp_old(name, batch, h["logp_reduction"])
-
-    def loss(batch: Batch, h: Mapping[str, Any], a: Array) -> tuple[Array, dict[str, Array]]:
-        if h["form"] == "trajectory":
-            return _policy_loss(name, batch, a, h)
-        entropy = _masked_entropy(name, batch)
-        mean_entropy = core.agg_loss(entropy, batch["mask"], h["loss_agg"])
-        return _policy_loss(
-            name, batch, a, h, token_extra=-sign * h["eta"] * entropy,
-            metrics={"entropy": mean_entropy},
-        )  # fmt: skip
-
-    kind = "bonus" if sign > 0 else "penalty"
-    op = "-" if sign > 0 else "+"
-    _define(
-        name,
-        source=f"seed 000 Lemma B.4 (global entropy {kind}); token form: verl entropy_coeff",
-        doc=(
-            f"trajectory: A~ = A {op} eta l for every response; "
-            f"token: loss {'-' if sign > 0 else '+'}= eta agg(H_t)"
-        ),
-        defaults={**_COMMON, **_NORM, "eta": 0.01, "form": "trajectory", "logp_reduction": "sum"},
-        advantages=adv,
-        loss=loss,
-        needs=lambda h: frozenset({"entropy"}) if h["form"] == "token" else frozenset(),
+    a = _grpo_of(_rewards(name, batch), h["std_correction"], h["eps"])
+    if form == "trajectory":
+        return Shaping(a - sign * eta * _seq_logp_old(name, batch, h["logp_reduction"]))
+    entropy = _masked_entropy(name, batch)
+    return Shaping(
+        a, extra=lambda _: Extra(token=-sign * eta * entropy, token_metrics={"entropy": entropy})
     )
 
 
-_entropy_method("entropy_bonus", +1.0)
-_entropy_method("entropy_penalty", -1.0)
+def _entropy_needs(h: Mapping[str, object]) -> frozenset[str]:
+    return frozenset({"entropy"}) if h["form"] == "token" else frozenset()
 
 
-def _diff_entropy_loss(
-    batch: Batch, h: Mapping[str, Any], a: Array
-) -> tuple[Array, dict[str, Array]]:
-    entropy = _masked_entropy("diff_entropy", batch)
-    xp = array_namespace(entropy)
-    c = _correct_f(_rewards("diff_entropy", batch))
-    coef = xp.expand_dims(h["eta_pos"] * c - h["eta_neg"] * (1.0 - c), axis=-1)
-    mean_entropy = core.agg_loss(entropy, batch["mask"], h["loss_agg"])
-    return _policy_loss(
-        "diff_entropy", batch, a, h, token_extra=-coef * entropy, metrics={"entropy": mean_entropy}
-    )
+@register("entropy_bonus", needs=_entropy_needs)
+def entropy_bonus(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    eta: float = 0.01,
+    form: str = "trajectory",
+    logp_reduction: str = "sum",
+) -> Shaping:
+    """Global entropy bonus: trajectory ``A~ = A - eta l``; token: ``loss -= eta agg(H_t)``.
+
+    Shapes: ``rewards`` (B, G), ``logp_old``, ``mask`` (B, G, T); form="token" also reads
+    ``entropy`` (B, G, T) -> advantages (B, G).
+
+    Hyper-parameters: ``eta`` >= 0; ``form`` "trajectory" (reward shaping by the sequence
+    log-prob ``l``, Lemma B.4) or "token" (per-token entropy term, verl's ``entropy_coeff``);
+    ``logp_reduction``, ``std_correction``, ``eps`` as `ds_grpo`.
+
+    Source: seed 000 Lemma B.4 (global entropy bonus); token form: verl entropy_coeff; docs/formulas.md §2.10
+    """
+    h = {"std_correction": std_correction, "eps": eps, "logp_reduction": logp_reduction}
+    return _entropy_shaping("entropy_bonus", +1.0, batch, eta, form, h)
 
 
-_define(
-    "diff_entropy",
-    source="seed 000 §4.8.2 (differential entropy control)",
-    doc="GRPO A; loss += -eta_pos H_t on correct responses, +eta_neg H_t on incorrect ones",
-    defaults={**_COMMON, **_NORM, "eta_pos": 0.01, "eta_neg": 0.01},
-    advantages=lambda b, h: _grpo(_rewards("diff_entropy", b), h),
-    loss=_diff_entropy_loss,
-    needs=lambda h: frozenset({"entropy"}),
-)
+@register("entropy_penalty", needs=_entropy_needs)
+def entropy_penalty(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    eta: float = 0.01,
+    form: str = "trajectory",
+    logp_reduction: str = "sum",
+) -> Shaping:
+    """Global entropy penalty: trajectory ``A~ = A + eta l``; token: ``loss += eta agg(H_t)``.
+
+    Shapes: ``rewards`` (B, G), ``logp_old``, ``mask`` (B, G, T); form="token" also reads
+    ``entropy`` (B, G, T) -> advantages (B, G).
+
+    Hyper-parameters: ``eta`` >= 0, the penalty's strength; ``form`` "trajectory" or "token";
+    ``logp_reduction``, ``std_correction``, ``eps`` as `entropy_bonus`.
+
+    Source: seed 000 Lemma B.4 (global entropy penalty); token form: verl entropy_coeff; docs/formulas.md §2.10
+    """
+    h = {"std_correction": std_correction, "eps": eps, "logp_reduction": logp_reduction}
+    return _entropy_shaping("entropy_penalty", -1.0, batch, eta, form, h)
 
 
-# DSDR ----------------------------------------------------------------------------------------
+@register("diff_entropy", needs={"entropy"})
+def diff_entropy(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    eta_pos: float = 0.01,
+    eta_neg: float = 0.01,
+) -> Shaping:
+    """Differential entropy control: GRPO ``A``; ``loss += -eta_pos H_t`` (correct), ``+eta_neg H_t``.
 
+    Shapes: ``rewards`` (B, G), ``entropy``, ``mask`` (B, G, T) -> advantages (B, G).
 
-def _dsdr_advantages(batch: Batch, h: Mapping[str, Any]) -> Array:
-    r = _rewards("dsdr", batch)
-    xp = array_namespace(r)
-    s = _get("dsdr", batch, "diversity")
-    capped = xp.clip(s, max=h["sigma"])
-    return _grpo(r + h["lam"] * _correct_f(r) * capped, h)
+    Hyper-parameters: ``eta_pos`` (entropy bonus on correct responses), ``eta_neg`` (penalty on
+    incorrect ones), both >= 0; ``std_correction``, ``eps`` as GRPO.
+
+    Source: seed 000 §4.8.2 (differential entropy control); docs/formulas.md §2.11
+    """
+    r = _rewards("diff_entropy", batch)
+
+    def extra(_: Array) -> Extra:
+        entropy = _masked_entropy("diff_entropy", batch)
+        xp = array_namespace(entropy)
+        c = _correct_f(r)
+        coef = xp.expand_dims(eta_pos * c - eta_neg * (1.0 - c), axis=-1)
+        return Extra(token=-coef * entropy, token_metrics={"entropy": entropy})
+
+    return Shaping(_grpo_of(r, std_correction, eps), extra=extra)
 
 
 def _dsdr_weights(s: Array, correct: Array, tau: Any) -> Array:
@@ -562,173 +708,249 @@ def _dsdr_weights(s: Array, correct: Array, tau: Any) -> Array:
     return core._safe_divide(xp, e, total)
 
 
-def _dsdr_loss(batch: Batch, h: Mapping[str, Any], a: Array) -> tuple[Array, dict[str, Array]]:
+@register("dsdr", needs={"diversity"})
+def dsdr(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    lam: float = 0.1,
+    sigma: float = 0.5,
+    tau: float = 1.0,
+    lam_loc: float = 0.01,
+) -> Shaping:
+    """DSDR: GRPO ``A`` of ``r~ = r + lam 1[correct] min(s, sigma)``, minus ``lam_loc`` L_loc.
+
+    ``L_loc = mean_B sum_{i in C} w_i mean_t[rho_t (-log pi_t)]`` with
+    ``w = softmax_C(s / tau)`` over the correct set (0 elsewhere; all 0 without a correct
+    response), ``rho`` the unclipped importance ratio. ``rho (-log pi)`` is read as its limit 0
+    where ``log pi = -inf`` (then ``rho = 0``), so value and gradient stay finite. With B = 0
+    the loss is 0.
+
+    Shapes: ``rewards``, ``diversity`` (B, G); ``logp``, ``logp_old``, ``mask`` (B, G, T)
+    -> advantages (B, G); metric ``local_entropy`` = L_loc.
+
+    Hyper-parameters: ``lam`` >= 0 (reward bonus), ``sigma`` >= 0 (cap on s_i), ``tau`` > 0
+    (softmax temperature), ``lam_loc`` >= 0 (local-term weight); ``std_correction``, ``eps``.
+
+    Source: seed 001 Eqs. 10, 11, 15, 16 (DSDR); docs/formulas.md §2.16-§2.17
+    """
     r = _rewards("dsdr", batch)
-    logp, logp_old, mask = batch["logp"], batch["logp_old"], batch["mask"]
-    xp = array_namespace(logp, mask)
-    w = stop_gradient(_dsdr_weights(batch["diversity"], core.is_correct(r), h["tau"]))
-    keep = core._bool_mask(xp, mask)
-    ratio = core.importance_ratio(logp, logp_old, keep)
-    # ratio is 1 and the guarded log-prob 0 on padding, so the token sum needs no second mask.
-    count = xp.sum(xp.astype(keep, logp.dtype), axis=-1)
-    local = -xp.sum(ratio * xp.where(keep, logp, 0.0), axis=-1) / xp.maximum(count, 1.0)
-    l_loc = xp.mean(xp.sum(w * local, axis=-1))
-    return _policy_loss(
-        "dsdr",
-        batch,
-        a,
-        h,
-        ratio=ratio,
-        scalar_extra=-h["lam_loc"] * l_loc,
-        metrics={"local_entropy": l_loc},
+    xp = array_namespace(r)
+    s = _get("dsdr", batch, "diversity")
+    shaped_r = r + lam * _correct_f(r) * xp.clip(s, max=sigma)
+
+    def extra(ratio: Array) -> Extra:
+        logp, mask = batch["logp"], batch["mask"]
+        keep = core._bool_mask(xp, mask)
+        w = stop_gradient(_dsdr_weights(s, core.is_correct(r), tau))
+        # Double where: a -inf log-prob (ratio 0) must give 0, not 0 * inf, in value and gradient.
+        finite = keep & (logp > -math.inf)
+        lp = xp.where(finite, logp, 0.0)
+        count = xp.sum(xp.astype(keep, logp.dtype), axis=-1)
+        local = -xp.sum(xp.where(finite, ratio * lp, 0.0), axis=-1) / xp.maximum(count, 1.0)
+        l_loc = xp.sum(xp.sum(w * local, axis=-1)) / max(r.shape[0], 1)
+        return Extra(scalar=-lam_loc * l_loc, metrics={"local_entropy": stop_gradient(l_loc)})
+
+    return Shaping(_grpo_of(shaped_r, std_correction, eps), extra=extra)
+
+
+def _progrpo_needs(h: Mapping[str, object]) -> frozenset[str]:
+    return (
+        frozenset({"prompt_logp", "prompt_mask"})
+        if h["confidence_ref"] == "prompt"
+        else frozenset()
     )
 
 
-_define(
-    "dsdr",
-    source="seed 001 Eqs. 10, 11, 15, 16 (DSDR)",
-    doc=(
-        "r~ = r + lam 1[correct] min(s, sigma), GRPO A(r~); "
-        "loss -= lam_loc mean_B sum_{i in C} softmax_C(s/tau)_i mean_t[rho_t (-log pi_t)]"
-    ),
-    defaults={**_COMMON, **_NORM, "lam": 0.1, "sigma": 0.5, "tau": 1.0, "lam_loc": 0.01},
-    advantages=_dsdr_advantages,
-    loss=_dsdr_loss,
-    needs=lambda h: frozenset({"diversity"}),
-)
+@register("progrpo", needs=_progrpo_needs)
+def progrpo(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    alpha: float = 0.3,
+    low_frac: float = 0.2,
+    confidence_ref: str = "prompt",
+) -> Array:
+    """ProGRPO: ``A~ = A + alpha (c(q) - c(o_i|q))`` in mixed groups; ``c = exp(mean low log p)``.
 
+    ``c`` averages the log-probs of the ``low_frac`` lowest-probability tokens (at least one);
+    groups whose rewards are all equal keep GRPO's ``A``.
 
-# ProGRPO -------------------------------------------------------------------------------------
+    Shapes: ``rewards`` (B, G), ``logp_old``, ``mask`` (B, G, T); confidence_ref="prompt" also
+    reads ``prompt_logp``, ``prompt_mask`` (B, P) -> advantages (B, G).
 
+    Hyper-parameters: ``alpha`` >= 0; ``low_frac`` in (0, 1]; ``confidence_ref`` "prompt"
+    (``c(q)`` of the prompt, Alg. 1) or "group_mean" (Eq. 10: the group's mean ``c``);
+    ``std_correction``, ``eps`` as GRPO.
 
-def _progrpo_advantages(batch: Batch, h: Mapping[str, Any]) -> Array:
+    Source: seed 003 Alg. 1, Eqs. 4-6 (Eq. 10 for confidence_ref='group_mean'); docs/formulas.md §2.15
+    """
     r = _rewards("progrpo", batch)
     xp = array_namespace(r)
-    a = _grpo(r, h)
+    a = _grpo_of(r, std_correction, eps)
     conf = core.low_prob_confidence(
-        _get("progrpo", batch, "logp_old"), _get("progrpo", batch, "mask"), low_frac=h["low_frac"]
+        _get("progrpo", batch, "logp_old"), _get("progrpo", batch, "mask"), low_frac=low_frac
     )
-    if h["confidence_ref"] == "prompt":
+    if confidence_ref == "prompt":
         ref = core.low_prob_confidence(
             _get("progrpo", batch, "prompt_logp"),
             _get("progrpo", batch, "prompt_mask"),
-            low_frac=h["low_frac"],
+            low_frac=low_frac,
         )
         ref = xp.expand_dims(ref, axis=-1)
     else:
         ref = xp.mean(conf, axis=-1, keepdims=True)
     mixed = xp.max(r, axis=-1, keepdims=True) > xp.min(r, axis=-1, keepdims=True)
-    return a + xp.where(mixed, h["alpha"] * (ref - conf), xp.zeros_like(a))
+    return a + xp.where(mixed, alpha * (ref - conf), xp.zeros_like(a))
 
 
-_define(
-    "progrpo",
-    source="seed 003 Alg. 1, Eqs. 4-6 (Eq. 10 for confidence_ref='group_mean')",
-    doc="A~ = A + alpha (c(q) - c(o_i|q)) in mixed groups; c = exp(mean of lowest-20% log p)",
-    defaults={**_COMMON, **_NORM, "alpha": 0.3, "low_frac": 0.2, "confidence_ref": "prompt"},
-    advantages=_progrpo_advantages,
-    needs=lambda h: frozenset(_PROMPT_KEYS) if h["confidence_ref"] == "prompt" else frozenset(),
-)
+@register("casp", needs={"entropy", "sampled_rank", "cand_logp"})
+def casp(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    alpha: float = 0.01,
+    top_n: int = 3,
+    quantile: float = 0.8,
+    lam_top1: float = 1.1,
+) -> Shaping:
+    """CaSP: on tokens with ``H_t`` above its q-quantile, top-N smoothing (A > 0), rank-1 penalty (A < 0).
 
+    ``rho+ = (1 - alpha) rho + (alpha / top_n) sum_n sg(rho / rho_n) rho_n`` where ``A > 0``;
+    ``rho- = lam_top1 rho`` where ``A < 0`` and the sampled token is pi_old's rank 1
+    (`core.casp_ratio`). GRPO advantages.
 
-# CaSP ----------------------------------------------------------------------------------------
+    Shapes: ``rewards`` (B, G); ``entropy``, ``sampled_rank``, ``mask`` (B, G, T);
+    ``cand_logp`` (B, G, T, N) with ``N >= top_n`` -> advantages (B, G). T = 0 gives loss 0.
 
+    Hyper-parameters: ``alpha`` in [0, 1]; ``top_n`` int in [1, N]; ``quantile`` in (0, 1);
+    ``lam_top1`` > 0; ``std_correction``, ``eps``.
 
-def _casp_loss(batch: Batch, h: Mapping[str, Any], a: Array) -> tuple[Array, dict[str, Array]]:
+    Source: seed 004 Eqs. 4.1, 5; authors' code compute_policy_loss_simko; docs/formulas.md §2.18-§2.20
+    """
     name = "casp"
     entropy, cand, rank, mask = (
         _get(name, batch, k) for k in ("entropy", "cand_logp", "sampled_rank", "mask")
     )
 
-    def ratio_fn(ratio: Array, adv: Array) -> Array:
+    def ratio(rho: Array, adv: Array) -> Array:
         return core.casp_ratio(
-            ratio, adv, entropy, cand, rank, mask,
-            alpha=h["alpha"], top_n=h["top_n"], quantile=h["quantile"], lam_top1=h["lam_top1"],
+            rho, adv, entropy, cand, rank, mask,
+            alpha=alpha, top_n=top_n, quantile=quantile, lam_top1=lam_top1,
         )  # fmt: skip
 
-    return _policy_loss(name, batch, a, h, ratio_fn=ratio_fn)
+    return Shaping(_grpo_of(_rewards(name, batch), std_correction, eps), ratio=ratio)
 
 
-_define(
-    "casp",
-    source="seed 004 Eqs. 4.1, 5; authors' code compute_policy_loss_simko",
-    doc=(
-        "GRPO A; on tokens with H_t > q-quantile: rho+ = (1-alpha) rho + (alpha/N) sum_n "
-        "sg(rho/rho_n) rho_n (A > 0), rho- = lam_top1 rho if sampled = rank 1 (A < 0)"
-    ),
-    defaults={
-        **_COMMON,
-        **_NORM,
-        "alpha": 0.01,
-        "top_n": 3,
-        "quantile": 0.8,
-        "lam_top1": 1.1,
-    },
-    advantages=lambda b, h: _grpo(_rewards("casp", b), h),
-    loss=_casp_loss,
-    needs=lambda h: frozenset({"entropy", "sampled_rank", "cand_logp"}),
-)
+def _mixed(r: Array) -> Array:
+    # (B, G) bool: the response's group has both a correct and an incorrect response.
+    xp = array_namespace(r)
+    c = core.is_correct(r)
+    mixed = xp.any(c, axis=-1, keepdims=True) & xp.any(~c, axis=-1, keepdims=True)
+    return xp.broadcast_to(mixed, r.shape)
 
 
-# Unlikeliness reward -------------------------------------------------------------------------
+@register("unlikeliness")
+def unlikeliness(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    beta_rank: float = 0.25,
+    skip_uniform_groups: bool = True,
+) -> Shaping:
+    """Unlikeliness reward: ``r <- r (1 - beta_rank rank_i / G)``, then GRPO.
 
+    ``rank_i`` is the ascending rank (0 = least likely) of the length-normalized
+    ``log pi_old`` within the group (`core.group_rank`).
 
-def _unlikeliness_advantages(batch: Batch, h: Mapping[str, Any]) -> Array:
+    Shapes: ``rewards`` (B, G), ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
+
+    Hyper-parameters: ``beta_rank`` >= 0; ``skip_uniform_groups`` (default True, as the
+    authors' runs: ``lean.advantage_threshold=True`` in ``examples/lean/grpo.sh``): groups with
+    no mixed outcome (all correct or all wrong) are dropped from the loss, their advantages 0;
+    False keeps them (their rank-shaped rewards then still differ); ``std_correction``, ``eps``.
+
+    Source: He, Fried, Welleck 2025 (authors' code, ray_lean_trainer.py); docs/formulas.md §2.12
+    """
     r = _rewards("unlikeliness", batch)
+    xp = array_namespace(r)
     rank = core.group_rank(_seq_logp_old("unlikeliness", batch, "mean"))
-    return _grpo(r * (1.0 - h["beta_rank"] * rank / r.shape[-1]), h)
+    a = _grpo_of(r * (1.0 - beta_rank * rank / r.shape[-1]), std_correction, eps)
+    if not skip_uniform_groups:
+        return Shaping(a)
+    mixed = _mixed(r)
+    return Shaping(xp.where(mixed, a, xp.zeros_like(a)), rows=mixed)
 
 
-_define(
-    "unlikeliness",
-    source="He, Fried, Welleck 2025 (authors' code)",
-    doc="r <- r (1 - beta_rank rank_i/G), rank of mean log pi_old ascending (least likely 0); GRPO",
-    defaults={**_COMMON, **_NORM, "beta_rank": 0.25},
-    advantages=_unlikeliness_advantages,
-)
+@register("passk")
+def passk(batch: Batch, *, k: int = 4) -> Array:
+    """Pass@k training: ``A_pos = (1-R)/sigma``, ``A_neg = (1-R-C(N_neg-1,k-1)/C(N-1,k-1))/sigma``.
+
+    ``R = 1 - C(N_neg, k)/C(N, k)`` is the group's pass@k, ``sigma = sqrt(R(1-R))``; a group
+    where every k-subset has the same reward gets 0 (`core.passk_advantages`).
+
+    Shapes: ``rewards`` (B, G) -> advantages (B, G).
+
+    Hyper-parameters: ``k`` integer in [1, G].
+
+    Source: Chen et al. 2025, Pass@k Training (authors' code); docs/formulas.md §2.14
+    """
+    return core.passk_advantages(_rewards("passk", batch), k=k)
 
 
-# Pass@k training -----------------------------------------------------------------------------
+@register("w_reinforce")
+def w_reinforce(batch: Batch, *, lam: float = 0.1) -> Array:
+    """W-REINFORCE: ``A = +lam`` on correct, ``-1`` on incorrect responses; no normalization.
 
-_define(
-    "passk",
-    source="Chen et al. 2025, Pass@k Training (authors' code)",
-    doc="A_pos = (1-R)/sigma, A_neg = (1-R-C(N_neg-1,k-1)/C(N-1,k-1))/sigma, R = 1-C(N_neg,k)/C(N,k)",
-    defaults={**_COMMON, "k": 4},
-    advantages=lambda b, h: core.passk_advantages(_rewards("passk", b), k=h["k"]),
-)
+    Shapes: ``rewards`` (B, G) -> advantages (B, G).
 
+    Hyper-parameters: ``lam`` >= 0 (the authors' ``positive_advantage_weight``).
 
-# W-REINFORCE, PSR, NSR -----------------------------------------------------------------------
-
-
-def _signed(name: str, pos: str | float, neg: float) -> Callable:
-    def adv(batch: Batch, h: Mapping[str, Any]) -> Array:
-        c = _correct_f(_rewards(name, batch))
-        p = h[pos] if isinstance(pos, str) else pos
-        return p * c + neg * (1.0 - c)
-
-    return adv
+    Source: Zhu et al. 2025, W-REINFORCE (authors' code); docs/formulas.md §2.13
+    """
+    c = _correct_f(_rewards("w_reinforce", batch))
+    return lam * c - (1.0 - c)
 
 
-_define(
-    "w_reinforce",
-    source="Zhu et al. 2025, W-REINFORCE (authors' code)",
-    doc="A = +lam (correct), -1 (incorrect); no group normalization",
-    defaults={**_COMMON, "lam": 0.1},
-    advantages=_signed("w_reinforce", "lam", -1.0),
-)
-_define(
-    "psr",
-    source="Zhu et al. 2025, PSR (authors' code)",
-    doc="A = +1 (correct), 0 (incorrect)",
-    defaults=dict(_COMMON),
-    advantages=_signed("psr", 1.0, 0.0),
-)
-_define(
-    "nsr",
-    source="Zhu et al. 2025, NSR (authors' code)",
-    doc="A = 0 (correct), -1 (incorrect)",
-    defaults=dict(_COMMON),
-    advantages=_signed("nsr", 0.0, -1.0),
-)
+def _signed(name: str, batch: Batch, correct_side: bool, subset: bool) -> Shaping:
+    r = _rewards(name, batch)
+    c = _correct_f(r)
+    adv = c if correct_side else c - 1.0
+    if not subset:
+        return Shaping(adv)
+    keep = core.is_correct(r)
+    return Shaping(adv, rows=keep if correct_side else ~keep)
+
+
+@register("psr")
+def psr(batch: Batch, *, subset_normalization: bool = False) -> Shaping:
+    """PSR: ``A = +1`` on correct, 0 on incorrect responses (positive samples only).
+
+    Shapes: ``rewards`` (B, G) -> advantages (B, G).
+
+    Hyper-parameters: ``subset_normalization`` (default False: incorrect responses stay in
+    the aggregation's denominators with A = 0); True drops them from the loss, as the authors'
+    trainer keeps only the correct subset of the batch (``batch.subset``), so ``token-mean``
+    averages over the correct responses' tokens only.
+
+    Source: Zhu et al. 2025, PSR (authors' code, ray_trainer.py); docs/formulas.md §2.13
+    """
+    return _signed("psr", batch, True, subset_normalization)
+
+
+@register("nsr")
+def nsr(batch: Batch, *, subset_normalization: bool = False) -> Shaping:
+    """NSR: ``A = -1`` on incorrect, 0 on correct responses (negative samples only).
+
+    Shapes: ``rewards`` (B, G) -> advantages (B, G).
+
+    Hyper-parameters: ``subset_normalization`` (default False); True drops the correct
+    responses from the loss, as the authors' trainer keeps only the incorrect subset.
+
+    Source: Zhu et al. 2025, NSR (authors' code, ray_trainer.py); docs/formulas.md §2.13
+    """
+    return _signed("nsr", batch, False, subset_normalization)

@@ -54,7 +54,12 @@ OPTIMIZERS = ("adam", "sgd")
 #: Toy-specific defaults that differ from a method's registry defaults. A tree-MDP prompt has no
 #: tokens, so ProGRPO's prompt confidence is replaced by the group mean (seed 003, Eq. 10); with
 #: ``confidence_ref="prompt"`` the toy supplies a one-token prompt of probability 1 (`c(q) = 1`).
-TOY_HYPER: Mapping[str, Mapping[str, object]] = {"progrpo": {"confidence_ref": "group_mean"}}
+#: Unlikeliness keeps every group (the loss is then a mean over all `B·G·T` tokens, which the NumPy
+#: reference `toymdp.reference` reproduces); the authors' group skipping is an LLM-scale option.
+TOY_HYPER: Mapping[str, Mapping[str, object]] = {
+    "progrpo": {"confidence_ref": "group_mean"},
+    "unlikeliness": {"skip_uniform_groups": False},
+}
 
 #: Settings of the exact mode, by objective (besides the learning rate `lr`).
 EXACT_SETTINGS: Mapping[str, tuple[str, ...]] = {
@@ -170,7 +175,11 @@ class TrainConfig:
                 f"method_hyper: unknown hyper-parameter(s) {unknown} for method {self.method!r}; "
                 f"known: {sorted(method.defaults)}"
             )
-        return {**method.defaults, **TOY_HYPER.get(self.method, {}), **self.method_hyper}
+        toy = dict(TOY_HYPER.get(self.method, {}))
+        if "max_response_length" in method.defaults:
+            # Every trajectory has exactly `depth` tokens: Dr. GRPO's constant is the depth.
+            toy["max_response_length"] = self.env.depth
+        return {**method.defaults, **toy, **self.method_hyper}
 
     def swept_names(self) -> tuple[str, ...]:
         """Names of the settings (the swept scalars), `lr` first."""
@@ -207,26 +216,9 @@ def _dry_run(config: TrainConfig) -> None:
     """Validate the hyper-parameters against the method on a NumPy batch of the real shapes."""
     env = config.env
     g, t, n = config.group_size, env.depth, config.num_candidates
-    rng = np.random.default_rng(0)
-    logp = np.log(rng.uniform(0.1, 1.0, (1, g, t)))
-    fake = {
-        "rewards": (np.arange(g) % 2).astype(float)[None],
-        "mask": np.ones((1, g, t)),
-        "logp": logp,
-        "logp_old": logp,
-        "logp_ref": logp,
-        "entropy": np.ones((1, g, t)),
-        "cand_logp": np.log(np.full((1, g, t, n), 1.0 / env.num_actions)),
-        "cand_logp_old": np.log(np.full((1, g, t, n), 1.0 / env.num_actions)),
-        "sampled_rank": np.zeros((1, g, t), dtype=np.int64),
-        "diversity": np.full((1, g), 0.5),
-        "prompt_logp": np.zeros((1, 1)),
-        "prompt_mask": np.ones((1, 1)),
-    }
-    hyper = config.hyper()
-    batch = {k: fake[k] for k in ("rewards", "mask", "logp", "logp_old", *_needs(config))}
+    batch = shaping.example_batch(_needs(config), 1, g, t, n, np, dtype=np.float64)
     try:
-        shaping.METHODS[config.method].loss(batch, **hyper)
+        shaping.METHODS[config.method].loss(batch, **config.hyper())
     except ValueError as err:
         raise ValueError(f"method_hyper: {err}") from None
 

@@ -1,7 +1,7 @@
 """Slow, obviously-correct references for the shaping core (issue 3).
 
 Every quantity here is computed by plain Python loops over groups ``(B, G)`` and tokens ``T``,
-written from ``design/FORMULAS.md`` §2 and ``shaping/CONTRACT.md`` without reading the fast code.
+written from the formulas of ``docs/formulas.md`` §2 and ``shaping/CONTRACT.md`` without reading the fast code.
 Detached quantities (advantages, masks, quantiles, confidences) use Python floats and ``math``.
 Losses are built token by token from 0-d ``torch.float64`` tensors sliced out of leaf tensors, so
 ``torch.autograd`` gives reference gradients with respect to the differentiable batch keys
@@ -22,79 +22,24 @@ from typing import Any
 
 import numpy as np
 
+import shaping
+
 LOSS_AGGS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
-# Hyper-parameters and defaults exactly as listed in shaping/CONTRACT.md.
-COMMON_DEFAULTS: dict[str, object] = {
-    "eps_low": 0.2,
-    "eps_high": 0.2,
-    "loss_agg": "token-mean",
-    "kl_coef": 0.0,
-    "entropy_coef": 0.0,
-}
-GROUP_NORM_DEFAULTS: dict[str, object] = {"std_correction": 1, "eps": 1e-6}
-
-_SPECIFIC_DEFAULTS: dict[str, dict[str, object]] = {
-    "grpo": {**GROUP_NORM_DEFAULTS},
-    "dr_grpo": {"loss_agg": "seq-mean-token-sum-norm"},
-    "ds_grpo": {**GROUP_NORM_DEFAULTS, "gamma_p": 0.02, "gamma_n": 0.005, "logp_reduction": "sum"},
-    "ds_grpo_pos": {**GROUP_NORM_DEFAULTS, "gamma_p": 0.02, "logp_reduction": "sum"},
-    "ds_grpo_neg": {**GROUP_NORM_DEFAULTS, "gamma_n": 0.005, "logp_reduction": "sum"},
-    "entropy_bonus": {
-        **GROUP_NORM_DEFAULTS,
-        "eta": 0.01,
-        "form": "trajectory",
-        "logp_reduction": "sum",
-    },
-    "entropy_penalty": {
-        **GROUP_NORM_DEFAULTS,
-        "eta": 0.01,
-        "form": "trajectory",
-        "logp_reduction": "sum",
-    },
-    "diff_entropy": {**GROUP_NORM_DEFAULTS, "eta_pos": 0.01, "eta_neg": 0.01},
-    "dsdr": {**GROUP_NORM_DEFAULTS, "lam": 0.1, "sigma": 0.5, "tau": 1.0, "lam_loc": 0.01},
-    "progrpo": {
-        **GROUP_NORM_DEFAULTS,
-        "alpha": 0.3,
-        "low_frac": 0.2,
-        "confidence_ref": "prompt",
-    },
-    "casp": {**GROUP_NORM_DEFAULTS, "alpha": 0.01, "top_n": 3, "quantile": 0.8, "lam_top1": 1.1},
-    "unlikeliness": {**GROUP_NORM_DEFAULTS, "beta_rank": 0.25},
-    "passk": {"k": 4},
-    "w_reinforce": {"lam": 0.1},
-    "psr": {},
-    "nsr": {},
-}
-
-#: Every method's hyper-parameters and defaults (common ones included), from CONTRACT.md.
+# The hyper-parameter names and defaults are read from the registry: the function signatures are
+# their single source. What the registry cannot vouch for itself is checked elsewhere: every
+# default is documented in its method's docstring (test_methods.py), and every method runs on
+# exactly the keys it declares (`needs`) and names a missing one (test_methods.py). The formulas
+# below are written independently of shaping/methods.py.
 DEFAULTS: dict[str, dict[str, object]] = {
-    name: {**COMMON_DEFAULTS, **specific} for name, specific in _SPECIFIC_DEFAULTS.items()
+    name: dict(method.defaults) for name, method in shaping.METHODS.items()
 }
 
-#: Batch keys each method needs beyond rewards/mask/logp/logp_old (CONTRACT.md); ``logp_ref`` is
-#: needed by every method only when ``kl_coef > 0``, so it is not listed.
+#: Batch keys each method needs beyond rewards/mask/logp/logp_old with its defaults and with
+#: ``form="token"`` for the entropy methods (``logp_ref`` only when ``kl_coef > 0``: not listed).
 NEEDS: dict[str, frozenset[str]] = {
-    "grpo": frozenset(),
-    "dr_grpo": frozenset(),
-    "ds_grpo": frozenset(),
-    "ds_grpo_pos": frozenset(),
-    "ds_grpo_neg": frozenset(),
-    "entropy_bonus": frozenset({"entropy"}),
-    "entropy_penalty": frozenset({"entropy"}),
-    "diff_entropy": frozenset({"entropy"}),
-    "dsdr": frozenset({"diversity"}),
-    "progrpo": frozenset({"prompt_logp", "prompt_mask"}),
-    # pi_old of the candidates cancels from sg(rho/rho_n) rho_n (value rho, gradient
-    # sg(rho) grad log pi(v_n)), so the fast path documents that it does not need cand_logp_old;
-    # the reference below still computes rho_n from both and so checks that claim.
-    "casp": frozenset({"entropy", "cand_logp", "sampled_rank"}),
-    "unlikeliness": frozenset(),
-    "passk": frozenset(),
-    "w_reinforce": frozenset(),
-    "psr": frozenset(),
-    "nsr": frozenset(),
+    name: method.needs_for(**({"form": "token"} if "form" in method.defaults else {}))
+    for name, method in shaping.METHODS.items()
 }
 
 METHOD_NAMES: tuple[str, ...] = tuple(DEFAULTS)
@@ -310,15 +255,16 @@ def k3(logp: Any, logp_ref: float) -> Any:
     return _exp(d) - d - 1.0
 
 
-def aggregate(loss_tok: list, mask: Any, mode: str) -> Any:
+def aggregate(loss_tok: list, mask: Any, mode: str, norm_length: int | None = None) -> Any:
     """Aggregate a nested (B, G, T) list of token losses under ``mask`` (a scalar).
 
     - ``token-mean``: ``sum(mask * loss) / sum(mask)`` over the whole batch;
     - ``seq-mean-token-mean``: the mean over sequences of each sequence's token mean;
-    - ``seq-mean-token-sum-norm``: the mean over sequences of each sequence's token sum / T.
+    - ``seq-mean-token-sum-norm``: the mean over sequences of each sequence's token sum / L,
+      ``L = norm_length`` (Dr. GRPO's constant), or T when it is None.
 
-    Empty denominators (no token at all / an empty sequence) are read as 1 so that masked tokens
-    contribute 0 (documented choice).
+    Empty denominators (no token at all / an empty sequence / no sequence) are read as 1 so
+    that masked tokens contribute 0 and an empty batch gives 0 (documented choice).
     """
     m = _rows(mask)
     n_b, n_g, n_t = m.shape
@@ -342,8 +288,9 @@ def aggregate(loss_tok: list, mask: Any, mode: str) -> Any:
                 if m[b, g, t] > 0.5:
                     s = s + loss_tok[b][g][t]
                     n += 1
-            seq_total = seq_total + (s / max(n, 1) if mode == "seq-mean-token-mean" else s / n_t)
-    return seq_total / (n_b * n_g)
+            length = max(n_t, 1) if norm_length is None else norm_length
+            seq_total = seq_total + (s / max(n, 1) if mode == "seq-mean-token-mean" else s / length)
+    return seq_total / max(n_b * n_g, 1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -416,7 +363,31 @@ def _unlikeliness_advantages(batch: Mapping, h: Mapping) -> np.ndarray:
         ranks = ascending_ranks([norm[b, g] for g in range(n_g)])
         for g in range(n_g):
             r[b, g] = r[b, g] * (1.0 - h["beta_rank"] * ranks[g] / n_g)
-    return group_advantages(r, h["std_correction"], h["eps"])
+    adv = group_advantages(r, h["std_correction"], h["eps"])
+    if h["skip_uniform_groups"]:
+        # Authors' advantage_threshold: a group without mixed outcomes leaves the batch.
+        adv = adv * _kept_rows("unlikeliness", batch, h)
+    return adv
+
+
+def _kept_rows(name: str, batch: Mapping, h: Mapping) -> np.ndarray:
+    """(B, G) 1.0 for the responses that enter the loss, 0.0 for those the method drops.
+
+    Unlikeliness with ``skip_uniform_groups`` drops groups that are all correct or all wrong;
+    PSR / NSR with ``subset_normalization`` keep only the correct / incorrect responses (the
+    authors' ``batch.subset``). Every other method keeps everything.
+    """
+    r = _rows(batch["rewards"])
+    n_b, n_g = r.shape
+    out = np.ones((n_b, n_g))
+    for b in range(n_b):
+        n_correct = sum(1 for g in range(n_g) if _correct(r[b, g]))
+        for g in range(n_g):
+            if name == "unlikeliness" and h.get("skip_uniform_groups"):
+                out[b, g] = 1.0 if 0 < n_correct < n_g else 0.0
+            elif name in ("psr", "nsr") and h.get("subset_normalization"):
+                out[b, g] = 1.0 if _correct(r[b, g]) == (name == "psr") else 0.0
+    return out
 
 
 def _fixed_advantages(batch: Mapping, pos: float, neg: float) -> np.ndarray:
@@ -516,10 +487,16 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
     s.update(leaves)
     mask = _rows(batch["mask"])
     n_b, n_g, n_t = mask.shape
+    # The casp quantile is over the response's own tokens; dropped responses leave only the loss.
+    full_mask = mask
+    mask = mask * _kept_rows(name, batch, h)[..., None]
+    norm_length = (
+        h.get("max_response_length") if h["loss_agg"] == "seq-mean-token-sum-norm" else None
+    )
     high = None
     if name == "casp":
         ent = _rows(batch["entropy"])
-        tau = masked_quantile(ent, mask, h["quantile"])
+        tau = masked_quantile(ent, full_mask, h["quantile"])
         high = ent > tau[..., None]
 
     loss_tok = [[[None] * n_t for _ in range(n_g)] for _ in range(n_b)]
@@ -539,8 +516,8 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
                 if h["entropy_coef"] > 0:
                     tok = tok - h["entropy_coef"] * s["entropy"][b, g, t]
                 loss_tok[b][g][t] = tok
-    total = aggregate(loss_tok, mask, h["loss_agg"])
-    total = total + _extra_terms(name, s, h, mask)
+    total = aggregate(loss_tok, mask, h["loss_agg"], norm_length)
+    total = total + _extra_terms(name, s, h, mask, norm_length)
 
     total = total if isinstance(total, torch.Tensor) else torch.tensor(float(total))
     grads: dict[str, np.ndarray] = {}
@@ -567,7 +544,9 @@ def _entropy_coefficients(name: str, s: Mapping, h: Mapping, n_b: int, n_g: int)
     return []
 
 
-def _extra_terms(name: str, s: Mapping, h: Mapping, mask: np.ndarray) -> Any:
+def _extra_terms(
+    name: str, s: Mapping, h: Mapping, mask: np.ndarray, norm_length: int | None
+) -> Any:
     n_b, n_g, n_t = mask.shape
     coef = _entropy_coefficients(name, s, h, n_b, n_g)
     if coef:
@@ -575,7 +554,7 @@ def _extra_terms(name: str, s: Mapping, h: Mapping, mask: np.ndarray) -> Any:
             [[-coef[b][g] * s["entropy"][b, g, t] for t in range(n_t)] for g in range(n_g)]
             for b in range(n_b)
         ]
-        return aggregate(ent_tok, mask, h["loss_agg"])
+        return aggregate(ent_tok, mask, h["loss_agg"], norm_length)
     if name == "dsdr":
         return -h["lam_loc"] * _dsdr_local(s, h, mask)
     return 0.0
@@ -609,7 +588,9 @@ def _dsdr_local(s: Mapping, h: Mapping, mask: np.ndarray) -> Any:
             for t in range(n_t):
                 if mask[b, g, t] > 0.5:
                     lp = s["logp"][b, g, t]
-                    tok_sum = tok_sum + _exp(lp - s["logp_old"][b, g, t]) * (-lp)
                     n += 1
+                    if float(lp.detach() if hasattr(lp, "detach") else lp) == -math.inf:
+                        continue  # rho (-log pi) -> 0 as log pi -> -inf (documented choice)
+                    tok_sum = tok_sum + _exp(lp - s["logp_old"][b, g, t]) * (-lp)
             total = total + float(w[b, g]) * tok_sum / max(n, 1)
-    return total / n_b
+    return total / max(n_b, 1)

@@ -189,6 +189,10 @@ def hypers(draw, name: str, batch: dict[str, np.ndarray]) -> dict[str, object]:
         "k": st.integers(1, n_g),
         "quantile": st.floats(0.05, 0.95),
         "lam_top1": st.floats(0.5, 2.0),
+        "skip_uniform_groups": st.booleans(),
+        "subset_normalization": st.booleans(),
+        # Dr. GRPO's constant divisor: any int at least the padded length T.
+        "max_response_length": st.integers(max(batch["mask"].shape[-1], 1), 12),
     }
     if name == "casp":
         choices["alpha"] = st.floats(0.0, 1.0)

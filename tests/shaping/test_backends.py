@@ -19,7 +19,7 @@ from .strategies import random_batch
 # One non-default setting per method that switches on its optional branches.
 NON_DEFAULT: dict[str, dict[str, object]] = {
     "grpo": {"std_correction": 0, "loss_agg": "seq-mean-token-mean", "kl_coef": 0.2},
-    "dr_grpo": {"kl_coef": 0.1},
+    "dr_grpo": {"kl_coef": 0.1, "max_response_length": 9},
     "ds_grpo": {"gamma_p": 0.1, "gamma_n": 0.05, "logp_reduction": "mean"},
     "ds_grpo_pos": {"gamma_p": 0.1, "loss_agg": "seq-mean-token-sum-norm"},
     "ds_grpo_neg": {"gamma_n": 0.1},
@@ -29,19 +29,21 @@ NON_DEFAULT: dict[str, dict[str, object]] = {
     "dsdr": {"lam_loc": 0.5, "tau": 0.3},
     "progrpo": {"confidence_ref": "group_mean", "alpha": 1.0},
     "casp": {"alpha": 0.6, "quantile": 0.5, "lam_top1": 1.5},
-    "unlikeliness": {"beta_rank": 0.9},
+    "unlikeliness": {"beta_rank": 0.9, "skip_uniform_groups": False},
     "passk": {"k": 2},
     "w_reinforce": {"lam": 0.5},
-    "psr": {"eps_high": 0.28},
-    "nsr": {"eps_low": 0.1},
+    "psr": {"eps_high": 0.28, "subset_normalization": True},
+    "nsr": {"eps_low": 0.1, "subset_normalization": True},
 }
-SETTINGS = [(name, "default") for name in ref.METHOD_NAMES] + [
-    (name, "custom") for name in ref.METHOD_NAMES
-]
+#: Every registered method (a new one without a NON_DEFAULT entry gets a common-only setting).
+NAMES = tuple(sorted(shaping.METHODS))
+SETTINGS = [(name, "default") for name in NAMES] + [(name, "custom") for name in NAMES]
 
 
 def _hyper(name: str, which: str) -> dict[str, object]:
-    return dict(NON_DEFAULT[name]) if which == "custom" else {}
+    if which == "default":
+        return {}
+    return dict(NON_DEFAULT.get(name, {"eps_high": 0.28, "loss_agg": "seq-mean-token-mean"}))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -65,7 +67,7 @@ def test_loss_and_gradients_agree_across_backends(name, which, backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", ref.METHOD_NAMES)
+@pytest.mark.parametrize("name", NAMES)
 def test_advantages_agree_across_backends(name, backend):
     batch = random_batch(seed=11)
     want = ref.advantages(name, batch)
@@ -180,7 +182,7 @@ def _driver_batch(batch: dict) -> dict:
 
 
 @pytest.mark.parametrize("backend", ["numpy", "jax", "torch"])
-@pytest.mark.parametrize("name", ref.METHOD_NAMES)
+@pytest.mark.parametrize("name", NAMES)
 def test_float32_bool_mask_int_rewards(name, backend):
     pytest.importorskip("torch")
     batch = random_batch(seed=7)
@@ -209,7 +211,7 @@ def _traceable(name: str) -> dict[str, object]:
     return out
 
 
-@pytest.mark.parametrize("name", ref.METHOD_NAMES)
+@pytest.mark.parametrize("name", NAMES)
 def test_numeric_hyper_parameters_can_be_traced_under_jit(name):
     jax = pytest.importorskip("jax")
     pytest.importorskip("torch")
@@ -225,7 +227,7 @@ def test_numeric_hyper_parameters_can_be_traced_under_jit(name):
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch.grad"])
-@pytest.mark.parametrize("name", ref.METHOD_NAMES)
+@pytest.mark.parametrize("name", NAMES)
 def test_garbage_in_padding_reaches_neither_value_nor_gradient(name, backend):
     # Drivers pad with whatever the model emitted there; CONTRACT says padding is ignored.
     batch = random_batch(seed=7)

@@ -45,24 +45,36 @@ def _no_near_ties(batch: dict, name: str) -> bool:
     return True
 
 
-def test_registry_has_exactly_the_contract_methods():
-    assert sorted(shaping.METHODS) == sorted(NAMES)
+def test_every_method_has_a_slow_reference():
+    assert sorted(shaping.METHODS) == sorted(ref.ADVANTAGES)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_defaults_match_contract(name):
+def test_docstring_documents_shapes_source_and_every_hyper_parameter(name):
     method = shaping.get_method(name)
-    assert method.name == name
-    assert dict(method.defaults) == ref.DEFAULTS[name]
-    assert method.source
+    doc = method.function.__doc__
+    assert method.name == name and method.source and method.doc
+    assert "Shapes:" in doc and "Source:" in doc and "docs/formulas.md §" in doc
+    own = set(method.defaults) - set(shaping.COMMON_DEFAULTS)
+    overridden = {k for k, v in shaping.COMMON_DEFAULTS.items() if method.defaults[k] != v}
+    for key in own | overridden:
+        assert f"``{key}``" in doc, f"{name}: hyper-parameter {key} is not documented"
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_needs_match_contract(name):
+def test_needs_are_exactly_what_the_loss_reads(name):
+    # The method runs on the base keys plus its needs, and names each needed key it misses.
     method = shaping.get_method(name)
-    over = {"form": "token"} if name.startswith("entropy_") else {}
-    assert method.needs_for(**over) == ref.NEEDS[name]
-    assert method.needs_for(**over, kl_coef=0.1) == ref.NEEDS[name] | {"logp_ref"}
+    over = {"form": "token"} if "form" in method.defaults else {}
+    needs = method.needs_for(**over)
+    assert method.needs_for(**over, kl_coef=0.1) == needs | {"logp_ref"}
+    batch = shaping.example_batch(needs, 2, 4, 5, 3, np)
+    loss, _ = method.loss(batch, **over)
+    assert np.isfinite(loss)
+    for key in needs:
+        partial = {k: v for k, v in batch.items() if k != key}
+        with pytest.raises(ValueError, match=key):
+            method.loss(partial, **over)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -23,13 +23,7 @@ def results() -> dict[str, np.ndarray]:
 def test_entropy_methods_are_ds_grpo_settings(name: str) -> None:
     """The figure runs the global entropy bonus/penalty as `ds_grpo` with `(γ_p, γ_n) = (±η, ∓η)`:
     the advantages must be the registry's trajectory-form ones."""
-    rng = np.random.default_rng(0)
-    batch = {
-        "rewards": jnp.asarray(rng.integers(0, 2, (3, 6)), jnp.float32),
-        "mask": jnp.ones((3, 6, 4)),
-        "logp": jnp.asarray(np.log(rng.uniform(0.05, 1.0, (3, 6, 4))), jnp.float32),
-    }
-    batch["logp_old"] = batch["logp"]
+    batch = shaping.example_batch((), 3, 6, 4, 1, jnp, seed=0)
     gamma_p, gamma_n = passk.METHODS[name]
     # Traced-like 0-d arrays, as the simulator passes its swept settings (unchecked sign).
     ds = shaping.METHODS["ds_grpo"].advantages(

@@ -1,0 +1,210 @@
+"""Degenerate inputs (issue 13 item 8) and the faithfulness options (issue 10 item 5).
+
+Edges: a -inf log-prob on a response token, an empty batch (B = 0) and empty responses (T = 0)
+give finite, documented results for every method. Options: Dr. GRPO's constant divisor,
+unlikeliness's group skipping and PSR/NSR's subset normalization, each against a closed form
+written here (the slow reference covers them too, in test_methods.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import shaping
+
+from .helpers import assert_close, evaluate
+
+NAMES = tuple(sorted(shaping.METHODS))
+
+
+def _batch(name: str, B: int = 2, G: int = 4, T: int = 5, seed: int = 0) -> tuple[dict, dict]:
+    method = shaping.get_method(name)
+    over = {"form": "token"} if "form" in method.defaults else {}
+    if name == "passk":
+        over["k"] = 2
+    return shaping.example_batch(method.needs_for(**over), B, G, T, 3, np, seed=seed), over
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_minus_inf_log_prob_gives_finite_loss_and_gradient(name):
+    # One unmasked token of the current policy has probability 0 (log-prob -inf): its ratio is 0,
+    # and rho * log pi is read as its limit 0. The result equals a very negative finite log-prob.
+    batch, over = _batch(name)
+    batch["mask"][0, 0, :] = 1.0
+    finite = {**batch, "logp": batch["logp"].copy()}
+    finite["logp"][0, 0, 0] = -1e4  # exp(-1e4) == 0 in float64: the same ratio
+    inf = {**batch, "logp": batch["logp"].copy()}
+    inf["logp"][0, 0, 0] = -math.inf
+    want = evaluate(shaping.get_method(name), finite, "torch.grad", over)
+    got = evaluate(shaping.get_method(name), inf, "torch.grad", over)
+    assert_close(got[0], want[0], what=f"{name} loss")
+    for key in want[1]:
+        assert_close(got[1][key], want[1][key], what=f"{name} d loss / d {key}")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("name", NAMES)
+def test_empty_batch_gives_zero_loss_and_finite_metrics(name, backend):
+    batch, over = _batch(name, B=0)
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        batch = {k: torch.from_numpy(v) for k, v in batch.items()}
+    loss, metrics = shaping.get_method(name).loss(batch, **over)
+    assert float(loss) == 0.0
+    for key, value in metrics.items():
+        assert np.isfinite(float(value)), (name, key)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_empty_responses_give_zero_loss(name):
+    batch, over = _batch(name, T=0)
+    loss, metrics = shaping.get_method(name).loss(batch, **over)
+    assert float(loss) == 0.0, (name, loss)
+    assert np.isfinite(float(loss))
+    for key, value in metrics.items():
+        assert np.isfinite(float(value)), (name, key)
+
+
+# Dr. GRPO's constant divisor -------------------------------------------------------------------
+
+
+def test_dr_grpo_divides_by_the_constant_not_the_longest_response():
+    dr = shaping.get_method("dr_grpo")
+    batch, _ = _batch("dr_grpo", T=6)
+    batch["mask"][..., 4:] = 0.0  # the longest response has 4 tokens
+    short = {k: (v[:, :, :4] if v.ndim == 3 else v) for k, v in batch.items()}
+    # Dropping padding must not change the loss (it did when the divisor was the padded T).
+    assert_close(
+        dr.loss(batch, max_response_length=16)[0], dr.loss(short, max_response_length=16)[0]
+    )
+    # Closed form: sum over sequences of the token sums of -A*rho, / (B*G*L).
+    adv = dr.advantages(batch)
+    rho = np.exp(batch["logp"] - batch["logp_old"])
+    tok = -np.minimum(rho * adv[..., None], np.clip(rho, 0.8, 1.2) * adv[..., None])
+    want = np.sum(tok * batch["mask"]) / (2 * 4 * 16)
+    assert_close(dr.loss(batch, max_response_length=16)[0], want)
+    assert dr.defaults["max_response_length"] == 256
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, None, True])
+def test_dr_grpo_rejects_an_invalid_constant(bad):
+    batch, _ = _batch("dr_grpo")
+    with pytest.raises(ValueError, match="max_response_length"):
+        shaping.get_method("dr_grpo").loss(batch, max_response_length=bad)
+
+
+def test_dr_grpo_rejects_a_constant_below_the_padded_length():
+    batch, _ = _batch("dr_grpo", T=5)
+    with pytest.raises(ValueError, match=r"max_response_length = 4 .* T = 5"):
+        shaping.get_method("dr_grpo").loss(batch, max_response_length=4)
+    # Other aggregations do not use the constant.
+    shaping.get_method("dr_grpo").loss(batch, max_response_length=4, loss_agg="token-mean")
+
+
+# Unlikeliness: the authors' advantage_threshold -------------------------------------------------
+
+
+def test_unlikeliness_skips_groups_without_mixed_outcomes_by_default():
+    m = shaping.get_method("unlikeliness")
+    assert m.defaults["skip_uniform_groups"] is True
+    batch, _ = _batch("unlikeliness", B=3, G=4)
+    batch["rewards"][1] = 1.0  # all correct: rank-shaped rewards differ, but the group is dropped
+    batch["rewards"][2] = 0.0
+    kept = m.advantages(batch)
+    allowed = m.advantages(batch, skip_uniform_groups=False)
+    assert np.all(kept[1:] == 0.0) and np.any(allowed[1] != 0.0)
+    assert_close(kept[0], allowed[0])
+    # The dropped groups leave the token-mean's denominator too: the loss is group 0's alone.
+    only = {k: v[:1] for k, v in batch.items()}
+    assert_close(m.loss(batch)[0], m.loss(only)[0])
+
+
+# PSR / NSR: the authors' subset normalization --------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["psr", "nsr"])
+def test_psr_nsr_subset_normalization_averages_over_the_kept_subset(name):
+    m = shaping.get_method(name)
+    assert m.defaults["subset_normalization"] is False
+    batch, _ = _batch(name, B=2, G=4)
+    correct = batch["rewards"] > 0.5
+    kept = correct if name == "psr" else ~correct
+    rho = np.exp(batch["logp"] - batch["logp_old"])
+    sign = 1.0 if name == "psr" else -1.0
+    tok = -np.minimum(rho * sign, np.clip(rho, 0.8, 1.2) * sign) * batch["mask"]
+    sub = np.sum(tok * kept[..., None]) / np.sum(batch["mask"] * kept[..., None])
+    full = np.sum(tok * kept[..., None]) / np.sum(batch["mask"])
+    assert_close(m.loss(batch, subset_normalization=True)[0], sub)
+    assert_close(m.loss(batch)[0], full)
+    assert not np.isclose(sub, full)
+
+
+# Registry ---------------------------------------------------------------------------------------
+
+
+def test_registry_rejects_duplicates_and_lists_names_on_a_miss():
+    with pytest.raises(ValueError, match="already registered"):
+
+        @shaping.register("grpo")
+        def grpo(batch):
+            """X.
+
+            Source: none; docs/formulas.md §2
+            """
+
+    with pytest.raises(ValueError, match=r"known: .*grpo"):
+        shaping.get_method("no_such_method")
+
+
+def test_register_requires_defaults_and_a_source():
+    with pytest.raises(ValueError, match="keyword-only with a default"):
+
+        @shaping.register("no_default")
+        def no_default(batch, *, beta):
+            """X.
+
+            Source: none
+            """
+
+    with pytest.raises(ValueError, match="Source"):
+
+        @shaping.register("no_source")
+        def no_source(batch, *, beta: float = 0.1):
+            """X."""
+
+    assert "no_default" not in shaping.METHODS and "no_source" not in shaping.METHODS
+
+
+def test_a_new_method_is_one_function():
+    from shaping import methods
+
+    @shaping.register("half_grpo_test", needs={"diversity"})
+    def half_grpo_test(batch, *, scale: float = 0.5, loss_agg: str = "seq-mean-token-mean"):
+        """Half of GRPO's advantage times the diversity (a test method).
+
+        Shapes: ``rewards``, ``diversity`` (B, G) -> advantages (B, G).
+
+        Hyper-parameters: ``scale``; ``loss_agg`` default "seq-mean-token-mean".
+
+        Source: this test; docs/formulas.md §2
+        """
+        return scale * batch["diversity"] * shaping.grpo_advantages(batch["rewards"])
+
+    try:
+        m = shaping.METHODS["half_grpo_test"]
+        assert m.defaults == {
+            **shaping.COMMON_DEFAULTS,
+            "scale": 0.5,
+            "loss_agg": "seq-mean-token-mean",
+        }
+        assert m.needs == {"diversity"} and m.source == "this test; docs/formulas.md §2"
+        batch = shaping.example_batch(m.needs, 2, 4, 3, 1, np)
+        want = 0.25 * batch["diversity"] * shaping.grpo_advantages(batch["rewards"])
+        assert_close(m.advantages(batch, scale=0.25), want)
+        assert np.isfinite(m.loss(batch)[0])
+        assert "`half_grpo_test`" in shaping.methods_table()
+    finally:
+        methods._REGISTRY.pop("half_grpo_test")
