@@ -1,7 +1,8 @@
 """Training configuration: dataclasses whose fields carry their own documentation and rules.
 
-Each field is declared once with `option` (TRL's ``field(metadata={"help": ...})`` pattern, see
-trl/trainer/grpo_config.py): its default, help text, choices and bounds live in its metadata.
+Each field is declared once, with `option` or ``field(default_factory=..., metadata=meta(...))``
+(TRL's ``field(metadata={"help": ...})`` pattern, as in trl/trainer/grpo_config.py): its default,
+help text, choices and bounds live in that one place.
 `validate` is one loop over that metadata plus the cross-field rules of `_cross_field_rules`;
 `describe` (``python -m llm train --describe``) and the comments of the resolved config written to
 ``DIR/config.toml`` read the same metadata. A config file holds the top-level fields and four
