@@ -371,7 +371,12 @@ class TrainConfig:
     def method_hyper(self) -> dict[str, Any]:
         """The keyword arguments of ``shaping.METHODS[method].loss``: `hyper` plus `kl_coef` and
         `entropy_coef`."""
-        return {**self.hyper, "kl_coef": self.kl_coef, "entropy_coef": self.entropy_coef}
+        hyper = {**self.hyper, "kl_coef": self.kl_coef, "entropy_coef": self.entropy_coef}
+        # Dr. GRPO divides by a constant length: the generation budget, as TRL's
+        # max_completion_length (docs/formulas.md §2.2), unless [hyper] sets it.
+        if "max_response_length" in shaping.METHODS[self.method].defaults:
+            hyper.setdefault("max_response_length", self.max_new_tokens)
+        return hyper
 
 
 # ---------------------------------------------------------------------------------------------
@@ -729,23 +734,7 @@ def _validate_hyper(c: TrainConfig) -> None:
             )
     try:
         needs = method.needs_for(**c.method_hyper())
-        n = max(c.n_candidates, 1)
-        g, t = c.group_size, 2
-        rewards = np.zeros((1, g))
-        rewards[0, 0] = 1.0
-        tok = np.full((1, g, t), -1.0)
-        batch = {"rewards": rewards, "mask": np.ones((1, g, t)), "logp": tok, "logp_old": tok}
-        extra = {
-            "logp_ref": tok,
-            "entropy": np.ones((1, g, t)),
-            "cand_logp": np.full((1, g, t, n), -1.0),
-            "cand_logp_old": np.full((1, g, t, n), -1.0),
-            "sampled_rank": np.zeros((1, g, t), dtype=np.int64),
-            "diversity": np.full((1, g), 0.5),
-            "prompt_logp": np.full((1, 3), -1.0),
-            "prompt_mask": np.ones((1, 3)),
-        }
-        batch.update({k: extra[k] for k in needs})
+        batch = shaping.example_batch(needs, 1, c.group_size, 2, max(c.n_candidates, 1), np)
         method.loss(batch, **c.method_hyper())
     except ValueError as e:
         raise ValueError(f"hyper ({c.method}): {e}") from None
