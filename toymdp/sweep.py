@@ -219,7 +219,10 @@ def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
     _check_type("env.skew", env.skew, float)
     if env.skew < 0:
         raise ValueError(f"env.skew must be >= 0, got {env.skew}")
-    if env.base_correctness is not None and not 0.0 < float(env.base_correctness) < 1.0:
+    bc = env.base_correctness
+    if bc is not None and (
+        isinstance(bc, bool) or not isinstance(bc, int | float) or not 0 < bc < 1
+    ):
         raise ValueError(f"env.base_correctness must be in (0, 1), got {env.base_correctness!r}")
     if env.kind == "single" and (env.correct is None) == (env.correct_size is None):
         raise ValueError("env: a single prompt needs exactly one of `correct` or `correct_size`")

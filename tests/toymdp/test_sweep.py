@@ -87,6 +87,7 @@ def test_two_run_sweep_writes_results_frontier_and_lifts(tmp_path, capsys):
         (("num_resamples = 50", 'reference = ["ppo"]'), "frontier.reference"),
         (("[train]", "[training]"), "unknown section"),
         (("per_size = 2", "per_size = 2\nfoo = 1"), r"env: unknown key\(s\) \['foo'\]"),
+        (("base_correctness = 0.2", "base_correctness = [0.1]"), "env.base_correctness"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, edit, message):
