@@ -67,7 +67,7 @@ def check_vocabulary(prompts: Sequence[str], tokenizer: Any, where: str) -> None
         bad = [w for w in _NUMBER_WORD.findall(p) if w in unknown]
         if bad:
             raise ValueError(
-                f"{where}: problem {i}: the number(s) {sorted(set(bad), key=int)} are not in the "
+                f"{where}: problem {i}: the number(s) {sorted({int(w) for w in bad})} are not in the "
                 f"model's vocabulary and would become {tokenizer.unk_token!r} (prompt {p[:80]!r}); "
                 "keep numbers within the model's vocabulary (the tiny model knows 0..100: lower "
                 "data.max_number / data.max_target) or use a model whose tokenizer covers them"
