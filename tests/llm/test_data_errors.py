@@ -9,7 +9,6 @@ import re
 import pytest
 
 from llm.config import config_from_dict
-from llm.task import check_vocabulary
 from llm.tasks import CountdownProblem, load_math_problems, load_problems, write_problems_jsonl
 from llm.tiny import build_tokenizer
 
@@ -83,6 +82,8 @@ def test_corrupt_parquet_names_the_file(task, tmp_path):
 
 
 def test_check_vocabulary_names_the_unknown_numbers():
+    from llm.task import check_vocabulary
+
     tok = build_tokenizer(100)
     check_vocabulary(["nums 3 5 target 100 :"], tok, "x")
     with pytest.raises(ValueError, match=r"data.jsonl: problem 1: the number\(s\) \[101, 250\]"):
@@ -100,6 +101,8 @@ class _ByteLevel:
 
 
 def test_check_vocabulary_passes_tokenizers_without_unknowns():
+    from llm.task import check_vocabulary
+
     check_vocabulary(["nums 123456789 :"], _ByteLevel(), "x")
 
 
