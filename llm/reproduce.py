@@ -318,6 +318,7 @@ def _run_job(job: _Job) -> dict[str, Any]:
     start = time.perf_counter()
     result = evaluate(
         make_backend(cfg, model, tokenizer),
+        cfg.task,
         problems,
         n=job.eval_info["eval_samples"],
         template=cfg.template,

@@ -68,7 +68,8 @@ from llm.distributed import (
     unwrap,
     wrap_policy,
 )
-from llm.task import Problem, load_train_problems, prompt_for, score_for
+from llm.task import Problem, load_train_problems
+from llm.tasks import TASKS
 
 __all__ = [
     "PolicyOutputs",
@@ -767,7 +768,7 @@ def train(
         _set_rng_state(state["rng"])
         start, position = state["step"], state["data_position"]
 
-    problems = load_train_problems(cfg)
+    problems = load_train_problems(cfg, tokenizer)
     if cfg.max_prompt_tokens > 0:
         problems = _drop_long_prompts(problems, cfg, tokenizer)
     method = cfg.method
@@ -795,7 +796,7 @@ def train(
             position += cfg.prompts_per_step
             idx = _rank_share(idx, info, cfg.prompts_per_update or cfg.prompts_per_step)
             batch_problems = [problems[i] for i in idx]
-            prompts = [prompt_for(p, cfg.template) for p in batch_problems]
+            prompts = [TASKS[cfg.task].prompt(p, cfg.template) for p in batch_problems]
             roll = generate_shared(
                 backend,
                 prompts,
@@ -914,7 +915,7 @@ def _drop_long_prompts(problems: list[Problem], cfg: TrainConfig, tokenizer: Any
     Raises:
         ValueError: none fits.
     """
-    prompts = [prompt_for(p, cfg.template) for p in problems]
+    prompts = [TASKS[cfg.task].prompt(p, cfg.template) for p in problems]
     lengths = [len(ids) for ids in tokenizer(prompts)["input_ids"]]
     kept = [p for p, n in zip(problems, lengths, strict=True) if n <= cfg.max_prompt_tokens]
     if not kept:
@@ -953,7 +954,7 @@ def _train_step(
     b, g, t = roll.response_ids.shape
     rewards = torch.tensor(
         [
-            [score_for(text, prob, format_score=cfg.format_score) for text in texts]
+            [TASKS[cfg.task].score(text, prob, format_score=cfg.format_score) for text in texts]
             for texts, prob in zip(roll.texts, problems, strict=True)
         ],
         dtype=torch.float32,
@@ -1007,7 +1008,7 @@ def _train_step(
     if "diversity" in needs:
         from llm.diversity import diversity_scores
 
-        div = diversity_scores(roll.texts, encoder=encoder, distinct=cfg.distinct)
+        div = diversity_scores(roll.texts, task=cfg.task, encoder=encoder, distinct=cfg.distinct)
         fixed["diversity"] = torch.tensor(div, dtype=torch.float32, device=device)
     t_old = time.perf_counter()
 
