@@ -154,18 +154,21 @@ def load_optimizer_state(
 
 
 def restore_checkpoint(
-    ckpt: Path,
+    ckpt: Path | None,
     policy: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
     info: DistInfo,
 ) -> tuple[int, int]:
     """Load the optimizer, scheduler and RNG states of `ckpt` (the weights are loaded with the
-    model); returns ``(step, data_position)`` to continue from.
+    model); returns ``(step, data_position)`` to continue from, ``(0, 0)`` for a fresh run
+    (`ckpt` None).
 
     Raises:
         ValueError: see `load_optimizer_state`.
     """
+    if ckpt is None:
+        return 0, 0
     state = torch.load(ckpt / STATE_FILE, weights_only=False)
     load_optimizer_state(policy, optimizer, state, info)
     scheduler.load_state_dict(state["scheduler"])

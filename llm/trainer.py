@@ -141,9 +141,7 @@ def train(
     if ckpt is not None:
         backend.sync_weights(model)  # an engine with its own copy starts from cfg.model_path
     optimizer, scheduler = make_optimizer(cfg, policy)
-    start, position = 0, 0
-    if ckpt is not None:
-        start, position = restore_checkpoint(ckpt, policy, optimizer, scheduler, info)
+    start, position = restore_checkpoint(ckpt, policy, optimizer, scheduler, info)
 
     problems = load_train_problems(cfg)
     if cfg.max_prompt_tokens > 0:

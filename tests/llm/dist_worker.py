@@ -128,8 +128,8 @@ def _share(model: str, out: str, answers: dict[str, str]) -> None:
     import json
     from pathlib import Path
 
-    from llm.distributed import init_distributed
-    from llm.trainer import generate_shared, load_tokenizer
+    from llm.distributed import generate_shared, init_distributed
+    from llm.models import load_tokenizer
 
     info = init_distributed("cpu")
     mine = sorted(answers)[2 * info.rank : 2 * info.rank + 2]
