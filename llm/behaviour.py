@@ -102,6 +102,11 @@ def _diversity(s: _Sources) -> Tensor:
     return torch.tensor(s.diversity, dtype=torch.float32, device=s.prompt_mask.device)
 
 
+def _sampled_rank(s: _Sources) -> Tensor:
+    ranks = sampled_rank(s.batch.old.cand_ids, s.batch.rows.response_ids)  # (R, T)
+    return ranks.reshape(s.batch.shape)
+
+
 def _is_weight(s: _Sources) -> Tensor:
     f = s.batch.fixed
     assert s.batch.sampler_logp is not None  # fixed_keys asks for is_weight only with it
@@ -113,9 +118,7 @@ def _is_weight(s: _Sources) -> Tensor:
 PRODUCERS: dict[str, Callable[[_Sources], Tensor]] = {
     "logp_ref": _logp_ref,
     "cand_logp_old": lambda s: s.batch.old.cand_logp.reshape(*s.batch.shape, -1),
-    "sampled_rank": lambda s: sampled_rank(s.batch.old.cand_ids, s.batch.rows.response_ids).reshape(
-        s.batch.shape
-    ),
+    "sampled_rank": _sampled_rank,
     "diversity": _diversity,
     # The prompt is the same for the G rows of a group: read it from each group's first row.
     "prompt_logp": lambda s: s.batch.old.prompt_logp[:: s.batch.shape[1]],
