@@ -21,20 +21,10 @@ __all__ = [
     "check_vocabulary",
     "load_eval_sets",
     "load_train_problems",
-    "prompt_for",
 ]
 
 # A whitespace-delimited run of digits: a number the prompt states as its own word.
 _NUMBER_WORD = re.compile(r"(?<!\S)\d+(?!\S)")
-
-
-def prompt_for(problem: Problem, template: str, *, task: str = "countdown") -> str:
-    """``TASKS[task].prompt(problem, template)``; new code calls the registry directly.
-
-    Raises:
-        UnknownTaskError: `task` is not registered.
-    """
-    return TASKS[task].prompt(problem, template)
 
 
 def check_vocabulary(prompts: Sequence[str], tokenizer: Any, where: str) -> None:
