@@ -147,6 +147,44 @@ def fixed_keys(method: str, needs: Collection[str], *, is_weight: bool) -> list[
     return [k for k in shaping.BATCH_KEYS if k in wanted]
 
 
+def sampler_is_behaviour(cfg: TrainConfig, needs: Collection[str]) -> bool:
+    """Whether the rollout's own log-probs, entropies and top-N candidates ARE pi_old's, so the
+    behaviour forward pass can be skipped (``behaviour_pass = "auto"``).
+
+    True only when the sampler is the training policy computed the same way: the transformers
+    backend (`HFGenerateBackend` samples from the policy's own logits), fp32 (bf16 kernels for
+    generation and a full forward differ), ``top_p = 1`` (top-p renormalizes the sampler's
+    log-probs), one inner epoch (with mu > 1 the later passes need fresh forwards anyway) and no
+    prompt log-probs (ProGRPO's prompt confidence needs a forward of the prompt). The two agree to
+    ~1e-5 per token there (tests/llm/test_rollout.py); TRL 1.16 makes the same choice for one
+    iteration.
+    """
+    return (
+        cfg.behaviour_pass == "auto"
+        and cfg.backend == "transformers"
+        and cfg.precision == "fp32"
+        and cfg.top_p == 1.0
+        and cfg.inner_epochs == 1
+        and "prompt_logp" not in needs
+    )
+
+
+def _sampler_outputs(roll: Any, device: str | torch.device) -> PolicyOutputs:
+    """The rollout's (B, G, T[, N]) sampler quantities as (B*G, T[, N]) `PolicyOutputs`."""
+
+    def rows_of(x: Tensor | None) -> Tensor | None:
+        if x is None:
+            return None
+        return x.reshape(-1, *x.shape[2:]).to(device)
+
+    return PolicyOutputs(
+        logp=rows_of(roll.logp.float()),
+        entropy=rows_of(roll.entropy),
+        cand_ids=rows_of(roll.cand_ids),
+        cand_logp=rows_of(roll.cand_logp),
+    )
+
+
 def behaviour_batch(
     policy: torch.nn.Module,
     ref_model: torch.nn.Module | None,
@@ -178,16 +216,22 @@ def behaviour_batch(
         roll.response_ids.to(device),
         roll.response_mask.to(device),
     )
-    old = forward_all(
-        policy,
-        rows,
-        cfg.micro_batch_size,
-        want_entropy=True,
-        n_top=cfg.n_candidates,
-        want_prompt="prompt_logp" in needs,
-        temperature=cfg.temperature,
-        precision=cfg.precision,
+    has_stats = getattr(roll, "entropy", None) is not None and (
+        cfg.n_candidates == 0 or getattr(roll, "cand_ids", None) is not None
     )
+    if has_stats and sampler_is_behaviour(cfg, needs):
+        old = _sampler_outputs(roll, device)
+    else:
+        old = forward_all(
+            policy,
+            rows,
+            cfg.micro_batch_size,
+            want_entropy=True,
+            n_top=cfg.n_candidates,
+            want_prompt="prompt_logp" in needs,
+            temperature=cfg.temperature,
+            precision=cfg.precision,
+        )
     fixed = {
         "rewards": rewards,
         "mask": rows.response_mask.reshape(b, g, t),

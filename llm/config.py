@@ -332,6 +332,14 @@ class TrainConfig:
     rollout_is_cap: float = option(
         2.0, "upper bound of the truncated importance-sampling weight", ge=1
     )
+    behaviour_pass: str = option(
+        "auto",
+        """how pi_old's log-probs, entropies and top-N candidates are obtained: auto (from the
+        sampler when it is exactly the policy: transformers backend, fp32, top_p = 1, one inner
+        epoch, no prompt log-probs needed; else a forward pass) or always (a forward pass, as TRL
+        and verl do)""",
+        choices=("auto", "always"),
+    )
     device: str = option(
         "cpu",
         "torch device of the policy (cpu, cuda, cuda:0, ...); under torchrun cuda means cuda:LOCAL_RANK",

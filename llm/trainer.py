@@ -33,7 +33,7 @@ import torch
 from tqdm.auto import tqdm
 
 import shaping
-from llm.behaviour import behaviour_batch, rollout_is_weight
+from llm.behaviour import behaviour_batch, rollout_is_weight, sampler_is_behaviour
 from llm.checkpoint import (
     CHECKPOINTS,
     MetricsLogger,
@@ -62,12 +62,8 @@ from llm.models import (
     load_tokenizer,
     make_backend,
 )
-from llm.runfolder import (
-    NonFiniteError,
-    RunLock,
-    check_base_model_folder,
-    claim_run_folder,
-)
+from llm.rollout import HFGenerateBackend
+from llm.runfolder import NonFiniteError, RunLock, check_base_model_folder, claim_run_folder
 from llm.task import Problem, data_indices, drop_long_prompts, load_train_problems
 from llm.tasks import TASKS
 from llm.update import (
@@ -184,6 +180,8 @@ def _train(
     hyper = cfg.method_hyper()
     needs = shaping.METHODS[cfg.method].needs_for(**hyper)
     encoder = _load_encoder(info.device) if "diversity" in needs else None
+    # Only the plain transformers sampler draws from exactly pi_old (not a wrapper that edits).
+    sampler_stats = type(backend) is HFGenerateBackend and sampler_is_behaviour(cfg, needs)
     per_update = cfg.prompts_per_update or cfg.prompts_per_step
 
     logger = (
@@ -200,7 +198,7 @@ def _train(
             idx = data_indices(position, cfg.prompts_per_step, len(problems), cfg.data.seed)
             position += cfg.prompts_per_step
             batch_problems = [problems[i] for i in rank_share(idx, info, per_update)]
-            roll = _rollout(backend, batch_problems, cfg, info, step)
+            roll = _rollout(backend, batch_problems, cfg, info, step, sampler_stats)
             t_roll = time.perf_counter()
 
             # Score, then the behaviour batch: pi_old's view of the rollout, keys by the method.
@@ -255,8 +253,11 @@ def _rollout(
     cfg: TrainConfig,
     info: DistInfo,
     step: int,
+    sampler_stats: bool,
 ) -> Any:
-    """G responses to each problem's prompt (a `RolloutBatch`), sampled with the step's seed."""
+    """G responses to each problem's prompt (a `RolloutBatch`), sampled with the step's seed;
+    with `sampler_stats` also the sampler's entropies and top-N candidates (the behaviour values,
+    `llm.behaviour.sampler_is_behaviour`)."""
     prompts = [TASKS[cfg.task].prompt(p, cfg.template) for p in problems]
     try:
         return generate_shared(
@@ -269,6 +270,7 @@ def _rollout(
             max_new_tokens=cfg.max_new_tokens,
             temperature=cfg.temperature,
             top_p=cfg.top_p,
+            **({"top_n": cfg.n_candidates, "want_entropy": True} if sampler_stats else {}),
         )
     except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: a diverged policy
         if "inf" not in str(e) and "nan" not in str(e):

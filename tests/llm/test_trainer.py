@@ -375,3 +375,42 @@ def test_one_step_on_cuda(backend, tiny_model_path, tmp_path):
     if backend == "vllm":
         # float32 engine and trainer on the same weights: the mismatch is numerical noise.
         assert hist[-1]["charts/sampler_logp_gap"] < 1e-2
+
+
+def test_sampler_is_behaviour_only_where_exact(tiny_model_path):
+    from llm.behaviour import sampler_is_behaviour
+
+    needs = frozenset()
+    assert sampler_is_behaviour(_config(tiny_model_path, "grpo"), needs)
+    for over in ({"precision": "bf16-mixed"}, {"top_p": 0.9}, {"inner_epochs": 2},
+                 {"behaviour_pass": "always"}):  # fmt: skip
+        assert not sampler_is_behaviour(_config(tiny_model_path, "grpo", **over), needs), over
+    assert not sampler_is_behaviour(_config(tiny_model_path, "grpo"), {"prompt_logp"})
+
+
+@pytest.mark.parametrize("method", ["entropy_bonus", "casp"])
+def test_skipping_the_behaviour_pass_changes_nothing_but_rounding(
+    method, tiny_model_path, tmp_path, monkeypatch
+):
+    """With the plain transformers sampler at fp32, its log-probs, entropies and top-N candidates
+    are pi_old's: the auto mode skips the behaviour forward and trains the same step to ~1e-5."""
+    import llm.behaviour
+
+    calls = []
+    real = llm.behaviour.forward_all
+    monkeypatch.setattr(
+        llm.behaviour, "forward_all", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
+    # Non-zero losses on a random model: the entropy bonus shapes by eta * log pi_old.
+    hyper = {"alpha": 0.5, "top_n": 2} if method == "casp" else {"eta": 0.5}
+    over = {"steps": 1, "hyper": hyper}
+    (auto,) = train(_config(tiny_model_path, method, **over), tmp_path / "a", progress=False)
+    assert calls == []
+    (always,) = train(
+        _config(tiny_model_path, method, behaviour_pass="always", **over), tmp_path / "b",
+        progress=False,
+    )  # fmt: skip
+    assert calls == [1]
+    for key in ("losses/loss", "charts/entropy", "charts/reward_mean", "charts/grad_norm"):
+        assert key in auto
+        assert auto[key] == pytest.approx(always[key], rel=1e-4, abs=1e-5), key
