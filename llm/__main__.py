@@ -7,6 +7,7 @@
     torchrun --nproc_per_node W -m llm train --config FILE   # data parallel (DDP / FSDP2)
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
+    python -m llm sweep --config FILE [--set KEY=VALUE ...] [--workers N] [--out DIR]
 
 `--model` takes a model folder or a run folder (its newest checkpoint is used). `--config` gives
 eval the run's task, template, backend, max_new_tokens, distinct and data bounds (for
@@ -148,6 +149,17 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    from llm.sweep import format_results, load_sweep, run_sweep
+
+    spec = load_sweep(args.config, args.set or ())
+    out = args.out or str(Path("runs") / "sweeps" / Path(args.config).stem)
+    results = run_sweep(spec, out, workers=args.workers)
+    print(format_results(results))
+    print(f"wrote {out}/results.json")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m llm", description=__doc__.splitlines()[0])
@@ -196,6 +208,13 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--semantic", action="store_true", help="also the MiniLM cosine (dsdr)")
     rp.add_argument("--quick", action="store_true", help="smoke-test budget, in RUNS/quick/")
     rp.set_defaults(func=_reproduce)
+
+    sw = sub.add_parser("sweep", help="a grid of methods x settings x seeds, paths, frontier")
+    sw.add_argument("--config", required=True, help="sweep TOML (configs/sweep_*.toml)")
+    sw.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a sweep key")
+    sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    sw.add_argument("--out", help="output folder (default runs/sweeps/<config stem>)")
+    sw.set_defaults(func=_sweep)
 
     args = parser.parse_args(argv)
     try:
