@@ -733,6 +733,7 @@ def run_sweep(
     *,
     workers: int | None = None,
     progress: bool = True,
+    num_resamples: int = 1000,
 ) -> dict[str, Any]:
     """Train and evaluate every (setting, seed) of `spec` into `out` and write ``results.json``.
 
@@ -843,8 +844,263 @@ def run_sweep(
             "total": round(time.perf_counter() - t_start, 1),
         },
     }
+    t0 = time.perf_counter()
+    results["frontier"] = frontier_analysis(results, num_resamples=num_resamples)
+    plot_frontier(results, results["frontier"], out / "frontier.png")
+    (out / "lifts.md").write_text(lift_markdown(results, results["frontier"]), encoding="utf-8")
+    results["timings_seconds"]["frontier"] = round(time.perf_counter() - t0, 1)
+    results["timings_seconds"]["total"] = round(time.perf_counter() - t_start, 1)
     write_json(out / RESULTS, results)
     return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Frontier: lifts at matched pass@1 over the reference curve (theory.frontier), figure, table
+
+MEASURES = ("pass_at_k", "distinct_correct")
+"""The diversity axes: pass@k at the largest k, and distinct correct solutions per problem."""
+
+
+def setting_name(params: Mapping[str, Any]) -> str:
+    """``"k=v,k=v"`` (``"default"`` for no parameters): a model's setting label."""
+    return ",".join(f"{k}={v}" for k, v in params.items()) or "default"
+
+
+def frontier_arrays(
+    results: Mapping[str, Any], measure: str
+) -> tuple[np.ndarray, np.ndarray, Any, list[dict[str, Any]]]:
+    """The per-problem gains over the base model in `theory.frontier`'s layout.
+
+    Models are (label, setting, step); the base model is the reference label's step 0 (every
+    training path starts there), repeated over seeds.
+
+    Returns:
+        ``(x, y, models, rows)``: `x` `(M, S, P)` per-problem pass@1 gain (correct count / n minus
+        the base's), `y` `(M, S, P)` the per-problem gain in `measure` (pass@k at the largest k,
+        unbiased estimator, or distinct correct solutions), `models` a `theory.frontier.Models`,
+        `rows` one ``{"label", "params", "setting", "step"}`` per model.
+
+    Raises:
+        ValueError: an unknown `measure`, or a model missing some seed.
+    """
+    from theory.frontier import Models
+    from theory.measures import pass_at_k
+
+    if measure not in MEASURES:
+        raise ValueError(f"measure: expected one of {MEASURES}, got {measure!r}")
+    s = results["settings"]
+    seeds, kmax = s["seeds"], int(s["eval"]["ks"][-1])
+
+    def per_problem(m: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        c = np.asarray(m["correct"], dtype=np.float64)
+        if measure == "pass_at_k":
+            y = np.array([pass_at_k(m["n"], int(ci), kmax) for ci in c])
+        else:
+            y = np.asarray(m["distinct"], dtype=np.float64)
+        return c / m["n"], y
+
+    base = next(m for m in results["models"] if m["label"] == "base")
+    bx, by = per_problem(base)
+    groups: dict[tuple[str, str, int], dict[int, Mapping[str, Any]]] = {}
+    rows = [{"label": s["reference"], "params": {}, "setting": "base", "step": 0}]
+    for m in results["models"]:
+        if m["label"] == "base":
+            continue
+        key = (m["label"], setting_name(m["params"]), m["step"])
+        if key not in groups:
+            groups[key] = {}
+            rows.append(
+                {"label": m["label"], "params": m["params"], "setting": key[1], "step": m["step"]}
+            )
+        groups[key][m["seed"]] = m
+    shape = (len(rows), len(seeds), len(bx))
+    x, y = np.zeros(shape), np.zeros(shape)
+    for i, row in enumerate(rows[1:], start=1):
+        per_seed = groups[(row["label"], row["setting"], row["step"])]
+        for j, seed in enumerate(seeds):
+            if seed not in per_seed:
+                raise ValueError(
+                    f"{row['label']} {row['setting']} step {row['step']}: no seed {seed}"
+                )
+            px, py = per_problem(per_seed[seed])
+            x[i, j], y[i, j] = px - bx, py - by
+    models = Models(
+        [r["label"] for r in rows], [r["setting"] for r in rows], [r["step"] for r in rows]
+    )
+    return x, y, models, rows
+
+
+def frontier_analysis(
+    results: Mapping[str, Any], *, num_resamples: int = 1000, level: float = 0.95, seed: int = 0
+) -> dict[str, Any]:
+    """Lift at matched pass@1 of every model over the reference label's upper envelope, with a
+    paired bootstrap over training seeds and problems (`theory.frontier.bootstrap_lift`), and a
+    bootstrap interval of every model's point, for each measure of `MEASURES`.
+
+    Returns:
+        ``{measure: {"k", "level", "num_resamples", "models": [{label, params, setting, step,
+        x, y, x_lo, x_hi, y_lo, y_hi, lift, lift_lo, lift_hi, status, inside_fraction}]}}``,
+        gains over the base model (x: pass@1, y: the measure), NaN written as null.
+    """
+    from theory.frontier import (
+        bootstrap_indices,
+        bootstrap_lift,
+        percentile_interval,
+        resampled_points,
+    )
+
+    s = results["settings"]
+    one_seed = len(s["seeds"]) == 1
+    out: dict[str, Any] = {}
+    for measure in MEASURES:
+        x, y, models, rows = frontier_arrays(results, measure)
+        res = bootstrap_lift(
+            x, y, models, s["reference"], num_resamples=num_resamples, level=level, seed=seed,
+            resample_seeds=not one_seed,
+        )  # fmt: skip
+        seed_idx, problem_idx = bootstrap_indices(
+            np.random.default_rng(seed), num_resamples, x.shape[1], x.shape[2]
+        )
+        bx, by = resampled_points(x, y, seed_idx, problem_idx)
+        x_lo, x_hi = percentile_interval(bx, level)
+        y_lo, y_hi = percentile_interval(by, level)
+
+        def num(v: float) -> float | None:
+            return float(v) if np.isfinite(v) else None
+
+        out[measure] = {
+            "k": int(s["eval"]["ks"][-1]) if measure == "pass_at_k" else None,
+            "level": level,
+            "num_resamples": num_resamples,
+            "models": [
+                {
+                    **row,
+                    "x": num(res.x[i]),
+                    "y": num(res.y[i]),
+                    "x_lo": num(x_lo[i]),
+                    "x_hi": num(x_hi[i]),
+                    "y_lo": num(y_lo[i]),
+                    "y_hi": num(y_hi[i]),
+                    "lift": num(res.lift[i]),
+                    "lift_lo": num(res.lo[i]),
+                    "lift_hi": num(res.hi[i]),
+                    "status": str(res.status[i]),
+                    "inside_fraction": float(res.inside_fraction[i]),
+                    "reference": bool(i in set(res.reference.tolist())),
+                }
+                for i, row in enumerate(rows)
+            ],
+        }
+    return out
+
+
+def _axis_label(measure: str, k: int | None) -> str:
+    return f"pass@{k} gain" if measure == "pass_at_k" else "distinct correct / problem gain"
+
+
+def lift_markdown(results: Mapping[str, Any], analysis: Mapping[str, Any]) -> str:
+    """Markdown tables of the lifts at matched pass@1 with their bootstrap CIs (points in
+    percentage points for pass@k, solutions per problem for distinct correct)."""
+    s = results["settings"]
+    ev = s["eval"]
+    parts = [
+        f"Lift at matched pass@1 over the upper envelope of `{s['reference']}` (all its settings "
+        "and checkpoints, and the base model at step 0), gains over the base model. "
+        f"Paired evaluation: {ev['problems']} problems ({ev['source']}) × {ev['samples']} samples, "
+        f"sampling seed {ev['seed']} for every model; training seeds {s['seeds']}; "
+        "CI: percentile bootstrap over seeds and problems. n/a: the model's pass@1 lies outside "
+        "the reference's range (no extrapolation); inside: fraction of bootstrap replicates "
+        "inside it."
+    ]
+    for measure, a in analysis.items():
+        scale = 100.0 if measure == "pass_at_k" else 1.0
+        unit = "percentage points" if measure == "pass_at_k" else "solutions per problem"
+        pct = round(100 * a["level"])
+        parts.append(
+            f"\n### {_axis_label(measure, a['k'])} ({unit}; pass@1 in percentage points)\n"
+        )
+        parts.append(
+            f"| method | setting | step | pass@1 gain | gain | lift [{pct}% CI] | inside |\n"
+            "|---|---|---|---|---|---|---|"
+        )
+        for m in a["models"]:
+            if m["reference"]:
+                continue
+            if m["status"] == "inside" and m["lift"] is not None:
+                cell = f"{scale * m['lift']:+.2f}"
+                if m["lift_lo"] is not None:
+                    cell += f" [{scale * m['lift_lo']:+.2f}, {scale * m['lift_hi']:+.2f}]"
+            else:
+                cell = f"n/a ({m['status']})"
+            parts.append(
+                f"| {m['label']} | {m['setting']} | {m['step']} | {100 * m['x']:+.1f} | "
+                f"{scale * m['y']:+.2f} | {cell} | {m['inside_fraction']:.2f} |"
+            )
+    return "\n".join(parts) + "\n"
+
+
+def plot_frontier(
+    results: Mapping[str, Any], analysis: Mapping[str, Any], path: str | os.PathLike[str]
+) -> None:
+    """The frontier figure: per measure, every model's point (gain over the base model) on its
+    training path (thin line from the base model through its checkpoints), each label's upper
+    envelope (`theory.frontier.upper_envelope`) in its colour with the bootstrap
+    CIs of its vertices, and the reference's envelope in black."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from theory.frontier import upper_envelope
+
+    s = results["settings"]
+    ref = s["reference"]
+    labels = [ref, *(lb for lb in s["labels"] if lb != ref)]
+    colours = {lb: ("k" if lb == ref else f"C{i}") for i, lb in enumerate(labels)}
+    fig, axes = plt.subplots(1, len(analysis), figsize=(5.2 * len(analysis), 4.2), squeeze=False)
+    for ax, (measure, a) in zip(axes[0], analysis.items(), strict=True):
+        ms = a["models"]
+        for lb in labels:
+            pts = [m for m in ms if m["label"] == lb]
+            px = np.array([m["x"] for m in pts])
+            py = np.array([m["y"] for m in pts])
+            c = colours[lb]
+            ax.scatter(px, py, s=10, color=c, alpha=0.35, lw=0)
+            for setting in dict.fromkeys(m["setting"] for m in pts if m["step"] > 0):
+                path = sorted((m for m in pts if m["setting"] == setting), key=lambda m: m["step"])
+                # Every training path starts at the base model, the origin of the gains.
+                ax.plot([0.0, *(m["x"] for m in path)], [0.0, *(m["y"] for m in path)], "-",
+                        color=c, alpha=0.25, lw=0.7)  # fmt: skip
+            env = upper_envelope(px, py)
+            ax.plot(env.vx, env.vy, "-", color=c, lw=2.5 if lb == ref else 1.5,
+                    label=f"{lb} (reference)" if lb == ref else lb)  # fmt: skip
+            vert = [
+                m
+                for m in pts
+                if any(m["x"] == vx and m["y"] == vy for vx, vy in zip(env.vx, env.vy, strict=True))
+            ]
+            ax.errorbar(
+                [m["x"] for m in vert], [m["y"] for m in vert],
+                xerr=[[m["x"] - m["x_lo"] for m in vert], [m["x_hi"] - m["x"] for m in vert]],
+                yerr=[[m["y"] - m["y_lo"] for m in vert], [m["y_hi"] - m["y"] for m in vert]],
+                fmt="o", ms=3, color=c, capsize=2, lw=0.8,
+            )  # fmt: skip
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.axvline(0, color="grey", lw=0.5)
+        ax.set_xlabel("pass@1 gain over the base model")
+        ax.set_ylabel(_axis_label(measure, a["k"]))
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    ev = s["eval"]
+    fig.suptitle(
+        f"frontiers: {ev['problems']} problems × {ev['samples']} samples (paired), seeds "
+        f"{s['seeds']}, checkpoints {s['checkpoints']}; bars: {round(100 * a['level'])}% "
+        "bootstrap CIs of the envelope vertices",
+        fontsize=8,
+    )
+    fig.tight_layout()
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
 
 
 def format_results(results: Mapping[str, Any]) -> str:
