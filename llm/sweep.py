@@ -1067,9 +1067,9 @@ def plot_frontier(
             c = colours[lb]
             ax.scatter(px, py, s=10, color=c, alpha=0.35, lw=0)
             for setting in dict.fromkeys(m["setting"] for m in pts if m["step"] > 0):
-                path = sorted((m for m in pts if m["setting"] == setting), key=lambda m: m["step"])
+                trail = sorted((m for m in pts if m["setting"] == setting), key=lambda m: m["step"])
                 # Every training path starts at the base model, the origin of the gains.
-                ax.plot([0.0, *(m["x"] for m in path)], [0.0, *(m["y"] for m in path)], "-",
+                ax.plot([0.0, *(m["x"] for m in trail)], [0.0, *(m["y"] for m in trail)], "-",
                         color=c, alpha=0.25, lw=0.7)  # fmt: skip
             env = upper_envelope(px, py)
             ax.plot(env.vx, env.vy, "-", color=c, lw=2.5 if lb == ref else 1.5,
