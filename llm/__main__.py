@@ -1,9 +1,9 @@
 """Command line: ``python -m llm train ...`` and ``python -m llm eval ...``.
 
-    python -m llm train --config FILE [--out DIR] [--resume] [--steps N]
+    python -m llm train --config FILE [--out DIR] [--resume] [--steps N] [--set KEY=VALUE ...]
     python -m llm train --describe          # every config key, its default and meaning
     python -m llm eval --model PATH [--problems FILE | --generate N | --heldout N] [--n 16]
-                       --out DIR [--label NAME] [--config FILE] [--seed S] ...
+                       --out DIR [--label NAME] [--config FILE] [--set KEY=VALUE ...] ...
     torchrun --nproc_per_node W -m llm train --config FILE   # data parallel (DDP / FSDP2)
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
@@ -12,6 +12,9 @@
 `--model` takes a model folder or a run folder (its newest checkpoint is used). `--config` gives
 eval the run's task, template, backend, max_new_tokens, distinct and data bounds (for
 `--generate`); without a problem source, eval reads the config's [eval] sets (one label per file).
+`--set` overrides any config key: ``--set lr=3e-4 data.seed=3 hyper.gamma_p=0.05`` (values are
+TOML literals; a bare word is a string). An error prints one line, ``error: ...``, and exits 2;
+`--debug` anywhere on the command line shows its traceback instead.
 """
 
 from __future__ import annotations
@@ -25,15 +28,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _train(args: argparse.Namespace) -> int:
-    from llm.config import describe, load_config
+    from llm.config import check_model_path, describe, load_config
     from llm.trainer import train
 
     if args.describe:
         print(describe())
         return 0
     if args.config is None:
-        raise SystemExit("train: --config FILE is required (see --describe)")
-    cfg = load_config(args.config, steps=args.steps)
+        raise ValueError("train: --config FILE is required (see --describe)")
+    cfg = load_config(args.config, sets=args.sets, steps=args.steps)
+    check_model_path(cfg)
     out = args.out or str(Path("runs") / Path(args.config).stem)
     history = train(cfg, out, resume=args.resume)
     if history:
@@ -46,17 +50,22 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from llm.config import TrainConfig, load_config
+    from llm.config import apply_overrides, config_from_dict, load_config
     from llm.eval import evaluate, evaluate_math, write_eval
     from llm.task import load_eval_sets
     from llm.tasks import generate_problems, load_problems
     from llm.tasks.math import load_math_problems
     from llm.trainer import latest_checkpoint, load_model_and_tokenizer, make_backend
 
-    cfg = load_config(args.config) if args.config else TrainConfig()
+    if args.config:
+        cfg = load_config(args.config, sets=args.sets)
+    else:
+        cfg = config_from_dict(apply_overrides({}, args.sets))
     if args.template:
         cfg.template = args.template
     model_path = Path(args.model)
+    if not model_path.is_dir():
+        raise FileNotFoundError(f"--model: {args.model!r} is not a model folder or a run folder")
     ckpt = latest_checkpoint(model_path)
     if ckpt is not None:
         model_path = ckpt
@@ -152,7 +161,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 def _sweep(args: argparse.Namespace) -> int:
     from llm.sweep import format_results, load_sweep, run_sweep
 
-    spec = load_sweep(args.config, args.set or ())
+    spec = load_sweep(args.config, args.sets)
     out = args.out or str(Path("runs") / "sweeps" / Path(args.config).stem)
     results = run_sweep(spec, out, workers=args.workers)
     print(format_results(results))
@@ -160,8 +169,32 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        dest="sets",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override config keys: lr=3e-4 data.seed=3 method=ds_grpo (TOML literals)",
+    )
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    # ValueError and OSError messages are written for users; other types need their name.
+    if isinstance(e, ValueError | OSError) and text:
+        return text
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status."""
+    """Entry point; returns the exit status: an error prints one line to stderr and returns 2
+    (``--debug`` anywhere in `argv` lets it propagate with its traceback)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     parser = argparse.ArgumentParser(prog="python -m llm", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -171,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
     tr.add_argument("--steps", type=int, help="override the config's steps")
     tr.add_argument("--describe", action="store_true", help="print every config key and exit")
+    _add_set(tr)
     tr.set_defaults(func=_train)
 
     ev = sub.add_parser("eval", help="pass@k and diversity of a model on Countdown or math")
@@ -189,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--seed", type=int, help="sampling seed (and --generate seed)")
     ev.add_argument("--no-semantic", action="store_true", help="skip the MiniLM cosine")
     ev.add_argument("--no-bleu", action="store_true", help="math: skip Self-BLEU (slow for long n)")
+    _add_set(ev)
     ev.set_defaults(func=_eval)
 
     rp = sub.add_parser(
@@ -211,7 +246,10 @@ def main(argv: list[str] | None = None) -> int:
 
     sw = sub.add_parser("sweep", help="a grid of methods x settings x seeds, paths, frontier")
     sw.add_argument("--config", required=True, help="sweep TOML (configs/sweep_*.toml)")
-    sw.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a sweep key")
+    sw.add_argument(
+        "--set", dest="sets", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+        help="override sweep keys: seeds=[0] train.steps=20 eval.problems=8 (TOML literals)",
+    )  # fmt: skip
     sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     sw.add_argument("--out", help="output folder (default runs/sweeps/<config stem>)")
     sw.set_defaults(func=_sweep)
@@ -223,7 +261,13 @@ def main(argv: list[str] | None = None) -> int:
         hf_logging.disable_progress_bar()  # per-checkpoint bars would break tqdm's line
     except ImportError:
         pass
-    return args.func(args)
+    try:
+        return args.func(args)
+    except Exception as e:
+        if debug:
+            raise
+        print(f"error: {_one_line(e)} (--debug shows the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -211,14 +211,6 @@ class SweepSpec:
         return list(dict.fromkeys(s.label for s in self.settings))
 
 
-def _parse_value(text: str) -> Any:
-    """A TOML value (``3``, ``1e-4``, ``[0, 1]``, ``"x"``, ``{a = 1}``), else the bare string."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text
-
-
 def apply_sets(doc: Mapping[str, Any], sets: Iterable[str]) -> dict[str, Any]:
     """A copy of the parsed sweep `doc` with each ``KEY=VALUE`` applied, e.g. ``seeds=[0]``,
     ``train.steps=20``, ``eval.problems=8``. KEY's first part must be a sweep key; VALUE is TOML.
@@ -226,6 +218,8 @@ def apply_sets(doc: Mapping[str, Any], sets: Iterable[str]) -> dict[str, Any]:
     Raises:
         ValueError: a pair without ``=`` or with an unknown key (the message names it).
     """
+    from llm.config import parse_value
+
     out = copy.deepcopy(dict(doc))
     for pair in sets:
         key, sep, text = pair.partition("=")
@@ -242,7 +236,7 @@ def apply_sets(doc: Mapping[str, Any], sets: Iterable[str]) -> dict[str, Any]:
             target = target.setdefault(t, {})
             if not isinstance(target, dict):
                 raise ValueError(f"--set {pair!r}: {t} is not a table")
-        target[name] = _parse_value(text.strip())
+        target[name] = parse_value(text.strip())
     return out
 
 

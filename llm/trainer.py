@@ -531,8 +531,18 @@ def load_model_and_tokenizer(
 ) -> tuple[Any, Any]:
     """`AutoModelForCausalLM` (eval mode) and `load_tokenizer` from a local directory; weights in
     bfloat16 for ``precision = "bf16"``, float32 otherwise (``bf16-mixed`` keeps float32 master
-    weights and computes under autocast)."""
+    weights and computes under autocast).
+
+    Raises:
+        FileNotFoundError: `path` is not a local folder (models are never downloaded).
+    """
     from transformers import AutoModelForCausalLM
+
+    if not Path(path).is_dir():
+        raise FileNotFoundError(
+            f"model folder {str(path)!r} does not exist (models load from local folders; "
+            "nothing is downloaded)"
+        )
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)

@@ -28,7 +28,7 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m theory", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="check every theorem numerically on random instances")
@@ -80,6 +80,24 @@ def main(argv: list[str] | None = None) -> int:
             f"{found or 'none'}; violations: {bad or 'none'}"
         )
     return 1 if any(r["violations"] for r in rows) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status: an error prints one line to stderr and returns 2
+    (``--debug`` anywhere in `argv` lets it propagate with its traceback)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        return _main([a for a in argv if a != "--debug"])
+    except Exception as e:
+        if debug:
+            raise
+        text = " ".join(str(e).split())
+        what = (
+            text if isinstance(e, ValueError | OSError) and text else f"{type(e).__name__}: {text}"
+        )
+        print(f"error: {what} (--debug shows the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m toymdp", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     fig = sub.add_parser("figures", help="regenerate every toy figure and summary.json")
@@ -52,6 +52,24 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {len(doc['experiments'])} experiments to {args.out}/ (summary.json) in {elapsed:.1f} s"
     )
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point; returns the exit status: an error prints one line to stderr and returns 2
+    (``--debug`` anywhere in `argv` lets it propagate with its traceback)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        return _main([a for a in argv if a != "--debug"])
+    except Exception as e:
+        if debug:
+            raise
+        text = " ".join(str(e).split())
+        what = (
+            text if isinstance(e, ValueError | OSError) and text else f"{type(e).__name__}: {text}"
+        )
+        print(f"error: {what} (--debug shows the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

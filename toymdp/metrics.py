@@ -1,7 +1,7 @@
 """Exact metrics of a tabular policy by enumerating every trajectory (no sampling noise), in JAX.
 
 Each is the JAX twin of a `theory.measures` function (tests check them equal) or of a formula of
-FORMULAS.md; all are per prompt. Named axes as in `toymdp.policy`; `K` distinct-count budgets,
+docs/formulas.md (§1.9, §2.21, §4.9, §5.2); all are per prompt. Named axes as in `toymdp.policy`; `K` distinct-count budgets,
 `k` pass@k budgets.
 
 | key | shape | definition | source |

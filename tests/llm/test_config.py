@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import re
 import tomllib
+import typing
 from pathlib import Path
 
 import pytest
 
-from llm.config import config_from_dict, config_to_toml, describe, load_config
+from llm.config import (
+    DataConfig,
+    EvalConfig,
+    TrainConfig,
+    VLLMConfig,
+    apply_overrides,
+    check_model_path,
+    config_from_dict,
+    config_to_toml,
+    describe,
+    load_config,
+    parse_value,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,3 +80,183 @@ def test_casp_raises_candidates_to_its_top_n():
     cfg = config_from_dict({"method": "casp", "top_n": 0, "hyper": {"top_n": 4}})
     assert cfg.n_candidates == 4
     assert config_from_dict({"method": "grpo", "top_n": 2}).n_candidates == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules from field metadata (issue 10 item 3) and the named config errors of issue 13 item 7
+
+
+@pytest.mark.parametrize(
+    ("hyper", "value"),
+    [
+        ({"gamma_p": "0.1"}, "'0.1'"),  # was numpy's UFuncTypeError at validation
+        ({"gamma_p": [0.1]}, r"\[0\.1\]"),  # passed validation, failed at the first step
+        ({"gamma_p": math.inf}, "inf"),  # passed, then failed writing config.toml
+        ({"gamma_p": math.nan}, "nan"),
+        ({"gamma_p": True}, "True"),
+        ({"logp_reduction": 3}, "3"),
+    ],
+)
+def test_hyper_types_come_from_the_method_defaults(hyper, value):
+    name = next(iter(hyper))
+    with pytest.raises(ValueError, match=rf"hyper\.{name}: expected .*ds_grpo.*got {value}"):
+        config_from_dict({"method": "ds_grpo", "hyper": hyper})
+
+
+def test_integer_hyper_refuses_a_float():
+    with pytest.raises(ValueError, match=r"hyper\.k: expected an integer .*got 2\.5"):
+        config_from_dict({"method": "passk", "hyper": {"k": 2.5}})
+    assert config_from_dict({"method": "ds_grpo", "hyper": {"gamma_p": 0}}).hyper == {"gamma_p": 0}
+
+
+@pytest.mark.parametrize(
+    ("override", "name"),
+    [
+        ({"seed": 2**63 - 1}, "seed"),  # passed validation, failed in np.random.seed at train time
+        ({"data": {"seed": 2**32}}, r"data\.seed"),
+        ({"eval": {"seed": -1}}, r"eval\.seed"),
+        ({"group_size": 1}, "group_size"),  # a group of one has advantage 0: loss always 0
+        ({"lr": math.inf}, "lr"),
+        ({"temperature": math.nan}, "temperature"),
+        ({"device": "cudafoo"}, "device"),
+        ({"model_path": ""}, "model_path"),
+        ({"data": {"num_numbers": []}}, r"data\.num_numbers"),
+        ({"eval": {"paths": [""], "source": "file"}}, r"eval\.paths"),
+    ],
+)
+def test_out_of_range_values_name_field_and_value(override, name):
+    with pytest.raises(ValueError, match=rf"^{name}: expected .*, got "):
+        config_from_dict(override)
+
+
+def _violations(f: dataclasses.Field, hint: object) -> list[object]:
+    """Values just outside the bounds declared in `f.metadata` (as the field's own type)."""
+    if hint not in (int, float):
+        return []
+    step = 1 if hint is int else 1e-3
+    m = f.metadata
+    out = []
+    if m.get("ge") is not None:
+        out.append(hint(m["ge"] - step))
+    if m.get("gt") is not None:
+        out.append(hint(m["gt"]))
+    if m.get("le") is not None:
+        out.append(hint(m["le"] + step))
+    if m.get("lt") is not None:
+        out.append(hint(m["lt"]))
+    return out
+
+
+def test_every_declared_bound_is_enforced_and_documented():
+    text = describe()
+    checked = 0
+    tables = (("", TrainConfig), ("data", DataConfig), ("eval", EvalConfig), ("vllm", VLLMConfig))
+    for table, cls in tables:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.metadata.get("table"):
+                continue
+            key = f"{table}.{f.name}" if table else f.name
+            assert f.metadata["help"] and f.metadata["help"] in text, key
+            for bad in _violations(f, hints[f.name]):
+                raw = {table: {f.name: bad}} if table else {f.name: bad}
+                with pytest.raises(ValueError, match=rf"^{re.escape(key)}: expected"):
+                    config_from_dict(raw)
+                checked += 1
+    assert checked >= 30
+
+
+def test_describe_shows_rules_and_method_defaults():
+    text = describe()
+    assert "group_size = 8  # G: " in text and "(an integer >= 2)" in text
+    assert "top_p = 1.0" in text and "(a finite number in (0, 1])" in text
+    assert "ds_grpo: " in text and "gamma_p = 0.02" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# --set KEY=VALUE
+
+
+def test_apply_overrides_parses_toml_literals_and_dotted_keys():
+    raw = {"lr": 1e-4, "data": {"source": "tiny", "n_problems": 10}}
+    pairs = [
+        "lr=3e-4",
+        "method=ds_grpo",  # a bare word is a string
+        'template="compact"',
+        "data.seed=3",
+        "hyper.gamma_p=0.05",
+        "vllm.gpu_memory_utilization=0.5",
+        "adam_betas=[0.8, 0.9]",
+        "tensorboard=false",
+        "eval={n_samples = 4}",
+        "model_path=runs/my model",
+    ]
+    out = apply_overrides(raw, pairs)
+    assert raw == {"lr": 1e-4, "data": {"source": "tiny", "n_problems": 10}}  # not mutated
+    assert out["lr"] == 3e-4 and out["method"] == "ds_grpo" and out["template"] == "compact"
+    assert out["data"] == {"source": "tiny", "n_problems": 10, "seed": 3}
+    assert out["hyper"] == {"gamma_p": 0.05} and out["vllm"] == {"gpu_memory_utilization": 0.5}
+    assert out["adam_betas"] == [0.8, 0.9] and out["tensorboard"] is False
+    assert out["eval"] == {"n_samples": 4} and out["model_path"] == "runs/my model"
+    cfg = config_from_dict(out)
+    assert cfg.data.seed == 3 and cfg.hyper == {"gamma_p": 0.05} and cfg.eval.n_samples == 4
+
+
+def test_parse_value():
+    assert parse_value("3e-4") == 3e-4 and parse_value("8") == 8 and parse_value("true") is True
+    assert parse_value("[1, 8]") == [1, 8] and parse_value('"a b"') == "a b"
+    assert math.isinf(parse_value("inf")) and parse_value("ds_grpo") == "ds_grpo"
+    assert parse_value("1\nseed = 2") == "1\nseed = 2"  # never more than one value
+
+
+@pytest.mark.parametrize(
+    ("pair", "match"),
+    [
+        ("colour=red", "colour=red: unknown key 'colour'"),
+        ("grup_size=4", "did you mean \\['group_size'\\]"),
+        ("data.bogus=1", "data.bogus=1: unknown key 'data.bogus'; known: \\['source'"),
+        ("a.b.c=1", "a.b.c=1: unknown key"),
+        ("lr", "'lr': expected KEY=VALUE"),
+        ("=3", "expected KEY=VALUE"),
+    ],
+)
+def test_apply_overrides_names_a_bad_key(pair, match):
+    with pytest.raises(ValueError, match=match):
+        apply_overrides({}, [pair])
+
+
+@pytest.mark.parametrize(
+    ("pair", "match"),
+    [
+        ("lr=abc", "lr: expected a finite number > 0, got 'abc'"),
+        ("lr=inf", "lr: expected a finite number > 0, got inf"),
+        ("data.seed=-2", r"data\.seed: expected an integer in \[0, 4294967295\], got -2"),
+        ("hyper.gamma=1", r"hyper\.gamma = 1: not a hyper-parameter of grpo"),
+        ("method=ppo", "method: expected one of .*got 'ppo'"),
+    ],
+)
+def test_load_config_with_a_bad_set_value_names_key_and_value(pair, match):
+    with pytest.raises(ValueError, match=match):
+        load_config(ROOT / "configs" / "countdown_tiny.toml", sets=[pair])
+
+
+def test_load_config_sets_then_keyword_overrides():
+    path = ROOT / "configs" / "countdown_tiny.toml"
+    cfg = load_config(path, sets=["lr=3e-4", "steps=2", "data.n_problems=7"])
+    assert (cfg.lr, cfg.steps, cfg.data.n_problems, cfg.data.source) == (3e-4, 2, 7, "tiny")
+    assert load_config(path, sets=["steps=2"], steps=5).steps == 5  # --steps wins
+    assert load_config(path, sets=["steps=2"], steps=None).steps == 2
+
+
+def test_check_model_path(tmp_path):
+    cfg = config_from_dict({"model_path": str(tmp_path / "missing")})
+    with pytest.raises(FileNotFoundError, match=r"model_path: '.*missing' does not exist"):
+        check_model_path(cfg)
+    (tmp_path / "file").write_text("x")
+    cfg.model_path = str(tmp_path / "file")
+    with pytest.raises(FileNotFoundError, match="is not a folder"):
+        check_model_path(cfg)
+    cfg.model_path = str(tmp_path)
+    check_model_path(cfg)
+    cfg.model_path, cfg.build_base_model = str(tmp_path / "missing"), True
+    check_model_path(cfg)  # the trainer builds it

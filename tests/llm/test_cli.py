@@ -1,0 +1,114 @@
+"""`python -m llm` as a user meets it: `--set` overrides, and every error as one line (exit 2) with
+`--debug` showing the traceback; the same error contract for `python -m toymdp` and `theory`."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from llm.__main__ import main
+from tests.llm.conftest import save_random_tiny_model
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = str(ROOT / "configs" / "countdown_tiny.toml")
+
+
+@pytest.fixture(scope="module")
+def tiny100(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A random tiny model whose vocabulary covers countdown_tiny's numbers (up to 100)."""
+    return save_random_tiny_model(tmp_path_factory.mktemp("cli_tiny"), max_number=100)
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_train_with_set_overrides_runs_and_records_them(tiny100, tmp_path):
+    out = tmp_path / "run"
+    argv = ["train", "--config", TINY, "--out", str(out),
+            "--set", "lr=3e-4", "steps=5", f"model_path={tiny100}", "build_base_model=false",
+            "group_size=2", "prompts_per_step=2", "max_new_tokens=4", "tensorboard=false",
+            "data.n_problems=8", "--steps", "1"]  # fmt: skip
+    assert main(argv) == 0
+    with (out / "config.toml").open("rb") as f:
+        cfg = tomllib.load(f)
+    assert cfg["lr"] == 3e-4 and cfg["group_size"] == 2 and cfg["data"]["n_problems"] == 8
+    assert cfg["steps"] == 1  # --steps still works, and wins over --set steps=...
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("sets", "match"),
+    [
+        (["group_size=1"], "group_size: expected an integer >= 2, got 1"),
+        (["hyper.gamma_p=0.1", "method=ds_grpo", 'hyper.gamma_p="0.1"'], "got '0.1'"),
+        (["seed=9223372036854775807"], "seed: expected an integer in"),
+        (["colour=red"], "--set colour=red: unknown key 'colour'"),
+        (["lr=fast"], "lr: expected a finite number > 0, got 'fast'"),
+    ],
+)
+def test_config_errors_are_one_line_and_exit_2(sets, match, tmp_path, capsys):
+    assert main(["train", "--config", TINY, "--out", str(tmp_path), "--set", *sets]) == 2
+    assert match in _one_error_line(capsys)
+    assert not any(tmp_path.iterdir())  # refused before the run folder is touched
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    with pytest.raises(ValueError, match="group_size"):
+        main(
+            ["train", "--debug", "--config", TINY, "--out", str(tmp_path), "--set", "group_size=1"]
+        )
+
+
+def test_missing_model_path_says_so_and_downloads_nothing(tmp_path, capsys):
+    missing = tmp_path / "no_such_model"
+    argv = ["train", "--config", TINY, "--out", str(tmp_path / "run"),
+            "--set", f"model_path={missing}", "build_base_model=false"]  # fmt: skip
+    assert main(argv) == 2
+    line = _one_error_line(capsys)
+    assert "model_path" in line and str(missing) in line and "does not exist" in line
+
+
+def test_missing_config_file_and_eval_model_are_one_line(tmp_path, capsys):
+    assert main(["train", "--config", str(tmp_path / "nope.toml")]) == 2
+    assert "nope.toml" in _one_error_line(capsys)
+    argv = ["eval", "--model", str(tmp_path / "gone"), "--out", str(tmp_path / "ev")]
+    assert main(argv) == 2
+    assert "--model" in _one_error_line(capsys)
+    argv = ["eval", "--model", str(tmp_path), "--out", str(tmp_path / "ev"), "--set", "eval.n=4"]
+    assert main(argv) == 2
+    assert "unknown key 'eval.n'" in _one_error_line(capsys)
+
+
+def test_eval_applies_set(tiny100, tmp_path, capsys):
+    argv = ["eval", "--model", tiny100, "--heldout", "2", "--out", str(tmp_path), "--no-semantic",
+            "--set", "eval.n_samples=2", "max_new_tokens=4"]  # fmt: skip
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "pass@2=" in out and "pass@4" not in out  # n from eval.n_samples = 2, not 16
+
+
+def test_describe_still_prints_every_key(capsys):
+    assert main(["train", "--describe"]) == 0
+    assert "vllm.gpu_memory_utilization = 0.3" in capsys.readouterr().out
+
+
+def test_toymdp_and_theory_errors_are_one_line(tmp_path, capsys):
+    from theory.__main__ import main as theory_main
+    from toymdp.__main__ import main as toymdp_main
+
+    (tmp_path / "a_file").write_text("")
+    blocked = tmp_path / "a_file" / "out"
+    argv = ["check", "--only", "dsdr_lemma_c3", "--trials", "1", "--json", "--out", str(blocked)]
+    assert theory_main(argv) == 2
+    assert "a_file" in _one_error_line(capsys)
+    assert toymdp_main(["figures", "--quick", "--only", "convergence", "--out", str(blocked)]) == 2
+    assert "a_file" in _one_error_line(capsys)
+    with pytest.raises(OSError):
+        toymdp_main(
+            ["figures", "--quick", "--only", "convergence", "--out", str(blocked), "--debug"]
+        )
