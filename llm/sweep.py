@@ -14,8 +14,9 @@ A sweep TOML (``configs/sweep_countdown_tiny.toml``) names
 - ``seeds``: the training seeds (one run per method setting and seed);
 - ``checkpoints``: the steps at which every run is evaluated (a list, or a count ``c``: steps
   ``round(i steps / c)``, i = 1..c), so that each run is a path; the base model is step 0 of all;
-- ``[eval]``: ``problems`` (the first N of the base config's [eval] source), ``samples`` n,
-  ``ks`` and the sampling ``seed``. Every model is evaluated on the same problems with the same
+- ``[eval]``: ``problems`` (the first N of the base config's [eval] source, or of its set
+  ``set``), ``samples`` n, ``ks``, the sampling ``seed`` and ``semantic`` (also the MiniLM cosine
+  among correct answers; needs the dsdr extra). Every model is evaluated on the same problems with the same
   sampling seed, so comparisons are paired (docs/formulas.md §4).
 
 The runs go to worker processes (default one per core, one torch thread each; see
@@ -75,7 +76,7 @@ _TOP_KEYS = {
     "base", "train", "methods", "reference", "seeds", "checkpoints", "eval",
 }  # fmt: skip
 _METHOD_KEYS = {"label", "method", "fixed", "grid", "mode", "points"}
-_EVAL_KEYS = {"problems", "samples", "ks", "seed", "set"}
+_EVAL_KEYS = {"problems", "samples", "ks", "seed", "set", "semantic"}
 # Set per run by the sweep itself: a grid over them would break the paths or the pairing.
 _RESERVED = {"method", "seed", "steps", "save_every", "model_path", "build_base_model", "eval"}
 
@@ -388,7 +389,10 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         "samples": ev.get("samples", base_cfg.eval.n_samples),
         "seed": ev.get("seed", 0),
         "set": ev.get("set"),
+        "semantic": ev.get("semantic", False),
     }
+    if not isinstance(evald["semantic"], bool):
+        raise ValueError(f"eval.semantic: expected true or false, got {evald['semantic']!r}")
     for key in ("problems", "samples"):
         v = evald[key]
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -553,6 +557,10 @@ def _evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping
         "top_k": cfg.eval.top_k,
         "seed": ev["seed"],
     }
+    if ev["semantic"]:
+        from llm.diversity import load_encoder
+
+        common["encoder"] = load_encoder("cpu")
     start = time.perf_counter()
     if cfg.task == "math":
         r = evaluate_math(backend, problems, **common)
@@ -565,6 +573,7 @@ def _evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping
         "accuracy": float(np.mean(correct) / n),
         "distinct_correct": float(np.mean(distinct)),
         "self_bleu": r.get("self_bleu"),
+        "semantic_cosine_correct": r.get("semantic_cosine_correct"),
         "n": n,
         "correct": correct,
         "distinct": [int(d) for d in distinct],
