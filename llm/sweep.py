@@ -636,8 +636,9 @@ def _train(job: _Job, cfg: Any) -> tuple[dict[str, Any], bool]:
         and ckpt.name == f"step_{cfg.steps:06d}"
     ):
         return marker, True
-    if out.exists() and not same:
-        # A run of another config or another base model: its checkpoints are not this run's.
+    if out.exists() and (not same or ckpt is None):
+        # A run of another config or base model (its checkpoints are not this run's), or one
+        # killed before its first checkpoint: a fresh start needs an empty folder.
         shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
     prior = float(marker.get("train_seconds", 0.0)) if same and marker else 0.0
