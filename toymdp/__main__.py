@@ -1,7 +1,11 @@
-"""`python -m toymdp figures [--out DIR] [--quick] [--seed S] [--only NAME ...] [--no-cache]`.
+"""`python -m toymdp figures [--out DIR] [--quick] [--seed S] [--only NAME ...] [--no-cache]` and
+`python -m toymdp sweep --config FILE [--out DIR] [--no-cache]`.
 
-Regenerates every toy and theory figure into DIR (default `figures/`) as PNG and PDF, and writes
-`DIR/summary.json` with each experiment's headline numbers (mean and spread over seeds).
+`figures` regenerates every toy and theory figure into DIR (default `figures/`) as PNG and PDF,
+and writes `DIR/summary.json` with each experiment's headline numbers (mean and spread over seeds).
+`sweep` runs a hyper-parameter sweep from a TOML file (`toymdp.sweep`, examples in
+`configs/toy/`) and writes `results.json`, `frontier.png` and `lifts.md` into DIR (default
+`runs/toy_sweep/<config stem>`).
 """
 
 from __future__ import annotations
@@ -26,7 +30,17 @@ def _main(argv: list[str]) -> int:
         "--no-cache", action="store_true", help="recompute even if cached results exist"
     )
     fig.add_argument("--list", action="store_true", help="list the experiments and exit")
+    sw = sub.add_parser("sweep", help="hyper-parameter sweep: results.json, frontier, lift table")
+    sw.add_argument("--config", type=Path, required=True, help="sweep TOML (see configs/toy/)")
+    sw.add_argument(
+        "--out", type=Path, default=None, help="output folder (default runs/toy_sweep/<stem>)"
+    )
+    sw.add_argument(
+        "--no-cache", action="store_true", help="recompute even if cached results exist"
+    )
     args = parser.parse_args(argv)
+    if args.command == "sweep":
+        return _sweep(parser, args)
 
     from toymdp.experiments import EXPERIMENTS
     from toymdp.figures import make_figures
@@ -50,6 +64,26 @@ def _main(argv: list[str]) -> int:
     elapsed = time.perf_counter() - start
     print(
         f"wrote {len(doc['experiments'])} experiments to {args.out}/ (summary.json) in {elapsed:.1f} s"
+    )
+    return 0
+
+
+def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from toymdp.sweep import sweep
+
+    if not args.config.is_file():
+        parser.error(f"--config: no such file {str(args.config)!r}")
+    try:
+        result = sweep(
+            args.config, args.out, use_cache=not args.no_cache, progress=sys.stderr.isatty()
+        )
+    except ValueError as err:
+        parser.error(str(err))
+    runs = len(result["doc"]["runs"])
+    how = "loaded from cache" if result["cached"] else "trained"
+    print(
+        f"{runs} runs {how} in {result['run_s']:.1f} s; wrote results.json, frontier.png and "
+        f"lifts.md to {result['out']}/"
     )
     return 0
 

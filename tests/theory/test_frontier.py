@@ -1,0 +1,207 @@
+"""`theory.frontier` against slow references: hand-computed envelopes, a plain bootstrap loop."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from theory import frontier as F
+
+# ------------------------------------------------------------------------------ slow reference
+
+
+def slow_envelope(px: list[float], py: list[float], x: float) -> float:
+    """`E(x)` from the definition: Pareto vertices by pairwise dominance, then a linear scan."""
+    if x < min(px) or x > max(px):
+        return math.nan
+    pts = sorted(set(zip(px, py, strict=True)))
+    vertices = [
+        (a, b) for a, b in pts if not any((c >= a and d >= b) and (c, d) != (a, b) for c, d in pts)
+    ]
+    vertices.sort()
+    if x <= vertices[0][0]:
+        return vertices[0][1]
+    for (x0, y0), (x1, y1) in itertools.pairwise(vertices):
+        if x0 <= x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    raise AssertionError("x beyond the last vertex")
+
+
+def slow_bootstrap(x, y, ref, seed_idx, problem_idx):
+    """`(B, M)` lifts by explicit indexing and the slow envelope."""
+    out = np.empty((seed_idx.shape[0], x.shape[0]))
+    for b in range(seed_idx.shape[0]):
+        bx, by = [], []
+        for m in range(x.shape[0]):
+            sx = sy = 0.0
+            for s in seed_idx[b]:
+                for p in problem_idx[b]:
+                    sx += x[m, s, p]
+                    sy += y[m, s, p]
+            n = seed_idx.shape[1] * problem_idx.shape[1]
+            bx.append(sx / n)
+            by.append(sy / n)
+        rx, ry = [bx[i] for i in ref], [by[i] for i in ref]
+        for m in range(x.shape[0]):
+            out[b, m] = by[m] - slow_envelope(rx, ry, bx[m])
+    return out
+
+
+# ------------------------------------------------------------------------------ envelopes
+
+
+def test_hand_computed_envelope():
+    # GRPO along training: base (0, 0), then (0.2, 0.05), (0.4, 0.02), (0.5, -0.06);
+    # (0.3, 0.0) is dominated by (0.4, 0.02).
+    px = [0.0, 0.2, 0.3, 0.4, 0.5]
+    py = [0.0, 0.05, 0.0, 0.02, -0.06]
+    env = F.upper_envelope(px, py)
+    np.testing.assert_array_equal(env.vx, [0.2, 0.4, 0.5])
+    np.testing.assert_array_equal(env.vy, [0.05, 0.02, -0.06])
+    assert (env.x_min, env.x_max) == (0.0, 0.5)
+    got = env([-0.1, 0.0, 0.1, 0.3, 0.45, 0.5, 0.6])
+    want = [np.nan, 0.05, 0.05, 0.035, -0.02, -0.06, np.nan]
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    assert env.status([-0.1, 0.3, 0.6]).tolist() == ["below", "inside", "above"]
+
+
+def test_hand_computed_lift():
+    lift, status = F.lift([0.0, 0.2, 0.4], [0.0, 0.1, 0.0], [0.3, 0.1, 0.5], [0.08, 0.2, 0.0])
+    np.testing.assert_allclose(lift[:2], [0.08 - 0.05, 0.2 - 0.1])
+    assert np.isnan(lift[2]) and status.tolist() == ["inside", "inside", "above"]
+
+
+def test_ties_keep_the_highest_point():
+    env = F.upper_envelope([0.1, 0.1, 0.2], [0.3, 0.5, 0.1])
+    np.testing.assert_array_equal(env.vx, [0.1, 0.2])
+    np.testing.assert_array_equal(env.vy, [0.5, 0.1])
+
+
+def test_bad_input_names_the_field():
+    with pytest.raises(ValueError, match="px and py"):
+        F.upper_envelope([], [])
+    with pytest.raises(ValueError, match="finite"):
+        F.upper_envelope([0.0, np.nan], [0.0, 1.0])
+    with pytest.raises(ValueError, match=r"x must have shape \(M, S, P\)"):
+        F.points(np.zeros((2, 3)), np.zeros((2, 3)))
+    with pytest.raises(ValueError, match=r"models\.step"):
+        F.Models(["grpo"], ["a"], [-1])
+    with pytest.raises(ValueError, match="equal lengths"):
+        F.Models(["grpo"], ["a", "b"], [0])
+    models = F.Models(["grpo", "ds"], ["a", "b"], [0, 1])
+    with pytest.raises(ValueError, match="reference: no model"):
+        F.bootstrap_lift(np.zeros((2, 1, 2)), np.zeros((2, 1, 2)), models, "casp")
+    with pytest.raises(ValueError, match="models has 2 entries"):
+        F.bootstrap_lift(np.zeros((3, 1, 2)), np.zeros((3, 1, 2)), models)
+    with pytest.raises(ValueError, match="level"):
+        F.bootstrap_lift(np.zeros((2, 1, 2)), np.zeros((2, 1, 2)), models, level=1.5)
+
+
+coords = st.floats(-1.0, 1.0, allow_nan=False).map(lambda v: round(v, 3))
+point_sets = st.lists(st.tuples(coords, coords), min_size=1, max_size=12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(point_sets, st.lists(coords, min_size=1, max_size=8))
+def test_envelope_matches_the_slow_reference(pts, queries):
+    px, py = [p[0] for p in pts], [p[1] for p in pts]
+    env = F.upper_envelope(px, py)
+    for q in queries:
+        want = slow_envelope(px, py, q)
+        got = float(env(q))
+        assert (math.isnan(want) and math.isnan(got)) or got == pytest.approx(want, abs=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(point_sets)
+def test_envelope_dominates_every_point_and_is_monotone(pts):
+    px, py = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    env = F.upper_envelope(px, py)
+    assert np.all(env(px) >= py - 1e-12)
+    grid = np.linspace(env.x_min, env.x_max, 41)
+    assert np.all(np.diff(env(grid)) <= 1e-12)
+    assert np.all(np.diff(env.vx) > 0) and np.all(np.diff(env.vy) < 0)
+    # Adding a point never lowers the envelope.
+    more = F.upper_envelope(np.append(px, 0.0), np.append(py, 0.0))
+    inside = grid[(grid >= more.x_min) & (grid <= more.x_max)]
+    assert np.all(more(inside) >= env(inside) - 1e-12)
+
+
+@settings(max_examples=30, deadline=None)
+@given(point_sets)
+def test_lift_of_the_reference_against_itself(pts):
+    px, py = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    lifts, status = F.lift(px, py, px, py)
+    assert (status == "inside").all() and np.all(lifts <= 1e-12)
+    env = F.upper_envelope(px, py)
+    vertex_lift, _ = F.lift(px, py, env.vx, env.vy)
+    np.testing.assert_allclose(vertex_lift, 0.0, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------ bootstrap
+
+
+def _toy_data(rng: np.random.Generator, m: int = 5, s: int = 3, p: int = 7):
+    x = rng.uniform(0, 1, (m, s, p))
+    y = 0.5 - 0.4 * x + rng.normal(0, 0.1, (m, s, p))
+    models = F.Models(["grpo", "grpo", "grpo", "ds", "casp"][:m], ["a", "a", "b", "c", "d"][:m],
+                      [0, 10, 10, 10, 10][:m])  # fmt: skip
+    return x, y, models
+
+
+def test_resampled_points_match_explicit_indexing():
+    rng = np.random.default_rng(1)
+    x, y, _ = _toy_data(rng)
+    si, pi = F.bootstrap_indices(np.random.default_rng(2), 6, 3, 7)
+    bx, by = F.resampled_points(x, y, si, pi)
+    for b in range(6):
+        sub = x[:, si[b]][:, :, pi[b]]
+        np.testing.assert_allclose(bx[b], sub.mean(axis=(1, 2)), rtol=1e-12)
+        np.testing.assert_allclose(by[b], y[:, si[b]][:, :, pi[b]].mean(axis=(1, 2)), rtol=1e-12)
+
+
+def test_bootstrap_matches_a_plain_loop_on_a_fixed_seed():
+    x, y, models = _toy_data(np.random.default_rng(3))
+    res = F.bootstrap_lift(x, y, models, "grpo", num_resamples=40, seed=7)
+    si, pi = F.bootstrap_indices(np.random.default_rng(7), 40, 3, 7)
+    slow = slow_bootstrap(x, y, [0, 1, 2], si, pi)
+    for m in range(5):
+        col = slow[:, m]
+        kept = col[np.isfinite(col)]
+        assert res.inside_fraction[m] == pytest.approx(kept.size / 40)
+        if kept.size:
+            assert res.lo[m] == pytest.approx(np.quantile(kept, 0.025), abs=1e-12)
+            assert res.hi[m] == pytest.approx(np.quantile(kept, 0.975), abs=1e-12)
+    px, py = x.mean(axis=(1, 2)), y.mean(axis=(1, 2))
+    for m in range(5):
+        want = py[m] - slow_envelope(list(px[:3]), list(py[:3]), px[m])
+        got = res.lift[m]
+        assert (math.isnan(want) and math.isnan(got)) or got == pytest.approx(want, abs=1e-12)
+
+
+def test_paired_bootstrap_cancels_shared_problem_noise():
+    """Two models that differ by a constant on every problem: the paired interval is a point."""
+    rng = np.random.default_rng(4)
+    base = rng.uniform(0, 1, (1, 4, 50))
+    x = np.concatenate([base, base + 0.1, base + 0.05])  # grpo, grpo later, method
+    y = np.concatenate([base * 0 + 0.3, base * 0 + 0.1, base * 0 + 0.3])
+    models = F.Models(["grpo", "grpo", "m"], ["a", "a", "b"], [0, 5, 5])
+    res = F.bootstrap_lift(x, y, models, num_resamples=200, seed=0)
+    # The method's pass@1 sits halfway between GRPO's two points in every replicate.
+    assert res.lift[2] == pytest.approx(0.3 - 0.2)
+    assert res.lo[2] == pytest.approx(0.1) and res.hi[2] == pytest.approx(0.1)
+    assert res.inside_fraction[2] == 1.0
+
+
+def test_lift_table_lists_outside_models_without_extrapolating():
+    x = np.array([0.0, 0.2, 0.5]).reshape(3, 1, 1) * np.ones((3, 2, 3))
+    y = np.array([0.0, 0.1, 0.2]).reshape(3, 1, 1) * np.ones((3, 2, 3))
+    models = F.Models(["grpo", "grpo", "m"], ["a", "a", "b"], [0, 5, 5])
+    res = F.bootstrap_lift(x, y, models, num_resamples=20)
+    table = F.lift_table(res, scale=100)
+    assert "above the reference's pass@1 range" in table and table.count("\n") == 3

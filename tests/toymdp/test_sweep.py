@@ -1,0 +1,142 @@
+"""`python -m toymdp sweep`: a 2-run smoke test, the cache, the config errors, the dataset."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from toymdp import sweep as S
+from toymdp.__main__ import main
+from toymdp.experiments import passk
+
+TINY = """
+[env]
+kind = "dataset"
+num_actions = 2
+depth = 2
+draws = [0]
+base_correctness = 0.2
+multiplicities = [1, 2]
+per_size = 2
+
+[train]
+updates = 3
+group_size = 4
+seeds = 2
+eval_steps = [1]
+pass_k = [1, 4]
+distinct_k = 4
+fast_compile = true
+
+[frontier]
+num_resamples = 50
+
+[[methods]]
+method = "grpo"
+
+[[methods]]
+method = "entropy_bonus"
+grid = { eta = [0.3] }
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "tiny.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_two_run_sweep_writes_results_frontier_and_lifts(tmp_path, capsys):
+    cfg, out = _write(tmp_path, TINY), tmp_path / "out"
+    assert main(["sweep", "--config", str(cfg), "--out", str(out)]) == 0
+    assert "2 runs trained" in capsys.readouterr().out
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["axes"]["eval_steps"] == [0, 1, 3]
+    assert [r["label"] for r in doc["runs"]] == ["grpo", "entropy_bonus"]
+    assert doc["runs"][1]["setting"] == "eta=0.3"
+    grpo, bonus = (np.asarray(r["metrics"]["heldout/pass_at_k"]) for r in doc["runs"])
+    assert grpo.shape == (1, 2, 3, 2)  # (draws, seeds, eval steps, pass_k)
+    # Step 0 is the base policy for every run and seed; training moves the training prompts.
+    np.testing.assert_allclose(grpo[:, :, 0], bonus[:, :, 0], rtol=1e-6)
+    train = np.asarray(doc["runs"][0]["metrics"]["train/correctness"])
+    assert not np.allclose(train[:, :, -1], train[:, :, 0])
+    lifts = doc["frontier"]["pass_at_k"]["models"]
+    assert sum(m["reference"] for m in lifts) == 3  # GRPO's three checkpoints
+    assert [m["label"] for m in lifts if not m["reference"]] == ["entropy_bonus"]
+    assert (out / "frontier.png").stat().st_size > 0
+    assert "| entropy_bonus | eta=0.3 | 3 |" in (out / "lifts.md").read_text()
+
+    # The second run reads the cache and writes the same results.
+    first = (out / "results.json").read_bytes()
+    assert main(["sweep", "--config", str(cfg), "--out", str(out)]) == 0
+    assert "loaded from cache" in capsys.readouterr().out
+    assert (out / "results.json").read_bytes() == first
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (('kind = "dataset"', 'kind = "forest"'), "env.kind must be one of"),
+        (("updates = 3", "updates = 0"), "train.updates must hold integers >= 1"),
+        (("eval_steps = [1]", "eval_steps = [9]"), "train.eval_steps must be <= train.updates"),
+        (("eta = [0.3]", "etta = [0.3]"), r"methods\[1\].grid: unknown hyper-parameter"),
+        (('method = "grpo"', 'method = "grpoo"'), r"methods\[0\].method: unknown method"),
+        (("num_resamples = 50", 'reference = ["ppo"]'), "frontier.reference"),
+        (("[train]", "[training]"), "unknown section"),
+        (("per_size = 2", "per_size = 2\nfoo = 1"), r"env: unknown key\(s\) \['foo'\]"),
+        (("base_correctness = 0.2", "base_correctness = [0.1]"), "env.base_correctness"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path, edit, message):
+    path = _write(tmp_path, TINY.replace(*edit))
+    with pytest.raises(ValueError, match=message):
+        S.load_config(path)
+
+
+def test_cli_reports_config_errors(tmp_path, capsys):
+    path = _write(tmp_path, TINY.replace("updates = 3", "updates = -1"))
+    try:  # argparse's error exits; main's error wrapping (if any) returns the status instead
+        status = main(["sweep", "--config", str(path), "--out", str(tmp_path / "o")])
+    except SystemExit as err:
+        status = err.code
+    assert status == 2 and "train.updates" in capsys.readouterr().err
+
+
+def test_expand_grid_zip_and_static_values():
+    spec = S._parse_method(
+        0,
+        {
+            "method": "casp",
+            "grid": {"top_n": [2, 3], "alpha": [0.1, 1.0]},
+            "zip": {"quantile": [0.5, 0.8], "lam_top1": [1.0, 1.1]},
+        },
+    )
+    rows = S.expand(spec)
+    assert len(rows) == 2 * 2 * 2
+    assert rows[0].values == {"top_n": 2, "alpha": 0.1, "quantile": 0.5, "lam_top1": 1.0}
+    assert rows[0].static == {"top_n": 2}  # an integer changes the program; floats are data
+    assert rows[0].setting() == "top_n=2, alpha=0.1, quantile=0.5, lam_top1=1"
+
+
+def test_popularity_dataset_is_figure_6s_with_its_constants():
+    spec = S.EnvSpec(
+        num_actions=passk.NUM_ACTIONS, depth=passk.DEPTH, multiplicities=passk.MULTIPLICITIES,
+        per_size=2, zipf=passk.ZIPF, skew=passk.SKEW, base_correctness=passk.BASE_CORRECTNESS,
+    )  # fmt: skip
+    ours = S.popularity_dataset(np.random.default_rng(5), spec)
+    theirs = passk.toy_dataset(np.random.default_rng(5), 2)
+    np.testing.assert_array_equal(ours.correct, theirs.correct)
+    np.testing.assert_allclose(ours.base_logits, theirs.base_logits)
+    np.testing.assert_array_equal(ours.train_prompts, theirs.train_prompts)
+
+
+def test_single_prompt_tilts_to_the_base_correctness():
+    spec = S.EnvSpec(kind="single", num_actions=3, depth=2, skew=0.0, correct=("AB", "CC"),
+                     base_correctness=0.05)  # fmt: skip
+    env = S.single_prompt(np.random.default_rng(0), spec)
+    p = np.exp(env.base_log_probs()[0])
+    assert p[env.correct[0]].sum() == pytest.approx(0.05)
+    assert env.correct[0].sum() == 2

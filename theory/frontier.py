@@ -1,0 +1,387 @@
+"""Trade-off frontiers: does a method buy more pass@k (diversity) per unit of pass@1 than GRPO?
+
+A *model* is one trained policy: a method, one of its settings (a coefficient value, a learning
+rate, ...) and a checkpoint (training step). Each model is evaluated on the same `P` problems
+(prompts) under the same `S` seeds (training seeds in the toy, sampling or training seeds for a
+language model), which makes every comparison *paired*. The data layout, with named axes:
+
+- ``x``: `(M, S, P)` float, the per-problem correctness measure (pass@1 of problem `p` for model
+  `m` under seed `s`), or its gain over the base policy;
+- ``y``: `(M, S, P)` float, the per-problem diversity measure (pass@k at a large `k`, or the
+  expected number of distinct correct solutions), or its gain over the base policy;
+- ``models``: `Models`, per model its ``method``, ``setting`` (a label such as ``"eta=0.1"``)
+  and ``step``, each a length-`M` sequence.
+
+A model's *point* is `(x̄_m, ȳ_m)`, the means over seeds and problems (`points`).
+
+The upper envelope (`Envelope`, `upper_envelope`). Of a set of points, the monotone upper
+envelope as a function of pass@1 is `E(x) =` the most pass@k reachable by a point of the set
+with pass@1 at least `x`, with linear interpolation between the Pareto-optimal points
+(vertices: no other point has both more pass@1 and more pass@k). So `E` is non-increasing, it lies
+on or above every point of the set (a dominated point lies below the vertex that dominates it,
+and the interpolant between consecutive vertices is at least the later vertex's value), and
+it is defined on `[min x, max x]` of the set: below the first vertex it is flat (that vertex
+has more of both), beyond the largest pass@1 it is undefined. The concave hull was not chosen:
+it assumes that mixtures of two policies are available, which training does not give.
+The linear interpolant is above the staircase between vertices, so it favours the reference
+and a positive lift against it is conservative.
+
+The reference curve is the envelope of the reference method's models (GRPO: every checkpoint
+along training, including step 0 (the base policy), and every setting of its `kl_coef` or
+learning-rate sweep). The *lift at matched pass@1* of a model is `ȳ_m − E_ref(x̄_m)`; it is
+NaN, with status ``"above"`` or ``"below"``, when `x̄_m` lies outside the reference's pass@1
+range (no extrapolation).
+
+The bootstrap (`bootstrap_lift`) resamples seeds and problems with replacement, the same
+resampled indices for every model (paired), recomputes every point, the reference envelope and
+every lift, and reports percentile intervals. Replicates where a model falls outside the
+resampled reference range are left out of its interval, and the fraction kept is reported.
+
+Sources: pass@k as an unbiased per-problem estimate (Chen et al. 2021); the question of
+diversity per unit of correctness and GRPO's own trade-off as the baseline: issue 11,
+`docs/formulas.md` §5.1 (pass@k); the percentile bootstrap (Efron & Tibshirani 1993, ch. 13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+STATUSES = ("inside", "below", "above")
+
+
+@dataclass(frozen=True)
+class Models:
+    """Metadata of `M` models, one entry per model (validated on construction).
+
+    Attributes:
+        method: `(M,)` method names (e.g. ``"grpo"``, ``"ds_grpo"``).
+        setting: `(M,)` labels of the setting within the method (e.g. ``"kl_coef=0.05"``).
+        step: `(M,)` non-negative training steps (checkpoints).
+
+    Raises:
+        ValueError: naming the field, for lengths that differ, an empty method name or a
+            negative or non-integer step.
+    """
+
+    method: tuple[str, ...]
+    setting: tuple[str, ...]
+    step: tuple[int, ...]
+
+    def __init__(self, method: Sequence[str], setting: Sequence[str], step: Sequence[int]):
+        method, setting = tuple(str(m) for m in method), tuple(str(s) for s in setting)
+        steps = tuple(step)
+        if not (len(method) == len(setting) == len(steps)):
+            raise ValueError(
+                f"models: method, setting and step must have equal lengths, got "
+                f"{len(method)}, {len(setting)}, {len(steps)}"
+            )
+        for i, name in enumerate(method):
+            if not name:
+                raise ValueError(f"models.method[{i}] is empty")
+        for i, s in enumerate(steps):
+            if isinstance(s, bool) or not isinstance(s, int | np.integer) or s < 0:
+                raise ValueError(f"models.step[{i}] must be a non-negative integer, got {s!r}")
+        object.__setattr__(self, "method", method)
+        object.__setattr__(self, "setting", setting)
+        object.__setattr__(self, "step", tuple(int(s) for s in steps))
+
+    def __len__(self) -> int:
+        return len(self.method)
+
+    def select(self, method: str | Sequence[str]) -> np.ndarray:
+        """Indices `(n,)` of the models whose method is `method` (or one of several)."""
+        names = {method} if isinstance(method, str) else set(method)
+        return np.array([i for i, m in enumerate(self.method) if m in names], dtype=np.int64)
+
+
+def _check_values(x: object, y: object, models: Models | None = None) -> tuple:
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    for name, arr in (("x", x), ("y", y)):
+        if arr.ndim != 3:
+            raise ValueError(f"{name} must have shape (M, S, P), got {arr.shape}")
+        if 0 in arr.shape:
+            raise ValueError(f"{name} must be non-empty on every axis, got {arr.shape}")
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{name} must be finite")
+    if x.shape != y.shape:
+        raise ValueError(f"x and y must have the same shape (M, S, P), got {x.shape}, {y.shape}")
+    if models is not None and len(models) != x.shape[0]:
+        raise ValueError(f"models has {len(models)} entries but x has M = {x.shape[0]} models")
+    return x, y
+
+
+def points(x: object, y: object) -> tuple[np.ndarray, np.ndarray]:
+    """Each model's point: means over seeds and problems.
+
+    Args:
+        x, y: `(M, S, P)` per-problem values (module docstring).
+
+    Returns:
+        `(x̄, ȳ)`, each `(M,)`.
+
+    Raises:
+        ValueError: for shapes other than equal `(M, S, P)` or non-finite values.
+    """
+    x, y = _check_values(x, y)
+    return x.mean(axis=(1, 2)), y.mean(axis=(1, 2))
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """A monotone upper envelope (module docstring).
+
+    Attributes:
+        vx, vy: `(n,)` the Pareto-optimal vertices, `vx` strictly increasing, `vy` strictly
+            decreasing.
+        x_min, x_max: the range of pass@1 where the envelope is defined (`x_max = vx[-1]`).
+    """
+
+    vx: np.ndarray
+    vy: np.ndarray
+    x_min: float
+    x_max: float
+
+    def __call__(self, x: object) -> np.ndarray:
+        """`E(x)` elementwise (any shape); NaN outside `[x_min, x_max]`."""
+        x = np.asarray(x, dtype=np.float64)
+        # np.interp is flat left of vx[0]: the first vertex dominates those pass@1 values.
+        value = np.interp(x, self.vx, self.vy)
+        return np.where((x >= self.x_min) & (x <= self.x_max), value, np.nan)
+
+    def status(self, x: object) -> np.ndarray:
+        """``"below"``, ``"inside"`` or ``"above"`` the range, elementwise."""
+        x = np.asarray(x, dtype=np.float64)
+        return np.where(x < self.x_min, "below", np.where(x > self.x_max, "above", "inside"))
+
+
+def upper_envelope(px: object, py: object) -> Envelope:
+    """The monotone upper envelope of points `(px[i], py[i])` (module docstring).
+
+    Args:
+        px, py: `(n,)` finite coordinates, `n >= 1`.
+
+    Returns:
+        The `Envelope` (vertices sorted by pass@1).
+
+    Raises:
+        ValueError: for empty, mismatched or non-finite inputs.
+    """
+    px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
+    if px.ndim != 1 or px.shape != py.shape or px.size == 0:
+        raise ValueError(
+            f"px and py must be equal non-empty 1-D arrays, got {px.shape}, {py.shape}"
+        )
+    if not (np.isfinite(px).all() and np.isfinite(py).all()):
+        raise ValueError("px and py must be finite")
+    # Sweep from the largest pass@1 down (ties: largest pass@k first); a point is a vertex when
+    # its pass@k beats every point with at least its pass@1.
+    order = np.lexsort((-py, -px))
+    vx, vy, best = [], [], -np.inf
+    for i in order:
+        if py[i] > best:
+            vx.append(px[i])
+            vy.append(py[i])
+            best = py[i]
+    return Envelope(np.array(vx[::-1]), np.array(vy[::-1]), float(px.min()), float(px.max()))
+
+
+def lift(ref_x: object, ref_y: object, x: object, y: object) -> tuple[np.ndarray, np.ndarray]:
+    """Lift at matched pass@1 over the reference envelope: `y − E_ref(x)`.
+
+    Args:
+        ref_x, ref_y: `(n,)` the reference points. x, y: `(m,)` the points to compare.
+
+    Returns:
+        `(lift, status)`, each `(m,)`: lift NaN where status is ``"below"``/``"above"``.
+
+    Raises:
+        ValueError: from `upper_envelope`, or for `x`, `y` of different shapes.
+    """
+    env = upper_envelope(ref_x, ref_y)
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape:
+        raise ValueError(f"x and y must have the same shape, got {x.shape}, {y.shape}")
+    return y - env(x), env.status(x)
+
+
+def bootstrap_indices(
+    rng: np.random.Generator, num_resamples: int, num_seeds: int, num_problems: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Resampled seed and problem indices, drawn in this order (so a slow loop can reuse them).
+
+    Returns:
+        `(seed_idx (B, S), problem_idx (B, P))` int64, uniform with replacement.
+    """
+    seed_idx = rng.integers(0, num_seeds, size=(num_resamples, num_seeds))
+    problem_idx = rng.integers(0, num_problems, size=(num_resamples, num_problems))
+    return seed_idx, problem_idx
+
+
+def _counts(idx: np.ndarray, n: int) -> np.ndarray:
+    """`(B, n)` how often each index occurs in each row of `idx` `(B, n)`."""
+    b = idx.shape[0]
+    flat = idx + n * np.arange(b)[:, None]
+    return np.bincount(flat.ravel(), minlength=b * n).reshape(b, n).astype(np.float64)
+
+
+def resampled_points(
+    x: np.ndarray, y: np.ndarray, seed_idx: np.ndarray, problem_idx: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every model's point under each resample: `(B, M)` each.
+
+    A resample's mean over the resampled seeds × problems is `w_s · v · w_p / (S·P)` with `w` the
+    index counts, which avoids materializing `(B, M, S, P)`.
+    """
+    s, p = x.shape[1], x.shape[2]
+    ws, wp = _counts(seed_idx, s), _counts(problem_idx, p)
+    scale = 1.0 / (s * p)
+    bx = np.einsum("bs,msp,bp->bm", ws, x, wp, optimize=True) * scale
+    by = np.einsum("bs,msp,bp->bm", ws, y, wp, optimize=True) * scale
+    return bx, by
+
+
+@dataclass(frozen=True)
+class LiftResult:
+    """Lifts of every model over the reference envelope, with paired bootstrap intervals.
+
+    Attributes:
+        models: the `Models` (length `M`).
+        reference: indices `(n,)` of the reference models.
+        x, y: `(M,)` the points.
+        lift: `(M,)` point estimate (NaN outside the reference range).
+        status: `(M,)` ``"inside"``, ``"below"`` or ``"above"`` the reference range.
+        lo, hi: `(M,)` the percentile interval (NaN when no replicate fell inside the range).
+        inside_fraction: `(M,)` fraction of replicates where the model fell inside the range.
+        level: the interval's coverage (e.g. 0.95). num_resamples: `B`.
+    """
+
+    models: Models
+    reference: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    lift: np.ndarray
+    status: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    inside_fraction: np.ndarray
+    level: float
+    num_resamples: int
+
+
+def _lifts_of(bx: np.ndarray, by: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """`(B, M)` lifts, one reference envelope per replicate."""
+    out = np.empty_like(bx)
+    for b in range(bx.shape[0]):
+        env = upper_envelope(bx[b, ref], by[b, ref])
+        out[b] = by[b] - env(bx[b])
+    return out
+
+
+def bootstrap_lift(
+    x: object,
+    y: object,
+    models: Models,
+    reference: str | Sequence[str] = "grpo",
+    *,
+    num_resamples: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+    resample_seeds: bool = True,
+    resample_problems: bool = True,
+) -> LiftResult:
+    """Lift at matched pass@1 of every model over the reference method's envelope, with a paired
+    percentile bootstrap over seeds and problems (module docstring).
+
+    Args:
+        x, y: `(M, S, P)` per-problem correctness and diversity values (or gains over the base).
+        models: metadata of the `M` models.
+        reference: the reference method name(s) (default ``"grpo"``).
+        num_resamples: `B >= 1`. level: interval coverage in (0, 1). seed: the bootstrap RNG.
+        resample_seeds, resample_problems: turn off one axis (e.g. one seed only).
+
+    Returns:
+        A `LiftResult`.
+
+    Raises:
+        ValueError: naming the argument: bad shapes, no reference model, `num_resamples < 1`,
+            `level` outside (0, 1).
+    """
+    x, y = _check_values(x, y, models)
+    ref = models.select(reference)
+    if ref.size == 0:
+        raise ValueError(
+            f"reference: no model has method {reference!r}; methods: {sorted(set(models.method))}"
+        )
+    if isinstance(num_resamples, bool) or not isinstance(num_resamples, int) or num_resamples < 1:
+        raise ValueError(f"num_resamples must be a positive integer, got {num_resamples!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    _, s, p = x.shape
+    px, py = points(x, y)
+    env = upper_envelope(px[ref], py[ref])
+    est, status = py - env(px), env.status(px)
+    seed_idx, problem_idx = bootstrap_indices(np.random.default_rng(seed), num_resamples, s, p)
+    if not resample_seeds:
+        seed_idx = np.broadcast_to(np.arange(s), seed_idx.shape)
+    if not resample_problems:
+        problem_idx = np.broadcast_to(np.arange(p), problem_idx.shape)
+    bx, by = resampled_points(x, y, seed_idx, problem_idx)
+    lifts = _lifts_of(bx, by, ref)  # (B, M)
+    lo, hi = percentile_interval(lifts, level)
+    inside = np.mean(np.isfinite(lifts), axis=0)
+    return LiftResult(models, ref, px, py, est, status, lo, hi, inside, float(level), num_resamples)
+
+
+def percentile_interval(samples: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval over the leading (replicate) axis, ignoring NaN replicates.
+
+    Args:
+        samples: `(B, ...)`. level: coverage in (0, 1).
+
+    Returns:
+        `(lo, hi)` of shape `samples.shape[1:]`; NaN where every replicate is NaN.
+    """
+    samples = np.asarray(samples, dtype=np.float64)
+    alpha = (1.0 - level) / 2.0
+    lo = np.full(samples.shape[1:], np.nan)
+    hi = np.full(samples.shape[1:], np.nan)
+    ok = np.isfinite(samples).any(axis=0)
+    if ok.any():
+        kept = samples[:, ok]
+        lo[ok] = np.nanquantile(kept, alpha, axis=0)
+        hi[ok] = np.nanquantile(kept, 1.0 - alpha, axis=0)
+    return lo, hi
+
+
+def lift_table(result: LiftResult, rows: Sequence[int] | None = None, scale: float = 1.0) -> str:
+    """A markdown table of lifts: method, setting, step, point, lift [CI], replicates inside.
+
+    Args:
+        result: from `bootstrap_lift`. rows: model indices to list (default: all non-reference).
+        scale: multiply points and lifts (100 for percentage points).
+    """
+    models = result.models
+    if rows is None:
+        ref = set(result.reference.tolist())
+        rows = [i for i in range(len(models)) if i not in ref]
+    pct = round(100 * result.level)
+    lines = [
+        f"| method | setting | step | pass@1 | diversity | lift [{pct}% CI] | inside |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for i in rows:
+        if result.status[i] == "inside":
+            cell = f"{scale * result.lift[i]:+.2f}"
+            if np.isfinite(result.lo[i]):
+                cell += f" [{scale * result.lo[i]:+.2f}, {scale * result.hi[i]:+.2f}]"
+        else:
+            cell = f"n/a ({result.status[i]} the reference's pass@1 range)"
+        lines.append(
+            f"| {models.method[i]} | {models.setting[i]} | {models.step[i]} | "
+            f"{scale * result.x[i]:.2f} | {scale * result.y[i]:.2f} | {cell} | "
+            f"{result.inside_fraction[i]:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
