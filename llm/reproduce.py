@@ -412,7 +412,7 @@ def _markdown(summary: Mapping[str, Any], lifts: str) -> str:
     spread = " (mean over seeds ± half their range)" if len(s["seeds"]) > 1 else ""
     return (
         "# Countdown on the offline tiny model: GRPO's frontier and the shaping methods\n\n"
-        f"Written by `python -m llm reproduce`{' --quick' if s['quick'] else ''} from the sweep "
+        f"Written by `python -m llm reproduce{' --quick' if s['quick'] else ''}` from the sweep "
         f"`{s['sweep']}` on config `{s['config']}`: {s['steps']} steps of "
         f"{s['prompts_per_step']} prompts × {s['group_size']} samples, lr {s['lr']:g}, seeds "
         f"{s['seeds']}, every run evaluated at steps {s['checkpoints']}. Evaluation: the first "
