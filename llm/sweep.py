@@ -1076,7 +1076,8 @@ def plot_frontier(
                 ax.plot([0.0, *(m["x"] for m in trail)], [0.0, *(m["y"] for m in trail)], "-",
                         color=c, alpha=0.25, lw=0.7)  # fmt: skip
             env = upper_envelope(px, py)
-            ax.plot(env.vx, env.vy, "-", color=c, lw=2.5 if lb == ref else 1.5,
+            # E is flat left of its first vertex down to the smallest pass@1 of the set.
+            ax.plot([env.x_min, *env.vx], [env.vy[0], *env.vy], "-", color=c, lw=2.5 if lb == ref else 1.5,
                     label=f"{lb} (reference)" if lb == ref else lb)  # fmt: skip
             vert = [
                 m

@@ -19,9 +19,9 @@ METHODS = ("grpo", "ds_grpo")
 SETTINGS = [
     "grpo[default]",
     "grpo[kl_coef=0.1]",
-    "ds_grpo[gamma_p=0.1,gamma_n=0.02]",
-    "ds_grpo[gamma_p=0.5,gamma_n=0.1]",
-    "ds_grpo[gamma_p=2.0,gamma_n=0.4]",
+    "ds_grpo[gamma_p=0.3,gamma_n=0.05]",
+    "ds_grpo[gamma_p=1.0,gamma_n=0.2]",
+    "ds_grpo[gamma_p=4.0,gamma_n=0.8]",
 ]
 
 
@@ -40,10 +40,10 @@ def test_quick_writes_figures_tables_and_json(quick_run):
     for name in ("llm_countdown_passk.png", "llm_countdown_frontier.png"):
         assert (fig / name).stat().st_size > 0
     table = (fig / "llm_countdown_results.md").read_text()
-    assert "| base | - |" in table and "| ds_grpo | gamma_p=0.5,gamma_n=0.1 |" in table
+    assert "| base | - |" in table and "| ds_grpo | gamma_p=1.0,gamma_n=0.2 |" in table
     assert "Lift at matched pass@1" in table
     lifts = (fig / "llm_countdown_lifts.md").read_text()
-    assert lifts.count("| ds_grpo | gamma_p=2.0,gamma_n=0.4 |") == 4  # 2 measures x 2 steps
+    assert lifts.count("| ds_grpo | gamma_p=4.0,gamma_n=0.8 |") == 4  # 2 measures x 2 steps
     summary = json.loads((fig / "llm_countdown.json").read_text())
     assert set(summary) >= {
         "settings",
@@ -60,7 +60,7 @@ def test_quick_writes_figures_tables_and_json(quick_run):
     for agg in summary["methods"].values():
         assert set(agg["pass_at_k"]) == {"1", "2", "4"}
         assert set(agg) >= {"distinct_correct", "self_bleu", "pass_at_k_minus_base"}
-    assert summary["per_seed"][SETTINGS[3]][0]["hyper"] == {"gamma_p": 0.5, "gamma_n": 0.1}
+    assert summary["per_seed"][SETTINGS[3]][0]["hyper"] == {"gamma_p": 1.0, "gamma_n": 0.2}
     assert set(summary["timings_seconds"]) >= {"base_model", "train_and_eval", "total"}
     assert results_table(summary).count("\n") == 2 + len(SETTINGS)  # header, rule, base, rows
 
