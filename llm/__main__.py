@@ -154,7 +154,10 @@ def _reproduce(args: argparse.Namespace) -> int:
     summary = reproduce(settings)
     figures = settings.resolved().figures
     print(format_summary(summary))
-    print(f"wrote {figures}/llm_countdown_passk.png, llm_countdown_results.md, llm_countdown.json")
+    print(
+        f"wrote {figures}/llm_countdown_frontier.png, llm_countdown_lifts.md, "
+        "llm_countdown_passk.png, llm_countdown_results.md, llm_countdown.json"
+    )
     return 0
 
 
