@@ -51,10 +51,9 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from llm.config import apply_overrides, config_from_dict, load_config
-    from llm.eval import evaluate, evaluate_math, write_eval
+    from llm.eval import evaluate, write_eval
     from llm.task import load_eval_sets
-    from llm.tasks import generate_problems, load_problems
-    from llm.tasks.math import load_math_problems
+    from llm.tasks import TASKS
     from llm.trainer import latest_checkpoint, load_model_and_tokenizer, make_backend
 
     if args.config:
@@ -70,23 +69,15 @@ def _eval(args: argparse.Namespace) -> int:
     if ckpt is not None:
         model_path = ckpt
     cfg.model_path = str(model_path)  # the vLLM backend loads this folder
+    task = TASKS[cfg.task]
     if args.problems:
-        load = load_math_problems if cfg.task == "math" else load_problems
-        sets = {"": load(args.problems)}
+        sets = {"": task.load(args.problems)}
     elif args.generate:
-        d = cfg.data
-        sets = {
-            "": generate_problems(
-                args.generate,
-                seed=args.seed if args.seed is not None else cfg.eval.seed,
-                num_numbers=tuple(d.num_numbers),
-                min_number=d.min_number,
-                max_number=d.max_number,
-                min_target=d.min_target,
-                max_target=d.max_target,
-            )
-        }
+        seed = args.seed if args.seed is not None else cfg.eval.seed
+        sets = {"": task.generate(args.generate, seed, cfg.data)}
     elif args.heldout:
+        if not task.tiny_data:
+            raise ValueError(f"--heldout: llm.tiny's held-out problems are not {cfg.task} problems")
         from llm.tiny import TinyConfig, tiny_problems
 
         sets = {"": tiny_problems(TinyConfig(), "heldout", args.heldout)}
@@ -114,12 +105,13 @@ def _eval(args: argparse.Namespace) -> int:
         "prompts_per_batch": 10**9 if cfg.backend == "vllm" else 8,
     }
     for name, problems in sets.items():
-        if cfg.task == "math":
-            result = evaluate_math(backend, problems, bleu=not args.no_bleu, **common)
-            extra = f"distinct answers {result['distinct_answers']:.2f}"
-        else:
-            result = evaluate(backend, problems, distinct=cfg.distinct, **common)
-            extra = f"distinct correct {result['distinct_correct']:.2f}"
+        result = evaluate(
+            backend, task, problems, distinct=cfg.distinct, bleu=not args.no_bleu, **common
+        )
+        extra = (
+            f"distinct correct {result['distinct_correct']:.2f}, "
+            f"distinct answers {result['distinct_answers']:.2f}"
+        )
         label = args.label or model_path.name
         label = f"{label}/{name}" if name else label
         path = write_eval(args.out, label, result, model=str(model_path))
@@ -225,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--temperature", type=float, help="overrides eval.temperature")
     ev.add_argument("--seed", type=int, help="sampling seed (and --generate seed)")
     ev.add_argument("--no-semantic", action="store_true", help="skip the MiniLM cosine")
-    ev.add_argument("--no-bleu", action="store_true", help="math: skip Self-BLEU (slow for long n)")
+    ev.add_argument("--no-bleu", action="store_true", help="skip Self-BLEU (slow for long n)")
     _add_set(ev)
     ev.set_defaults(func=_eval)
 

@@ -30,8 +30,7 @@ from typing import Any
 import numpy as np
 
 import shaping
-from llm.tasks import TEMPLATES
-from llm.tasks.math import MATH_TEMPLATES
+from llm.tasks import TASKS
 
 __all__ = [
     "DataConfig",
@@ -54,7 +53,6 @@ __all__ = [
 SCHEDULES = ("constant", "cosine", "linear")
 BACKENDS = ("transformers", "vllm")
 DISTINCT = ("commutative", "ac")
-TASKS = ("countdown", "math")
 DATA_SOURCES = ("tiny", "generate", "file")
 EVAL_SOURCES = ("tiny", "generate", "file")
 PRECISIONS = ("fp32", "bf16-mixed", "bf16")
@@ -209,8 +207,9 @@ class TrainConfig:
 
     task: str = option(
         "countdown",
-        "countdown (seed 000 App. C.1) or math (boxed answers graded by math-verify)",
-        choices=TASKS,
+        """a task of llm.tasks.TASKS: countdown (seed 000 App. C.1), math (boxed answers graded by
+        math-verify), or any registered task""",
+        choices=lambda: sorted(TASKS),
     )
     model_path: str = option(
         "runs/base_tiny",
@@ -682,14 +681,16 @@ def _cross_field_rules(c: TrainConfig) -> None:
         c.prompts_per_update,
         f"0 or an integer dividing prompts_per_step ({c.prompts_per_step})",
     )
-    templates = TEMPLATES if c.task == "countdown" else MATH_TEMPLATES
-    _require(c.template in templates, "template", c.template, f"one of {templates} ({c.task})")
+    task = TASKS[c.task]
+    _require(
+        c.template in task.templates, "template", c.template, f"one of {task.templates} ({c.task})"
+    )
     if c.backend == "vllm":
         _require(c.device.startswith("cuda"), "device", c.device, "cuda with backend = vllm")
     d, e = c.data, c.eval
-    if c.task == "math":
-        _require(d.source != "tiny", "data.source", d.source, "generate or file (task = math)")
-        _require(e.source != "tiny", "eval.source", e.source, "generate or file (task = math)")
+    if not task.tiny_data:
+        _require(d.source != "tiny", "data.source", d.source, f"generate or file (task = {c.task})")
+        _require(e.source != "tiny", "eval.source", e.source, f"generate or file (task = {c.task})")
     _require(
         (d.source == "file") == bool(d.path), "data.path", d.path, "set iff data.source = 'file'"
     )

@@ -18,6 +18,9 @@ two things the shaping losses need on top of them:
   ``set_requires_gradient_sync(False)`` skip the all-reduce / reduce-scatter on every micro-batch
   but the last.
 
+Rollouts are shared the same way: each rank samples its share of every mini-batch's prompts
+(`rank_share`), alone or, under vLLM tensor parallelism, with its engine group (`generate_shared`).
+
 Sources: torch docs "Getting Started with Fully Sharded Data Parallel (FSDP2)" and
 `torch.distributed.fsdp.fully_shard` (FSDPModule.set_requires_gradient_sync); DDP docs
 (`no_sync`); `torch.distributed.checkpoint.state_dict` (get/set_model_state_dict and
@@ -27,8 +30,9 @@ get/set_optimizer_state_dict with ``StateDictOptions(full_state_dict=True)``) fo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,10 +41,15 @@ import torch.distributed as dist
 
 __all__ = [
     "DistInfo",
+    "broadcast_object",
     "gather_batch",
+    "generate_shared",
     "grad_sync",
     "init_distributed",
     "local_rows",
+    "rank_share",
+    "slice_rollout",
+    "unwrap",
     "wrap_policy",
 ]
 
@@ -208,3 +217,71 @@ def broadcast_object(obj: Any, info: DistInfo) -> Any:
     box = [obj]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Rollouts over ranks
+
+
+def rank_share(indices: list[int], info: DistInfo, per_update: int) -> list[int]:
+    """This rank's prompts of a step: its 1/W of every mini-batch of `per_update` consecutive
+    prompts, so mini-batch j of every rank together is mini-batch j of the single-process run."""
+    m = per_update // info.world_size
+    return [
+        i
+        for start in range(0, len(indices), per_update)
+        for i in indices[start + info.rank * m : start + (info.rank + 1) * m]
+    ]
+
+
+def generate_shared(
+    backend: Any,
+    prompts: list[str],
+    info: DistInfo,
+    *,
+    share: int,
+    seed_of: Callable[[int], int],
+    group_size: int,
+    **sampling: Any,
+) -> Any:
+    """This rank's rollouts from `backend` (an `llm.rollout.RolloutBackend`), generated alone
+    (``share = 1``) or by its group of `share` consecutive ranks together (vLLM tensor
+    parallelism: every rank of an engine's group must submit the same requests, as TRL's colocate
+    mode gathers them).
+
+    The group's prompts are all-gathered, sampled with the generator of the group's first rank
+    (``seed_of(rank)``), and this rank keeps its own prompts' rows (`slice_rollout`).
+
+    Raises:
+        ValueError: the world size is not a multiple of `share`.
+    """
+    if share <= 1 or not info.enabled:
+        # A CPU generator on every device: the backends only draw seeds from it (a CUDA
+        # generator cannot feed torch.randint's CPU draw).
+        gen = torch.Generator().manual_seed(seed_of(info.rank))
+        with torch.no_grad():
+            return backend.generate(prompts, group_size, generator=gen, **sampling)
+    if info.world_size % share:
+        raise ValueError(
+            f"vllm.tensor_parallel_size: {share} does not divide the {info.world_size} processes"
+        )
+    gathered: list[Any] = [None] * info.world_size
+    dist.all_gather_object(gathered, prompts)
+    lead = info.rank - info.rank % share
+    group = gathered[lead : lead + share]
+    gen = torch.Generator().manual_seed(seed_of(lead))
+    with torch.no_grad():
+        roll = backend.generate(
+            [p for part in group for p in part], group_size, generator=gen, **sampling
+        )
+    start = sum(len(part) for part in group[: info.rank - lead])
+    return slice_rollout(roll, start, start + len(prompts))
+
+
+def slice_rollout(roll: Any, start: int, stop: int) -> Any:
+    """Prompts ``start:stop`` of a `RolloutBatch` (every per-prompt field; padding is kept)."""
+    fields = {}
+    for f in dataclasses.fields(roll):
+        value = getattr(roll, f.name)
+        fields[f.name] = None if value is None else value[start:stop]
+    return type(roll)(**fields)

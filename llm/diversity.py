@@ -1,12 +1,14 @@
-"""DSDR diversity scores (seed 001; FORMULAS.md §2 "DSDR") and the diversity measures of `llm eval`.
+"""DSDR diversity scores (seed 001; docs/formulas.md §DSDR) and the diversity measures of `llm eval`.
 
 Per group of G responses to one prompt:
 
 - semantic distance ``d_ij = (1 - cos(e_i, e_j)) / 2`` with unit-norm sentence embeddings ``e``
   (all-MiniLM-L6-v2 from the `dsdr` extra), ``s_sem_i = mean_{j != i} d_ij``;
 - formula uniqueness ``u_i = (1/|F_i|) sum_{f in F_i} 1[f not in U_{j != i} F_j]`` (0 if ``F_i`` is
-  empty); a Countdown response states one equation, so ``F_i`` is the canonical form
-  (`llm.tasks.solution_key`) of its parsed `<answer>`, or empty if there is none;
+  empty), with ``F_i = task.formula_set(text)`` (`llm.tasks.Task`): a Countdown response states
+  one equation, so ``F_i`` is its answer key (the canonical form, `llm.tasks.solution_key`, of its
+  parsed `<answer>`), or empty if there is none; a math response's ``F_i`` holds its LaTeX math
+  segments and its boxed answer (`llm.tasks.math.math_expressions`);
 - ``s_i = (s_sem_i + u_i) / 2`` in [0, 1].
 
 Without the `dsdr` extra the semantic term falls back, with a warning, to the lexical distance
@@ -23,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from llm.tasks import extract_answer, parse_expression, solution_key
+from llm.tasks import TASKS, Task
 
 __all__ = [
     "diversity_scores",
@@ -86,11 +88,13 @@ def _mean_off_diagonal(d: np.ndarray) -> np.ndarray:
     return (d.sum(axis=1) - np.diag(d)) / (n - 1)
 
 
-def formula_set(text: str, *, distinct: str = "commutative") -> frozenset[str]:
-    """``F_i``: the canonical form of the response's `<answer>` equation, or empty if unparseable."""
-    answer = extract_answer(text)
-    expr = None if answer is None else parse_expression(answer)
-    return frozenset() if expr is None else frozenset({solution_key(expr, distinct=distinct)})
+def formula_set(text: str, *, task: Task | str, distinct: str = "commutative") -> frozenset[str]:
+    """``F_i`` of one response: ``task.formula_set(text, distinct)`` (`llm.tasks.Task.formulas`).
+
+    Raises:
+        UnknownTaskError: `task` names no registered task.
+    """
+    return (TASKS[task] if isinstance(task, str) else task).formula_set(text, distinct=distinct)
 
 
 def formula_uniqueness(formulas: Sequence[frozenset[str]]) -> np.ndarray:
@@ -107,6 +111,7 @@ def formula_uniqueness(formulas: Sequence[frozenset[str]]) -> np.ndarray:
 def diversity_scores(
     texts: Sequence[Sequence[str]],
     *,
+    task: Task | str,
     encoder: Any | None = None,
     distinct: str = "commutative",
 ) -> np.ndarray:
@@ -116,7 +121,12 @@ def diversity_scores(
         texts: (B, G) decoded responses.
         encoder: a `SentenceTransformer` (see `load_encoder`); ``None`` uses Jaccard distance.
         distinct: solution equivalence for formula identity (`llm.tasks.solution_key`).
+        task: the task of the responses (a `Task` or its name), which extracts ``F_i``.
+
+    Raises:
+        UnknownTaskError: `task` names no registered task.
     """
+    task = TASKS[task] if isinstance(task, str) else task
     rows = []
     for group in texts:
         if encoder is not None:
@@ -124,6 +134,6 @@ def diversity_scores(
         else:
             d = jaccard_distances(group)
         s_sem = _mean_off_diagonal(d)
-        u = formula_uniqueness([formula_set(t, distinct=distinct) for t in group])
+        u = formula_uniqueness([task.formula_set(t, distinct=distinct) for t in group])
         rows.append((s_sem + u) / 2.0)
     return np.clip(np.asarray(rows, dtype=np.float64), 0.0, 1.0)

@@ -1,11 +1,16 @@
-"""Evaluation of a model on Countdown or math: pass@k, distinct correct solutions, diversity.
+"""Evaluation of a model on any registered task (`llm.tasks.TASKS`): pass@k, distinct answers,
+diversity.
 
 For each problem, n responses are sampled; reported (means over problems):
 
 - ``pass_at_k[k]`` for k = 1, 2, 4, ..., n (and n itself): the unbiased estimator of Chen et al.
   2021, `theory.measures.pass_at_k`, from the number of correct responses c of each problem;
-- ``distinct_correct``: distinct correct solutions per problem (canonical forms,
-  `llm.tasks.solution_key`), and ``solution_coverage``: that number over the solver's count;
+- ``distinct_correct``: distinct correct answers per problem (equal ``task.answer_key``; for
+  Countdown the canonical forms of `llm.tasks.solution_key`), ``distinct_answers``: distinct
+  answers correct or not, and, for tasks that count their solutions (Countdown),
+  ``solution_coverage``: distinct correct over the solver's count;
+- ``format_rate``: responses that are well-formed (scored above 0 with a format score; for math
+  those with a boxed answer, also reported as ``boxed_rate``);
 - ``distinct_n[n]`` (n = 1..4): distinct n-grams over all n-grams of a problem's responses
   (whitespace tokens), the usual Distinct-n, computed per problem (diversity across problems is
   not what sharpening removes);
@@ -13,10 +18,6 @@ For each problem, n responses are sampled; reported (means over problems):
   other responses of its problem, in [0, 1]; lower = more diverse;
 - ``semantic_cosine_correct``: mean pairwise cosine of MiniLM embeddings among the correct
   responses of a problem (problems with >= 2 correct), when the `dsdr` extra is installed.
-
-Math problems (`llm.tasks.math.MathProblem`, graded by math-verify) report the same pass@k,
-Distinct-n, Self-BLEU and cosine entries, with ``distinct_answers`` (distinct boxed final answers
-per problem, correct or not) in place of the Countdown solution counts.
 
 `write_eval` merges one label's results into ``DIR/eval.json`` and redraws ``DIR/passk.png``.
 """
@@ -33,22 +34,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm.tasks import (
-    CountdownProblem,
-    count_solutions,
-    extract_answer,
-    make_prompt,
-    parse_expression,
-    solution_key,
-    verify,
-)
-from llm.tasks.math import MathProblem, compute_math_score, extract_boxed, make_math_prompt
+from llm.task import check_vocabulary
+from llm.tasks import TASKS, Problem, Task
 from theory.measures import pass_at_k
 
 __all__ = [
     "distinct_n",
     "evaluate",
-    "evaluate_math",
     "k_values",
     "plot_pass_at_k",
     "self_bleu",
@@ -90,6 +82,10 @@ def _mean_pairwise_cosine(emb: np.ndarray) -> float:
     n = emb.shape[0]
     sims = emb @ emb.T
     return float((sims.sum() - np.trace(sims)) / (n * (n - 1)))
+
+
+# The format score `evaluate` scores with: any value in (0, 1) tells well-formed from malformed.
+_FORMAT_PROBE = 0.5
 
 
 class _SharedMetrics:
@@ -135,10 +131,11 @@ class _SharedMetrics:
 
 def evaluate(
     backend: Any,
-    problems: Sequence[CountdownProblem],
+    task: Task | str,
+    problems: Sequence[Problem],
     *,
+    template: str,
     n: int = 16,
-    template: str = "compact",
     max_new_tokens: int = 16,
     temperature: float = 1.0,
     top_p: float = 1.0,
@@ -146,22 +143,51 @@ def evaluate(
     seed: int = 0,
     prompts_per_batch: int = 8,
     distinct: str = "commutative",
+    bleu: bool = True,
     encoder: Any | None = None,
 ) -> dict[str, Any]:
-    """Sample `n` responses per problem through `backend` (a `RolloutBackend`) and measure them.
+    """Sample `n` responses per problem of `task` through `backend` (a `RolloutBackend`) and
+    measure them.
+
+    A response is correct when ``task.score`` gives 1.0 and well-formed when it scores above 0
+    with a positive format score; answers are the same when their ``task.answer_key`` (under
+    `distinct`) is.
+
+    Args:
+        backend: ``generate(prompts, n, ...) -> RolloutBatch`` with ``texts`` (P, n); its
+            ``tokenizer``, if any, is checked against the prompts (`llm.task.check_vocabulary`).
+        task: a registered `Task` or its name.
+        problems: (P,) problems of `task`.
+        template: one of ``task.templates``.
+        bleu: compute Self-BLEU (the slowest metric on long responses).
 
     Returns:
-        A JSON-ready dict: ``n``, ``n_problems``, ``pass_at_k`` ({str(k): float}),
-        ``accuracy``, ``distinct_correct``, ``solution_coverage``, ``distinct_n`` ({"1".."4"}),
-        ``self_bleu``, ``semantic_cosine_correct`` (None without an encoder or correct pairs),
-        ``format_rate`` and ``per_problem`` (correct count and distinct correct per problem).
+        A JSON-ready dict: ``n``, ``n_problems``, ``pass_at_k`` ({str(k): float}, unbiased),
+        ``accuracy``, ``format_rate``, ``distinct_correct`` (distinct answer keys among correct
+        responses, mean over problems), ``distinct_answers`` (distinct answer keys among all
+        responses), ``distinct_n`` ({"1".."4"}), ``self_bleu`` (None with ``bleu=False``),
+        ``semantic_cosine_correct`` (None without an encoder or correct pairs), ``per_problem``
+        (``task.describe`` fields, ``correct``, ``distinct_correct``, ``distinct_answers``);
+        ``solution_coverage`` and per-problem ``solutions`` when the task counts its solutions;
+        ``format_rate`` again under ``task.format_key`` when set (math: ``boxed_rate``).
 
     Raises:
-        ValueError: no problems, or `n < 1`.
+        ValueError: no problems, `n < 1`, a template `task` does not have, or a number the
+            backend's tokenizer cannot encode.
+        UnknownTaskError: `task` names no registered task.
     """
+    task = TASKS[task] if isinstance(task, str) else task
+    if template not in task.templates:
+        raise ValueError(
+            f"template: expected one of {task.templates} (task {task.name!r}), got {template!r}"
+        )
+    prompts = [task.prompt(p, template) for p in problems]
+    tokenizer = getattr(backend, "tokenizer", None)
+    if tokenizer is not None:
+        check_vocabulary(prompts, tokenizer, f"evaluation problems (task {task.name!r})")
     texts = _sample_texts(
         backend,
-        [make_prompt(p, template) for p in problems],
+        prompts,
         n=n,
         max_new_tokens=max_new_tokens,
         temperature=temperature,
@@ -170,41 +196,42 @@ def evaluate(
         seed=seed,
         prompts_per_batch=prompts_per_batch,
     )
-
-    shared = _SharedMetrics(n, bleu=True, encoder=encoder)
+    shared = _SharedMetrics(n, bleu=bleu, encoder=encoder)
     per_problem, formats = [], []
     for prob, group in zip(problems, texts, strict=True):
-        verdicts = [verify(t, prob) for t in group]
-        correct = [t for t, v in zip(group, verdicts, strict=True) if v.reason == "correct"]
-        keys = set()
-        for t in correct:
-            expr = parse_expression(extract_answer(t) or "")
-            if expr is not None:
-                keys.add(solution_key(expr, distinct=distinct))
-        total = count_solutions(prob, distinct=distinct) if len(prob.nums) <= 5 else 0
+        scores = [task.score(t, prob, format_score=_FORMAT_PROBE) for t in group]
+        keys = [task.answer_key(t, distinct=distinct) for t in group]
+        correct = [t for t, s in zip(group, scores, strict=True) if s >= 1.0]
+        correct_keys = {k for k, s in zip(keys, scores, strict=True) if s >= 1.0 and k is not None}
         c = shared.add(group, correct)
-        formats.append(np.mean([v.score > 0 for v in verdicts]))
-        per_problem.append(
-            {
-                "nums": list(prob.nums),
-                "target": prob.target,
-                "correct": c,
-                "distinct_correct": len(keys),
-                "solutions": total,
-            }
-        )
-    return {
+        formats.append(np.mean([s > 0 for s in scores]))
+        record = {
+            **task.describe(prob),
+            "correct": c,
+            "distinct_correct": len(correct_keys),
+            "distinct_answers": len({k for k in keys if k is not None}),
+        }
+        if task.solution_count is not None:
+            record["solutions"] = task.solution_count(prob, distinct)
+        per_problem.append(record)
+    result = {
         **shared.result(),
         "accuracy": float(np.mean([p["correct"] / n for p in per_problem])),
         "format_rate": float(np.mean(formats)),
         "distinct_correct": float(np.mean([p["distinct_correct"] for p in per_problem])),
-        "solution_coverage": float(
-            np.mean([p["distinct_correct"] / p["solutions"] for p in per_problem if p["solutions"]])
-            if any(p["solutions"] for p in per_problem)
-            else 0.0
-        ),
+        "distinct_answers": float(np.mean([p["distinct_answers"] for p in per_problem])),
         "per_problem": per_problem,
     }
+    if task.format_key is not None:
+        result[task.format_key] = result["format_rate"]
+    if task.solution_count is not None:
+        counted = [p for p in per_problem if p["solutions"]]
+        result["solution_coverage"] = (
+            float(np.mean([p["distinct_correct"] / p["solutions"] for p in counted]))
+            if counted
+            else 0.0
+        )
+    return result
 
 
 def _sample_texts(
@@ -242,63 +269,6 @@ def _sample_texts(
         )
         texts.extend(roll.texts)
     return texts
-
-
-def evaluate_math(
-    backend: Any,
-    problems: Sequence[MathProblem],
-    *,
-    n: int = 16,
-    template: str = "qwen-math",
-    max_new_tokens: int = 1024,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    seed: int = 0,
-    prompts_per_batch: int = 8,
-    bleu: bool = True,
-    encoder: Any | None = None,
-) -> dict[str, Any]:
-    """Sample `n` responses per math problem through `backend` and grade them with math-verify.
-
-    Returns:
-        A JSON-ready dict: ``n``, ``n_problems``, ``pass_at_k`` ({str(k): float}, unbiased),
-        ``accuracy``, ``boxed_rate`` (responses with a boxed answer), ``distinct_answers``
-        (distinct boxed answers per problem, as strings), ``distinct_n``, ``self_bleu`` (None
-        with ``bleu=False``), ``semantic_cosine_correct`` and ``per_problem`` (id, correct count,
-        distinct answers).
-
-    Raises:
-        ValueError: no problems, or `n < 1`.
-    """
-    texts = _sample_texts(
-        backend,
-        [make_math_prompt(p, template) for p in problems],
-        n=n,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        seed=seed,
-        prompts_per_batch=prompts_per_batch,
-    )
-    shared = _SharedMetrics(n, bleu=bleu, encoder=encoder)
-    per_problem, boxed = [], []
-    for prob, group in zip(problems, texts, strict=True):
-        scores = [compute_math_score(t, prob) for t in group]
-        answers = [extract_boxed(t) for t in group]
-        correct = [t for t, sc in zip(group, scores, strict=True) if sc == 1.0]
-        c = shared.add(group, correct)
-        boxed.append(np.mean([a is not None for a in answers]))
-        distinct = {" ".join(a.split()) for a in answers if a is not None}
-        per_problem.append({"id": prob.id, "correct": c, "distinct_answers": len(distinct)})
-    return {
-        **shared.result(),
-        "accuracy": float(np.mean([p["correct"] / n for p in per_problem])),
-        "boxed_rate": float(np.mean(boxed)),
-        "distinct_answers": float(np.mean([p["distinct_answers"] for p in per_problem])),
-        "per_problem": per_problem,
-    }
 
 
 def write_eval(

@@ -542,7 +542,7 @@ class _Job:
 def _evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[str, Any]) -> dict:
     """One model's evaluation record on the paired problems: per-problem correct counts and
     distinct correct solutions, accuracy, Self-BLEU (pass@k follows from the counts, `_with_passk`)."""
-    from llm.eval import evaluate, evaluate_math
+    from llm.eval import evaluate
     from llm.trainer import load_model_and_tokenizer, make_backend
 
     model, tokenizer = load_model_and_tokenizer(model_path, "cpu")
@@ -562,12 +562,8 @@ def _evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping
 
         common["encoder"] = load_encoder("cpu")
     start = time.perf_counter()
-    if cfg.task == "math":
-        r = evaluate_math(backend, problems, **common)
-        distinct = [p["distinct_answers"] for p in r["per_problem"]]
-    else:
-        r = evaluate(backend, problems, distinct=cfg.distinct, **common)
-        distinct = [p["distinct_correct"] for p in r["per_problem"]]
+    r = evaluate(backend, cfg.task, problems, distinct=cfg.distinct, **common)
+    distinct = [p["distinct_correct"] for p in r["per_problem"]]
     correct = [int(p["correct"]) for p in r["per_problem"]]
     return {
         "accuracy": float(np.mean(correct) / n),

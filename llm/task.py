@@ -1,84 +1,110 @@
-"""The trainer's and evaluator's view of a task: problems, prompts and rewards.
+"""The problems of a config's task, through the task registry (`llm.tasks.TASKS`).
 
-Two tasks share one trainer: Countdown (`llm.tasks.countdown`, seed 000 App. C.1) and competition
-math with boxed answers graded by math-verify (`llm.tasks.math`). Prompting and scoring dispatch
-on the problem's type, so a batch never needs the config to be scored.
+The trainer and `llm eval` look the task up by ``cfg.task``; this module only turns the config's
+``[data]`` and ``[eval]`` tables into problem lists and checks prompts against a tokenizer.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llm.tasks import CountdownProblem, compute_score, generate_problems, load_problems, make_prompt
-from llm.tasks.math import (
-    MathProblem,
-    compute_math_score,
-    generate_math_problems,
-    load_math_problems,
-    make_math_prompt,
-)
+from llm.tasks import TASKS, Problem
 
 if TYPE_CHECKING:
     from llm.config import TrainConfig
 
-__all__ = ["Problem", "load_eval_sets", "load_train_problems", "prompt_for", "score_for"]
+__all__ = [
+    "Problem",
+    "check_vocabulary",
+    "load_eval_sets",
+    "load_train_problems",
+]
 
-Problem = CountdownProblem | MathProblem
-
-
-def prompt_for(problem: Problem, template: str) -> str:
-    """The prompt text of `problem` in `template` (a Countdown or a math template)."""
-    if isinstance(problem, MathProblem):
-        return make_math_prompt(problem, template)
-    return make_prompt(problem, template)
-
-
-def score_for(text: str, problem: Problem, *, format_score: float) -> float:
-    """Verifier reward of one response: 1 correct, `format_score` well-formed but wrong, else 0."""
-    if isinstance(problem, MathProblem):
-        return compute_math_score(text, problem, format_score=format_score)
-    return compute_score(text, problem, format_score=format_score)
+# A whitespace-delimited run of digits: a number the prompt states as its own word.
+_NUMBER_WORD = re.compile(r"(?<!\S)\d+(?!\S)")
 
 
-def _generated(cfg: TrainConfig, n: int, seed: int) -> list[Any]:
-    if cfg.task == "math":
-        return generate_math_problems(n, seed=seed)
-    d = cfg.data
-    return generate_problems(
-        n,
-        seed=seed,
-        num_numbers=tuple(d.num_numbers),
-        min_number=d.min_number,
-        max_number=d.max_number,
-        min_target=d.min_target,
-        max_target=d.max_target,
-    )
+def check_vocabulary(prompts: Sequence[str], tokenizer: Any, where: str) -> None:
+    """Refuse prompts that state a number the tokenizer would turn into its unknown token.
+
+    A word-level tokenizer (the tiny model's, `llm.tiny.build_tokenizer`, knows 0..100) maps any
+    other number to ``<unk>``, so the model would be asked an unreadable question and score 0 with
+    no warning; byte-level tokenizers never produce an unknown token and always pass. Only the
+    distinct number words are encoded, so the check is cheap on large sets.
+
+    Args:
+        prompts: the prompt texts, in problem order.
+        tokenizer: a Hugging Face tokenizer (``__call__``, ``unk_token_id``).
+        where: what the problems come from, for the message (e.g. a file or a config table).
+
+    Raises:
+        ValueError: names `where`, the first prompt's index and the numbers it cannot encode.
+    """
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None or not prompts:
+        return
+    words = sorted({w for p in prompts for w in _NUMBER_WORD.findall(p)}, key=lambda w: (len(w), w))
+    if not words:
+        return
+    ids = tokenizer(words, add_special_tokens=False)["input_ids"]
+    unknown = {w for w, seq in zip(words, ids, strict=True) if unk in seq}
+    if not unknown:
+        return
+    for i, p in enumerate(prompts):
+        bad = [w for w in _NUMBER_WORD.findall(p) if w in unknown]
+        if bad:
+            raise ValueError(
+                f"{where}: problem {i}: the number(s) {sorted({int(w) for w in bad})} are not in the "
+                f"model's vocabulary and would become {tokenizer.unk_token!r} (prompt {p[:80]!r}); "
+                "keep numbers within the model's vocabulary (the tiny model knows 0..100: lower "
+                "data.max_number / data.max_target) or use a model whose tokenizer covers them"
+            )
 
 
-def _from_file(task: str, path: str) -> list[Any]:
-    problems = load_math_problems(path) if task == "math" else load_problems(path)
+def _where(cfg: TrainConfig, table: str, path: str = "") -> str:
+    if path:
+        return path
+    source = getattr(cfg, table).source
+    return f"[{table}] source = {source!r} (task {cfg.task!r})"
+
+
+def _from_file(cfg: TrainConfig, path: str) -> list[Problem]:
+    problems = TASKS[cfg.task].load(path)
     if not problems:
         raise ValueError(f"{path}: holds no problems")
     return problems
 
 
-def load_train_problems(cfg: TrainConfig) -> list[Problem]:
-    """The training problems of ``cfg.data``: llm.tiny's train stream (Countdown), a local file,
-    or generated with ``data.seed``.
+def load_train_problems(cfg: TrainConfig, tokenizer: Any = None) -> list[Problem]:
+    """The training problems of ``cfg.data``: llm.tiny's train stream (tasks with ``tiny_data``),
+    a local file (``TASKS[cfg.task].load``), or generated with ``data.seed``
+    (``TASKS[cfg.task].generate``). With a `tokenizer`, their prompts in ``cfg.template`` are
+    checked by `check_vocabulary`.
 
     Raises:
-        ValueError: an empty or malformed file (the loaders name the row and field).
+        ValueError: an empty or malformed file (the loaders name the file, row and field); a
+            number the tokenizer cannot encode (`check_vocabulary`).
         FileNotFoundError: ``data.path`` does not exist.
     """
     d = cfg.data
+    task = TASKS[cfg.task]
     if d.source == "tiny":
         from llm.tiny import TinyConfig, tiny_problems
 
-        return tiny_problems(TinyConfig(), "train", d.n_problems)
-    if d.source == "file":
-        return _from_file(cfg.task, d.path)
-    return _generated(cfg, d.n_problems, d.seed)
+        problems = tiny_problems(TinyConfig(), "train", d.n_problems)
+    elif d.source == "file":
+        problems = _from_file(cfg, d.path)
+    else:
+        problems = task.generate(d.n_problems, d.seed, d)
+    if tokenizer is not None:
+        prompts = [task.prompt(p, cfg.template) for p in problems]
+        check_vocabulary(
+            prompts, tokenizer, _where(cfg, "data", d.path if d.source == "file" else "")
+        )
+    return problems
 
 
 def load_eval_sets(cfg: TrainConfig) -> dict[str, list[Problem]]:
@@ -91,5 +117,5 @@ def load_eval_sets(cfg: TrainConfig) -> dict[str, list[Problem]]:
 
         return {"heldout": tiny_problems(TinyConfig(), "heldout", e.n_problems)}
     if e.source == "generate":
-        return {"heldout": _generated(cfg, e.n_problems, e.seed)}
-    return {Path(p).stem: _from_file(cfg.task, p)[: e.n_problems] for p in e.paths}
+        return {"heldout": TASKS[cfg.task].generate(e.n_problems, e.seed, cfg.data)}
+    return {Path(p).stem: _from_file(cfg, p)[: e.n_problems] for p in e.paths}

@@ -1,5 +1,8 @@
 """Tasks with verifiable rewards for the LLM side: Countdown (seed 000, App. C.1) and competition
-math (seed 000, Sec. 4.3; seed 001, Sec. 4.1).
+math (seed 000, Sec. 4.3; seed 001, Sec. 4.1), registered by name in `TASKS`.
+
+A new task is one module that builds a `Task` (problems, prompts, reward, answer key) plus one
+`register_task` line below; the trainer, `llm eval` and the config find it by name.
 
 Pure Python and numpy: no torch, no transformers; `datasets`/pyarrow only inside the Parquet
 loaders; math-verify only inside the math grader.
@@ -8,6 +11,7 @@ loaders; math-verify only inside the math grader.
 from llm.tasks.countdown import (
     COMPACT_WORDS,
     CORRECT_SCORE,
+    COUNTDOWN,
     FORMAT_SCORE,
     TEMPLATES,
     CountdownProblem,
@@ -47,6 +51,7 @@ from llm.tasks.expr import (
 from llm.tasks.math import (
     BOXED_INSTRUCTION,
     GRADE_TIMEOUT_S,
+    MATH,
     MATH_LAYOUTS,
     MATH_TEMPLATES,
     MAX_ANSWER_CHARS,
@@ -62,13 +67,19 @@ from llm.tasks.math import (
     math_verdict,
     write_math_jsonl,
 )
+from llm.tasks.registry import TASKS, Problem, Task, UnknownTaskError, register_task
+
+register_task(COUNTDOWN)
+register_task(MATH)
 
 __all__ = [
     "BOXED_INSTRUCTION",
     "COMPACT_WORDS",
     "CORRECT_SCORE",
+    "COUNTDOWN",
     "FORMAT_SCORE",
     "GRADE_TIMEOUT_S",
+    "MATH",
     "MATH_LAYOUTS",
     "MATH_TEMPLATES",
     "MAX_ANSWER_CHARS",
@@ -77,11 +88,15 @@ __all__ = [
     "MAX_EXPRESSION_CHARS",
     "MAX_NODES",
     "MAX_SOLVER_NUMBERS",
+    "TASKS",
     "TEMPLATES",
     "CountdownProblem",
     "Expr",
     "MathProblem",
     "MathVerdict",
+    "Problem",
+    "Task",
+    "UnknownTaskError",
     "Verdict",
     "ac_key",
     "answers_equivalent",
@@ -104,6 +119,7 @@ __all__ = [
     "math_verdict",
     "parse_expression",
     "problem_from_row",
+    "register_task",
     "solution_key",
     "solution_multiplicity",
     "solve",

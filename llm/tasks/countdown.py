@@ -33,6 +33,8 @@ from llm.tasks.expr import (
     parse_expression,
     to_infix,
 )
+from llm.tasks.io import jsonl_rows, parquet_failure
+from llm.tasks.registry import Task
 
 
 @dataclass(frozen=True)
@@ -170,8 +172,10 @@ def load_problems(path: str | os.PathLike[str]) -> list[CountdownProblem]:
     through `datasets` (the `llm` extra), imported only here.
 
     Raises:
-        ValueError: unknown suffix; invalid JSON or row (the message names the line or row and the
-            field); `datasets` missing for a Parquet file.
+        ValueError: unknown suffix; a line that is not UTF-8 or not JSON (including integers of
+            more than 4,300 digits and brackets nested too deeply to parse) or a bad row (the
+            message names the file, the line or row and the field); a corrupt Parquet file (the
+            message names it); `datasets` missing for a Parquet file.
         FileNotFoundError: no such file.
     """
     path = Path(path)
@@ -183,17 +187,7 @@ def load_problems(path: str | os.PathLike[str]) -> list[CountdownProblem]:
 
 
 def _load_jsonl(path: Path) -> list[CountdownProblem]:
-    problems = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: line {lineno}: invalid JSON: {e.msg}") from None
-            problems.append(problem_from_row(row, f"{path}: line {lineno}"))
-    return problems
+    return [problem_from_row(row, where) for where, row in jsonl_rows(path)]
 
 
 def _load_parquet(path: Path) -> list[CountdownProblem]:
@@ -201,6 +195,7 @@ def _load_parquet(path: Path) -> list[CountdownProblem]:
         raise FileNotFoundError(path)
     try:
         import datasets  # the `llm` extra; it brings pyarrow
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise ValueError(
@@ -209,7 +204,10 @@ def _load_parquet(path: Path) -> list[CountdownProblem]:
         ) from None
     # Wrap the Arrow table rather than call `Dataset.from_parquet`, which prepares an Arrow cache
     # under ~/.cache/huggingface even with keep_in_memory=True.
-    table = datasets.Dataset(pq.read_table(path))
+    try:
+        table = datasets.Dataset(pq.read_table(path))
+    except (pa.ArrowException, OSError) as e:
+        raise parquet_failure(path, e) from None
     return [problem_from_row(row, f"{path}: row {i}") for i, row in enumerate(table)]
 
 
@@ -412,3 +410,73 @@ def solves(expr: Expr, problem: CountdownProblem) -> bool:
     if Counter(leaves(expr)) != Counter(problem.nums):
         return False
     return evaluate(expr) == problem.target
+
+
+# --------------------------------------------------------------------------------------------------
+# The registry entry (llm.tasks.TASKS["countdown"])
+
+
+def generate_for(n: int, seed: int, data: Any = None) -> list[CountdownProblem]:
+    """`generate_problems` with the bounds of a config's ``[data]`` table (`llm.config.DataConfig`:
+    num_numbers, min/max_number, min/max_target), or the generator's defaults if `data` is None.
+
+    Raises:
+        ValueError, RuntimeError: as `generate_problems`.
+    """
+    if data is None:
+        return generate_problems(n, seed=seed)
+    return generate_problems(
+        n,
+        seed=seed,
+        num_numbers=tuple(data.num_numbers),
+        min_number=data.min_number,
+        max_number=data.max_number,
+        min_target=data.min_target,
+        max_target=data.max_target,
+    )
+
+
+def answer_key(text: str, distinct: str = "commutative") -> str | None:
+    """The canonical form (`llm.tasks.solution_key` under `distinct`) of the response's `<answer>`
+    equation, or None if it has none or it does not parse. Never raises on a `str`."""
+    from llm.tasks.countdown_solver import solution_key  # the solver imports this module
+
+    answer = extract_answer(text)
+    expr = None if answer is None else parse_expression(answer)
+    return None if expr is None else solution_key(expr, distinct=distinct)
+
+
+def _describe(problem: CountdownProblem) -> dict[str, Any]:
+    return {"nums": list(problem.nums), "target": problem.target}
+
+
+# The exhaustive solver's cost grows factorially with the numbers; beyond 5 the count is skipped.
+_COUNTED_NUMBERS = 5
+
+
+def _solution_count(problem: CountdownProblem, distinct: str) -> int | None:
+    from llm.tasks.countdown_solver import count_solutions
+
+    if len(problem.nums) > _COUNTED_NUMBERS:
+        return None
+    return count_solutions(problem, distinct=distinct)  # type: ignore[arg-type]
+
+
+def _score(text: str, problem: CountdownProblem, *, format_score: float = FORMAT_SCORE) -> float:
+    return compute_score(text, problem, format_score=format_score)
+
+
+COUNTDOWN = Task(
+    name="countdown",
+    templates=TEMPLATES,
+    load=load_problems,
+    generate=generate_for,
+    prompt=make_prompt,
+    score=_score,
+    answer_key=answer_key,
+    describe=_describe,
+    solution_count=_solution_count,
+    tiny_data=True,
+)
+"""Countdown (seed 000 App. C.1): TinyZero's prompts and 1.0 / 0.1 / 0 reward, answers equal up to
+`distinct`."""

@@ -38,6 +38,9 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
+from llm.tasks.io import decode_utf8, jsonl_rows, parquet_failure
+from llm.tasks.registry import Task
+
 _logger = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------------
@@ -638,7 +641,9 @@ def load_math_problems(
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: unknown suffix; invalid JSON; unknown layout (the message lists the columns
+        ValueError: unknown suffix; invalid UTF-8 or JSON (including integers of more than 4,300
+            digits and brackets nested too deeply to parse) or a corrupt Parquet file (the
+            message names the file, and the line where there is one); unknown layout (the message lists the columns
             found and the layouts known); a row with a missing or bad field (the message names the
             file, the line (JSON Lines) or 0-based row, and the field); `limit` negative; pyarrow
             missing for a Parquet file.
@@ -650,7 +655,7 @@ def load_math_problems(
         raise FileNotFoundError(f"{path}: no such file")
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        rows = _jsonl_rows(path)
+        rows = jsonl_rows(path)
     elif suffix == ".json":
         rows = _json_rows(path)
     elif suffix == ".parquet":
@@ -805,27 +810,19 @@ def _dapo_problem(prompt: Any, where: str) -> str:
     return content
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: line {lineno}: invalid JSON: {e.msg}") from None
-            yield f"{path}: line {lineno}", row
-
-
 def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    text = path.read_text(encoding="utf-8")
+    text = decode_utf8(path.read_bytes(), str(path))
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         if e.msg != "Extra data":
             raise ValueError(f"{path}: invalid JSON: {e.msg} (line {e.lineno})") from None
-        yield from _jsonl_rows(path)
+        yield from jsonl_rows(path)
         return
+    except RecursionError:
+        raise ValueError(f"{path}: invalid JSON: brackets nested too deeply to parse") from None
+    except ValueError as e:  # e.g. an integer of more than 4,300 digits
+        raise ValueError(f"{path}: invalid JSON: {e}") from None
     if isinstance(data, Mapping) and data and all(isinstance(v, list) for v in data.values()):
         lengths = {len(v) for v in data.values()}
         if len(lengths) != 1:
@@ -842,17 +839,21 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
 
 def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
     try:
-        import pyarrow.parquet as pq  # brought by `datasets` (the `llm` extra)
+        import pyarrow as pa  # brought by `datasets` (the `llm` extra)
+        import pyarrow.parquet as pq
     except ImportError:
         raise ValueError(
             f"{path}: reading Parquet needs pyarrow (pip install 'sharpening[llm]'); "
             "or convert the file to JSON Lines"
         ) from None
     i = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
-        for row in batch.to_pylist():
-            yield f"{path}: row {i}", row
-            i += 1
+    try:
+        for batch in pq.ParquetFile(path).iter_batches(batch_size=1024):
+            for row in batch.to_pylist():
+                yield f"{path}: row {i}", row
+                i += 1
+    except (pa.ArrowException, OSError) as e:
+        raise parquet_failure(path, e, i) from None
 
 
 def write_math_jsonl(problems: Iterable[MathProblem], path: str | os.PathLike[str]) -> None:
@@ -976,3 +977,71 @@ def _word_problem(rng: np.random.Generator, max_number: int) -> tuple[str, int]:
         return text, a - b
     text = f"{name} buys {a} bags with {b} {item} in each bag. How many {item} is that in total?"
     return text, a * b
+
+
+# --------------------------------------------------------------------------------------------------
+# The registry entry (llm.tasks.TASKS["math"])
+
+# Openers of inline and display math, longest first so `$$` is not read as two `$`; an escaped
+# dollar (`\$`, a currency sign in LaTeX) opens nothing.
+_MATH_OPEN = re.compile(r"(?<!\\)\$\$|\\\[|\\\(|(?<!\\)\$")
+_MATH_CLOSE = {"$$": "$$", "\\[": "\\]", "\\(": "\\)", "$": "$"}
+
+
+def math_answer_key(text: str, distinct: str = "commutative") -> str | None:
+    """The response's last boxed answer with whitespace runs collapsed (`extract_boxed`), or None
+    without a box; `distinct` is ignored (math answers have one written form each). Two keys
+    differ when the writing differs (``1/2`` and ``\\frac{1}{2}``): identity, not equivalence."""
+    answer = extract_boxed(text)
+    return None if answer is None else " ".join(answer.split())
+
+
+def math_expressions(text: str, distinct: str = "commutative") -> frozenset[str]:
+    """DSDR's formula set ``F_i`` of a math response (seed 001 Eq. 7: the mathematical expressions
+    it contains): the contents of its ``$...$``, ``$$...$$``, ``\\(...\\)`` and ``\\[...\\]``
+    segments and its boxed answer (`math_answer_key`), whitespace collapsed, blanks dropped.
+
+    An unclosed opener ends the scan. Linear time in ``len(text)``; never raises on a `str`.
+    """
+    found: set[str] = set()
+    pos = 0
+    while (m := _MATH_OPEN.search(text, pos)) is not None:
+        close = text.find(_MATH_CLOSE[m.group()], m.end())
+        if close < 0:
+            break
+        segment = " ".join(text[m.end() : close].split())
+        if segment:
+            found.add(segment)
+        pos = close + len(_MATH_CLOSE[m.group()])
+    key = math_answer_key(text)
+    if key:
+        found.add(key)
+    return frozenset(found)
+
+
+def _generate(n: int, seed: int, data: Any = None) -> list[MathProblem]:
+    # The arithmetic generator has its own bounds; [data]'s are Countdown's (llm.config.DataConfig).
+    return generate_math_problems(n, seed=seed)
+
+
+def _score(text: str, problem: MathProblem, *, format_score: float = 0.0) -> float:
+    return compute_math_score(text, problem, format_score=format_score)
+
+
+def _describe(problem: MathProblem) -> dict[str, Any]:
+    return {"id": problem.id}
+
+
+MATH = Task(
+    name="math",
+    templates=MATH_TEMPLATES,
+    load=load_math_problems,
+    generate=_generate,
+    prompt=make_math_prompt,
+    score=_score,
+    answer_key=math_answer_key,
+    formulas=math_expressions,
+    describe=_describe,
+    format_key="boxed_rate",
+)
+"""Competition math (seed 000 Sec. 4.3, seed 001 Sec. 4.1): boxed answers graded by math-verify."""

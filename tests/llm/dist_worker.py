@@ -17,8 +17,8 @@ import torch
 
 from llm.config import config_from_dict
 from llm.rollout import RolloutBatch
-from llm.task import load_train_problems, prompt_for
-from llm.tasks import compact_completion, solve
+from llm.task import load_train_problems
+from llm.tasks import TASKS, compact_completion, solve
 from llm.trainer import train
 
 
@@ -99,7 +99,9 @@ def main(
         }
     )
     problems = load_train_problems(cfg)
-    answers = {prompt_for(p, cfg.template): compact_completion(solve(p)[0]) for p in problems}
+    answers = {
+        TASKS[cfg.task].prompt(p, cfg.template): compact_completion(solve(p)[0]) for p in problems
+    }
     if mode == "share":
         _share(model, out, answers)
         return
@@ -128,8 +130,8 @@ def _share(model: str, out: str, answers: dict[str, str]) -> None:
     import json
     from pathlib import Path
 
-    from llm.distributed import init_distributed
-    from llm.trainer import generate_shared, load_tokenizer
+    from llm.distributed import generate_shared, init_distributed
+    from llm.models import load_tokenizer
 
     info = init_distributed("cpu")
     mine = sorted(answers)[2 * info.rank : 2 * info.rank + 2]

@@ -19,6 +19,11 @@ KEYS = {
     "n", "n_problems", "pass_at_k", "accuracy", "format_rate", "distinct_correct",
     "solution_coverage", "distinct_n", "self_bleu", "semantic_cosine_correct", "per_problem",
 }  # fmt: skip
+MATH_KEYS = {
+    "n", "n_problems", "pass_at_k", "accuracy", "boxed_rate", "distinct_answers", "distinct_n",
+    "self_bleu", "semantic_cosine_correct", "per_problem",
+}  # fmt: skip
+"""The keys of eval.json before the task registry; they stay (new keys are only added)."""
 
 
 def _problems(n=3):
@@ -43,7 +48,10 @@ def test_distinct_n_and_self_bleu():
 def test_evaluate_keys_and_monotone_pass_at_k(tiny_model_path, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
     backend = PlantingBackend(model, load_tokenizer(tiny_model_path))
-    res = evaluate(backend, _problems(), n=4, max_new_tokens=12, prompts_per_batch=2)
+    res = evaluate(
+        backend, "countdown", _problems(), template="compact", n=4, max_new_tokens=12,
+        prompts_per_batch=2,
+    )  # fmt: skip
     assert KEYS <= res.keys()
     values = [res["pass_at_k"][str(k)] for k in (1, 2, 4)]
     assert values == sorted(values)
@@ -92,17 +100,44 @@ class ScriptedMathBackend:
 
 
 def test_evaluate_math_closed_form():
-    from llm.eval import evaluate_math
     from llm.tasks.math import generate_math_problems, make_math_prompt
 
     problems = generate_math_problems(3, seed=0)
     answers = {make_math_prompt(p, "plain"): p.answer for p in problems}
-    res = evaluate_math(ScriptedMathBackend(answers, correct=2), problems, n=4, template="plain")
+    backend = ScriptedMathBackend(answers, correct=2)
+    res = evaluate(backend, "math", problems, n=4, template="plain")
+    assert MATH_KEYS <= res.keys()
     # c = 2 of n = 4: pass@1 = 1/2, pass@2 = 1 - C(2,2)/C(4,2) = 5/6, pass@4 = 1.
     assert res["pass_at_k"] == pytest.approx({"1": 0.5, "2": 5 / 6, "4": 1.0})
-    assert res["boxed_rate"] == pytest.approx(0.75)
+    assert res["boxed_rate"] == res["format_rate"] == pytest.approx(0.75)
     assert res["distinct_answers"] == pytest.approx(2.0)
+    assert res["distinct_correct"] == pytest.approx(1.0)  # both correct responses box the gold
     assert [p["correct"] for p in res["per_problem"]] == [2, 2, 2]
+    assert [p["id"] for p in res["per_problem"]] == [p.id for p in problems]
+
+
+def test_evaluate_refuses_a_template_of_another_task():
+    from llm.tasks.math import generate_math_problems
+
+    with pytest.raises(ValueError, match=r"template: expected one of .*'math'.*'compact'"):
+        evaluate(ScriptedMathBackend({}, 1), "math", generate_math_problems(1, seed=0),
+                 template="compact", n=2)  # fmt: skip
+
+
+def test_eval_generate_builds_the_config_task_problems(tiny_model_path, tmp_path):
+    # Bug on main before the task registry: `eval --generate` always built Countdown problems.
+    cfg = tmp_path / "math.toml"
+    cfg.write_text(
+        f'model_path = "{tiny_model_path}"\ntask = "math"\ntemplate = "plain"\n'
+        'max_new_tokens = 3\n[data]\nsource = "generate"\n[eval]\nsource = "generate"\n'
+    )
+    out = tmp_path / "eval"
+    argv = ["--debug", "eval", "--model", tiny_model_path, "--config", str(cfg), "--generate", "2",
+            "--n", "2", "--out", str(out), "--label", "m", "--no-semantic", "--no-bleu"]  # fmt: skip
+    assert main(argv) == 0
+    res = json.loads((out / "eval.json").read_text())["m"]
+    assert MATH_KEYS <= res.keys()
+    assert [p["id"] for p in res["per_problem"]] == ["arith-0", "arith-1"]
 
 
 def test_eval_command_reads_the_config_eval_sets(tiny_model_path, tmp_path):

@@ -10,19 +10,15 @@ import pytest
 import torch
 
 import shaping
+from llm.behaviour import GRAD_KEYS, PRODUCERS, behaviour_batch, fixed_keys
+from llm.checkpoint import latest_checkpoint
 from llm.config import config_from_dict
+from llm.forward import build_rows, policy_forward, sampled_rank
+from llm.models import load_model_and_tokenizer, load_tokenizer
 from llm.rollout import HFGenerateBackend, RolloutBatch, response_mask_from_eos
 from llm.tasks import CountdownProblem, compact_completion, solve
-from llm.trainer import (
-    accumulate_gradients,
-    build_rows,
-    data_indices,
-    latest_checkpoint,
-    load_tokenizer,
-    policy_forward,
-    sampled_rank,
-    train,
-)
+from llm.trainer import data_indices, train
+from llm.update import accumulate_gradients
 
 MAX_NUMBER = 30
 
@@ -231,7 +227,7 @@ def test_sampled_rank():
 
 
 def test_rollout_is_weight_truncates_and_ignores_padding():
-    from llm.trainer import rollout_is_weight
+    from llm.behaviour import rollout_is_weight
 
     logp_old = torch.tensor([[[-1.0, -2.0, -3.0, 0.0]]])
     sampler = torch.tensor([[[-1.5, -1.0, -3.0, -9.0]]])
@@ -239,6 +235,40 @@ def test_rollout_is_weight_truncates_and_ignores_padding():
     w = rollout_is_weight(logp_old, sampler, mask, cap=1.5)
     want = torch.tensor([[[1.5, np.exp(-1.0), 1.0, 1.0]]], dtype=w.dtype)  # e^0.5 > 1.5: capped
     torch.testing.assert_close(w, want)
+
+
+def test_behaviour_keys_follow_the_method_needs():
+    optional = set(shaping.BATCH_KEYS) - set(GRAD_KEYS) - set(shaping.contract.BASE_KEYS)
+    assert set(PRODUCERS) == optional  # a new batch key needs its producer here
+    for name, method in shaping.METHODS.items():
+        needs = method.needs_for(**method.defaults)
+        want = [k for k in shaping.BATCH_KEYS if k in optional and k in needs]
+        assert fixed_keys(name, needs, is_weight=False) == want
+        assert fixed_keys(name, needs, is_weight=True) == [*want, "is_weight"]
+    with pytest.raises(ValueError, match="'made_up'"):
+        fixed_keys("grpo", {"made_up"}, is_weight=False)
+
+
+@pytest.mark.parametrize("method", ["grpo", "casp", "progrpo", "dsdr"])
+def test_behaviour_batch_holds_what_the_method_needs(method, tiny_model_path):
+    cfg = _config(tiny_model_path, method, kl_coef=0.01 if method == "grpo" else 0.0)
+    needs = shaping.METHODS[method].needs_for(**cfg.method_hyper())
+    model, tok = load_model_and_tokenizer(tiny_model_path, "cpu")
+    prompts = ["numbers 3 4 5 target 12", "numbers 2 7 target 9"]
+    gen = torch.Generator().manual_seed(0)
+    roll = HFGenerateBackend(model, tok).generate(prompts, 4, max_new_tokens=5, generator=gen)
+    rewards = torch.zeros(2, 4)
+    div = [[0.5] * 4] * 2 if method == "dsdr" else None
+    ref = model if "logp_ref" in needs else None
+    beh = behaviour_batch(model, ref, roll, rewards, cfg=cfg, needs=needs, diversity=div)
+    extra = set(needs) - set(GRAD_KEYS) | {"is_weight"}  # HF gives sampler log-probs
+    assert set(beh.fixed) == {"rewards", "mask", "logp_old"} | extra
+    shaping.contract.check_batch(method, beh.fixed)
+    if "logp_ref" in needs:  # the reference is the policy itself here
+        torch.testing.assert_close(beh.fixed["logp_ref"], beh.fixed["logp_old"])
+    with pytest.raises(ValueError, match="diversity"):
+        behaviour_batch(model, None, roll, rewards, cfg=_config(tiny_model_path, "dsdr"),
+                        needs=frozenset({"diversity"}))  # fmt: skip
 
 
 def test_mini_batches_and_rollout_is_metrics(tiny_model_path, tmp_path):
@@ -312,7 +342,7 @@ def test_precision_and_gradient_checkpointing(precision, checkpointing, tiny_mod
 
 def test_checkpointing_keeps_the_gradient(tiny_model_path):
     """Activation checkpointing recomputes the forward: same gradient as without it."""
-    from llm.trainer import enable_gradient_checkpointing, load_model_and_tokenizer
+    from llm.models import enable_gradient_checkpointing
 
     grads = []
     for on in (False, True):

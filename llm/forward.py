@@ -1,0 +1,197 @@
+"""The policy's forward pass on a rollout: prompt + response rows, log-probs, entropy, candidates.
+
+A rollout batch ``(B, G, T)`` is flattened into R = B * G rows of prompt + response (`Rows`,
+`build_rows`); `policy_forward` reads, under logits / temperature (the sampling distribution),
+the per-token quantities every shaping method consumes (`PolicyOutputs`): the log-prob of each
+response token, the token entropy, the top-N candidates of the distribution with their
+log-probs (CaSP, Lambda^(n)) and the prompt log-probs (ProGRPO). `forward_all` runs it over
+micro-batches without grad (the behaviour and reference passes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+import shaping
+
+__all__ = [
+    "PolicyOutputs",
+    "Rows",
+    "build_rows",
+    "chunks",
+    "forward_all",
+    "policy_forward",
+    "sampled_rank",
+    "slice_outputs",
+]
+
+Tensor = torch.Tensor
+
+
+@dataclass
+class Rows:
+    """A rollout batch flattened to R = B * G rows of prompt + response.
+
+    Attributes:
+        input_ids: (R, P + T) prompt (left-padded) then response (right-padded).
+        attention_mask: (R, P + T) 1 on real tokens.
+        position_ids: (R, P + T) positions counted over real tokens (as `generate` does for
+            left-padded prompts).
+        response_ids: (R, T); response_mask: (R, T) float.
+        prompt_len: P.
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    position_ids: Tensor
+    response_ids: Tensor
+    response_mask: Tensor
+    prompt_len: int
+
+    def __len__(self) -> int:
+        return self.input_ids.shape[0]
+
+    def slice(self, start: int, stop: int) -> Rows:
+        return Rows(
+            self.input_ids[start:stop],
+            self.attention_mask[start:stop],
+            self.position_ids[start:stop],
+            self.response_ids[start:stop],
+            self.response_mask[start:stop],
+            self.prompt_len,
+        )
+
+
+def build_rows(
+    prompt_ids: Tensor, prompt_mask: Tensor, response_ids: Tensor, response_mask: Tensor
+) -> Rows:
+    """Flatten ``prompt_ids (B, P)`` and ``response_ids (B, G, T)`` into `Rows` (R = B * G)."""
+    b, g, t = response_ids.shape
+    p_ids = prompt_ids.repeat_interleave(g, dim=0)
+    p_mask = prompt_mask.to(torch.long).repeat_interleave(g, dim=0)
+    r_ids = response_ids.reshape(b * g, t)
+    r_mask = response_mask.reshape(b * g, t).to(torch.float32)
+    attn = torch.cat([p_mask, r_mask.to(torch.long)], dim=1)
+    pos = (attn.cumsum(dim=1) - 1).clamp(min=0)
+    return Rows(torch.cat([p_ids, r_ids], dim=1), attn, pos, r_ids, r_mask, prompt_ids.shape[1])
+
+
+@dataclass
+class PolicyOutputs:
+    """Per-row quantities of one forward pass (R rows, T response tokens, N candidates).
+
+    Attributes:
+        logp: (R, T) log-prob of each response token.
+        entropy: (R, T) token entropy, or None.
+        cand_ids: (R, T, N) the top-N token ids of this distribution, rank 1 first, or None.
+        cand_logp: (R, T, N) log-probs at the candidate ids, or None.
+        prompt_logp: (R, P - 1) log-prob of prompt tokens 2..P, or None.
+    """
+
+    logp: Tensor
+    entropy: Tensor | None = None
+    cand_ids: Tensor | None = None
+    cand_logp: Tensor | None = None
+    prompt_logp: Tensor | None = None
+
+
+def policy_forward(
+    model: torch.nn.Module,
+    rows: Rows,
+    *,
+    temperature: float,
+    want_entropy: bool = False,
+    n_top: int = 0,
+    cand_ids: Tensor | None = None,
+    want_prompt: bool = False,
+    precision: str = "fp32",
+) -> PolicyOutputs:
+    """Log-probs of `rows` under `model` with logits / `temperature` (the sampling distribution,
+    as TRL's `GRPOTrainer` scales them; top-p truncation is not applied, as there).
+
+    Args:
+        n_top: return the top-`n_top` candidates of this distribution (ignored if `cand_ids`).
+        cand_ids: (R, T, N) candidate ids at which to read log-probs (the behaviour policy's).
+        precision: ``bf16-mixed`` runs the model under bf16 autocast; log-softmax is always
+            computed in float32.
+    """
+    p = rows.prompt_len
+    t = rows.response_ids.shape[1]
+    # Only the positions that predict response tokens need logits (a (P, V) float block per row
+    # is gigabytes at a 150k vocabulary); ProGRPO's prompt log-probs need them all.
+    keep = {} if want_prompt else {"logits_to_keep": t + 1}
+    with _autocast(rows.input_ids.device, precision):
+        out = model(
+            input_ids=rows.input_ids,
+            attention_mask=rows.attention_mask,
+            position_ids=rows.position_ids,
+            use_cache=False,
+            **keep,
+        )
+    logits = out.logits.float() / temperature  # (R, P + T, V), or (R, T + 1, V)
+    # Position i predicts token i + 1: response token t comes from position P - 1 + t.
+    resp_logits = logits[:, -t - 1 : -1]  # (R, T, V)
+    logprobs = torch.log_softmax(resp_logits, dim=-1)
+    res = PolicyOutputs(logp=logprobs.gather(-1, rows.response_ids.unsqueeze(-1)).squeeze(-1))
+    if want_entropy:
+        res.entropy = shaping.token_entropy(resp_logits)
+    if cand_ids is None and n_top > 0:
+        cand_ids = resp_logits.detach().topk(n_top, dim=-1).indices
+    if cand_ids is not None:
+        res.cand_ids = cand_ids
+        res.cand_logp = logprobs.gather(-1, cand_ids)
+    if want_prompt and p > 1:
+        prompt_lp = torch.log_softmax(logits[:, : p - 1], dim=-1)
+        res.prompt_logp = prompt_lp.gather(-1, rows.input_ids[:, 1:p].unsqueeze(-1)).squeeze(-1)
+    return res
+
+
+def _autocast(device: torch.device, precision: str) -> Any:
+    if precision != "bf16-mixed":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+def chunks(n: int, size: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of consecutive pieces of at most `size` of ``range(n)``."""
+    return [(s, min(s + size, n)) for s in range(0, n, size)]
+
+
+def forward_all(
+    model: torch.nn.Module, rows: Rows, micro_batch_size: int, **kw: Any
+) -> PolicyOutputs:
+    """`policy_forward` over micro-batches without grad, concatenated."""
+    parts = []
+    with torch.no_grad():
+        for s, e in chunks(len(rows), micro_batch_size):
+            sub_kw = dict(kw)
+            if kw.get("cand_ids") is not None:
+                sub_kw["cand_ids"] = kw["cand_ids"][s:e]
+            parts.append(policy_forward(model, rows.slice(s, e), **sub_kw))
+
+    def cat(name: str) -> Tensor | None:
+        vals = [getattr(x, name) for x in parts]
+        return None if vals[0] is None else torch.cat(vals, dim=0)
+
+    return PolicyOutputs(**{k: cat(k) for k in PolicyOutputs.__dataclass_fields__})
+
+
+def slice_outputs(out: PolicyOutputs, start: int, stop: int) -> PolicyOutputs:
+    """Rows ``start:stop`` of every per-row field (the prompt log-probs included)."""
+    return PolicyOutputs(
+        **{
+            k: None if getattr(out, k) is None else getattr(out, k)[start:stop]
+            for k in PolicyOutputs.__dataclass_fields__
+        }
+    )
+
+
+def sampled_rank(cand_ids: Tensor, response_ids: Tensor) -> Tensor:
+    """0-based rank of each sampled token among the candidates (R, T, N) -> (R, T); N if absent."""
+    match = cand_ids == response_ids.unsqueeze(-1)
+    first = match.to(torch.int64).argmax(dim=-1)
+    return torch.where(match.any(dim=-1), first, torch.full_like(first, cand_ids.shape[-1]))

@@ -1,0 +1,143 @@
+"""Models the trainer holds: the policy and tokenizer from a local folder, the frozen reference,
+activation checkpointing, and the rollout backend that samples from the policy."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from llm.config import TrainConfig
+
+__all__ = [
+    "RolloutBackendLike",
+    "enable_gradient_checkpointing",
+    "load_model_and_tokenizer",
+    "load_policy_and_reference",
+    "load_tokenizer",
+    "make_backend",
+]
+
+
+class RolloutBackendLike(Protocol):
+    """The part of `llm.rollout.RolloutBackend` the trainer uses (see llm/CONTRACT.md)."""
+
+    def generate(self, prompts: list[str], group_size: int, **kwargs: Any) -> Any: ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None: ...
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
+    """The tokenizer of a local model folder, exactly as its ``tokenizer.json`` defines it.
+
+    `AutoTokenizer` in transformers 5 picks the class from ``config.json``'s model type, and
+    `Qwen2Tokenizer` then replaces the saved pre-tokenizer and decoder with Qwen's byte-level
+    ones, which breaks the tiny model's word-level tokenizer (words glued, `<answer>` split).
+    `PreTrainedTokenizerFast` loads ``tokenizer.json`` as saved, for real models too.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    if (Path(path) / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(str(path))
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def load_model_and_tokenizer(
+    path: str | os.PathLike[str], device: str, precision: str = "fp32"
+) -> tuple[Any, Any]:
+    """`AutoModelForCausalLM` (eval mode) and `load_tokenizer` from a local directory; weights in
+    bfloat16 for ``precision = "bf16"``, float32 otherwise (``bf16-mixed`` keeps float32 master
+    weights and computes under autocast).
+
+    Raises:
+        FileNotFoundError: `path` is not a local folder (models are never downloaded).
+    """
+    from transformers import AutoModelForCausalLM
+
+    if not Path(path).is_dir():
+        raise FileNotFoundError(
+            f"model folder {str(path)!r} does not exist (models load from local folders; "
+            "nothing is downloaded)"
+        )
+
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    return model.to(device).eval(), load_tokenizer(path)
+
+
+def load_policy_and_reference(
+    cfg: TrainConfig, path: str | os.PathLike[str], device: str
+) -> tuple[Any, Any, Any | None]:
+    """``(model, tokenizer, ref_model)``: the policy from `path` (a checkpoint or
+    ``cfg.model_path``) with activation checkpointing when ``cfg.gradient_checkpointing``, and the
+    frozen base model as the KL reference when ``cfg.kl_coef > 0`` (else None).
+
+    Raises:
+        FileNotFoundError: a model folder does not exist.
+    """
+    model, tokenizer = load_model_and_tokenizer(path, device, cfg.precision)
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    ref_model = None
+    if cfg.kl_coef > 0:
+        # Frozen: no fp32 master copy needed, bf16 unless the run is fp32 throughout.
+        ref_precision = "fp32" if cfg.precision == "fp32" else "bf16"
+        ref_model, _ = load_model_and_tokenizer(cfg.model_path, device, ref_precision)
+        ref_model.requires_grad_(False)
+    return model, tokenizer, ref_model
+
+
+def enable_gradient_checkpointing(model: Any) -> None:
+    """Transformers' activation checkpointing (non-reentrant). Transformers only checkpoints in
+    training mode (``GradientCheckpointingLayer`` checks ``self.training``), so the model is put in
+    train mode; that is harmless for the Qwen/Llama families (no dropout by default) and a warning
+    names any active dropout."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+    model.train()
+    active = sorted(
+        {type(m).__name__ for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0}
+    )
+    rates = {
+        k: getattr(model.config, k, 0.0)
+        for k in ("attention_dropout", "hidden_dropout", "dropout")
+        if getattr(model.config, k, 0.0)
+    }
+    if active or rates:
+        warnings.warn(
+            f"gradient_checkpointing puts the model in train mode; dropout is active ({rates or active})",
+            stacklevel=2,
+        )
+
+
+def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any) -> RolloutBackendLike:
+    """The rollout backend named by ``cfg.backend`` (vllm: `llm.vllm_backend.VLLMBackend` on the
+    model folder ``cfg.model_path`` with the ``[vllm]`` settings; it needs CUDA and the `gpu`
+    extra).
+
+    Raises:
+        ValueError: an unknown ``cfg.backend``.
+    """
+    if cfg.backend == "transformers":
+        from llm.rollout import HFGenerateBackend
+
+        return HFGenerateBackend(model, tokenizer)
+    if cfg.backend == "vllm":
+        from llm.vllm_backend import VLLMBackend
+
+        v = cfg.vllm
+        return VLLMBackend(
+            cfg.model_path,
+            tokenizer,
+            gpu_memory_utilization=v.gpu_memory_utilization,
+            sleep_mode=v.sleep_mode,
+            tensor_parallel_size=v.tensor_parallel_size,
+            max_model_len=v.max_model_len,
+            enforce_eager=v.enforce_eager,
+            dtype=v.dtype,
+            seed=cfg.seed,
+        )
+    raise ValueError(f"backend: unknown backend {cfg.backend!r}")

@@ -1,0 +1,307 @@
+"""The update of a training step: mu inner epochs of full-batch shaping-loss optimizer steps with
+micro-batched gradients, the learning-rate schedule, and the step's metrics.
+
+Micro-batching without changing the loss (`accumulate_gradients`): a shaping loss is not a sum of
+per-response terms (group normalization, token-mean over the whole batch, DSDR's softmax over
+the correct set), so it is evaluated ONCE on the full batch, on leaf copies of the per-token
+policy quantities (``logp``, ``entropy``, ``cand_logp``, each (B, G, T[, N])). Backpropagating
+that scalar gives the exact gradient with respect to those leaves; each micro-batch is then
+re-forwarded with grad and backpropagates ``sum(leaf_grad * quantity)``, so by the chain rule the
+accumulated parameter gradient equals the full-batch gradient of the full-batch loss, for every
+method and aggregation mode, with any micro-batch size (whole groups or not). Cost: the
+quantities at the current parameters are needed before the micro-batch passes; on the first
+inner epoch they are the behaviour pass itself, later epochs add one no-grad forward.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+import shaping
+from llm.behaviour import GRAD_KEYS, BehaviourBatch
+from llm.config import TrainConfig
+from llm.distributed import DistInfo, gather_batch, grad_sync, local_rows
+from llm.forward import PolicyOutputs, Rows, chunks, forward_all, policy_forward, slice_outputs
+
+__all__ = [
+    "UpdateResult",
+    "accumulate_gradients",
+    "make_optimizer",
+    "make_scheduler",
+    "masked_mean",
+    "stats",
+    "step_metrics",
+    "update_policy",
+]
+
+Tensor = torch.Tensor
+
+
+def accumulate_gradients(
+    model: torch.nn.Module,
+    rows: Rows,
+    fixed: dict[str, Tensor],
+    current: PolicyOutputs,
+    *,
+    method: str,
+    hyper: dict[str, Any],
+    temperature: float,
+    micro_batch_size: int,
+    precision: str = "fp32",
+    info: DistInfo | None = None,
+) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor]]:
+    """Accumulate into ``.grad`` the exact gradient of the full-batch shaping loss.
+
+    With several processes (`info`), the full batch is the global one: every rank gathers the
+    detached quantities of all ranks (`llm.distributed.gather_batch`), evaluates the same loss,
+    and back-propagates the gradient of its own rows scaled by the world size, so that the
+    engines' gradient mean over ranks is the full-batch gradient.
+
+    Args:
+        model: the policy (a transformers model, or its DDP / FSDP2 wrapping).
+        rows: this rank's R = B * G rows.
+        fixed: no-grad batch entries already shaped (B, G, ...): rewards, mask, logp_old and the
+            method's other non-differentiable keys.
+        current: the policy quantities at the current parameters (no grad), per row; their values
+            enter the loss, their gradients come from the micro-batch passes.
+        method, hyper: `shaping.METHODS[method].loss(batch, **hyper)`.
+
+    Returns:
+        (loss, metrics, batch): the full-batch loss (detached) equal to the shaping core's value,
+        its metrics, and the (global) batch it was evaluated on (leaves detached).
+
+    Raises:
+        ValueError: the method needs a policy quantity that `current` lacks.
+    """
+    info = info or DistInfo()
+    b, g = fixed["rewards"].shape
+    t = rows.response_mask.shape[1]
+    needs = shaping.METHODS[method].needs_for(**hyper)
+    local: dict[str, Tensor] = {}
+    for key in GRAD_KEYS:
+        value = getattr(current, key)
+        if key == "logp" or key in needs:
+            if value is None:
+                raise ValueError(f"{method}: needs {key!r} but the forward pass did not compute it")
+            local[key] = value.detach().reshape(b, g, *value.shape[1:])
+    batch = gather_batch({**fixed, **local}, info)
+    leaves = {k: batch[k].detach().requires_grad_(True) for k in local}
+    batch.update(leaves)
+    loss, metrics = shaping.METHODS[method].loss(batch, **hyper)
+    grads = torch.autograd.grad(loss, list(leaves.values()), allow_unused=True)
+    # d loss / d leaf for this rank's rows, flattened back to rows (R, T[, N]); an unused leaf has
+    # zero gradient. The world-size factor undoes the engines' mean over ranks.
+    leaf_grads = {
+        k: local_rows(torch.zeros_like(v) if gr is None else gr, info, b, t).reshape(
+            b * g, *local[k].shape[2:]
+        )
+        * info.world_size
+        for (k, v), gr in zip(leaves.items(), grads, strict=True)
+    }
+    cand_ids = current.cand_ids
+    pieces = chunks(len(rows), micro_batch_size)
+    for i, (s, e) in enumerate(pieces):
+        with grad_sync(model, enabled=i == len(pieces) - 1):
+            out = policy_forward(
+                model,
+                rows.slice(s, e),
+                temperature=temperature,
+                want_entropy="entropy" in leaves,
+                cand_ids=None if "cand_logp" not in leaves else cand_ids[s:e],
+                precision=precision,
+            )
+            surrogate = sum((getattr(out, k) * leaf_grads[k][s:e]).sum() for k in leaves)
+            surrogate.backward()
+    detached = {k: v.detach() for k, v in batch.items()}
+    return loss.detach(), metrics, detached
+
+
+def make_scheduler(
+    optimizer: torch.optim.Optimizer, schedule: str, warmup_steps: int, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    """Linear warm-up from 0 over `warmup_steps`, then constant, cosine or linear decay to 0 at
+    `total_steps` (optimizer steps), the shapes of `transformers.get_scheduler`."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / (warmup_steps + 1)
+        if schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        if schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0 - progress
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+@dataclass
+class UpdateResult:
+    """What the optimizer steps of one training step leave to log.
+
+    Attributes:
+        losses: the full-batch loss of each optimizer step (scalar tensors).
+        loss_metrics: the method's scalar metrics of each optimizer step.
+        grad_norms: the gradient norm of each optimizer step, before clipping.
+    """
+
+    losses: list[Tensor] = field(default_factory=list)
+    loss_metrics: list[dict[str, Tensor]] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+
+
+def update_policy(
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    behaviour: BehaviourBatch,
+    *,
+    cfg: TrainConfig,
+    info: DistInfo,
+) -> UpdateResult:
+    """``cfg.inner_epochs`` passes over the step's mini-batches, each ONE optimizer step
+    (`accumulate_gradients`, gradient-norm clipping, AdamW, the schedule).
+
+    Mini-batches are whole groups (verl's ppo_mini_batch_size), in data order; this rank's share
+    of a mini-batch is ``prompts_per_update / W`` groups (``prompts_per_step`` when unset).
+    """
+    hyper = cfg.method_hyper()
+    needs = shaping.METHODS[cfg.method].needs_for(**hyper)
+    b, g, _ = behaviour.shape
+    rows, old, fixed = behaviour.rows, behaviour.old, behaviour.fixed
+    per_update = (cfg.prompts_per_update or cfg.prompts_per_step) // info.world_size
+    clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+    result = UpdateResult()
+    for epoch in range(cfg.inner_epochs):
+        for start in range(0, b, per_update):
+            stop = min(start + per_update, b)
+            sub_rows = rows.slice(start * g, stop * g)
+            if epoch == 0 and start == 0:
+                current = slice_outputs(old, start * g, stop * g)
+            else:  # the parameters moved since the behaviour pass
+                current = forward_all(
+                    policy,
+                    sub_rows,
+                    cfg.micro_batch_size,
+                    want_entropy="entropy" in needs,
+                    cand_ids=old.cand_ids[start * g : stop * g] if "cand_logp" in needs else None,
+                    temperature=cfg.temperature,
+                    precision=cfg.precision,
+                )
+            optimizer.zero_grad(set_to_none=True)
+            loss, loss_metrics, _ = accumulate_gradients(
+                policy,
+                sub_rows,
+                {k: v[start:stop] for k, v in fixed.items()},
+                current,
+                method=cfg.method,
+                hyper=hyper,
+                temperature=cfg.temperature,
+                micro_batch_size=cfg.micro_batch_size,
+                precision=cfg.precision,
+                info=info,
+            )
+            result.grad_norms.append(
+                float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
+            )
+            optimizer.step()
+            scheduler.step()
+            # Free the gradients now: the rollout engine wakes up before the next zero_grad.
+            optimizer.zero_grad(set_to_none=True)
+            result.losses.append(loss)
+            result.loss_metrics.append({k: v for k, v in loss_metrics.items() if v.numel() == 1})
+    return result
+
+
+def step_metrics(
+    behaviour: BehaviourBatch,
+    update: UpdateResult,
+    *,
+    cfg: TrainConfig,
+    hyper: dict[str, Any],
+    lr: float,
+    info: DistInfo,
+) -> dict[str, float]:
+    """The step's ``charts/``, ``losses/``, ``adv/`` and ``topn/`` metrics: over the global batch
+    for the behaviour pass and the rollout (every rank takes part in the gather), as the mean over
+    the step's optimizer steps for the loss terms and the gradient norm."""
+    b, g, t = behaviour.shape
+    old = behaviour.old
+    # The behaviour pass is the policy at the rollout: its values stand in for the current ones.
+    local = {**behaviour.fixed, "logp": behaviour.fixed["logp_old"]}
+    local["entropy"] = old.entropy.reshape(b, g, t)
+    if old.cand_logp is not None:
+        local["cand_logp"] = old.cand_logp.reshape(b, g, t, -1)
+    if behaviour.sampler_logp is not None:
+        local["sampler_logp"] = behaviour.sampler_logp
+    full = gather_batch(local, info)
+    rewards, mask = full["rewards"], full["mask"]
+    adv = shaping.METHODS[cfg.method].advantages(full, **hyper)
+    correct = (rewards > 0.5).float()
+    metrics = {
+        "charts/reward_mean": rewards.mean().item(),
+        "charts/accuracy": correct.mean().item(),
+        "charts/pass_rate": correct.amax(dim=1).mean().item(),
+        "charts/format_rate": (rewards > 0).float().mean().item(),
+        "charts/response_len": mask.sum(-1).mean().item(),
+        "charts/entropy": masked_mean(full["entropy"], mask),
+        "charts/lr": lr,
+        "charts/grad_norm": float(np.mean(update.grad_norms)),
+        "charts/optimizer_steps": float(len(update.grad_norms)),
+    }
+    if "sampler_logp" in full:
+        diff = full["logp_old"] - full["sampler_logp"]
+        metrics["charts/sampler_logp_gap"] = masked_mean(diff.abs(), mask)
+        # k3 estimate of KL(sampler || trainer) per token: the mismatch TRL and verl log.
+        metrics["charts/sampler_kl"] = masked_mean(torch.expm1(diff) - diff, mask)
+    if "is_weight" in full:
+        w = full["is_weight"]
+        metrics["charts/is_weight_mean"] = masked_mean(w, mask)
+        metrics["charts/is_weight_capped"] = masked_mean((w >= cfg.rollout_is_cap).float(), mask)
+    metrics["losses/loss"] = float(torch.stack(update.losses).mean())
+    for k in update.loss_metrics[0]:
+        metrics[f"losses/{k}"] = float(np.mean([float(m[k]) for m in update.loss_metrics]))
+    metrics.update(stats(adv, "adv"))
+    if "cand_logp" in full:
+        cand = full["cand_logp"]
+        for n in range(cand.shape[-1]):
+            metrics[f"topn/lambda_{n + 1}"] = masked_mean(cand[..., n], mask)
+    if "diversity" in full:
+        metrics["charts/diversity"] = masked_mean(full["diversity"], torch.ones_like(rewards))
+    return metrics
+
+
+def stats(x: Tensor, prefix: str) -> dict[str, float]:
+    """``PREFIX/{mean,std,min,max}`` of all entries of `x` (population std), in float64."""
+    x = x.detach().double()
+    return {
+        f"{prefix}/mean": x.mean().item(),
+        f"{prefix}/std": x.std(correction=0).item(),
+        f"{prefix}/min": x.min().item(),
+        f"{prefix}/max": x.max().item(),
+    }
+
+
+def masked_mean(x: Tensor, mask: Tensor) -> float:
+    """Mean of `x` over the entries where `mask` is 1 (0 when the mask is empty)."""
+    return ((x * mask).sum() / mask.sum().clamp(min=1)).item()
+
+
+def make_optimizer(
+    cfg: TrainConfig, policy: torch.nn.Module
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+    """AdamW on the policy's parameters (``lr``, ``adam_betas``, ``weight_decay``) and its
+    `make_scheduler` over ``steps * inner_epochs`` optimizer steps."""
+    optimizer = torch.optim.AdamW(
+        policy.parameters(),
+        lr=cfg.lr,
+        betas=tuple(cfg.adam_betas),
+        weight_decay=cfg.weight_decay,
+    )
+    total = cfg.steps * cfg.inner_epochs
+    return optimizer, make_scheduler(optimizer, cfg.schedule, cfg.warmup_steps, total)
