@@ -15,9 +15,9 @@ A sweep TOML (``configs/sweep_countdown_tiny.toml``) names
 - ``checkpoints``: the steps at which every run is evaluated (a list, or a count ``c``: steps
   ``round(i steps / c)``, i = 1..c), so that each run is a path; the base model is step 0 of all;
 - ``[eval]``: ``problems`` (the first N of the base config's [eval] source, or of its set
-  ``set``), ``samples`` n, ``ks``, the sampling ``seed`` and ``semantic`` (also the MiniLM cosine
-  among correct answers; needs the dsdr extra). Every model is evaluated on the same problems with the same
-  sampling seed, so comparisons are paired (docs/formulas.md §4).
+  ``set``), ``samples`` n, ``ks``, the sampling ``seed`` and ``semantic`` (also the MiniLM
+  cosine among correct answers; needs the dsdr extra). Every model is evaluated on the same
+  problems with the same sampling seed, so comparisons are paired (`theory.frontier`).
 
 The runs go to worker processes (default one per core, one torch thread each; see
 `llm.reproduce` for why one thread). ``OUT/runs/<run>/`` holds each run; ``sweep_run.json`` there
@@ -29,8 +29,12 @@ the run is finished and evaluated (only the last, with its optimizer state, is k
 evaluation asked later of a deleted checkpoint retrains the run.
 
 Writes ``OUT/results.json``: per model (label, method, parameters, seed, step) pass@k for every
-k, pass@1, accuracy, distinct correct per problem and the per-problem correct counts (the
-bootstrap resamples problems from them).
+k (the unbiased estimator of Chen et al. 2021 from the per-problem correct counts), pass@1,
+accuracy, distinct correct solutions, and the per-problem correct and distinct-correct counts
+(the bootstrap resamples problems from them); under ``frontier``, each model's lift at matched
+pass@1 over the reference's upper envelope with a paired bootstrap CI over seeds and problems
+(`theory.frontier.bootstrap_lift`), for pass@k at the largest k and for distinct correct. Also
+``OUT/frontier.png`` (`plot_frontier`) and ``OUT/lifts.md`` (`lift_markdown`).
 """
 
 from __future__ import annotations
@@ -541,7 +545,8 @@ class _Job:
 
 def _evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[str, Any]) -> dict:
     """One model's evaluation record on the paired problems: per-problem correct counts and
-    distinct correct solutions, accuracy, Self-BLEU (pass@k follows from the counts, `_with_passk`)."""
+    distinct correct solutions, accuracy, Self-BLEU (pass@k follows from the counts,
+    `_with_passk`)."""
     from llm.eval import evaluate
     from llm.trainer import load_model_and_tokenizer, make_backend
 
@@ -1006,7 +1011,8 @@ def lift_markdown(results: Mapping[str, Any], analysis: Mapping[str, Any]) -> st
     parts = [
         f"Lift at matched pass@1 over the upper envelope of `{s['reference']}` (all its settings "
         "and checkpoints, and the base model at step 0), gains over the base model. "
-        f"Paired evaluation: {ev['problems']} problems ({ev['source']}) × {ev['samples']} samples, "
+        f"Paired evaluation: {ev['problems']} problems ({ev['source']}) × {ev['samples']} "
+        "samples, "
         f"sampling seed {ev['seed']} for every model; training seeds {s['seeds']}; "
         "CI: percentile bootstrap over seeds and problems. n/a: the model's pass@1 lies outside "
         "the reference's range (no extrapolation); inside: fraction of bootstrap replicates "
@@ -1073,7 +1079,8 @@ def plot_frontier(
                         color=c, alpha=0.25, lw=0.7)  # fmt: skip
             env = upper_envelope(px, py)
             # E is flat left of its first vertex down to the smallest pass@1 of the set.
-            ax.plot([env.x_min, *env.vx], [env.vy[0], *env.vy], "-", color=c, lw=2.5 if lb == ref else 1.5,
+            ax.plot([env.x_min, *env.vx], [env.vy[0], *env.vy], "-", color=c,
+                    lw=2.5 if lb == ref else 1.5,
                     label=f"{lb} (reference)" if lb == ref else lb)  # fmt: skip
             vert = [
                 m

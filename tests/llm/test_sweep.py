@@ -162,7 +162,8 @@ def test_grid_expansion_and_key_routing(tmp_path):
     got = [(s.label, s.params) for s in spec.settings]
     assert got[:5] == [
         ("grpo", {}), ("grpo", {"lr": 5e-3}), ("grpo", {"kl_coef": 0.1}),
-        ("ds_grpo", {"gamma_p": 0.1, "gamma_n": 0.0}), ("ds_grpo", {"gamma_p": 1.0, "gamma_n": 0.2}),
+        ("ds_grpo", {"gamma_p": 0.1, "gamma_n": 0.0}),
+        ("ds_grpo", {"gamma_p": 1.0, "gamma_n": 0.2}),
     ]  # fmt: skip
     assert len(got) == 9 and got[5] == ("eb", {"form": "token", "eta": 0.1,
                                                "hyper.logp_reduction": "sum"})  # fmt: skip
@@ -198,7 +199,8 @@ def _base(tmp_path: Path) -> dict:
         ({"reference": "casp"}, "reference"),
         ({"methods": [{"method": "grpoo"}]}, "methods[0].method"),
         ({"methods": [{"method": "grpo", "gird": {}}]}, "methods[0]: unknown key(s) ['gird']"),
-        ({"methods": [{"method": "ds_grpo", "grid": {"gama_p": [1.0]}}]}, "methods[ds_grpo].gama_p"),
+        ({"methods": [{"method": "ds_grpo", "grid": {"gama_p": [1.0]}}]},
+         "methods[ds_grpo].gama_p"),
         ({"methods": [{"method": "ds_grpo", "grid": {"gamma_p": [-1.0]}}]}, "gamma_p"),
         ({"methods": [{"method": "casp", "grid": {"alpha": [2.0]}}]}, "alpha"),
         ({"methods": [{"method": "grpo", "grid": {"seed": [1]}}]}, "methods[grpo].seed"),
