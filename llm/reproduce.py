@@ -212,6 +212,8 @@ def _summary(results: Mapping[str, Any]) -> dict[str, Any]:
                 "accuracy": m["accuracy"],
                 "semantic_cosine_correct": m.get("semantic_cosine_correct"),
                 "train_seconds": runs[m["run"]]["train_seconds"],
+                "train_reward_first": runs[m["run"]]["train_reward_first"],
+                "train_reward_last": runs[m["run"]]["train_reward_last"],
                 "eval_seconds": m["eval_seconds"],
             }
         )
@@ -241,6 +243,8 @@ def _summary(results: Mapping[str, Any]) -> dict[str, Any]:
             "self_bleu": _stat([r["self_bleu"] for r in rows]),
             "accuracy": _stat([r["accuracy"] for r in rows]),
             "train_seconds": _stat([r["train_seconds"] for r in rows]),
+            "train_reward_first": _stat([r["train_reward_first"] for r in rows]),
+            "train_reward_last": _stat([r["train_reward_last"] for r in rows]),
         }
     for agg in methods.values():
         agg["pass_at_k_minus_base"] = {
@@ -265,7 +269,7 @@ def results_table(summary: Mapping[str, Any]) -> str:
     ks = list(summary["base"]["pass_at_k"])
     shown = [k for k in ks if k in ("1", "4") or k == ks[-1]]
     head = ["method", "setting", *(f"pass@{k}" for k in shown)]
-    head += ["distinct correct / problem", "Self-BLEU", "train s"]
+    head += ["distinct correct / problem", "Self-BLEU", "train reward first→last 10%", "train s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, agg in summary["methods"].items():
         many = len(agg["seeds"]) > 1  # show the spread over seeds, even when it is 0
@@ -273,6 +277,8 @@ def results_table(summary: Mapping[str, Any]) -> str:
         row = [label, "-" if key == "base" else setting_name(agg["hyper"])]
         row += [_fmt(agg["pass_at_k"][k], spread=many) for k in shown]
         row += [_fmt(agg["distinct_correct"], 2, many), _fmt(agg["self_bleu"], spread=many)]
+        first, last = agg.get("train_reward_first"), agg.get("train_reward_last")
+        row.append(f"{first['mean']:.3f} → {last['mean']:.3f}" if first and last else "-")
         row.append(_fmt(agg.get("train_seconds"), 0, spread=False))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
@@ -419,7 +425,8 @@ def _markdown(summary: Mapping[str, Any], lifts: str) -> str:
         f"{s['eval_problems']} problems of llm.tiny's held-out stream, {s['eval_samples']} samples "
         f"each at temperature {s['eval_temperature']:g}, sampling seed {s['eval_seed']} for every "
         "model (paired); unbiased pass@k; distinct correct = distinct correct solutions per "
-        "problem (up to commutativity); Self-BLEU in [0, 1], lower = more diverse.\n\n"
+        "problem (up to commutativity); Self-BLEU in [0, 1], lower = more diverse. Train reward: "
+        "mean reward of the first and last 10% of training steps.\n\n"
         f"## Last checkpoint{spread}\n\n{results_table(summary)}\n\n"
         f"## Lift at matched pass@1 over GRPO's curve\n\n{lifts}\n"
         f"Timings of this invocation (s): {json.dumps(summary['timings_seconds'])}; it reused "

@@ -617,6 +617,7 @@ def _train(job: _Job, cfg: Any) -> tuple[dict[str, Any], bool]:
     """Train `job`'s run unless a finished matching one exists (`llm.reproduce`'s resume rule);
     returns (its marker, whether it was reused)."""
     from llm.config import config_from_dict, config_to_toml
+    from llm.runfolder import read_metrics
     from llm.trainer import latest_checkpoint, train
 
     out = Path(job.out)
@@ -649,6 +650,10 @@ def _train(job: _Job, cfg: Any) -> tuple[dict[str, Any], bool]:
     start = time.perf_counter()
     train(cfg, out, resume=ckpt is not None, progress=job.progress)
     marker["train_seconds"] = round(prior + time.perf_counter() - start, 1)
+    rewards = [m["charts/reward_mean"] for m in read_metrics(out / "metrics.jsonl")]
+    tail = max(1, len(rewards) // 10)
+    marker["train_reward_first"] = float(np.mean(rewards[:tail]))
+    marker["train_reward_last"] = float(np.mean(rewards[-tail:]))
     marker["finished"] = True
     write_json(marker_path, marker)
     return marker, False
@@ -689,6 +694,8 @@ def _run_job(job: _Job) -> dict[str, Any]:
         "reused_run": reused,
         "reused_evals": len(job.steps) - len(todo),
         "train_seconds": marker.get("train_seconds"),
+        "train_reward_first": marker.get("train_reward_first"),
+        "train_reward_last": marker.get("train_reward_last"),
     }
 
 
@@ -809,7 +816,9 @@ def run_sweep(
         s = job.setting
         runs.append(
             {"run": job.name, "label": s.label, "method": s.method, "params": s.params,
-             "seed": job.seed, "train_seconds": res["train_seconds"], "reused": res["reused_run"]}
+             "seed": job.seed, "train_seconds": res["train_seconds"], "reused": res["reused_run"],
+             "train_reward_first": res["train_reward_first"],
+             "train_reward_last": res["train_reward_last"]}
         )  # fmt: skip
         for step in job.steps:
             models.append(
