@@ -167,11 +167,16 @@ def map_jobs(
         ctx = multiprocessing.get_context("spawn")
         with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
             futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
-            for fut in cf.as_completed(futures):
-                i = futures[fut]
-                results[i] = fut.result()
-                bar.set_postfix_str(name(jobs[i]))
-                bar.update(1)
+            try:
+                for fut in cf.as_completed(futures):
+                    i = futures[fut]
+                    results[i] = fut.result()
+                    bar.set_postfix_str(name(jobs[i]))
+                    bar.update(1)
+            except BaseException:
+                # Fail fast: without this the pool's exit would run every queued job first.
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
     bar.close()
     return results
 
