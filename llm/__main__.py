@@ -1,6 +1,6 @@
 """Command line: ``python -m llm train ...`` and ``python -m llm eval ...``.
 
-    python -m llm train --config FILE [--out DIR] [--resume] [--steps N] [--set KEY=VALUE ...]
+    python -m llm train --config FILE [--out DIR] [--resume | --move-aside] [--steps N] [--set KEY=VALUE ...]
     python -m llm train --describe          # every config key, its default and meaning
     python -m llm eval --model PATH [--problems FILE | --generate N | --heldout N] [--n 16]
                        --out DIR [--label NAME] [--config FILE] [--set KEY=VALUE ...] ...
@@ -39,7 +39,7 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, sets=args.sets, steps=args.steps)
     check_model_path(cfg)
     out = args.out or str(Path("runs") / Path(args.config).stem)
-    history = train(cfg, out, resume=args.resume)
+    history = train(cfg, out, resume=args.resume, move_aside=args.move_aside)
     if history:
         last = history[-1]
         print(
@@ -197,6 +197,11 @@ def main(argv: list[str] | None = None) -> int:
     tr.add_argument("--config", help="TOML config (see --describe)")
     tr.add_argument("--out", help="run folder (default runs/<config stem>)")
     tr.add_argument("--resume", action="store_true", help="continue from the newest checkpoint")
+    tr.add_argument(
+        "--move-aside",
+        action="store_true",
+        help="if --out already holds a run, rename it to OUT.old-<time> and start afresh",
+    )
     tr.add_argument("--steps", type=int, help="override the config's steps")
     tr.add_argument("--describe", action="store_true", help="print every config key and exit")
     _add_set(tr)

@@ -21,12 +21,14 @@ import torch
 
 from llm.config import TrainConfig, config_to_toml, load_config
 from llm.distributed import DistInfo, unwrap
+from llm.runfolder import loadable_checkpoints, newest_loadable, read_metrics
 
 __all__ = [
     "CHECKPOINTS",
     "STATE_FILE",
     "MetricsLogger",
     "check_resume_config",
+    "find_resume_checkpoint",
     "latest_checkpoint",
     "load_optimizer_state",
     "restore_checkpoint",
@@ -67,6 +69,65 @@ def latest_checkpoint(out_dir: str | os.PathLike[str]) -> Path | None:
         return None
     done = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).is_file())
     return done[-1] if done else None
+
+
+_STATE_KEYS = ("step", "data_position", "optimizer", "scheduler", "rng")
+
+
+def _read_checkpoint(ckpt: Path) -> dict[str, Any]:
+    """``trainer_state.pt`` of `ckpt`, after checking that its weights and config are readable
+    (a truncated safetensors file fails its header check here, not mid-training).
+
+    Raises:
+        any loading error (the caller falls back to an older checkpoint); ValueError for a
+        state without the keys a resume needs.
+    """
+    from safetensors import safe_open
+
+    json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
+    weights = sorted(ckpt.glob("*.safetensors"))
+    if not weights:
+        raise FileNotFoundError(f"{ckpt}: no *.safetensors weights")
+    for f in weights:
+        with safe_open(str(f), framework="pt") as handle:
+            for key in handle.keys():
+                handle.get_slice(key)
+    # mmap: the check reads the pickle, not every optimizer tensor (restore_checkpoint loads them)
+    state = torch.load(ckpt / STATE_FILE, weights_only=False, mmap=True)
+    missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise ValueError(f"{ckpt / STATE_FILE}: missing {missing}")
+    return state
+
+
+def find_resume_checkpoint(out_dir: str | os.PathLike[str], steps: int) -> Path | None:
+    """The checkpoint a ``--resume`` of `out_dir` continues from: the newest that loads.
+
+    Corrupt newer checkpoints are skipped with a warning naming each and its error. A run already
+    at `steps` is finished: a warning says so and the checkpoint is returned (nothing is trained).
+
+    Raises:
+        ValueError: the checkpoint is past `steps` (``--steps`` at or below it cannot continue).
+        llm.runfolder.RunFolderError: checkpoints exist but none loads.
+    """
+    found = newest_loadable(
+        loadable_checkpoints(out_dir, lambda p: (p / STATE_FILE).is_file()), _read_checkpoint
+    )
+    if found is None:
+        return None
+    ckpt, state = found
+    if state["step"] > steps:
+        raise ValueError(
+            f"--resume: {ckpt} is at step {state['step']}, past steps = {steps}; pass --steps "
+            f"above {state['step']} to train further"
+        )
+    if state["step"] == steps:
+        warnings.warn(
+            f"--resume: {out_dir} is already at step {steps} = steps; nothing to train (pass a "
+            "larger --steps to continue)",
+            stacklevel=2,
+        )
+    return ckpt
 
 
 def save_checkpoint(
@@ -214,12 +275,10 @@ class MetricsLogger:
         # A run killed after its last checkpoint logged steps that the resumed run redoes.
         if not self.path.exists():
             return
-        keep = [
-            line
-            for line in self.path.read_text(encoding="utf-8").splitlines()
-            if line.strip() and json.loads(line)["step"] <= start_step
-        ]
-        self.path.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+        keep = [r for r in read_metrics(self.path) if r["step"] <= start_step]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in keep), encoding="utf-8")
+        os.replace(tmp, self.path)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         """Append ``{"step": step, **metrics}`` to metrics.jsonl (and TensorBoard)."""

@@ -7,9 +7,12 @@ The trainer and `llm eval` look the task up by ``cfg.task``; this module only tu
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from llm.tasks import TASKS, Problem
 
@@ -19,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = [
     "Problem",
     "check_vocabulary",
+    "data_indices",
+    "drop_long_prompts",
     "load_eval_sets",
     "load_train_problems",
 ]
@@ -119,3 +124,50 @@ def load_eval_sets(cfg: TrainConfig) -> dict[str, list[Problem]]:
     if e.source == "generate":
         return {"heldout": TASKS[cfg.task].generate(e.n_problems, e.seed, cfg.data)}
     return {Path(p).stem: _from_file(cfg, p)[: e.n_problems] for p in e.paths}
+
+
+def data_indices(position: int, count: int, n: int, seed: int) -> list[int]:
+    """Problem indices for prompts ``position .. position + count - 1`` of the data stream.
+
+    The stream is a fresh permutation of ``range(n)`` per data epoch, drawn from
+    ``np.random.default_rng((seed, epoch))``, so any position is reproducible without state.
+    """
+    out = []
+    for p in range(position, position + count):
+        epoch, offset = divmod(p, n)
+        out.append(int(_permutation(n, seed, epoch)[offset]))
+    return out
+
+
+_PERM_CACHE: dict[tuple[int, int, int], np.ndarray] = {}
+
+
+def _permutation(n: int, seed: int, epoch: int) -> np.ndarray:
+    key = (n, seed, epoch)
+    if key not in _PERM_CACHE:
+        _PERM_CACHE.clear()  # only the current epoch is ever needed again
+        _PERM_CACHE[key] = np.random.default_rng((seed, epoch)).permutation(n)
+    return _PERM_CACHE[key]
+
+
+def drop_long_prompts(problems: list[Problem], cfg: TrainConfig, tokenizer: Any) -> list[Problem]:
+    """The problems whose prompt fits in ``max_prompt_tokens`` (verl's filter_overlong_prompts).
+
+    Raises:
+        ValueError: none fits.
+    """
+    prompts = [TASKS[cfg.task].prompt(p, cfg.template) for p in problems]
+    lengths = [len(ids) for ids in tokenizer(prompts)["input_ids"]]
+    kept = [p for p, n in zip(problems, lengths, strict=True) if n <= cfg.max_prompt_tokens]
+    if not kept:
+        raise ValueError(
+            f"max_prompt_tokens: every prompt is longer than {cfg.max_prompt_tokens} tokens "
+            f"(shortest {min(lengths)})"
+        )
+    if len(kept) < len(problems):
+        warnings.warn(
+            f"max_prompt_tokens: dropped {len(problems) - len(kept)} of {len(problems)} "
+            f"problems whose prompt is longer than {cfg.max_prompt_tokens} tokens",
+            stacklevel=2,
+        )
+    return kept

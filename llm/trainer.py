@@ -24,7 +24,6 @@ from __future__ import annotations
 import os
 import random
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from llm.checkpoint import (
     CHECKPOINTS,
     MetricsLogger,
     check_resume_config,
+    find_resume_checkpoint,
     latest_checkpoint,
     restore_checkpoint,
     save_checkpoint,
@@ -62,7 +62,13 @@ from llm.models import (
     load_tokenizer,
     make_backend,
 )
-from llm.task import Problem, load_train_problems
+from llm.runfolder import (
+    NonFiniteError,
+    RunLock,
+    check_base_model_folder,
+    claim_run_folder,
+)
+from llm.task import Problem, data_indices, drop_long_prompts, load_train_problems
 from llm.tasks import TASKS
 from llm.update import (
     accumulate_gradients,
@@ -104,6 +110,7 @@ def train(
     backend_factory: Callable[[TrainConfig, Any, Any], RolloutBackendLike] | None = None,
     stop_after: int | None = None,
     progress: bool = True,
+    move_aside: bool = False,
 ) -> list[dict[str, float]]:
     """Train `cfg` into `out_dir`; returns the metrics of the steps run by this call.
 
@@ -123,17 +130,44 @@ def train(
         backend_factory: ``(cfg, model, tokenizer) -> backend``; default `make_backend`.
         stop_after: stop after this step without saving (simulates a kill; tests use it).
         progress: show a tqdm bar (rank 0).
+        move_aside: a fresh run into a folder holding a run renames that run's folder to
+            ``DIR.old-<time>`` instead of refusing (`llm.runfolder.claim_run_folder`).
 
     Raises:
         ValueError: invalid config, a resumed run whose config differs, or a mini-batch
             (``prompts_per_update``, else ``prompts_per_step``) not divisible by the number of
             processes.
         FileNotFoundError: the model folder does not exist.
+        llm.runfolder.RunFolderError: `out_dir` holds another run (without `resume`), is in use
+            by a live process, or `build_base_model` would replace a folder it did not build.
+        llm.runfolder.NonFiniteError: a loss, gradient norm or parameter became NaN/inf (the
+            newest checkpoint is then the last good state).
     """
     info = init_distributed(cfg.device)
     out = Path(out_dir)
+    lock = RunLock(out) if info.is_main else None
+    if lock is not None:
+        claim_run_folder(out, resume=resume, move_aside=move_aside)
+        lock.acquire()
+    try:
+        return _train(cfg, out, info, resume, backend_factory, stop_after, progress)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(
+    cfg: TrainConfig,
+    out: Path,
+    info: DistInfo,
+    resume: bool,
+    backend_factory: Callable[[TrainConfig, Any, Any], RolloutBackendLike] | None,
+    stop_after: int | None,
+    progress: bool,
+) -> list[dict[str, float]]:
     _start_run(cfg, out, resume=resume, info=info)
-    ckpt = broadcast_object(latest_checkpoint(out) if resume else None, info)
+    ckpt = find_resume_checkpoint(out, cfg.steps) if resume and info.is_main else None
+    ckpt = broadcast_object(ckpt, info)
     model, tokenizer, ref_model = load_policy_and_reference(
         cfg, ckpt or cfg.model_path, info.device
     )
@@ -146,7 +180,7 @@ def train(
 
     problems = load_train_problems(cfg, tokenizer)
     if cfg.max_prompt_tokens > 0:
-        problems = _drop_long_prompts(problems, cfg, tokenizer)
+        problems = drop_long_prompts(problems, cfg, tokenizer)
     hyper = cfg.method_hyper()
     needs = shaping.METHODS[cfg.method].needs_for(**hyper)
     encoder = _load_encoder(info.device) if "diversity" in needs else None
@@ -179,7 +213,9 @@ def train(
             t_old = time.perf_counter()
 
             # Update: mu passes over the mini-batches, one optimizer step each.
-            update = update_policy(policy, optimizer, scheduler, behaviour, cfg=cfg, info=info)
+            update = update_policy(
+                policy, optimizer, scheduler, behaviour, cfg=cfg, info=info, step=step
+            )
             t_upd = time.perf_counter()
 
             # Log and checkpoint.
@@ -222,17 +258,25 @@ def _rollout(
 ) -> Any:
     """G responses to each problem's prompt (a `RolloutBatch`), sampled with the step's seed."""
     prompts = [TASKS[cfg.task].prompt(p, cfg.template) for p in problems]
-    return generate_shared(
-        backend,
-        prompts,
-        info,
-        share=cfg.vllm.tensor_parallel_size if cfg.backend == "vllm" else 1,
-        seed_of=lambda rank: _step_seed(cfg.seed, step, rank),
-        group_size=cfg.group_size,
-        max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-    )
+    try:
+        return generate_shared(
+            backend,
+            prompts,
+            info,
+            share=cfg.vllm.tensor_parallel_size if cfg.backend == "vllm" else 1,
+            seed_of=lambda rank: _step_seed(cfg.seed, step, rank),
+            group_size=cfg.group_size,
+            max_new_tokens=cfg.max_new_tokens,
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+        )
+    except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: a diverged policy
+        if "inf" not in str(e) and "nan" not in str(e):
+            raise
+        raise NonFiniteError(
+            f"step {step}: the policy's sampling probabilities are not finite ({e}); the newest "
+            "checkpoint may already hold the diverged weights: resume from an earlier one"
+        ) from e
 
 
 def _score(roll: Any, problems: list[Problem], cfg: TrainConfig, device: str) -> torch.Tensor:
@@ -255,29 +299,6 @@ def _load_encoder(device: str) -> Any:
     from llm.diversity import load_encoder
 
     return load_encoder(device)
-
-
-def _drop_long_prompts(problems: list[Problem], cfg: TrainConfig, tokenizer: Any) -> list[Problem]:
-    """The problems whose prompt fits in ``max_prompt_tokens`` (verl's filter_overlong_prompts).
-
-    Raises:
-        ValueError: none fits.
-    """
-    prompts = [TASKS[cfg.task].prompt(p, cfg.template) for p in problems]
-    lengths = [len(ids) for ids in tokenizer(prompts)["input_ids"]]
-    kept = [p for p, n in zip(problems, lengths, strict=True) if n <= cfg.max_prompt_tokens]
-    if not kept:
-        raise ValueError(
-            f"max_prompt_tokens: every prompt is longer than {cfg.max_prompt_tokens} tokens "
-            f"(shortest {min(lengths)})"
-        )
-    if len(kept) < len(problems):
-        warnings.warn(
-            f"max_prompt_tokens: dropped {len(problems) - len(kept)} of {len(problems)} "
-            f"problems whose prompt is longer than {cfg.max_prompt_tokens} tokens",
-            stacklevel=2,
-        )
-    return kept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,8 +326,9 @@ def _start_run(cfg: TrainConfig, out: Path, *, resume: bool, info: DistInfo) -> 
         out.mkdir(parents=True, exist_ok=True)
         save_config(cfg, out / "config.toml")
         if cfg.build_base_model:
-            from llm.tiny import ensure_base_model
+            from llm.tiny import BUILD_FILE, ensure_base_model
 
+            check_base_model_folder(cfg.model_path, BUILD_FILE)
             ensure_base_model(cfg.model_path)
     if info.enabled:
         torch.distributed.barrier()
@@ -315,30 +337,6 @@ def _start_run(cfg: TrainConfig, out: Path, *, resume: bool, info: DistInfo) -> 
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)  # noqa: NPY002 (seeds the legacy global RNG that libraries use)
     torch.manual_seed(cfg.seed)
-
-
-def data_indices(position: int, count: int, n: int, seed: int) -> list[int]:
-    """Problem indices for prompts ``position .. position + count - 1`` of the data stream.
-
-    The stream is a fresh permutation of ``range(n)`` per data epoch, drawn from
-    ``np.random.default_rng((seed, epoch))``, so any position is reproducible without state.
-    """
-    out = []
-    for p in range(position, position + count):
-        epoch, offset = divmod(p, n)
-        out.append(int(_permutation(n, seed, epoch)[offset]))
-    return out
-
-
-_PERM_CACHE: dict[tuple[int, int, int], np.ndarray] = {}
-
-
-def _permutation(n: int, seed: int, epoch: int) -> np.ndarray:
-    key = (n, seed, epoch)
-    if key not in _PERM_CACHE:
-        _PERM_CACHE.clear()  # only the current epoch is ever needed again
-        _PERM_CACHE[key] = np.random.default_rng((seed, epoch)).permutation(n)
-    return _PERM_CACHE[key]
 
 
 def _step_seed(seed: int, step: int, rank: int = 0) -> int:

@@ -27,6 +27,7 @@ from llm.behaviour import GRAD_KEYS, BehaviourBatch
 from llm.config import TrainConfig
 from llm.distributed import DistInfo, gather_batch, grad_sync, local_rows
 from llm.forward import PolicyOutputs, Rows, chunks, forward_all, policy_forward, slice_outputs
+from llm.runfolder import NonFiniteError, check_finite
 
 __all__ = [
     "UpdateResult",
@@ -163,12 +164,17 @@ def update_policy(
     *,
     cfg: TrainConfig,
     info: DistInfo,
+    step: int = 0,
 ) -> UpdateResult:
     """``cfg.inner_epochs`` passes over the step's mini-batches, each ONE optimizer step
     (`accumulate_gradients`, gradient-norm clipping, AdamW, the schedule).
 
     Mini-batches are whole groups (verl's ppo_mini_batch_size), in data order; this rank's share
     of a mini-batch is ``prompts_per_update / W`` groups (``prompts_per_step`` when unset).
+
+    Raises:
+        llm.runfolder.NonFiniteError: the loss, the gradient norm or, after the step, a parameter
+            is NaN/inf (`step` names the training step in the message).
     """
     hyper = cfg.method_hyper()
     needs = shaping.METHODS[cfg.method].needs_for(**hyper)
@@ -206,16 +212,28 @@ def update_policy(
                 precision=cfg.precision,
                 info=info,
             )
-            result.grad_norms.append(
-                float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
-            )
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
+            # Stop before a non-finite update reaches the weights (issue 13): the newest
+            # checkpoint stays the last good state.
+            check_finite(step, loss=float(loss), grad_norm=grad_norm)
+            result.grad_norms.append(grad_norm)
             optimizer.step()
             scheduler.step()
+            if not all(bool(torch.isfinite(p).all()) for p in _local_params(policy)):
+                raise NonFiniteError(
+                    f"step {step}: the optimizer step made parameters non-finite (lr "
+                    f"{scheduler.get_last_lr()[0]:g}); the newest checkpoint is the last good state"
+                )
             # Free the gradients now: the rollout engine wakes up before the next zero_grad.
             optimizer.zero_grad(set_to_none=True)
             result.losses.append(loss)
             result.loss_metrics.append({k: v for k, v in loss_metrics.items() if v.numel() == 1})
     return result
+
+
+def _local_params(policy: torch.nn.Module) -> list[Tensor]:
+    """This rank's parameter values (an FSDP2 DTensor's local shard)."""
+    return [p.to_local() if hasattr(p, "to_local") else p for p in policy.parameters()]
 
 
 def step_metrics(

@@ -1,0 +1,189 @@
+"""Issue 13: the trainer never loses a user's data. Each test failed on the code before the fix:
+a user's model folder replaced by build_base_model, a finished run silently mixed with a new one,
+non-finite training saved as success, two runs into one folder, a corrupt newest checkpoint or a
+torn metrics line blocking resume, and a resume without config.toml or past --steps. The last
+test kills a training process at random moments and checks that resuming gives the uninterrupted
+run's result."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from llm.checkpoint import latest_checkpoint
+from llm.config import load_config
+from llm.runfolder import NonFiniteError, RunFolderError, RunLock
+from llm.trainer import train
+from tests.llm.conftest import save_random_tiny_model
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ROOT / "configs" / "countdown_tiny.toml"
+
+
+@pytest.fixture(scope="module")
+def tiny100(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return save_random_tiny_model(tmp_path_factory.mktemp("safety_tiny"), max_number=100)
+
+
+def _cfg(model: str, **over):
+    base = dict(model_path=model, build_base_model=False, group_size=2, prompts_per_step=2,
+                max_new_tokens=4, tensorboard=False, steps=3, save_every=1, lr=1e-3)  # fmt: skip
+    base["data"] = {"n_problems": 8}
+    base.update(over)
+    return load_config(TINY, **base)
+
+
+def _metrics(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(next(ckpt.glob("*.safetensors"))))
+
+
+def test_build_base_model_never_replaces_a_users_folder(tmp_path: Path) -> None:
+    mine = tmp_path / "my_model"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("an earlier checkpoint and my notes")
+    cfg = load_config(TINY, model_path=str(mine), build_base_model=True, steps=1)
+    with pytest.raises(RunFolderError, match="not built by this package"):
+        train(cfg, tmp_path / "run", progress=False)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_new_run_into_a_finished_run_is_refused_or_moved_aside(tiny100, tmp_path) -> None:
+    out = tmp_path / "run"
+    train(_cfg(tiny100, steps=2), out, progress=False)
+    before = (out / "metrics.jsonl").read_text()
+    with pytest.raises(RunFolderError, match="already holds a run"):
+        train(_cfg(tiny100, steps=1), out, progress=False)
+    assert (out / "metrics.jsonl").read_text() == before
+    with pytest.warns(UserWarning, match="moved the earlier run"):
+        train(_cfg(tiny100, steps=1), out, progress=False, move_aside=True)
+    old = next(tmp_path.glob("run.old-*"))
+    assert (old / "metrics.jsonl").read_text() == before
+    assert len(_metrics(out)) == 1 and latest_checkpoint(out).name == "step_000001"
+
+
+def test_non_finite_training_stops_and_keeps_the_last_good_checkpoint(tiny100, tmp_path) -> None:
+    out = tmp_path / "run"
+    with pytest.raises(NonFiniteError, match=r"step \d+: "):
+        train(
+            _cfg(
+                tiny100,
+                lr=1e30,
+                steps=6,
+                max_grad_norm=0.0,
+                method="entropy_bonus",
+                hyper={"eta": 0.5},
+            ),
+            out,
+            progress=False,
+        )
+    ckpt = latest_checkpoint(out)
+    if ckpt is not None:
+        assert all(torch.isfinite(t).all() for t in _weights(ckpt).values())
+
+
+def test_a_second_live_run_into_the_same_folder_is_refused(tiny100, tmp_path) -> None:
+    out = tmp_path / "run"
+    with RunLock(out), pytest.raises(RunFolderError, match=f"in use by PID {os.getpid()}"):
+        train(_cfg(tiny100), out, progress=False)
+    assert not (out / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize("damage", ["empty_state", "random_state", "truncated_weights"])
+def test_resume_falls_back_past_a_corrupt_newest_checkpoint(tiny100, tmp_path, damage) -> None:
+    out, ref = tmp_path / "run", tmp_path / "ref"
+    train(_cfg(tiny100, steps=3), ref, progress=False)
+    train(_cfg(tiny100, steps=3), out, progress=False, stop_after=2)
+    newest = latest_checkpoint(out)
+    assert newest.name == "step_000002"
+    if damage == "empty_state":
+        (newest / "trainer_state.pt").write_bytes(b"")
+    elif damage == "random_state":
+        (newest / "trainer_state.pt").write_bytes(random.Random(0).randbytes(4096))
+    else:
+        w = next(newest.glob("*.safetensors"))
+        w.write_bytes(w.read_bytes()[: w.stat().st_size // 2])
+    with pytest.warns(UserWarning, match="skipped checkpoint .*step_000002"):
+        train(_cfg(tiny100, steps=3), out, resume=True, progress=False)
+    # Resumed from step 1: steps 2 and 3 are redone exactly as the uninterrupted run did them.
+    strip = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in _metrics(out)]
+    want = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in _metrics(ref)]
+    assert strip == want
+
+
+def test_torn_metrics_line_is_dropped_on_resume(tiny100, tmp_path) -> None:
+    out = tmp_path / "run"
+    train(_cfg(tiny100, steps=3), out, progress=False, stop_after=2)
+    with (out / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "charts/rew')
+    with pytest.warns(UserWarning, match="torn last line"):
+        train(_cfg(tiny100, steps=3), out, resume=True, progress=False)
+    assert [m["step"] for m in _metrics(out)] == [1, 2, 3]
+
+
+def test_resume_without_config_or_past_steps_says_so(tiny100, tmp_path) -> None:
+    out = tmp_path / "run"
+    train(_cfg(tiny100, steps=2), out, progress=False)
+    with pytest.raises(ValueError, match="at step 2, past steps = 1"):
+        train(_cfg(tiny100, steps=1), out, resume=True, progress=False)
+    with pytest.warns(UserWarning, match="already at step 2"):
+        assert train(_cfg(tiny100, steps=2), out, resume=True, progress=False) == []
+    (out / "config.toml").unlink()
+    with pytest.raises(RunFolderError, match="no config"):
+        train(_cfg(tiny100, steps=3), out, resume=True, progress=False)
+
+
+def _cli(model: str, out: Path, steps: int, resume: bool) -> list[str]:
+    argv = [sys.executable, "-m", "llm", "train", "--config", str(TINY), "--out", str(out),
+            "--set", f"model_path={model}", "build_base_model=false", "group_size=2",
+            "prompts_per_step=2", "max_new_tokens=4", "tensorboard=false", "save_every=1",
+            "num_threads=1", "data.n_problems=8", f"steps={steps}"]  # fmt: skip
+    return [*argv, "--resume"] if resume else argv
+
+
+def test_kill_at_random_moments_then_resume_equals_uninterrupted(tiny100, tmp_path) -> None:
+    steps, kills = 10, 5
+    ref, out = tmp_path / "ref", tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(_cli(tiny100, ref, steps, False), cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    rng = random.Random(13)
+    done = 0
+    for i in range(kills):
+        proc = subprocess.Popen(_cli(tiny100, out, steps, i > 0), cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        # Kill once training has begun (a new checkpoint appeared), at a random moment after it.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None:
+            ckpt = latest_checkpoint(out)
+            if ckpt is not None and int(ckpt.name.split("_")[1]) > done:
+                break
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.3))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        ckpt = latest_checkpoint(out)
+        done = int(ckpt.name.split("_")[1]) if ckpt is not None else 0
+
+    subprocess.run(_cli(tiny100, out, steps, True), cwd=ROOT, env=env, check=True,
+                   capture_output=True, timeout=300)  # fmt: skip
+    strip = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in _metrics(out)]
+    want = [{k: v for k, v in m.items() if not k.startswith("time/")} for m in _metrics(ref)]
+    assert strip == want
+    last_ref, last_out = latest_checkpoint(ref), latest_checkpoint(out)
+    assert last_out.name == last_ref.name == f"step_{steps:06d}"
+    a, b = _weights(last_ref), _weights(last_out)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
