@@ -259,3 +259,32 @@ def test_frontier_arrays_are_per_problem_gains_over_the_base():
     results["models"].pop()
     with pytest.raises(ValueError, match=r"casp alpha=0\.5 step 5: no seed 1"):
         frontier_arrays(results, "pass_at_k")
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint(swept):
+    """A run killed after its first checkpoint continues from it (not from scratch) and ends
+    with the weights of the uninterrupted run."""
+    from llm.config import config_from_dict
+    from llm.sweep import weights_sha
+    from llm.trainer import train
+
+    root, config, out = swept
+    spec = load_sweep(config, ['methods=[{method="grpo"}]'])
+    fresh = root / "interrupted"
+    run = fresh / "runs" / "grpo_seed0"
+    cfg = config_from_dict(_run_raw(_base(root), spec.settings[0], 0, spec.checkpoints))
+    train(cfg, run, stop_after=1, progress=False)  # saved step 1, then "killed"
+    (run / RUN_MARKER).write_text(
+        json.dumps({"base_sha": weights_sha(cfg.model_path), "finished": False, "evals": {}})
+    )
+    res = run_sweep(spec, fresh, workers=1, progress=False, num_resamples=20)
+    assert res["reused"]["runs"] == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]  # step 1 was not trained again
+    done = json.loads((out / "runs" / "grpo_seed0" / RUN_MARKER).read_text())
+    again = json.loads((run / RUN_MARKER).read_text())
+    for step in ("1", "2"):
+        assert (
+            again["evals"][step]["result"]["weights_sha256"]
+            == (done["evals"][step]["result"]["weights_sha256"])
+        )
