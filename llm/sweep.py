@@ -60,13 +60,23 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "MEASURES",
     "RUN_MARKER",
+    "Setting",
     "SweepSpec",
     "apply_sets",
     "default_workers",
+    "format_results",
+    "frontier_analysis",
+    "frontier_arrays",
+    "lift_markdown",
     "load_sweep",
+    "map_jobs",
+    "plot_frontier",
     "read_json",
+    "run_name",
     "run_sweep",
+    "setting_name",
     "sweep_from_dict",
     "weights_sha",
     "write_json",
