@@ -7,6 +7,7 @@
     torchrun --nproc_per_node W -m llm train --config FILE   # data parallel (DDP / FSDP2)
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
+    python -m llm sweep --config FILE [--set KEY=VALUE ...] [--workers N] [--out DIR]
 
 `--model` takes a model folder or a run folder (its newest checkpoint is used). `--config` gives
 eval the run's task, template, backend, max_new_tokens, distinct and data bounds (for
@@ -145,7 +146,21 @@ def _reproduce(args: argparse.Namespace) -> int:
     summary = reproduce(settings)
     figures = settings.resolved().figures
     print(format_summary(summary))
-    print(f"wrote {figures}/llm_countdown_passk.png, llm_countdown_results.md, llm_countdown.json")
+    print(
+        f"wrote {figures}/llm_countdown_frontier.png, llm_countdown_lifts.md, "
+        "llm_countdown_passk.png, llm_countdown_results.md, llm_countdown.json"
+    )
+    return 0
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from llm.sweep import format_results, load_sweep, run_sweep
+
+    spec = load_sweep(args.config, args.sets)
+    out = args.out or str(Path("runs") / "sweeps" / Path(args.config).stem)
+    results = run_sweep(spec, out, workers=args.workers)
+    print(format_results(results))
+    print(f"wrote {out}/results.json")
     return 0
 
 
@@ -220,14 +235,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     rp.add_argument("--config", help="train config (default configs/countdown_tiny.toml)")
     rp.add_argument("--methods", nargs="+", metavar="M", help="shaping methods to train")
-    rp.add_argument("--seeds", nargs="+", metavar="S", help="training seeds (default 0 1)")
+    rp.add_argument("--seeds", nargs="+", metavar="S", help="training seeds (default: the sweep's)")
     rp.add_argument("--steps", type=int, help="override the config's steps")
-    rp.add_argument("--eval-problems", type=int, default=128, help="held-out problems (128)")
-    rp.add_argument("--eval-samples", type=int, default=32, help="samples per problem (32)")
+    rp.add_argument("--eval-problems", type=int, help="held-out problems (the sweep's: 128)")
+    rp.add_argument("--eval-samples", type=int, help="samples per problem (the sweep's: 16)")
     rp.add_argument("--jobs", type=int, default=2, help="runs side by side, 1 thread each (2)")
     rp.add_argument("--semantic", action="store_true", help="also the MiniLM cosine (dsdr)")
     rp.add_argument("--quick", action="store_true", help="smoke-test budget, in RUNS/quick/")
     rp.set_defaults(func=_reproduce)
+
+    sw = sub.add_parser("sweep", help="a grid of methods x settings x seeds, paths, frontier")
+    sw.add_argument("--config", required=True, help="sweep TOML (configs/sweep_*.toml)")
+    sw.add_argument(
+        "--set", dest="sets", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+        help="override sweep keys: seeds=[0] train.steps=20 eval.problems=8 (TOML literals)",
+    )  # fmt: skip
+    sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    sw.add_argument("--out", help="output folder (default runs/sweeps/<config stem>)")
+    sw.set_defaults(func=_sweep)
 
     args = parser.parse_args(argv)
     try:

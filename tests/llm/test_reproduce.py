@@ -1,17 +1,28 @@
-"""`python -m llm reproduce --quick`: the make-reproduce LLM stage end to end on a smoke budget
-(1-layer base model, 2 training steps per method, 4 held-out problems x 4 samples), and its
-resume safety (a second call reuses the finished runs and their evaluations)."""
+"""`python -m llm reproduce --quick`: the make-reproduce LLM stage (a budgeted `llm.sweep`) end to
+end on a smoke budget (1-layer base model, 2 training steps per run evaluated at steps 1 and 2,
+4 held-out problems x 4 samples), and its resume safety (a second call reuses the finished runs
+and their evaluations)."""
 
 from __future__ import annotations
 
 import json
+import tomllib
 
 import pytest
 
 from llm.__main__ import main
-from llm.reproduce import ReproduceSettings, results_table, run_dir_name
+from llm.reproduce import DEFAULT_SWEEP, ReproduceSettings, results_table
+from llm.sweep import RUN_MARKER, load_sweep
 
 METHODS = ("grpo", "ds_grpo")
+# configs/sweep_countdown_tiny.toml: grpo {default, kl_coef=0.1}, ds_grpo x 3 coefficients
+SETTINGS = [
+    "grpo[default]",
+    "grpo[kl_coef=0.1]",
+    "ds_grpo[gamma_p=0.3,gamma_n=0.05]",
+    "ds_grpo[gamma_p=1.0,gamma_n=0.2]",
+    "ds_grpo[gamma_p=4.0,gamma_n=0.8]",
+]
 
 
 @pytest.fixture(scope="module")
@@ -23,61 +34,59 @@ def quick_run(tmp_path_factory):
     return root, argv
 
 
-def test_quick_writes_figure_table_and_json(quick_run):
+def test_quick_writes_figures_tables_and_json(quick_run):
     root, _ = quick_run
     fig = root / "figures"
-    assert (fig / "llm_countdown_passk.png").stat().st_size > 0
+    for name in ("llm_countdown_passk.png", "llm_countdown_frontier.png"):
+        assert (fig / name).stat().st_size > 0
     table = (fig / "llm_countdown_results.md").read_text()
-    for method in ("base", *METHODS):
-        assert f"| {method} |" in table
+    assert "| base | - |" in table and "| ds_grpo | gamma_p=1.0,gamma_n=0.2 |" in table
+    assert "Lift at matched pass@1" in table
+    lifts = (fig / "llm_countdown_lifts.md").read_text()
+    assert lifts.count("| ds_grpo | gamma_p=4.0,gamma_n=0.8 |") == 4  # 2 measures x 2 steps
     summary = json.loads((fig / "llm_countdown.json").read_text())
-    assert set(summary) >= {"settings", "base", "methods", "per_seed", "timings_seconds"}
-    assert list(summary["methods"]) == ["base", *METHODS]
-    assert summary["settings"]["eval_problems"] == 4 and summary["settings"]["eval_samples"] == 4
-    assert summary["settings"]["steps"] == 2 and summary["settings"]["quick"] is True
+    assert set(summary) >= {
+        "settings",
+        "base",
+        "methods",
+        "per_seed",
+        "timings_seconds",
+        "frontier",
+    }
+    assert list(summary["methods"]) == ["base", *SETTINGS]
+    st = summary["settings"]
+    assert (st["eval_problems"], st["eval_samples"], st["steps"], st["quick"]) == (4, 4, 2, True)
+    assert st["checkpoints"] == [1, 2] and st["reference"] == "grpo"
     for agg in summary["methods"].values():
         assert set(agg["pass_at_k"]) == {"1", "2", "4"}
         assert set(agg) >= {"distinct_correct", "self_bleu", "pass_at_k_minus_base"}
-    assert summary["per_seed"]["ds_grpo"][0]["hyper"] == {"gamma_p": 0.3, "gamma_n": 0.05}
+    assert summary["per_seed"][SETTINGS[3]][0]["hyper"] == {"gamma_p": 1.0, "gamma_n": 0.2}
     assert set(summary["timings_seconds"]) >= {"base_model", "train_and_eval", "total"}
-    assert results_table(summary).count("\n") == 2 + len(METHODS)  # header, rule, base, methods
+    assert results_table(summary).count("\n") == 2 + len(SETTINGS)  # header, rule, base, rows
 
 
-def test_quick_runs_and_eval_json(quick_run):
+def test_quick_runs_and_results_json(quick_run):
     root, _ = quick_run
-    runs = root / "runs" / "quick"  # --quick keeps its runs apart from the real ones
-    data = json.loads((runs / "eval" / "eval.json").read_text())
-    assert list(data) == ["base", *METHODS]
-    for label in data:
-        assert data[label]["n"] == 4 and data[label]["n_problems"] == 4
-        assert len(data[label]["weights_sha256"]) == 64
-    for method in METHODS:
-        run = runs / run_dir_name(method, 0)
-        marker = json.loads((run / "reproduce_run.json").read_text())
-        assert marker["finished"] is True
-        assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_000002"]
+    sweep = root / "runs" / "quick" / "sweep"  # --quick keeps its runs apart from the real ones
+    results = json.loads((sweep / "results.json").read_text())
+    assert len(results["models"]) == 1 + 2 * len(SETTINGS)
+    for m in results["models"]:
+        assert m["n"] == 4 and len(m["correct"]) == 4
+    run = sweep / "runs" / "grpo_seed0"
+    assert json.loads((run / RUN_MARKER).read_text())["finished"] is True
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_000002"]
 
 
 def test_second_call_reuses_runs_and_evals(quick_run):
     root, argv = quick_run
-    run = root / "runs" / "quick" / run_dir_name("grpo", 0)
-    weights = run / "checkpoints" / "step_000002" / "model.safetensors"
-    before = (
-        weights.stat().st_mtime_ns,
-        (root / "runs" / "quick" / "eval" / "eval.json").read_text(),
-    )
+    sweep = root / "runs" / "quick" / "sweep"
+    weights = sweep / "runs" / "grpo_seed0" / "checkpoints" / "step_000002" / "model.safetensors"
+    before = weights.stat().st_mtime_ns
     assert main(argv) == 0
     summary = json.loads((root / "figures" / "llm_countdown.json").read_text())
-    assert summary["reused"] == {
-        "runs": len(METHODS),
-        "evals": 1 + len(METHODS),
-        "of": len(METHODS),
-    }
-    after = (
-        weights.stat().st_mtime_ns,
-        (root / "runs" / "quick" / "eval" / "eval.json").read_text(),
-    )
-    assert before == after
+    n = len(SETTINGS)
+    assert summary["reused"] == {"runs": n, "of": n, "evals": 1 + 2 * n, "evals_of": 1 + 2 * n}
+    assert weights.stat().st_mtime_ns == before
 
 
 def test_quick_settings_never_touch_the_real_folders():
@@ -85,3 +94,18 @@ def test_quick_settings_never_touch_the_real_folders():
     assert s.out_runs.endswith("quick") and s.figures.startswith(s.out_runs)
     assert (s.steps, s.eval_problems, s.eval_samples, s.jobs, s.seeds) == (2, 4, 4, 1, (0,))
     assert ReproduceSettings().resolved().figures == "figures"
+
+
+def test_the_make_reproduce_sweep_meets_issue_11_item_5():
+    """GRPO's path and a kl_coef setting; >= 4 methods x >= 3 coefficients x >= 3 seeds; every
+    run evaluated at >= 3 checkpoints."""
+    spec = load_sweep(DEFAULT_SWEEP)
+    grpo = [st.params for st in spec.settings if st.label == spec.reference == "grpo"]
+    assert {} in grpo and any(p.get("kl_coef", 0) > 0 for p in grpo)
+    others = [lb for lb in spec.labels if lb != "grpo"]
+    assert set(others) >= {"ds_grpo", "entropy_bonus", "casp", "unlikeliness"}
+    for lb in others:
+        assert sum(st.label == lb for st in spec.settings) >= 3
+    assert len(spec.seeds) >= 3 and len(spec.checkpoints) >= 3
+    with DEFAULT_SWEEP.open("rb") as f:
+        assert tomllib.load(f)["base"] == "countdown_tiny.toml"

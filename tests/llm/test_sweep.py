@@ -1,0 +1,290 @@
+"""`python -m llm sweep`: a 2-run sweep end to end on a random one-layer model (seconds), its
+resume (finished runs and evaluations reused, a changed setting retrained alone), the grid
+expansion and key routing, config errors that name the key, and the frontier arrays against a
+hand-computed layout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llm.__main__ import main
+from llm.sweep import (
+    RUN_MARKER,
+    _run_raw,
+    apply_sets,
+    frontier_arrays,
+    load_sweep,
+    run_name,
+    run_sweep,
+    sweep_from_dict,
+)
+from theory.measures import pass_at_k
+
+BASE = """
+model_path = "{model}"
+method = "grpo"
+group_size = 4
+prompts_per_step = 2
+steps = 2
+max_new_tokens = 12
+micro_batch_size = 8
+top_n = 2
+lr = 1e-2
+[data]
+source = "generate"
+n_problems = 8
+max_number = 9
+max_target = 30
+[eval]
+source = "generate"
+"""
+
+SWEEP = """
+base = "base.toml"
+seeds = [0]
+checkpoints = [1, 2]
+reference = "grpo"
+[eval]
+problems = 3
+samples = 4
+seed = 7
+[[methods]]
+method = "grpo"
+[[methods]]
+method = "entropy_bonus"
+grid = {{ eta = [{eta}] }}
+"""
+
+
+def _write(folder: Path, model: str, eta: float = 0.1) -> Path:
+    (folder / "base.toml").write_text(BASE.format(model=model))
+    path = folder / "sweep.toml"
+    path.write_text(SWEEP.format(eta=eta))
+    return path
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory, tiny_model_path):
+    root = tmp_path_factory.mktemp("sweep")
+    config = _write(root, tiny_model_path)
+    out = root / "out"
+    assert main(["sweep", "--config", str(config), "--out", str(out), "--workers", "1"]) == 0
+    return root, config, out
+
+
+def test_two_run_sweep_writes_results_figure_and_lifts(swept):
+    _, _, out = swept
+    results = json.loads((out / "results.json").read_text())
+    assert (out / "frontier.png").stat().st_size > 0
+    models = results["models"]
+    # the base model once, then 2 runs x 2 checkpoints
+    assert [(m["label"], m["step"]) for m in models] == [
+        ("base", 0), ("grpo", 1), ("grpo", 2), ("entropy_bonus", 1), ("entropy_bonus", 2),
+    ]  # fmt: skip
+    assert models[3]["params"] == {"eta": 0.1} and models[3]["seed"] == 0
+    assert len(results["problems"]) == 3
+    for m in models:
+        assert len(m["correct"]) == len(m["distinct"]) == 3 and m["n"] == 4
+        assert set(m["pass_at_k"]) == {"1", "2", "4"}
+        want = {k: np.mean([pass_at_k(4, c, int(k)) for c in m["correct"]]) for k in ("1", "4")}
+        assert m["pass_at_k"]["1"] == pytest.approx(want["1"]) == m["pass1"]
+        assert m["pass_at_k"]["4"] == pytest.approx(want["4"])
+        assert m["accuracy"] == pytest.approx(np.mean(m["correct"]) / 4)
+    assert results["settings"]["eval"]["seed"] == 7
+    assert results["settings"]["checkpoints"] == [1, 2]
+    for measure in ("pass_at_k", "distinct_correct"):
+        rows = results["frontier"][measure]["models"]
+        assert [r["reference"] for r in rows] == [True, True, True, False, False]
+        assert rows[0]["x"] == 0.0 and rows[0]["y"] == 0.0  # the base model is the origin
+    lifts = (out / "lifts.md").read_text()
+    assert lifts.count("| entropy_bonus | eta=0.1 |") == 4  # two measures x two checkpoints
+    assert "| entropy_bonus | eta=0.1 | 1 |" in lifts
+    # Finished runs keep only their last checkpoint; the evaluations live in the marker.
+    run = out / "runs" / "grpo_seed0"
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_000002"]
+    marker = json.loads((run / RUN_MARKER).read_text())
+    assert marker["finished"] and set(marker["evals"]) == {"1", "2"}
+
+
+def test_resume_reuses_finished_runs_and_retrains_only_a_changed_setting(swept, tiny_model_path):
+    root, config, out = swept
+    weights = out / "runs" / "grpo_seed0" / "checkpoints" / "step_000002" / "model.safetensors"
+    before = weights.stat().st_mtime_ns
+    spec = load_sweep(config, ["eval.ks=[1, 3]"])  # other ks: computed from the stored counts
+    again = run_sweep(spec, out, workers=1, progress=False, num_resamples=20)
+    assert again["reused"] == {"runs": 2, "of": 2, "evals": 5, "evals_of": 5}
+    assert set(again["models"][1]["pass_at_k"]) == {"1", "3"}
+    assert weights.stat().st_mtime_ns == before
+    _write(root, tiny_model_path, eta=0.2)
+    changed = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20)
+    assert changed["reused"]["runs"] == 1 and changed["reused"]["evals"] == 3  # base + grpo x 2
+    assert weights.stat().st_mtime_ns == before
+    assert (out / "runs" / "entropy_bonus_eta=0.2_seed0" / RUN_MARKER).is_file()
+
+
+def _doc(tmp_path: Path, **over) -> dict:
+    (tmp_path / "base.toml").write_text(BASE.format(model=tmp_path / "model"))
+    doc = {
+        "base": "base.toml",
+        "seeds": [0, 1],
+        "checkpoints": 2,
+        "methods": [{"method": "grpo"}],
+    }
+    doc.update(over)
+    return doc
+
+
+def test_grid_expansion_and_key_routing(tmp_path):
+    spec = sweep_from_dict(
+        _doc(
+            tmp_path,
+            methods=[
+                {"method": "grpo", "points": [{}, {"lr": 5e-3}, {"kl_coef": 0.1}]},
+                {
+                    "method": "ds_grpo",
+                    "grid": {"gamma_p": [0.1, 1.0], "gamma_n": [0.0, 0.2]},
+                    "mode": "zip",
+                },
+                {
+                    "label": "eb",
+                    "method": "entropy_bonus",
+                    "fixed": {"form": "token"},
+                    "grid": {"eta": [0.1, 0.3], "hyper.logp_reduction": ["sum", "mean"]},
+                },
+            ],
+        ),
+        root=tmp_path,
+    )
+    got = [(s.label, s.params) for s in spec.settings]
+    assert got[:5] == [
+        ("grpo", {}), ("grpo", {"lr": 5e-3}), ("grpo", {"kl_coef": 0.1}),
+        ("ds_grpo", {"gamma_p": 0.1, "gamma_n": 0.0}),
+        ("ds_grpo", {"gamma_p": 1.0, "gamma_n": 0.2}),
+    ]  # fmt: skip
+    assert len(got) == 9 and got[5] == ("eb", {"form": "token", "eta": 0.1,
+                                               "hyper.logp_reduction": "sum"})  # fmt: skip
+    assert spec.checkpoints == [1, 2] and spec.reference == "grpo"
+    assert spec.labels == ["grpo", "ds_grpo", "eb"]
+    assert spec.eval["ks"] == [1, 2, 4, 8, 16]  # the base config's eval.n_samples = 16
+    raw = _run_raw(_base(tmp_path), spec.settings[2], 1, [1, 2])
+    assert raw["kl_coef"] == 0.1 and "kl_coef" not in raw.get("hyper", {})
+    assert (raw["seed"], raw["num_threads"], raw["save_every"]) == (1, 1, 1)
+    raw = _run_raw(_base(tmp_path), spec.settings[5], 0, [2, 4])
+    assert raw["hyper"] == {"form": "token", "eta": 0.1, "logp_reduction": "sum"}
+    assert raw["method"] == "entropy_bonus" and raw["save_every"] == 2
+    assert run_name(spec.settings[3], 2) == "ds_grpo_gamma_p=0.1_gamma_n=0.0_seed2"
+
+
+def _base(tmp_path: Path) -> dict:
+    import tomllib
+
+    return tomllib.loads((tmp_path / "base.toml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("over", "named"),
+    [
+        ({"sedes": [0]}, "sedes"),
+        ({"seeds": [0, 0]}, "seeds"),
+        ({"checkpoints": [1]}, "checkpoints"),
+        ({"checkpoints": 5}, "checkpoints"),
+        ({"eval": {"problems": 0}}, "eval.problems"),
+        ({"eval": {"ks": [32]}}, "eval.ks"),
+        ({"eval": {"n": 3}}, "eval: unknown key(s) ['n']"),
+        ({"train": {"lr": -1.0}}, "train: lr"),
+        ({"reference": "casp"}, "reference"),
+        ({"methods": [{"method": "grpoo"}]}, "methods[0].method"),
+        ({"methods": [{"method": "grpo", "gird": {}}]}, "methods[0]: unknown key(s) ['gird']"),
+        ({"methods": [{"method": "ds_grpo", "grid": {"gama_p": [1.0]}}]},
+         "methods[ds_grpo].gama_p"),
+        ({"methods": [{"method": "ds_grpo", "grid": {"gamma_p": [-1.0]}}]}, "gamma_p"),
+        ({"methods": [{"method": "casp", "grid": {"alpha": [2.0]}}]}, "alpha"),
+        ({"methods": [{"method": "grpo", "grid": {"seed": [1]}}]}, "methods[grpo].seed"),
+        ({"methods": [{"method": "grpo", "grid": {"lr": []}}]}, "methods[grpo].grid.lr"),
+        ({"methods": [{"method": "grpo", "mode": "zip", "grid": {"lr": [1.0], "kl_coef": [0, 1]}}]},
+         "methods[grpo].grid"),
+        ({"methods": [{"method": "grpo"}, {"method": "grpo"}]}, "appears twice"),
+    ],
+)  # fmt: skip
+def test_config_errors_name_the_key(tmp_path, over, named):
+    with pytest.raises(ValueError) as err:
+        sweep_from_dict(_doc(tmp_path, **over), root=tmp_path)
+    assert named in str(err.value)
+
+
+def test_set_overrides_and_their_errors(tmp_path):
+    doc = apply_sets(_doc(tmp_path), ["seeds=[3]", "train.steps=4", "eval.problems=8"])
+    assert doc["seeds"] == [3] and doc["train"] == {"steps": 4} and doc["eval"]["problems"] == 8
+    spec = sweep_from_dict(doc, root=tmp_path)
+    assert spec.steps == 4 and spec.checkpoints == [2, 4]
+    with pytest.raises(ValueError, match="unknown sweep key 'sed'"):
+        apply_sets(doc, ["sed=[1]"])
+    with pytest.raises(ValueError, match="expected KEY=VALUE"):
+        apply_sets(doc, ["seeds"])
+    with pytest.raises(FileNotFoundError, match="base"):
+        sweep_from_dict({**doc, "base": "nope.toml"}, root=tmp_path)
+
+
+def test_frontier_arrays_are_per_problem_gains_over_the_base():
+    def model(label, seed, step, correct, distinct, params=None):
+        return {"label": label, "params": params or {}, "seed": seed, "step": step,
+                "n": 4, "correct": correct, "distinct": distinct}  # fmt: skip
+
+    results = {
+        "settings": {"seeds": [0, 1], "reference": "grpo", "eval": {"ks": [1, 2, 4]}},
+        "models": [
+            model("base", None, 0, [2, 0], [1, 0]),
+            model("grpo", 0, 5, [4, 1], [1, 1]),
+            model("grpo", 1, 5, [3, 0], [2, 0]),
+            model("casp", 0, 5, [1, 4], [1, 3], {"alpha": 0.5}),
+            model("casp", 1, 5, [2, 2], [2, 2], {"alpha": 0.5}),
+        ],
+    }
+    x, y, models, rows = frontier_arrays(results, "pass_at_k")
+    assert models.method == ("grpo", "grpo", "casp") and models.step == (0, 5, 5)
+    assert [r["setting"] for r in rows] == ["base", "default", "alpha=0.5"]
+    assert x.shape == y.shape == (3, 2, 2)
+    np.testing.assert_allclose(x[0], 0.0)
+    np.testing.assert_allclose(x[2], [[-1 / 4, 4 / 4], [0.0, 2 / 4]])
+    # pass@4 of 4 samples: 1 when c > 0
+    np.testing.assert_allclose(y[1], [[0.0, 1.0], [0.0, 0.0]])
+    _, yd, _, _ = frontier_arrays(results, "distinct_correct")
+    np.testing.assert_allclose(yd[2], [[0, 3], [1, 2]])
+    with pytest.raises(ValueError, match="measure"):
+        frontier_arrays(results, "bleu")
+    results["models"].pop()
+    with pytest.raises(ValueError, match=r"casp alpha=0\.5 step 5: no seed 1"):
+        frontier_arrays(results, "pass_at_k")
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint(swept):
+    """A run killed after its first checkpoint continues from it (not from scratch) and ends
+    with the weights of the uninterrupted run."""
+    from llm.config import config_from_dict
+    from llm.sweep import weights_sha
+    from llm.trainer import train
+
+    root, config, out = swept
+    spec = load_sweep(config, ['methods=[{method="grpo"}]'])
+    fresh = root / "interrupted"
+    run = fresh / "runs" / "grpo_seed0"
+    cfg = config_from_dict(_run_raw(_base(root), spec.settings[0], 0, spec.checkpoints))
+    train(cfg, run, stop_after=1, progress=False)  # saved step 1, then "killed"
+    (run / RUN_MARKER).write_text(
+        json.dumps({"base_sha": weights_sha(cfg.model_path), "finished": False, "evals": {}})
+    )
+    res = run_sweep(spec, fresh, workers=1, progress=False, num_resamples=20)
+    assert res["reused"]["runs"] == 0
+    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]  # step 1 was not trained again
+    done = json.loads((out / "runs" / "grpo_seed0" / RUN_MARKER).read_text())
+    again = json.loads((run / RUN_MARKER).read_text())
+    for step in ("1", "2"):
+        assert (
+            again["evals"][step]["result"]["weights_sha256"]
+            == (done["evals"][step]["result"]["weights_sha256"])
+        )
