@@ -269,7 +269,7 @@ def results_table(summary: Mapping[str, Any]) -> str:
     ks = list(summary["base"]["pass_at_k"])
     shown = [k for k in ks if k in ("1", "4") or k == ks[-1]]
     head = ["method", "setting", *(f"pass@{k}" for k in shown)]
-    head += ["distinct correct / problem", "Self-BLEU", "train reward first→last 10%", "train s"]
+    head += ["distinct correct / problem", "Self-BLEU", "train reward first→last 10%"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for key, agg in summary["methods"].items():
         many = len(agg["seeds"]) > 1  # show the spread over seeds, even when it is 0
@@ -279,7 +279,6 @@ def results_table(summary: Mapping[str, Any]) -> str:
         row += [_fmt(agg["distinct_correct"], 2, many), _fmt(agg["self_bleu"], spread=many)]
         first, last = agg.get("train_reward_first"), agg.get("train_reward_last")
         row.append(f"{first['mean']:.3f} → {last['mean']:.3f}" if first and last else "-")
-        row.append(_fmt(agg.get("train_seconds"), 0, spread=False))
         lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -408,13 +407,42 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
         "timings_seconds": {k: round(v, 1) for k, v in phases.items()},
         "reused": results["reused"],
     }
-    write_json(figures / "llm_countdown.json", out)
+    tracked, timings = _split_timings(out)
+    write_json(figures / "llm_countdown.json", tracked)
     (figures / "llm_countdown_results.md").write_text(_markdown(out, lifts), encoding="utf-8")
+    # Wall-clock times differ on every invocation: kept out of the committed files, so a rerun
+    # leaves `git status` clean.
+    (figures / ".cache").mkdir(parents=True, exist_ok=True)
+    write_json(figures / ".cache" / "llm_countdown_timings.json", timings)
     return out
 
 
+_TIMING_KEYS = ("train_seconds", "eval_seconds")
+
+
+def _split_timings(out: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`out` without its wall-clock fields, and those fields (invocation timings, reuse counts,
+    each run's training and evaluation seconds)."""
+    tracked = json.loads(json.dumps(out))
+    timings: dict[str, Any] = {
+        "timings_seconds": tracked.pop("timings_seconds", None),
+        "reused": tracked.pop("reused", None),
+        "methods": {},
+        "per_seed": {},
+    }
+    for k in _TIMING_KEYS:
+        tracked.get("base", {}).pop(k, None)
+    for key, agg in tracked.get("methods", {}).items():
+        timings["methods"][key] = {k: agg.pop(k, None) for k in _TIMING_KEYS if k in agg}
+    for key, rows in tracked.get("per_seed", {}).items():
+        timings["per_seed"][key] = [
+            {k: r.pop(k, None) for k in _TIMING_KEYS if k in r} for r in rows
+        ]
+    return tracked, timings
+
+
 def _markdown(summary: Mapping[str, Any], lifts: str) -> str:
-    s, r = summary["settings"], summary["reused"]
+    s = summary["settings"]
     spread = " (mean over seeds ± half their range)" if len(s["seeds"]) > 1 else ""
     return (
         "# Countdown on the offline tiny model: GRPO's frontier and the shaping methods\n\n"
@@ -429,9 +457,8 @@ def _markdown(summary: Mapping[str, Any], lifts: str) -> str:
         "mean reward of the first and last 10% of training steps.\n\n"
         f"## Last checkpoint{spread}\n\n{results_table(summary)}\n\n"
         f"## Lift at matched pass@1 over GRPO's curve\n\n{lifts}\n"
-        f"Timings of this invocation (s): {json.dumps(summary['timings_seconds'])}; it reused "
-        f"{r['runs']} of {r['of']} finished runs and {r['evals']} of {r['evals_of']} evaluations "
-        "(train s: each run's own training time, recorded when it ran).\n"
+        "Wall-clock timings of the invocation that wrote this file are in "
+        "`figures/.cache/llm_countdown_timings.json` (untracked).\n"
     )
 
 
