@@ -28,6 +28,8 @@ from typing import Protocol, runtime_checkable
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from llm.tiny import check_prompts
+
 
 @dataclass
 class RolloutBatch:
@@ -126,6 +128,9 @@ class HFGenerateBackend:
         Raises:
             ValueError: empty `prompts`, `group_size < 1`, `max_new_tokens < 1`,
                 `temperature <= 0`, `top_p` not in (0, 1], `top_n` not in [0, V].
+            UnrepresentableNumberError, PromptTooLongError (`llm.tiny.check_prompts`): a prompt
+                states a number a word-level tokenizer cannot represent, or its tokens plus
+                `max_new_tokens` exceed the model's `max_position_embeddings`.
         """
         vocab = self.model.get_output_embeddings().weight.shape[0]
         if not prompts:
@@ -146,6 +151,11 @@ class HFGenerateBackend:
         enc = tok(list(prompts), return_tensors="pt", padding=True, padding_side="left")
         prompt_ids = enc.input_ids.to(device)  # (B, P)
         prompt_mask = enc.attention_mask.to(device)  # (B, P)
+        check_prompts(
+            tok, prompts, lengths=enc.attention_mask.sum(-1).tolist(),
+            max_positions=getattr(self.model.config, "max_position_embeddings", None),
+            max_new_tokens=max_new_tokens,
+        )  # fmt: skip
         B, P, G = prompt_ids.shape[0], prompt_ids.shape[1], group_size
 
         was_training = self.model.training

@@ -93,12 +93,18 @@ def divergence(log_p: object, log_q: object, kind: DivergenceKind = "kl") -> np.
         Shape `(...)`, `>= 0` (a float for 1-D input).
 
     Raises:
-        ValueError: unknown `kind`; NaN or unnormalized inputs.
+        ValueError: unknown `kind`; NaN or unnormalized inputs; shapes that do not broadcast.
     """
     if kind not in ("kl", "chi2"):
         raise ValueError(f"kind must be 'kl' or 'chi2', got {kind!r}")
     lp = log_probs(log_p, "log_p")
     lq = log_probs(log_q, "log_q")
+    try:
+        np.broadcast_shapes(lp.shape, lq.shape)
+    except ValueError:
+        raise ValueError(
+            f"log_p and log_q must have broadcastable shapes, got {lp.shape} and {lq.shape}"
+        ) from None
     support = np.isfinite(lp)
     if kind == "kl":
         with np.errstate(invalid="ignore"):
@@ -126,10 +132,31 @@ def expected_distinct(log_p: object, k: int, mask: object | None = None) -> np.n
 
     Restricted to `mask` (e.g. the correct set) when given (seed 004, Prop. 3; seed 000's
     distinct-correct-solutions count).
+
+    Args:
+        log_p: `(..., M)` normalized log-probabilities. k: an integer `>= 1`, or `inf` for the
+            limit: the number of items with `π(τ) > 0` (`log_p > −inf`, however small). mask:
+            `(M,)` or `(..., M)` boolean.
+
+    Returns:
+        Shape `(...)` (a float for 1-D input), in `[0, M]`.
+
+    Raises:
+        ValueError: `k` not a number, NaN, `< 1`, `-inf` or finite non-integer; bad `log_p` or `mask`.
     """
     lp = log_probs(log_p, "log_p")
-    if int(k) != k or k < 1:
-        raise ValueError(f"k must be an integer >= 1, got {k!r}")
+    try:
+        kf = float(k)
+    except (TypeError, ValueError):
+        raise ValueError(f"k must be an integer >= 1 or inf, got {k!r}") from None
+    if isinstance(k, str) or not (kf == np.inf or (kf >= 1 and kf == int(kf))):
+        raise ValueError(f"k must be an integer >= 1 or inf, got {k!r}")
+    if kf == np.inf:
+        terms = np.isfinite(lp).astype(np.float64)
+        if mask is not None:
+            terms = np.where(correct_mask(mask, lp.shape[-1], "mask"), terms, 0.0)
+        out = np.sum(terms, axis=-1)
+        return float(out) if np.ndim(out) == 0 else out
     # 1 − (1 − p)^k = −expm1(k·log1p(−p)) stays accurate for tiny p.
     p = np.exp(lp)
     with np.errstate(divide="ignore"):  # p == 1 gives log1p(-1) = -inf, and the term is exactly 1
