@@ -45,7 +45,7 @@ def correctness(log_p: object, correct: object) -> np.ndarray | float:
 
 
 def normalized_variance(log_p: object, correct: object) -> np.ndarray | float:
-    """Normalized variance of `π` on the correct set (seed 000, Definition 3.3, as in FORMULAS.md).
+    """Normalized variance of `π` on the correct set (seed 000, Definition 3.3; docs/formulas.md §1.9).
 
     With `q = π / P(π)` on `C`: `V(π) = |C|·Σ_{τ∈C} q(τ)² − 1`, the squared coefficient of variation
     of `q` over `C`. It is `0` iff `π` is uniform on `C`, at most `|C| − 1`; lower means more diverse.

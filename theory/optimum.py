@@ -118,7 +118,7 @@ def kl_regularized(log_pb: object, reward: object, beta: float) -> np.ndarray:
 def entropy_regularized(
     log_pb: object, reward: object, beta: float, eta: float, anchor: Anchor = "policy"
 ) -> np.ndarray:
-    """Optimum with an entropy-shaped reward (seed 000, Lemma B.4; FORMULAS.md §1).
+    """Optimum with an entropy-shaped reward (seed 000, Lemma B.4; docs/formulas.md §1.5).
 
     - `anchor="policy"`: reward `r − η·log π(τ)`; `π ∝ π_b^{β/(β+η)}·exp(r/(β+η))`.
     - `anchor="base"`: reward `r − η·log π_b(τ)`; `π ∝ π_b^{1−η/β}·exp(r/β)`.
