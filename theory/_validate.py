@@ -9,6 +9,15 @@ from scipy.special import logsumexp
 NORMALIZATION_ATOL = 1e-6
 
 
+def _real(value: object, name: str) -> float:
+    if isinstance(value, bool | str | bytes):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number, got {value!r}") from None
+
+
 def _show(value: object) -> str:
     arr = np.asarray(value)
     if arr.size <= 6:
@@ -18,7 +27,10 @@ def _show(value: object) -> str:
 
 def as_float_array(value: object, name: str) -> np.ndarray:
     """Return `value` as a float64 array; reject NaN and +inf (``-inf`` means probability 0)."""
-    arr = np.asarray(value, dtype=np.float64)
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an array of real numbers, got {value!r}") from None
     if np.isnan(arr).any():
         raise ValueError(f"{name} contains NaN: {_show(value)}")
     if np.isposinf(arr).any():
@@ -82,7 +94,7 @@ def correct_mask(
 
 def positive(value: float, name: str) -> float:
     """Return `value` as a float if it is finite and > 0, else raise ValueError naming it."""
-    v = float(value)
+    v = _real(value, name)
     if not np.isfinite(v) or v <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
     return v
@@ -90,7 +102,7 @@ def positive(value: float, name: str) -> float:
 
 def finite(value: float, name: str) -> float:
     """Return `value` as a float if it is finite, else raise ValueError naming it."""
-    v = float(value)
+    v = _real(value, name)
     if not np.isfinite(v):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return v

@@ -254,3 +254,11 @@ def test_expected_distinct_names_a_bad_k(k) -> None:
 def test_divergence_names_shapes_that_do_not_broadcast() -> None:
     with pytest.raises(ValueError, match=r"log_p and log_q .*\(3,\) and \(2,\)"):
         measures.divergence(LPB, np.log([0.5, 0.5]))
+
+
+@pytest.mark.parametrize("beta", ["x", None, [1.0, 2.0], True])
+def test_non_numeric_beta_is_named(beta) -> None:
+    from theory import optimum
+
+    with pytest.raises(ValueError, match="beta must be a real number"):
+        optimum.kl_regularized(np.log([0.5, 0.5]), [1.0, 0.0], beta)
