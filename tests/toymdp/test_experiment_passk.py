@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -35,15 +36,29 @@ def test_full_sweep_meets_the_issue_requirements() -> None:
     """Issue 11: every method of figure 5, >= 4 values each, >= 3 draws, >= 4 seeds, base
     pass@64 <= 0.8, GRPO's reference with a kl_coef sweep and another learning rate."""
     cfg = sweep.parse_config(passk.sweep_doc(False, 0))
-    assert {m.method for m in cfg.methods} == set(shaping.METHODS)
-    for spec in cfg.methods:
-        assert len(sweep.expand(spec)) >= 4, spec.label
+    rows = passk.method_rows(cfg, False)
+    assert {r.label for r in rows} == set(shaping.METHODS)
+    for name in shaping.METHODS:
+        assert len({r.setting() for r in rows if r.label == name}) >= 4, name
     assert len(cfg.env.draws) >= 3 and cfg.train.seeds >= 4
     assert 1 - (1 - cfg.env.base_correctness) ** max(cfg.train.pass_k) <= 0.8
-    assert cfg.reference == ("grpo",)
-    ref = sweep.expand(cfg.methods[0])
-    assert len({r.values["kl_coef"] for r in ref}) >= 4 and len({r.values["lr"] for r in ref}) >= 2
+    ref = [r.values for r in rows if r.label == "grpo"]
+    assert len({v["kl_coef"] for v in ref}) >= 4 and len({v["lr"] for v in ref}) >= 2
     assert len(cfg.train.eval_steps) >= 4
+
+
+@pytest.mark.parametrize("row", passk.FAMILY[False], ids=lambda r: f"{r[0]}-{r[1]}")
+def test_family_rows_are_their_methods(row: tuple) -> None:
+    """Each `FAMILY` row, run as `ds_grpo` with `(γ_p, γ_n)`, has its method's advantages (the
+    sign of a traced coefficient is not checked, as the simulator passes them)."""
+    name, values, (gamma_p, gamma_n, _, _) = row
+    batch = shaping.example_batch((), 3, 6, 4, 1, jnp, seed=1)
+    ds = shaping.METHODS["ds_grpo"].advantages(
+        batch, gamma_p=jnp.asarray(gamma_p), gamma_n=jnp.asarray(gamma_n)
+    )
+    own = {k: v for k, v in values.items() if k not in ("kl_coef", "lr")}
+    ref = shaping.METHODS[name].advantages(batch, **own)
+    np.testing.assert_allclose(np.asarray(ds), np.asarray(ref), rtol=1e-5, atol=1e-6)
 
 
 def test_shapes_and_base_point(results: dict[str, np.ndarray]) -> None:
@@ -69,7 +84,7 @@ def test_shapes_and_base_point(results: dict[str, np.ndarray]) -> None:
 def test_lifts_match_the_reference_envelope(results: dict[str, np.ndarray]) -> None:
     """Every inside point's lift is its gain minus GRPO's envelope at its pass@1 (theory.frontier),
     inside its CI."""
-    _, res = passk.analysis(results)
+    _, res, _ = passk.analysis(results)
     for metric in passk.MEASURES:
         lr: frontier.LiftResult = res[metric]["lift"]
         env = frontier.upper_envelope(lr.x[lr.reference], lr.y[lr.reference])

@@ -26,7 +26,8 @@ rerun over base skew (uniform, skewed) × optimizer (Adam at lr 0.03, 0.1, 0.3; 
 their coefficient, CaSP also with its high-entropy mask off (quantile q = 0: every token is
 eligible). Each (method, cell) is scored by the most modes any of its coefficients keeps at mean
 accuracy ≥ `ACCURACY_FLOOR` = 0.99 (`best_modes`). Settings (skew, lr, coefficients) are data:
-one compiled program per (method, optimizer), all compiled together into one XLA program.
+one compiled program per (registry method, optimizer), GRPO, the entropy bonus and DS-GRPO all
+as `ds_grpo` settings (`DS_FAMILY`), all compiled together into one XLA program.
 """
 
 from __future__ import annotations
@@ -104,11 +105,24 @@ def base_logits(skew: float = SKEW) -> np.ndarray:
     return logits
 
 
+#: GRPO, the entropy bonus and DS-GRPO run as `ds_grpo` settings `(γ_p, γ_n)` = (0, 0), (η, −η),
+#: (γ, γ/4) in one compiled program per optimizer (compilation dominates this figure's time):
+#: `A + γ_p·ℓ` on correct and `A − γ_n·ℓ` on incorrect responses is the trajectory-form entropy
+#: bonus `A − η·ℓ` at (η, −η) (seed 000 Lemma B.4; tests/toymdp/test_experiment_multiplicity.py).
+DS_FAMILY = {"grpo": (0.0, 0.0), "entropy_bonus": (1.0, -1.0), "ds_grpo": (1.0, 0.25)}
+
+
+def _program(method: str) -> str:
+    """The registry method whose compiled program trains `method`."""
+    return "ds_grpo" if method in DS_FAMILY else method
+
+
 def _coef_settings(method: str, value: float) -> dict[str, float]:
+    if method in DS_FAMILY:
+        v = 0.0 if np.isnan(value) else value
+        return {"gamma_p": v * DS_FAMILY[method][0], "gamma_n": v * DS_FAMILY[method][1]}
     if np.isnan(value):
         return {}
-    if method == "ds_grpo":
-        return {"gamma_p": value, "gamma_n": value / 4}
     return {COEF[method][0]: value}
 
 
@@ -145,7 +159,7 @@ def variants(quick: bool = False) -> list[Variant]:
 def run(quick: bool, seed: int) -> dict[str, np.ndarray]:
     """Train every setting of `variants` × seeds on the CaSP tree; exact metrics of the final policy.
 
-    Returns (`S` settings in `variants` order, `R` seeds, `U` updates, `M = 64`):
+    Returns (`S` settings grouped by compiled program, `R` seeds, `U` updates, `M = 64`):
     ``variant/method``, ``variant/group``, ``variant/optimizer`` `(S,)` str; ``variant/skew``,
     ``variant/lr``, ``variant/coef``, ``variant/quantile`` `(S,)`; ``accuracy``, ``modes``
     `(S, R)`; ``final_prob`` `(S, R, M)`; ``curve/accuracy``, ``curve/modes`` `(S, U + 1)` (mean
@@ -155,7 +169,7 @@ def run(quick: bool, seed: int) -> dict[str, np.ndarray]:
     from toymdp.experiments.methods import train_over_envs
 
     rows = variants(quick)
-    groups = list(dict.fromkeys((r[0], r[3]) for r in rows))
+    groups = list(dict.fromkeys((_program(r[0]), r[3]) for r in rows))
     num_seeds, num_updates = (4, 40) if quick else (8, 120)
     env = casp_env(base_logits())
     configs = {
@@ -174,7 +188,7 @@ def run(quick: bool, seed: int) -> dict[str, np.ndarray]:
         keys = T.seed_keys(seed, num_seeds)
         out = {}
         for (m, opt), cfg in configs.items():
-            sel = [r for r in rows if (r[0], r[3]) == (m, opt)]
+            sel = [r for r in rows if (_program(r[0]), r[3]) == (m, opt)]
             train = train_over_envs(cfg)
 
             def one(base: jax.Array, settings: T.Settings, key: jax.Array, train=train) -> dict:
@@ -188,7 +202,7 @@ def run(quick: bool, seed: int) -> dict[str, np.ndarray]:
             bases = jnp.asarray(np.stack([base_logits(r[2])[None] for r in sel]), jnp.float32)
             settings = T.stack_settings([
                 T.default_settings(
-                    cfg, lr=r[4], **_coef_settings(m, r[5]),
+                    cfg, lr=r[4], **_coef_settings(r[0], r[5]),
                     **({"quantile": r[6]} if m == "casp" else {}),
                 )
                 for r in sel
@@ -206,7 +220,7 @@ def run(quick: bool, seed: int) -> dict[str, np.ndarray]:
         return out
 
     outs = jax.jit(run_all, compiler_options=T.FAST_COMPILE)(seed)
-    order = [i for g in groups for i, r in enumerate(rows) if (r[0], r[3]) == g]
+    order = [i for g in groups for i, r in enumerate(rows) if (_program(r[0]), r[3]) == g]
     rows = [rows[i] for i in order]
     results: dict[str, Any] = {
         f"variant/{name}": np.array([r[j] for r in rows])
@@ -477,16 +491,6 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     fig.colorbar(image, ax=ax, orientation="horizontal", fraction=0.08, location="top",
                  label="(f) π(τ), leaf probability (log scale; red box = correct; rows: 1st "
                  "action, columns: 2nd+3rd)")  # fmt: skip
-    rows = [
-        f"{label}: " + ", ".join(
-            f"{_cell_name(c)} {'—' if v is None else format(v['modes'], '.1f')}"
-            for c, v in table.items()
-        )
-        for label, table in best.items()
-    ]  # fmt: skip
-    ax.text(0.0, 0.55, "Most modes at accuracy ≥ 0.99:\n" + "\n".join(rows), fontsize=6.5,
-            va="top", family="monospace", wrap=True)  # fmt: skip
-
     fig.suptitle(
         "CaSP tree (seed 004 Fig. 5): A..D, depth 3, correct ACD ACB BDC BDA CAB DBA.  "
         f"Main: logit +{float(results['skew']):g} on the BDC path, Adam lr {LR:g}, "

@@ -33,6 +33,7 @@ checks the equality).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any
@@ -75,7 +76,7 @@ LABELS = {
 
 #: Sizes by mode: training and held-out prompts per multiplicity, updates, seeds.
 SIZES = {
-    False: {"per_size": 4, "num_updates": 60, "num_seeds": 4},
+    False: {"per_size": 2, "num_updates": 40, "num_seeds": 4},
     True: {"per_size": 2, "num_updates": 30, "num_seeds": 2},
 }
 
@@ -191,11 +192,6 @@ MEASURES = ("pass_at_k", "distinct_correct")
 #: Methods without a float diversity coefficient sweep their learning rate: Dr. GRPO, PSR, NSR, and
 #: pass@k training at k = 4 (its `k` changes the compiled program, one compilation per value).
 FRONTIER_METHODS: tuple[dict, ...] = (
-    {"method": "ds_grpo", "zip": {"gamma_p": [0.1, 0.3, 1.0, 3.0], "gamma_n": [0.05, 0.15, 0.5, 1.5]}},
-    {"method": "ds_grpo_pos", "grid": {"gamma_p": [0.1, 0.3, 1.0, 3.0]}},
-    {"method": "ds_grpo_neg", "grid": {"gamma_n": [0.03, 0.1, 0.3, 1.0]}},
-    {"method": "entropy_bonus", "grid": {"eta": [0.03, 0.1, 0.3, 1.0]}},
-    {"method": "entropy_penalty", "grid": {"eta": [0.01, 0.03, 0.1, 0.3]}},
     {"method": "diff_entropy", "zip": {"eta_pos": [0.03, 0.1, 0.3, 1.0], "eta_neg": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "dsdr", "hyper": {"sigma": 1.0},
      "zip": {"lam": [0.1, 0.3, 1.0, 3.0], "lam_loc": [0.03, 0.1, 0.3, 1.0]}},
@@ -208,12 +204,38 @@ FRONTIER_METHODS: tuple[dict, ...] = (
     {"method": "psr", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "nsr", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
 )  # fmt: skip
-#: GRPO's reference: every checkpoint of every setting, a `kl_coef` sweep at lr 0.1 and two
-#: other learning rates (0.3 reaches pass@1 gains that slower settings of other methods reach).
-GRPO_REFERENCE = {
-    "method": "grpo",
-    "zip": {"kl_coef": [0.0, 0.03, 0.1, 0.3, 1.0, 0.0, 0.0], "lr": [0.1] * 5 + [0.03, 0.3]},
-}
+#: The family run as `ds_grpo` settings `(γ_p, γ_n, kl_coef, lr)` in ONE compiled program
+#: (compilation dominates the budget): GRPO (0, 0), DS-GRPO (γ, γ/2), DS-Positive (γ, 0),
+#: DS-Negative (0, γ), entropy bonus (η, −η) and penalty (−η, η), the last two exactly the
+#: trajectory-form advantages `A ∓ η·ℓ` (seed 000 Lemma B.4; tests check every equality).
+#: GRPO's reference: every checkpoint of a `kl_coef` sweep at lr 0.1 and of lr 0.3 (which reaches
+#: the pass@1 gains of methods that sharpen faster than GRPO at lr 0.1).
+FAMILY: dict[bool, tuple[tuple[str, dict[str, float], tuple[float, float, float, float]], ...]] = {
+    False: (
+        *(("grpo", {"kl_coef": k, "lr": 0.1}, (0.0, 0.0, k, 0.1)) for k in (0.0, 0.03, 0.1, 0.3, 1.0)),
+        ("grpo", {"kl_coef": 0.0, "lr": 0.3}, (0.0, 0.0, 0.0, 0.3)),
+        *(("ds_grpo", {"gamma_p": g, "gamma_n": g / 2}, (g, g / 2, 0.0, 0.1)) for g in (0.1, 0.3, 1.0, 3.0)),
+        *(("ds_grpo_pos", {"gamma_p": g}, (g, 0.0, 0.0, 0.1)) for g in (0.1, 0.3, 1.0, 3.0)),
+        *(("ds_grpo_neg", {"gamma_n": g}, (0.0, g, 0.0, 0.1)) for g in (0.03, 0.1, 0.3, 1.0)),
+        *(("entropy_bonus", {"eta": e}, (e, -e, 0.0, 0.1)) for e in (0.03, 0.1, 0.3, 1.0)),
+        *(("entropy_penalty", {"eta": e}, (-e, e, 0.0, 0.1)) for e in (0.01, 0.03, 0.1, 0.3)),
+    ),
+    True: (
+        ("grpo", {"kl_coef": 0.0, "lr": 0.1}, (0.0, 0.0, 0.0, 0.1)),
+        ("grpo", {"kl_coef": 0.1, "lr": 0.1}, (0.0, 0.0, 0.1, 0.1)),
+        ("grpo", {"kl_coef": 0.0, "lr": 0.3}, (0.0, 0.0, 0.0, 0.3)),
+        *(("ds_grpo", {"gamma_p": g, "gamma_n": g / 2}, (g, g / 2, 0.0, 0.1)) for g in (0.1, 0.3, 1.0)),
+        *(("entropy_bonus", {"eta": e}, (e, -e, 0.0, 0.1)) for e in (0.1, 1.0)),
+    ),
+}  # fmt: skip
+FAMILY_LABEL = "ds_family"
+
+
+def _family_entry(quick: bool) -> dict:
+    rows = [v for _, _, v in FAMILY[quick]]
+    names = ("gamma_p", "gamma_n", "kl_coef", "lr")
+    return {"method": "ds_grpo", "label": FAMILY_LABEL,
+            "zip": {n: [r[j] for r in rows] for j, n in enumerate(names)}}  # fmt: skip
 
 
 def sweep_doc(quick: bool, seed: int) -> dict:
@@ -221,27 +243,24 @@ def sweep_doc(quick: bool, seed: int) -> dict:
 
     Full: V = 4, H = 3, three draws of the popularity dataset (2 training + 2 held-out prompts
     per multiplicity: 30 held-out prompts in all), base correctness 0.02 (base pass@64 ≈ 0.73),
-    4 seeds, 40 updates, every method of figure 5 (sizes cut to fit `python -m toymdp figures`'
+    4 seeds, 30 updates, every method of figure 5 (sizes cut to fit `python -m toymdp figures`'
     90 s budget). Quick: V = 3, H = 2, two draws, GRPO, DS-GRPO and the entropy bonus.
+    The `FAMILY` entry is the reference here; `method_rows` gives every row its method's label.
     """
     if quick:
         env = {"num_actions": 3, "depth": 2, "draws": [seed, seed + 1], "multiplicities": [1, 2, 4],
                "per_size": 2, "base_correctness": 0.1}  # fmt: skip
         train = {"updates": 12, "seeds": 2, "eval_steps": [0, 4, 8, 12], "pass_k": [1, 4, 16],
                  "distinct_k": 8, "fast_compile": True}  # fmt: skip
-        methods = [
-            {"method": "grpo", "zip": {"kl_coef": [0.0, 0.1, 0.0], "lr": [0.1, 0.1, 0.3]}},
-            {"method": "ds_grpo", "hyper": {"gamma_n": 0.0}, "grid": {"gamma_p": [0.1, 0.3, 1.0]}},
-            {"method": "entropy_bonus", "grid": {"eta": [0.1, 1.0]}},
-        ]
+        methods = [_family_entry(True)]
         resamples = 200
     else:
         env = {"num_actions": NUM_ACTIONS, "depth": DEPTH,
                "draws": [3 * seed, 3 * seed + 1, 3 * seed + 2],
                "multiplicities": list(MULTIPLICITIES), "per_size": 2, "base_correctness": 0.02}  # fmt: skip
-        train = {"updates": 40, "seeds": 4, "eval_steps": [0, 5, 10, 15, 20, 30, 40],
+        train = {"updates": 30, "seeds": 4, "eval_steps": [0, 5, 10, 15, 20, 25, 30],
                  "pass_k": [1, 4, 16, 64], "distinct_k": 64}  # fmt: skip
-        methods = [GRPO_REFERENCE, *FRONTIER_METHODS]
+        methods = [_family_entry(False), *FRONTIER_METHODS]
         resamples = 1000
     env = {"kind": "dataset", "skew": SKEW, "zipf": ZIPF, **env}
     train = {"optimizer": "adam", "lr": LEARNING_RATE, "group_size": GROUP_SIZE, "epochs": 1,
@@ -250,8 +269,23 @@ def sweep_doc(quick: bool, seed: int) -> dict:
         "env": env,
         "train": train,
         "methods": [dict(m) for m in methods],
-        "frontier": {"reference": ["grpo"], "num_resamples": resamples},
+        "frontier": {"reference": [FAMILY_LABEL], "num_resamples": resamples},
     }
+
+
+def method_rows(cfg: Any, quick: bool) -> list:
+    """`toymdp.sweep.all_rows(cfg)` with the `FAMILY` rows relabelled by their method (GRPO,
+    DS-GRPO, ..., entropy penalty) and their own coefficients."""
+    from toymdp import sweep
+
+    rows, out, j = sweep.all_rows(cfg), [], 0
+    for r in rows:
+        if r.label == FAMILY_LABEL:
+            name, values, _ = FAMILY[quick][j]
+            j += 1
+            r = sweep.Run(name, name, dict(values), {})
+        out.append(r)
+    return out
 
 
 def run(quick: bool, seed: int) -> dict[str, np.ndarray]:
@@ -273,19 +307,21 @@ def run(quick: bool, seed: int) -> dict[str, np.ndarray]:
 _ANALYSES: dict[tuple, tuple] = {}
 
 
-def analysis(results: dict[str, np.ndarray]) -> tuple[Any, dict[str, Any]]:
-    """`(config, toymdp.sweep.analyse(...))` of figure 6's results (memoized: the plot and the
-    summary share one bootstrap)."""
+def analysis(results: dict[str, np.ndarray]) -> tuple[Any, dict[str, Any], list[str]]:
+    """`(config, toymdp.sweep.analyse(...), method labels)` of figure 6's results, GRPO's rows
+    as the reference (memoized: the plot and the summary share one bootstrap)."""
     from toymdp import sweep
 
     key = (bool(results["quick"]), int(results["seed"]), results["correctness"].tobytes())
     if key not in _ANALYSES:
-        cfg = sweep.parse_config(sweep_doc(bool(results["quick"]), int(results["seed"])))
-        rows = sweep.all_rows(cfg)
+        quick = bool(results["quick"])
+        cfg = sweep.parse_config(sweep_doc(quick, int(results["seed"])))
+        rows = method_rows(cfg, quick)
+        cfg = dataclasses.replace(cfg, reference=("grpo",))
         res = dict(results)
         res["rows"] = [rows[int(i)] for i in results["row_order"]]
         _ANALYSES.clear()
-        _ANALYSES[key] = (cfg, sweep.analyse(cfg, res))
+        _ANALYSES[key] = (cfg, sweep.analyse(cfg, res), list(dict.fromkeys(r.label for r in rows)))
     return _ANALYSES[key]
 
 
@@ -312,9 +348,8 @@ def plot(results: dict[str, np.ndarray], out_dir: Path) -> list[Path]:
     """`fig6_frontier`: (a) held-out pass@k_max gain and (b) distinct-correct gain against pass@1
     gain (every method's final points and upper envelope, GRPO's curve over every checkpoint);
     (c) each method's best lift at matched pass@1 over GRPO's curve with its 95% CI."""
-    cfg, res = analysis(results)
+    cfg, res, labels = analysis(results)
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.4), gridspec_kw={"width_ratios": [1, 1, 0.8]})
-    labels = [m.label for m in cfg.methods]
     for ax, metric in zip(axes[:2], MEASURES, strict=True):
         lr: frontier.LiftResult = res[metric]["lift"]
         sy = 100.0 if metric == "pass_at_k" else 1.0
@@ -384,14 +419,13 @@ def _r(v: float, scale: float = 100.0) -> float | None:
 def summary(results: dict[str, np.ndarray]) -> dict:
     """The lift table at pass@k_max and at distinct correct (points / counts): every
     non-reference model's gains, lift and 95% CI; GRPO's final gains; each method's best lift."""
-    from toymdp import sweep
-
-    cfg, res = analysis(results)
+    cfg, res, _ = analysis(results)
     out: dict[str, Any] = {"settings": {
         "draws": list(cfg.env.draws), "seeds": cfg.train.seeds, "updates": cfg.train.updates,
         "base_correctness": cfg.env.base_correctness,
         "reference": "grpo: every checkpoint of " + "; ".join(
-            r.setting() for r in sweep.expand(cfg.methods[0])),
+            ", ".join(f"{k}={v:g}" for k, v in values.items())
+            for name, values, _ in FAMILY[bool(results["quick"])] if name == "grpo"),
         "num_resamples": cfg.num_resamples, "units": "pass@k in points; distinct correct in counts",
     }}  # fmt: skip
     for metric in MEASURES:
