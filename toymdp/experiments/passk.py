@@ -397,7 +397,7 @@ def plot(results: dict[str, np.ndarray], out_dir: Path) -> list[Path]:
     d = res["pass_at_k"]["data"]
     fig.suptitle(
         f"Fig. 6 — held-out frontiers: base pass@1 {100 * d['base_x']:.1f}%, base "
-        f"{_measure(cfg, 'pass_at_k')} {100 * d['base_y']:.1f}%; no point inside GRPO's pass@1 "
+        f"{_measure(cfg, 'pass_at_k')} {100 * d['base_y']:.1f}%; methods with no point inside GRPO's pass@1 "
         f"range: {', '.join(missing) or 'none'}",
         fontsize=10,
     )
