@@ -50,15 +50,24 @@ def test_shapes_and_values(results: dict) -> None:
     np.testing.assert_allclose(results["accuracy"], mass, atol=1e-5)
 
 
-def test_initial_policy_matches_theory(results: dict) -> None:
-    """Update 0 is the skewed base policy: accuracy and modes from `theory.measures`."""
-    env = casp_env(C.base_logits())
+@pytest.mark.parametrize("skew", sorted(C.SKEWS.values()))
+def test_initial_policy_matches_theory(results: dict, skew: float) -> None:
+    """Update 0 is the run's base policy (skewed or uniform): accuracy and modes from
+    `theory.measures`."""
+    env = casp_env(C.base_logits(skew))
     log_pb, correct = env.base_log_probs()[0], env.correct[0]
     assert correct.sum() == 6
     acc0 = measures.correctness(log_pb, correct)
     modes0 = measures.expected_distinct(log_pb, C.DISTINCT_K, correct)
-    np.testing.assert_allclose(results["curve/accuracy"][:, 0], acc0, rtol=1e-5)
-    np.testing.assert_allclose(results["curve/modes"][:, 0], modes0, rtol=1e-5)
+    sel = np.isclose(results["variant/skew"], skew)
+    assert sel.any()
+    np.testing.assert_allclose(results["curve/accuracy"][sel, 0], acc0, rtol=1e-5)
+    np.testing.assert_allclose(results["curve/modes"][sel, 0], modes0, rtol=1e-5)
+    if skew == C.SKEW:
+        _check_skewed_base(results, log_pb, acc0)
+
+
+def _check_skewed_base(results: dict, log_pb: np.ndarray, acc0: float) -> None:
     # The numbers the module docstring states for the base policy.
     labels = list(results["labels"])
     assert abs(np.exp(log_pb[labels.index("BDC")]) - 0.36) < 0.005
@@ -89,4 +98,30 @@ def test_plot_and_summary(results: dict, tmp_path: Path) -> None:
     summary = C.summary(results)
     json.dumps(summary)
     assert set(summary["main"]) == set(C.FOCAL)
+    assert set(summary["most_modes_at_accuracy_0.99"]) == set(C.SERIES.values())
     assert 0.0 <= summary["main"]["grpo"]["top_mode_is_BDC"] <= 1.0
+
+
+def test_best_modes_against_a_plain_loop() -> None:
+    """`best_modes` on hand-made results: the most modes among settings with mean accuracy >= 0.99,
+    None where no setting reaches it."""
+    rows = [
+        ("grpo", "grid", 0.0, "adam", 0.1, np.nan, 0.8, 0.995, 3.0),
+        ("ds_grpo", "grid", 0.0, "adam", 0.1, 0.3, 0.8, 0.999, 4.0),
+        ("ds_grpo", "grid", 0.0, "adam", 0.1, 1.0, 0.8, 0.98, 5.5),  # too inaccurate
+        ("ds_grpo", "grid", 0.0, "adam", 0.1, 3.0, 0.8, 0.992, 4.5),
+        ("casp", "grid", 0.0, "adam", 0.1, 1.0, 0.8, 0.5, 6.0),
+        ("casp", "grid", 0.0, "adam", 0.1, 1.0, 0.0, 0.99, 5.0),
+    ]
+    names = ("method", "group", "skew", "optimizer", "lr", "coef", "quantile")
+    res = {f"variant/{n}": np.array([r[j] for r in rows]) for j, n in enumerate(names)}
+    res["accuracy"] = np.array([[r[7], r[7]] for r in rows])
+    res["modes"] = np.array([[r[8] - 0.5, r[8] + 0.5] for r in rows])
+    best = C.best_modes(res)
+    cell = ("uniform", "adam", 0.1)
+    assert best["GRPO"][cell] == {"modes": 3.0, "accuracy": 0.995, "coef": None}
+    assert best["DS-GRPO"][cell]["modes"] == 4.5 and best["DS-GRPO"][cell]["coef"] == 3.0
+    assert best["CaSP (q 0.8)"][cell] is None
+    assert best["CaSP (q 0, no entropy mask)"][cell]["modes"] == 5.0
+    assert best["GRPO + entropy"] == {}
+    assert ("skewed", "adam", 0.1) not in best["GRPO"]
