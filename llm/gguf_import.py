@@ -99,16 +99,17 @@ def import_gguf(
         str(src.parent), gguf_file=src.name, padding_side="left"
     )
     loaded = AutoModelForCausalLM.from_pretrained(
-        str(src.parent), gguf_file=src.name, dtype=torch.float32
+        str(src.parent), gguf_file=src.name, dtype=torch.float32, **_dequantize_option()
     )
     state = loaded.state_dict()
     packed = sorted(k for k, v in state.items() if not v.is_floating_point())
     if packed:
-        # A GGUF kernel kept some weights in quantized blocks; they cannot train.
         raise ValueError(f"--gguf: {src.name}: weights left quantized after loading: {packed[:3]}")
 
     config = loaded.config
-    del config.quantization_config
+    # Still there unless the quantizer dequantized the model itself (and removed it).
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
     config.dtype = DTYPES[dtype]
     # transformers maps the GGUF's general.name here; it names no folder and nothing reads it.
     config.__dict__.pop("_model_name_or_path", None)
@@ -129,3 +130,15 @@ def import_gguf(
     model.save_pretrained(str(dst))
     tokenizer.save_pretrained(str(dst))
     return dst
+
+
+def _dequantize_option() -> dict[str, object]:
+    """``quantization_config=GgufConfig(dequantize=True)`` where transformers has it (5.23 does):
+    there, an architecture of its new GGUF path with the `kernels` package installed otherwise
+    keeps its weights in quantized blocks (`GgufLinear`), which cannot train. Releases without
+    `GgufConfig` always dequantize."""
+    try:
+        from transformers import GgufConfig
+    except ImportError:
+        return {}
+    return {"quantization_config": GgufConfig(dequantize=True)}
