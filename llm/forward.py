@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 import shaping
 
 __all__ = [
+    "LOGIT_CHUNK",
     "PolicyOutputs",
     "Rows",
     "build_rows",
@@ -30,6 +32,12 @@ __all__ = [
 ]
 
 Tensor = torch.Tensor
+
+#: Response positions per block of the output head in `policy_forward` (0: the full logits).
+#: About ten float32 copies of a block are alive at the peak of a forward + backward that uses
+#: the entropy and top-N candidates (tests/llm/test_chunked_logits.py): 256 positions x a 152k
+#: vocabulary is 1.6 GB per row, against 49 GB for the full logits of an 8k-token response.
+LOGIT_CHUNK = 256
 
 
 @dataclass
@@ -109,18 +117,42 @@ def policy_forward(
     cand_ids: Tensor | None = None,
     want_prompt: bool = False,
     precision: str = "fp32",
+    logit_chunk: int = LOGIT_CHUNK,
 ) -> PolicyOutputs:
     """Log-probs of `rows` under `model` with logits / `temperature` (the sampling distribution,
     as TRL's `GRPOTrainer` scales them; top-p truncation is not applied, as there).
+
+    Memory: with ``logit_chunk > 0`` (the default) the output head runs on `logit_chunk` response
+    positions at a time (`_ChunkedHead`): no (R, T, V) logits tensor exists, only (R, chunk, V)
+    float32 blocks, and under grad each block is recomputed in the backward pass rather than
+    kept. ``logit_chunk = 0`` is the plain path (the model's full logits; always taken with
+    `want_prompt`), kept as the reference the chunked path is tested equal to.
 
     Args:
         n_top: return the top-`n_top` candidates of this distribution (ignored if `cand_ids`).
         cand_ids: (R, T, N) candidate ids at which to read log-probs (the behaviour policy's).
         precision: ``bf16-mixed`` runs the model under bf16 autocast; log-softmax is always
             computed in float32.
+        logit_chunk: response positions per block of the output head (0: no chunking).
+
+    Raises:
+        ValueError: ``logit_chunk < 0``.
     """
+    if logit_chunk < 0:
+        raise ValueError(f"logit_chunk: must be >= 0 (0 = no chunking), got {logit_chunk}")
     p = rows.prompt_len
     t = rows.response_ids.shape[1]
+    if logit_chunk > 0 and not want_prompt:
+        return _chunked_forward(
+            model,
+            rows,
+            temperature=temperature,
+            want_entropy=want_entropy,
+            n_top=n_top,
+            cand_ids=cand_ids,
+            precision=precision,
+            chunk=logit_chunk,
+        )
     # Only the positions that predict response tokens need logits (a (P, V) float block per row
     # is gigabytes at a 150k vocabulary); ProGRPO's prompt log-probs need them all.
     keep = {} if want_prompt else {"logits_to_keep": t + 1}
@@ -147,6 +179,126 @@ def policy_forward(
     if want_prompt and p > 1:
         prompt_lp = torch.log_softmax(logits[:, : p - 1], dim=-1)
         res.prompt_logp = prompt_lp.gather(-1, rows.input_ids[:, 1:p].unsqueeze(-1)).squeeze(-1)
+    return res
+
+
+class _ChunkedHead:
+    """Stands in for the output head's ``forward`` during one model call: maps the last hidden
+    states ``(R, T + 1, d)`` to the per-token quantities ``(R, T, 2 + 2N)`` (log-prob of the
+    response token, entropy, N candidate log-probs, N candidate ids as floats; ids < 2^24 are
+    exact) block by block over positions, so that only ``(R, chunk, V)`` logits exist at a time.
+
+    It runs inside the model's own forward (so DDP and FSDP2 see an ordinary call and the head's
+    weight is the gathered one under FSDP2) and under the caller's autocast, so the head's matmul
+    is the same bf16 / fp32 product the plain path computes. Under grad each block is wrapped in
+    non-reentrant `torch.utils.checkpoint`: the backward pass recomputes its logits.
+    """
+
+    def __init__(
+        self,
+        head: torch.nn.Module,
+        targets: Tensor,
+        *,
+        temperature: float,
+        want_entropy: bool,
+        n_top: int,
+        cand_ids: Tensor | None,
+        chunk: int,
+    ) -> None:
+        self.head, self.targets, self.temperature = head, targets, temperature
+        self.want_entropy = want_entropy
+        self.n_top = cand_ids.shape[-1] if cand_ids is not None else n_top
+        self.cand_ids, self.chunk = cand_ids, chunk
+
+    def _block(self, hidden: Tensor, targets: Tensor, cand: Tensor | None) -> Tensor:
+        logits = torch.nn.functional.linear(hidden, self.head.weight, self.head.bias)
+        logits = logits.float() / self.temperature  # (R, c, V)
+        logprobs = torch.log_softmax(logits, dim=-1)
+        logp = logprobs.gather(-1, targets.unsqueeze(-1))
+        entropy = (
+            shaping.token_entropy(logits).unsqueeze(-1)
+            if self.want_entropy
+            else torch.zeros_like(logp)
+        )
+        cols = [logp, entropy]
+        if self.n_top > 0:
+            if cand is None:
+                cand = logits.detach().topk(self.n_top, dim=-1).indices
+            cols += [logprobs.gather(-1, cand), cand.to(torch.float32)]
+        return torch.cat(cols, dim=-1)  # (R, c, 2 + 2N)
+
+    def __call__(self, hidden: Tensor) -> Tensor:
+        hidden = hidden[:, :-1]  # position i predicts response token i
+        t = hidden.shape[1]
+        width = 2 + 2 * self.n_top
+        blocks = []
+        for s, e in chunks(t, self.chunk):
+            cand = None if self.cand_ids is None else self.cand_ids[:, s:e]
+            args = (hidden[:, s:e], self.targets[:, s:e], cand)
+            if torch.is_grad_enabled():
+                blocks.append(checkpoint(self._block, *args, use_reentrant=False))
+            else:
+                blocks.append(self._block(*args))
+        if not blocks:
+            return hidden.new_zeros(hidden.shape[0], 0, width, dtype=torch.float32)
+        return torch.cat(blocks, dim=1)
+
+
+def _output_head(model: torch.nn.Module) -> torch.nn.Module:
+    """The output embedding (``lm_head``) of a transformers model, under DDP's ``.module``."""
+    inner = getattr(model, "module", model)
+    head = inner.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        raise TypeError(
+            f"logit_chunk: the model's output head is {type(head).__name__}, not nn.Linear; "
+            "use logit_chunk = 0"
+        )
+    return head
+
+
+def _chunked_forward(
+    model: torch.nn.Module,
+    rows: Rows,
+    *,
+    temperature: float,
+    want_entropy: bool,
+    n_top: int,
+    cand_ids: Tensor | None,
+    precision: str,
+    chunk: int,
+) -> PolicyOutputs:
+    """`policy_forward` with the output head evaluated by `_ChunkedHead`."""
+    t = rows.response_ids.shape[1]
+    head = _output_head(model)
+    chunked = _ChunkedHead(
+        head,
+        rows.response_ids,
+        temperature=temperature,
+        want_entropy=want_entropy,
+        n_top=n_top,
+        cand_ids=cand_ids,
+        chunk=chunk,
+    )
+    head.forward = chunked  # an instance attribute shadows nn.Linear.forward for this call
+    try:
+        with _autocast(rows.input_ids.device, precision):
+            out = model(
+                input_ids=rows.input_ids,
+                attention_mask=rows.attention_mask,
+                position_ids=rows.position_ids,
+                use_cache=False,
+                logits_to_keep=t + 1,
+            )
+    finally:
+        del head.forward
+    packed = out.logits  # (R, T, 2 + 2N)
+    n = chunked.n_top
+    res = PolicyOutputs(logp=packed[..., 0])
+    if want_entropy:
+        res.entropy = packed[..., 1]
+    if n > 0:
+        res.cand_logp = packed[..., 2 : 2 + n]
+        res.cand_ids = cand_ids if cand_ids is not None else packed[..., 2 + n :].detach().long()
     return res
 
 
