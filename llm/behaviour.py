@@ -28,6 +28,7 @@ import torch
 
 import shaping
 from llm.config import TrainConfig
+from llm.distributed import autocast_precision
 from llm.forward import PolicyOutputs, Rows, build_rows, forward_all, sampled_rank
 
 __all__ = [
@@ -91,7 +92,7 @@ def _logp_ref(s: _Sources) -> Tensor:
         s.batch.rows,
         c.micro_batch_size,
         temperature=c.temperature,
-        precision=c.precision,
+        precision=autocast_precision(s.ref_model, c.precision),
     )
     return ref.logp.reshape(s.batch.shape)
 
@@ -230,7 +231,7 @@ def behaviour_batch(
             n_top=cfg.n_candidates,
             want_prompt="prompt_logp" in needs,
             temperature=cfg.temperature,
-            precision=cfg.precision,
+            precision=autocast_precision(policy, cfg.precision),
         )
     fixed = {
         "rewards": rewards,

@@ -14,15 +14,24 @@ two things the shaping losses need on top of them:
   ranks; multiplying the local surrogate by the world size turns that mean into the sum that the
   chain rule asks for, so one optimizer step equals the single-process step on the same global
   batch (tested with gloo on 2 CPU processes: tests/llm/test_distributed.py).
-- **Gradient sync once per optimizer step**: DDP's ``no_sync()`` and FSDP2's
-  ``set_requires_gradient_sync(False)`` skip the all-reduce / reduce-scatter on every micro-batch
-  but the last.
+- **Gradient sync**: DDP's ``no_sync()`` skips the all-reduce on every micro-batch but the last
+  (DDP gradients are full-size on every rank anyway). FSDP2 keeps gradient sync ON for every
+  micro-batch (`grad_sync`): each backward reduce-scatters its gradients, so a rank only ever holds
+  its 1/W shard of them (sync off would leave a full-size gradient on every rank until the last
+  micro-batch: 4P bytes instead of 4P/W). The price is one reduce-scatter per micro-batch instead
+  of one per optimizer step.
+- **Memory under FSDP2** (`wrap_policy`, `wrap_reference`): the frozen KL reference is sharded like
+  the policy (its no-grad forward all-gathers one layer at a time); with ``bf16-mixed`` the policy
+  is wrapped with ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``: fp32 sharded
+  master weights, bf16 all-gathers and compute, fp32 gradient reduction, and no autocast around
+  the model (`autocast_precision`), so no autocast cache of bf16 weight copies either.
 
 Rollouts are shared the same way: each rank samples its share of every mini-batch's prompts
 (`rank_share`), alone or, under vLLM tensor parallelism, with its engine group (`generate_shared`).
 
 Sources: torch docs "Getting Started with Fully Sharded Data Parallel (FSDP2)" and
-`torch.distributed.fsdp.fully_shard` (FSDPModule.set_requires_gradient_sync); DDP docs
+`torch.distributed.fsdp.fully_shard` (``mp_policy``, ``reshard_after_forward``,
+`MixedPrecisionPolicy`, FSDPModule.set_requires_gradient_sync); DDP docs
 (`no_sync`); `torch.distributed.checkpoint.state_dict` (get/set_model_state_dict and
 get/set_optimizer_state_dict with ``StateDictOptions(full_state_dict=True)``) for checkpoints.
 """
@@ -32,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +51,7 @@ import torch.distributed as dist
 
 __all__ = [
     "DistInfo",
+    "autocast_precision",
     "broadcast_object",
     "gather_batch",
     "generate_shared",
@@ -51,6 +62,7 @@ __all__ = [
     "slice_rollout",
     "unwrap",
     "wrap_policy",
+    "wrap_reference",
 ]
 
 Tensor = torch.Tensor
@@ -106,31 +118,108 @@ def init_distributed(device: str) -> DistInfo:
     return DistInfo(rank=rank, world_size=world, local_rank=local, device=device)
 
 
-def wrap_policy(model: torch.nn.Module, info: DistInfo, parallel: str) -> torch.nn.Module:
+def _parallel_kind(info: DistInfo, parallel: str) -> str:
+    if parallel not in ("auto", "ddp", "fsdp2"):
+        raise ValueError(f"parallel: expected auto, ddp or fsdp2, got {parallel!r}")
+    return parallel if parallel != "auto" else ("fsdp2" if "cuda" in info.device else "ddp")
+
+
+# Modules wrapped here whose FSDP2 all-gathers deliver bf16 parameters (a MixedPrecisionPolicy, or
+# bf16 weights): they compute in bf16 by themselves and must not run under autocast.
+_BF16_SHARDED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+
+
+def _shard(
+    model: torch.nn.Module, mp_policy: Any = None, reshard_after_forward: bool | None = None
+) -> None:
+    """FSDP2 `fully_shard` on every decoder layer (the classes in ``_no_split_modules``), then on
+    the root, in place. ``reshard_after_forward=None`` is torch's default: True for the layers,
+    False for the root (its embedding and head stay gathered until the backward frees them);
+    True also reshards the root after its forward (a model that is never back-propagated)."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    kw = {
+        "mp_policy": mp_policy or MixedPrecisionPolicy(),
+        "reshard_after_forward": reshard_after_forward,
+    }
+    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
+    for module in model.modules():
+        if type(module).__name__ in layer_classes:
+            fully_shard(module, **kw)
+    fully_shard(model, **kw)
+
+
+def wrap_policy(
+    model: torch.nn.Module, info: DistInfo, parallel: str, precision: str = "fp32"
+) -> torch.nn.Module:
     """The module to train: `model` itself (one process), DDP around it, or `model` after FSDP2's
     in-place `fully_shard` (``parallel = "auto"`` picks fsdp2 on CUDA and ddp on CPU).
+
+    Under FSDP2 with ``precision = "bf16-mixed"`` every ``fully_shard`` gets
+    ``MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32)``: the sharded parameters
+    (what AdamW updates) stay float32, the all-gathered ones the forward and backward use are
+    bfloat16, gradients are reduce-scattered in float32; callers then run the model without
+    autocast (`autocast_precision`).
 
     Raises:
         ValueError: unknown `parallel`.
     """
     if not info.enabled:
         return model
-    if parallel not in ("auto", "ddp", "fsdp2"):
-        raise ValueError(f"parallel: expected auto, ddp or fsdp2, got {parallel!r}")
-    kind = parallel if parallel != "auto" else ("fsdp2" if "cuda" in info.device else "ddp")
+    kind = _parallel_kind(info, parallel)
     if kind == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         ids = [info.local_rank] if info.device.startswith("cuda") else None
         return DistributedDataParallel(model, device_ids=ids)
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy
 
-    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
-    for module in model.modules():
-        if type(module).__name__ in layer_classes:
-            fully_shard(module)
-    fully_shard(model)
+    mp_policy = None
+    if precision == "bf16-mixed":
+        mp_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    _shard(model, mp_policy)
+    if mp_policy is not None or _all_bf16(model):
+        _BF16_SHARDED.add(model)
     return model
+
+
+def wrap_reference(
+    model: torch.nn.Module | None, info: DistInfo, parallel: str
+) -> torch.nn.Module | None:
+    """The frozen KL reference, sharded with FSDP2 `fully_shard` like the policy when the policy
+    is (each rank keeps 1/W of its weights; its no-grad forward all-gathers one decoder layer at a
+    time and frees it after use, the root's embedding and head included: ``reshard_after_forward
+    = True`` everywhere, as no backward comes to free them), else `model` unchanged (one process,
+    DDP: a frozen model needs no wrapper). Its weights keep their dtype (bf16 unless the run is
+    fp32: `llm.models.load_policy_and_reference`), so no mixed-precision policy is needed; bf16
+    weights run without autocast (`autocast_precision`), exactly as the bf16-mixed policy does.
+    None stays None.
+
+    Raises:
+        ValueError: unknown `parallel`.
+    """
+    if model is None or not info.enabled or _parallel_kind(info, parallel) != "fsdp2":
+        return model
+    model.requires_grad_(False)
+    _shard(model, reshard_after_forward=True)
+    if _all_bf16(model):
+        _BF16_SHARDED.add(model)
+    return model
+
+
+def _all_bf16(model: torch.nn.Module) -> bool:
+    params = [p for p in model.parameters() if p.is_floating_point()]
+    return bool(params) and all(p.dtype == torch.bfloat16 for p in params)
+
+
+def autocast_precision(model: torch.nn.Module, precision: str) -> str:
+    """The ``precision`` to pass to `llm.forward.policy_forward` for `model`: ``"fp32"`` (no
+    autocast) when `model` is FSDP2-sharded by `wrap_policy` / `wrap_reference` and gathers bf16
+    parameters (its mixed-precision policy or bf16 weights already make it compute in bf16;
+    autocast would only add a cached bf16 copy of each weight), else `precision` unchanged."""
+    if precision == "bf16-mixed" and model in _BF16_SHARDED:
+        return "fp32"
+    return precision
 
 
 def unwrap(policy: torch.nn.Module) -> torch.nn.Module:
@@ -140,18 +229,24 @@ def unwrap(policy: torch.nn.Module) -> torch.nn.Module:
 
 @contextlib.contextmanager
 def grad_sync(policy: torch.nn.Module, enabled: bool) -> Iterator[None]:
-    """Within the block, backward passes synchronize gradients across ranks only if `enabled`."""
+    """Within the block, backward passes synchronize gradients across ranks only if `enabled`:
+    DDP skips its all-reduce (``no_sync``) when not `enabled`.
+
+    FSDP2 ignores `enabled` and always synchronizes: every micro-batch's backward reduce-scatters
+    its gradients and adds them to the rank's gradient shard, so no rank ever holds a full-size
+    gradient (with sync off, FSDP2 keeps each parameter's unsharded gradient until the synced
+    backward: 4P bytes per rank in fp32 instead of 4P/W). Cost: one reduce-scatter of all
+    gradients per micro-batch (each rank sends and receives ~(W-1)/W x 4P bytes in float32 per
+    micro-batch) instead of one per optimizer step; the parameter all-gathers happen per
+    micro-batch either way (forward, and again in backward, since layers reshard after forward
+    and after backward).
+    """
     if hasattr(policy, "no_sync") and not enabled:  # DDP
         with policy.no_sync():
             yield
         return
-    if hasattr(policy, "set_requires_gradient_sync"):  # FSDP2
-        policy.set_requires_gradient_sync(enabled)
-        try:
-            yield
-        finally:
-            policy.set_requires_gradient_sync(True)
-        return
+    if hasattr(policy, "set_requires_gradient_sync"):  # FSDP2: sharded gradients throughout
+        policy.set_requires_gradient_sync(True)
     yield
 
 

@@ -50,7 +50,8 @@ def load_model_and_tokenizer(
 ) -> tuple[Any, Any]:
     """`AutoModelForCausalLM` (eval mode) and `load_tokenizer` from a local directory; weights in
     bfloat16 for ``precision = "bf16"``, float32 otherwise (``bf16-mixed`` keeps float32 master
-    weights and computes under autocast).
+    weights and computes under autocast, or under FSDP2 through its mixed-precision policy:
+    `llm.distributed.wrap_policy`).
 
     Raises:
         FileNotFoundError: `path` is not a local folder (models are never downloaded).
@@ -73,7 +74,8 @@ def load_policy_and_reference(
 ) -> tuple[Any, Any, Any | None]:
     """``(model, tokenizer, ref_model)``: the policy from `path` (a checkpoint or
     ``cfg.model_path``) with activation checkpointing when ``cfg.gradient_checkpointing``, and the
-    frozen base model as the KL reference when ``cfg.kl_coef > 0`` (else None).
+    frozen base model as the KL reference when ``cfg.kl_coef > 0`` (else None), whole on this
+    device (under FSDP2 the trainer then shards it: `llm.distributed.wrap_reference`).
 
     Raises:
         FileNotFoundError: a model folder does not exist.

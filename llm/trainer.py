@@ -52,6 +52,7 @@ from llm.distributed import (
     rank_share,
     slice_rollout,
     wrap_policy,
+    wrap_reference,
 )
 from llm.forward import PolicyOutputs, Rows, build_rows, policy_forward, sampled_rank
 from llm.models import (
@@ -167,7 +168,8 @@ def _train(
     model, tokenizer, ref_model = load_policy_and_reference(
         cfg, ckpt or cfg.model_path, info.device
     )
-    policy = wrap_policy(model, info, cfg.parallel)
+    policy = wrap_policy(model, info, cfg.parallel, cfg.precision)
+    ref_model = wrap_reference(ref_model, info, cfg.parallel)
     backend = (backend_factory or make_backend)(cfg, model, tokenizer)
     if ckpt is not None:
         backend.sync_weights(model)  # an engine with its own copy starts from cfg.model_path

@@ -25,7 +25,7 @@ import torch
 import shaping
 from llm.behaviour import GRAD_KEYS, BehaviourBatch
 from llm.config import TrainConfig
-from llm.distributed import DistInfo, gather_batch, grad_sync, local_rows
+from llm.distributed import DistInfo, autocast_precision, gather_batch, grad_sync, local_rows
 from llm.forward import PolicyOutputs, Rows, chunks, forward_all, policy_forward, slice_outputs
 from llm.runfolder import NonFiniteError, check_finite
 
@@ -71,6 +71,8 @@ def accumulate_gradients(
         current: the policy quantities at the current parameters (no grad), per row; their values
             enter the loss, their gradients come from the micro-batch passes.
         method, hyper: `shaping.METHODS[method].loss(batch, **hyper)`.
+        precision: `llm.forward.policy_forward`'s (``"fp32"``, no autocast, for an FSDP2 policy
+            with a bf16 mixed-precision policy: `llm.distributed.autocast_precision`).
 
     Returns:
         (loss, metrics, batch): the full-batch loss (detached) equal to the shaping core's value,
@@ -197,7 +199,7 @@ def update_policy(
                     want_entropy="entropy" in needs,
                     cand_ids=old.cand_ids[start * g : stop * g] if "cand_logp" in needs else None,
                     temperature=cfg.temperature,
-                    precision=cfg.precision,
+                    precision=autocast_precision(policy, cfg.precision),
                 )
             optimizer.zero_grad(set_to_none=True)
             loss, loss_metrics, _ = accumulate_gradients(
@@ -209,7 +211,7 @@ def update_policy(
                 hyper=hyper,
                 temperature=cfg.temperature,
                 micro_batch_size=cfg.micro_batch_size,
-                precision=cfg.precision,
+                precision=autocast_precision(policy, cfg.precision),
                 info=info,
             )
             grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
