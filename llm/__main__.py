@@ -10,7 +10,8 @@
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
     python -m llm sweep --config FILE [--set KEY=VALUE ...] [--workers N] [--out DIR]
 
-`--model` takes a model folder or a run folder (its newest checkpoint is used). `--config` gives
+`--model` takes a model folder or a run folder (its newest checkpoint holding weights is used; for
+an FSDP2 run, whose checkpoints are sharded, the last step's Hugging Face export). `--config` gives
 eval the run's task, template, backend, max_new_tokens, distinct and data bounds (for
 `--generate`); without a problem source, eval reads the config's [eval] sets (one label per file).
 `--set` overrides any config key: ``--set lr=3e-4 data.seed=3 hyper.gamma_p=0.05`` (values are

@@ -1,9 +1,31 @@
 """Checkpoints, resume and the metrics log of a training run.
 
-A checkpoint is ``DIR/checkpoints/step_NNNNNN/``: the model and tokenizer (`save_pretrained`) and
-``trainer_state.pt`` (optimizer, scheduler, the Python / NumPy / torch RNG states, the data
-position and the step), written atomically. Resuming restores all of it, so a resumed run repeats
-the uninterrupted one exactly; `MetricsLogger` drops the lines of steps the resumed run redoes.
+A checkpoint is ``DIR/checkpoints/step_NNNNNN/``, written atomically (into
+``.tmp_step_NNNNNN/``, renamed once complete), in one of two layouts:
+
+- **full** (one process, and DDP): the model and tokenizer (`save_pretrained`) and
+  ``trainer_state.pt`` (optimizer, scheduler, the Python / NumPy / torch RNG states, the data
+  position and the step); under DDP rank 0 writes it.
+- **sharded** (FSDP2 under torchrun): ``sharded/`` is a `torch.distributed.checkpoint` (DCP)
+  folder of the model and optimizer states in which every rank writes only its own shards
+  (``__<rank>_0.distcp``; rank 0 adds ``.metadata``) and from which every rank reads only its own
+  shards on resume; ``rng/rank_RRRRR.pt`` holds each rank's RNG states; ``trainer_state.pt`` holds
+  the step, data position, scheduler and world size (no optimizer state); the model config and
+  tokenizer sit beside them; ``COMPLETE`` is written last (after every rank has finished), and a
+  sharded checkpoint without it is never resumed from. At the last step of the run (``final``)
+  the folder also gets a consolidated Hugging Face export of the weights (``model.safetensors``
+  and ``config.json``, gathered to rank 0; no optimizer state), so ``python -m llm eval --model
+  DIR`` evaluates the final model (`latest_checkpoint` returns the newest checkpoint holding
+  weights). An intermediate sharded checkpoint becomes a model folder with `export_checkpoint`.
+
+Resuming restores all of it, so a resumed run repeats the uninterrupted one exactly;
+`MetricsLogger` drops the lines of steps the resumed run redoes.
+
+Sources for the sharded layout: torch docs "torch.distributed.checkpoint" (`save`, `load`,
+`FileSystemReader`, and `torch.distributed.checkpoint.state_dict`: `get_state_dict`,
+`set_state_dict`, `get_model_state_dict`, `StateDictOptions`) and the tutorial "Getting Started
+with Distributed Checkpoint (DCP)" (save and load the sharded state dicts of a model and
+optimizer from `get_state_dict`, then `set_state_dict`).
 """
 
 from __future__ import annotations
@@ -25,20 +47,30 @@ from llm.runfolder import loadable_checkpoints, newest_loadable, read_metrics
 
 __all__ = [
     "CHECKPOINTS",
+    "COMPLETE_FILE",
+    "RNG_DIR",
+    "SHARDED_DIR",
     "STATE_FILE",
     "MetricsLogger",
     "check_resume_config",
+    "export_checkpoint",
     "find_resume_checkpoint",
+    "is_sharded_checkpoint",
     "latest_checkpoint",
     "load_optimizer_state",
     "restore_checkpoint",
     "rng_state",
     "save_checkpoint",
     "set_rng_state",
+    "weights_folder",
 ]
 
 CHECKPOINTS = "checkpoints"
 STATE_FILE = "trainer_state.pt"
+SHARDED_DIR = "sharded"  # the DCP folder of a sharded checkpoint
+RNG_DIR = "rng"  # rank_RRRRR.pt: each rank's RNG states (sharded checkpoints)
+COMPLETE_FILE = "COMPLETE"  # written last into a sharded checkpoint
+_SHARDED = "sharded"  # trainer_state.pt's "layout" of a sharded checkpoint
 
 
 def rng_state() -> dict[str, Any]:
@@ -62,26 +94,55 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def is_sharded_checkpoint(ckpt: str | os.PathLike[str]) -> bool:
+    """Whether `ckpt` has the sharded layout (a DCP folder of FSDP2 shards; module docstring)."""
+    return (Path(ckpt) / SHARDED_DIR).is_dir()
+
+
+def _complete(ckpt: Path) -> bool:
+    # A renamed full checkpoint is complete; a sharded one also needs COMPLETE, which rank 0
+    # writes after every rank has written its shards and RNG states.
+    if not (ckpt / STATE_FILE).is_file():
+        return False
+    return not is_sharded_checkpoint(ckpt) or (ckpt / COMPLETE_FILE).is_file()
+
+
+def _has_weights(ckpt: Path) -> bool:
+    return (ckpt / "config.json").is_file() and any(ckpt.glob("*.safetensors"))
+
+
 def latest_checkpoint(out_dir: str | os.PathLike[str]) -> Path | None:
-    """The newest complete ``DIR/checkpoints/step_NNNNNN`` (temp dirs are ignored), or None."""
+    """The newest complete ``DIR/checkpoints/step_NNNNNN`` that holds Hugging Face weights (every
+    full checkpoint; a sharded one only with its export, written at the last step), or None.
+    Temp dirs are ignored. This is the model folder that ``python -m llm eval --model DIR``
+    evaluates."""
     root = Path(out_dir) / CHECKPOINTS
     if not root.is_dir():
         return None
-    done = sorted(p for p in root.glob("step_*") if (p / STATE_FILE).is_file())
+    done = sorted(p for p in root.glob("step_*") if _complete(p) and _has_weights(p))
     return done[-1] if done else None
 
 
+def weights_folder(ckpt: Path | None, model_path: str | os.PathLike[str]) -> str | Path:
+    """The folder the policy's weights load from before `restore_checkpoint`: a full
+    checkpoint itself, else (a fresh run, or a sharded checkpoint, whose shards
+    `restore_checkpoint` loads into the wrapped model) the base model `model_path`."""
+    if ckpt is None or is_sharded_checkpoint(ckpt):
+        return model_path
+    return ckpt
+
+
 _STATE_KEYS = ("step", "data_position", "optimizer", "scheduler", "rng")
+_SHARDED_KEYS = ("step", "data_position", "scheduler", "world_size", "layout")
 
 
-def _read_checkpoint(ckpt: Path) -> dict[str, Any]:
-    """``trainer_state.pt`` of `ckpt`, after checking that its weights and config are readable
-    (a truncated safetensors file fails its header check here, not mid-training).
+def _rng_file(ckpt: Path, rank: int) -> Path:
+    return ckpt / RNG_DIR / f"rank_{rank:05d}.pt"
 
-    Raises:
-        any loading error (the caller falls back to an older checkpoint); ValueError for a
-        state without the keys a resume needs.
-    """
+
+def _check_weights(ckpt: Path) -> None:
+    """Read ``config.json`` and every safetensors header and tensor slice of `ckpt` (a truncated
+    file fails here, not mid-training)."""
     from safetensors import safe_open
 
     json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
@@ -92,27 +153,71 @@ def _read_checkpoint(ckpt: Path) -> dict[str, Any]:
         with safe_open(str(f), framework="pt") as handle:
             for key in handle.keys():
                 handle.get_slice(key)
+
+
+def _check_sharded(ckpt: Path, state: dict[str, Any]) -> None:
+    """Check the parts of a sharded checkpoint: the COMPLETE marker, the DCP metadata, that every
+    shard file it names is there and long enough for every byte range it lists, and each rank's
+    RNG file."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    marker = json.loads((ckpt / COMPLETE_FILE).read_text(encoding="utf-8"))
+    if marker.get("step") != state["step"]:
+        raise ValueError(f"{ckpt / COMPLETE_FILE}: step {marker.get('step')} != {state['step']}")
+    metadata = FileSystemReader(str(ckpt / SHARDED_DIR)).read_metadata()
+    need: dict[str, int] = {}
+    for item in (metadata.storage_data or {}).values():
+        need[item.relative_path] = max(need.get(item.relative_path, 0), item.offset + item.length)
+    if not need:
+        raise ValueError(f"{ckpt / SHARDED_DIR}: the metadata lists no shard")
+    for name, size in sorted(need.items()):
+        f = ckpt / SHARDED_DIR / name
+        have = f.stat().st_size if f.is_file() else -1
+        if have < size:
+            raise ValueError(f"{f}: missing or truncated ({max(have, 0)} of {size} bytes)")
+    for rank in range(int(state["world_size"])):
+        rng = torch.load(_rng_file(ckpt, rank), weights_only=False)
+        if not isinstance(rng, dict) or "torch" not in rng:
+            raise ValueError(f"{_rng_file(ckpt, rank)}: not an RNG state")
+    if any(ckpt.glob("*.safetensors")):
+        _check_weights(ckpt)  # the Hugging Face export of the last step
+
+
+def _read_checkpoint(ckpt: Path) -> dict[str, Any]:
+    """``trainer_state.pt`` of `ckpt`, after checking that its weights and config (full layout)
+    or its shards, RNG files and completion marker (sharded layout) are readable.
+
+    Raises:
+        any loading error (the caller falls back to an older checkpoint); ValueError for a
+        state without the keys a resume needs, or a torn sharded checkpoint.
+    """
     # mmap: the check reads the pickle, not every optimizer tensor (restore_checkpoint loads them)
     state = torch.load(ckpt / STATE_FILE, weights_only=False, mmap=True)
-    missing = [k for k in _STATE_KEYS if not isinstance(state, dict) or k not in state]
+    sharded = isinstance(state, dict) and state.get("layout") == _SHARDED
+    keys = _SHARDED_KEYS if sharded else _STATE_KEYS
+    missing = [k for k in keys if not isinstance(state, dict) or k not in state]
     if missing:
         raise ValueError(f"{ckpt / STATE_FILE}: missing {missing}")
+    if sharded:
+        _check_sharded(ckpt, state)
+    else:
+        _check_weights(ckpt)
     return state
 
 
 def find_resume_checkpoint(out_dir: str | os.PathLike[str], steps: int) -> Path | None:
     """The checkpoint a ``--resume`` of `out_dir` continues from: the newest that loads.
 
-    Corrupt newer checkpoints are skipped with a warning naming each and its error. A run already
-    at `steps` is finished: a warning says so and the checkpoint is returned (nothing is trained).
+    Corrupt newer checkpoints (a truncated file; a sharded checkpoint with a missing or short
+    shard) are skipped with a warning naming each and its error; a sharded checkpoint without its
+    ``COMPLETE`` marker is not a candidate. A run already at `steps` is finished: a warning says
+    so and the checkpoint is returned (nothing is trained).
 
     Raises:
         ValueError: the checkpoint is past `steps` (``--steps`` at or below it cannot continue).
         llm.runfolder.RunFolderError: checkpoints exist but none loads.
     """
-    found = newest_loadable(
-        loadable_checkpoints(out_dir, lambda p: (p / STATE_FILE).is_file()), _read_checkpoint
-    )
+    found = newest_loadable(loadable_checkpoints(out_dir, _complete), _read_checkpoint)
     if found is None:
         return None
     ckpt, state = found
@@ -130,6 +235,27 @@ def find_resume_checkpoint(out_dir: str | os.PathLike[str], steps: int) -> Path 
     return ckpt
 
 
+def _is_fsdp2(policy: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(policy, FSDPModule)
+
+
+def _full_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The full (unsharded) weights gathered to rank 0's CPU memory (other ranks get ``{}``):
+    ``full_state_dict`` with ``cpu_offload`` keeps them on rank 0 only (StateDictOptions docs).
+    Collective: every rank calls it."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    state = get_model_state_dict(policy, options=options)
+    # The gathered dict names tied weights twice (lm_head = embeddings) as separate tensors;
+    # keep the names `named_parameters` keeps so `save_pretrained` writes what it would.
+    inner = unwrap(policy)
+    own = {n for n, _ in inner.named_parameters()} | {n for n, _ in inner.named_buffers()}
+    return {k: v for k, v in state.items() if k in own}
+
+
 def save_checkpoint(
     out_dir: Path,
     step: int,
@@ -139,31 +265,54 @@ def save_checkpoint(
     scheduler: Any,
     position: int,
     info: DistInfo,
+    *,
+    last: bool = False,
 ) -> Path:
-    """Write ``step_NNNNNN`` atomically; with several processes the full (unsharded) model and
-    optimizer states are gathered to rank 0 (torch.distributed.checkpoint.state_dict), which
-    writes them, and every rank waits for it."""
+    """Write ``step_NNNNNN`` atomically (a temp folder renamed by rank 0 after every rank is done).
+
+    One process or DDP: the full layout, written by rank 0 (under DDP the full optimizer state is
+    gathered to it through torch.distributed.checkpoint.state_dict). FSDP2: the sharded layout,
+    each rank writing its own shards and RNG states; with `last` (the run's last step) rank 0 adds
+    the Hugging Face export of the full weights (module docstring)."""
     root = out_dir / CHECKPOINTS
-    final = root / f"step_{step:06d}"
+    target = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
+    if info.enabled and _is_fsdp2(policy):
+        _save_sharded(tmp, step, policy, tokenizer, optimizer, scheduler, position, info, last)
+    else:
+        _save_full(tmp, step, policy, tokenizer, optimizer, scheduler, position, info)
+    if info.is_main:
+        # A directory rename is atomic on POSIX: a checkpoint is either complete or absent.
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+    if info.enabled:
+        torch.distributed.barrier()
+    return target
+
+
+def _save_full(
+    tmp: Path,
+    step: int,
+    policy: torch.nn.Module,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    position: int,
+    info: DistInfo,
+) -> None:
     model_state, optim_state = None, optimizer.state_dict()
     if info.enabled:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
-            get_model_state_dict,
             get_optimizer_state_dict,
         )
 
+        model_state = _full_weights(policy)
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        model_state = get_model_state_dict(policy, options=options)
-        # The gathered dict names tied weights twice (lm_head = embeddings) as separate tensors;
-        # keep the names `named_parameters` keeps so `save_pretrained` writes what it would.
-        inner = unwrap(policy)
-        own = {n for n, _ in inner.named_parameters()} | {n for n, _ in inner.named_buffers()}
-        model_state = {k: v for k, v in model_state.items() if k in own}
         optim_state = get_optimizer_state_dict(policy, optimizer, options=options)
     if info.is_main:
-        root.mkdir(parents=True, exist_ok=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
         if tmp.exists():
             shutil.rmtree(tmp)
         unwrap(policy).save_pretrained(tmp, state_dict=model_state)
@@ -177,19 +326,105 @@ def save_checkpoint(
             "rng": rng_state(),
         }
         torch.save(state, tmp / STATE_FILE)
-        # A directory rename is atomic on POSIX: a checkpoint is either complete or absent.
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    if info.enabled:
-        torch.distributed.barrier()
-    return final
+
+
+def _save_sharded(
+    tmp: Path,
+    step: int,
+    policy: torch.nn.Module,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    position: int,
+    info: DistInfo,
+    export: bool,
+) -> None:
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    if info.is_main:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        (tmp / RNG_DIR).mkdir(parents=True)
+    torch.distributed.barrier()  # the fresh temp folder exists before any rank writes into it
+    # The default options give sharded state dicts (DTensors): each rank's dict holds its shards,
+    # and DCP's FileSystemWriter writes each rank's into its own __<rank>_0.distcp.
+    model_state, optim_state = get_state_dict(policy, optimizer)
+    dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=tmp / SHARDED_DIR)
+    torch.save(rng_state(), _rng_file(tmp, info.rank))
+    weights = _full_weights(policy) if export else None
+    if info.is_main:
+        inner = unwrap(policy)
+        if weights is not None:
+            inner.save_pretrained(tmp, state_dict=weights)
+        else:
+            inner.config.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        state = {
+            "step": step,
+            "data_position": position,
+            "world_size": info.world_size,
+            "layout": _SHARDED,
+            "scheduler": scheduler.state_dict(),
+        }
+        torch.save(state, tmp / STATE_FILE)
+    torch.distributed.barrier()  # every rank's shards and RNG file are written
+    if info.is_main:
+        marker = {"layout": _SHARDED, "step": step, "world_size": info.world_size}
+        (tmp / COMPLETE_FILE).write_text(json.dumps(marker), encoding="utf-8")
+
+
+def _load_sharded(
+    ckpt: Path, policy: torch.nn.Module, optimizer: torch.optim.Optimizer, info: DistInfo
+) -> None:
+    """Load the model and optimizer shards of this rank from ``ckpt/sharded`` (DCP reads only the
+    byte ranges of the local shards; with another world size it reshards)."""
+    if not (info.enabled and _is_fsdp2(policy)):
+        raise ValueError(
+            f"--resume: {ckpt} is a sharded (FSDP2) checkpoint; resume it under torchrun with "
+            "parallel = fsdp2 (or turn it into a model folder with "
+            "llm.checkpoint.export_checkpoint)"
+        )
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(policy, optimizer)
+    state = {"model": model_state, "optimizer": optim_state}
+    dcp.load(state, checkpoint_id=ckpt / SHARDED_DIR)
+    set_state_dict(
+        policy, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+    )
+
+
+def export_checkpoint(ckpt: str | os.PathLike[str], out: str | os.PathLike[str]) -> Path:
+    """Write the weights of the sharded checkpoint `ckpt` as a Hugging Face model folder `out`
+    (`save_pretrained` and the tokenizer), in one process without torchrun: DCP reassembles the
+    full tensors from every rank's shards (reading only the model entries, no optimizer state).
+
+    Raises:
+        ValueError: `ckpt` is not a sharded checkpoint.
+    """
+    import torch.distributed.checkpoint as dcp
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    ckpt, out = Path(ckpt), Path(out)
+    if not is_sharded_checkpoint(ckpt):
+        raise ValueError(f"{ckpt} is not a sharded checkpoint (no {SHARDED_DIR}/)")
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(ckpt))
+    state = {"model": model.state_dict()}
+    with warnings.catch_warnings():  # load() warns that it loads in one process, as asked
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(state, checkpoint_id=ckpt / SHARDED_DIR, no_dist=True)
+    model.load_state_dict(state["model"])
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(ckpt).save_pretrained(out)
+    return out
 
 
 def load_optimizer_state(
     policy: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any], info: DistInfo
 ) -> None:
-    """Load the saved optimizer state into `optimizer` (sharded again under FSDP2).
+    """Load the saved (full) optimizer state into `optimizer` (sharded again under FSDP2).
 
     Raises:
         ValueError: the checkpoint was written by a single process and this run has several, or
@@ -221,19 +456,34 @@ def restore_checkpoint(
     scheduler: Any,
     info: DistInfo,
 ) -> tuple[int, int]:
-    """Load the optimizer, scheduler and RNG states of `ckpt` (the weights are loaded with the
-    model); returns ``(step, data_position)`` to continue from, ``(0, 0)`` for a fresh run
+    """Load the optimizer, scheduler and RNG states of `ckpt` (the weights of a full checkpoint
+    are loaded with the model, see `weights_folder`; those of a sharded one here, each rank its
+    shards); returns ``(step, data_position)`` to continue from, ``(0, 0)`` for a fresh run
     (`ckpt` None).
 
     Raises:
-        ValueError: see `load_optimizer_state`.
+        ValueError: see `load_optimizer_state`; a sharded checkpoint outside FSDP2.
     """
     if ckpt is None:
         return 0, 0
     state = torch.load(ckpt / STATE_FILE, weights_only=False)
-    load_optimizer_state(policy, optimizer, state, info)
+    if state.get("layout") == _SHARDED:
+        _load_sharded(ckpt, policy, optimizer, info)
+        saved_world = int(state["world_size"])
+        if saved_world != info.world_size:
+            warnings.warn(
+                f"--resume: {ckpt} was written by {saved_world} processes, this run has "
+                f"{info.world_size}: the shards are resharded, but ranks without a saved RNG "
+                "state take rank 0's, so the run does not repeat an uninterrupted one exactly",
+                stacklevel=2,
+            )
+        rng_file = _rng_file(ckpt, info.rank if info.rank < saved_world else 0)
+        rng = torch.load(rng_file, weights_only=False)
+    else:
+        load_optimizer_state(policy, optimizer, state, info)
+        rng = state["rng"]
     scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state["rng"])
+    set_rng_state(rng)
     return state["step"], state["data_position"]
 
 

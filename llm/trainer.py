@@ -42,6 +42,7 @@ from llm.checkpoint import (
     latest_checkpoint,
     restore_checkpoint,
     save_checkpoint,
+    weights_folder,
 )
 from llm.config import TrainConfig, save_config
 from llm.distributed import (
@@ -114,12 +115,16 @@ def train(
     Writes ``DIR/config.toml``, ``DIR/metrics.jsonl`` (one line per logged step),
     ``DIR/tb/`` (TensorBoard) and ``DIR/checkpoints/step_NNNNNN/`` (model + tokenizer via
     `save_pretrained`, and ``trainer_state.pt``: optimizer, scheduler, RNG states, data
-    position, step) every `save_every` steps and at the last step.
+    position, step) every `save_every` steps and at the last step. Under FSDP2 a checkpoint is
+    sharded instead (`llm.checkpoint`: each rank writes its own shards through
+    torch.distributed.checkpoint) and the last step's also holds a Hugging Face export of the
+    weights (``model.safetensors``, ``config.json``, tokenizer), the folder that
+    ``python -m llm eval --model DIR`` evaluates.
 
     Under ``torchrun --nproc_per_node W`` each of the W processes samples and scores
     ``prompts_per_step / W`` of the step's prompts, the update is the single-process update of the
     global batch (`accumulate_gradients`), the policy is wrapped by DDP or FSDP2 (``parallel``),
-    and rank 0 logs and writes checkpoints.
+    and rank 0 logs and writes checkpoints (FSDP2: every rank writes its shards).
 
     Args:
         resume: continue from the newest checkpoint in `out_dir` (fresh start if none); the
@@ -166,15 +171,16 @@ def _train(
     ckpt = find_resume_checkpoint(out, cfg.steps) if resume and info.is_main else None
     ckpt = broadcast_object(ckpt, info)
     model, tokenizer, ref_model = load_policy_and_reference(
-        cfg, ckpt or cfg.model_path, info.device
+        cfg, weights_folder(ckpt, cfg.model_path), info.device
     )
     policy = wrap_policy(model, info, cfg.parallel, cfg.precision)
     ref_model = wrap_reference(ref_model, info, cfg.parallel)
     backend = (backend_factory or make_backend)(cfg, model, tokenizer)
+    optimizer, scheduler = make_optimizer(cfg, policy)
+    # Loads a sharded (FSDP2) checkpoint's weights too, so the engine is synced after it.
+    start, position = restore_checkpoint(ckpt, policy, optimizer, scheduler, info)
     if ckpt is not None:
         backend.sync_weights(model)  # an engine with its own copy starts from cfg.model_path
-    optimizer, scheduler = make_optimizer(cfg, policy)
-    start, position = restore_checkpoint(ckpt, policy, optimizer, scheduler, info)
 
     problems = load_train_problems(cfg, tokenizer)
     if cfg.max_prompt_tokens > 0:
@@ -238,7 +244,10 @@ def _train(
                 logger.log(step, metrics)
             bar.set_postfix(reward=f"{metrics['charts/reward_mean']:.3f}")
             if step == cfg.steps or (cfg.save_every and step % cfg.save_every == 0):
-                save_checkpoint(out, step, policy, tokenizer, optimizer, scheduler, position, info)
+                save_checkpoint(
+                    out, step, policy, tokenizer, optimizer, scheduler, position, info,
+                    last=step == cfg.steps,
+                )  # fmt: skip
     finally:
         if logger is not None:
             logger.close()
