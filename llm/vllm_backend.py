@@ -72,7 +72,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from llm.rollout import RolloutBatch
+from llm.rollout import RolloutBatch, stop_token_ids
 
 PINNED_VLLM_VERSION = "0.25.1"
 
@@ -138,8 +138,10 @@ def rollout_batch_from_outputs(
     C-level passes (`itertools.chain` into `np.fromiter`) into flat entry arrays (id, log-prob,
     rank); the sampled token's entry is found by comparing ids, candidates by one stable sort on
     (position, rank), and everything is scattered into the padded tensors at once. Equal to the
-    per-token loop it replaced (`tests/llm/reference_convert.py`, tested); about 0.3-0.6 us per
-    token on CPU against 8.5 (`bench/bench_vllm_convert.py`).
+    per-token loop it replaced (`tests/llm/reference_convert.py`, tested). Measured on 2 shared CPU
+    cores (`bench/bench_vllm_convert.py`, 256 responses x ~3,000 tokens): 1.5 us/token with
+    N = 3 (the loop: 47) and 0.6 with N = 0 (the loop: 13); what remains is reading ~3 Python
+    objects per token (`Logprob` attributes, dict keys) and `batch_decode`.
 
     Args:
         prompts: B prompt texts.
@@ -365,8 +367,10 @@ def request_seeds(
 class VLLMBackend:
     """`RolloutBackend` on an in-process `vllm.LLM` that shares the GPU with the trainer.
 
-    Sampling: `SamplingParams(n=G, temperature, top_p, top_k=0, max_tokens, logprobs=top_n,
-    seed, stop_token_ids=[eos], detokenize=False)` on token-id prompts (`TokensPrompt`), so
+    Sampling: `SamplingParams(n=G, temperature, top_p, top_k=0, max_tokens, logprobs=top_n (None
+    for texts only), seed, stop_token_ids, detokenize=False)` on token-id prompts (`TokensPrompt`),
+    the stop ids those of `llm.rollout.stop_token_ids` (the tokenizer's EOS and the model folder's
+    generation-config EOS ids, as `HFGenerateBackend` stops), so
     tokenization and decoding are the trainer's tokenizer's. The engine is built with
     `logprobs_mode="processed_logprobs"`: `logp` and `cand_logp` are of the distribution sampled
     from (after temperature and top-p, -inf for candidates top-p removed), the behaviour policy, as
@@ -493,6 +497,8 @@ class VLLMBackend:
             engine_kwargs["max_model_len"] = max_model_len
 
         self.tokenizer = tokenizer
+        # The same stop ids as HFGenerateBackend: the tokenizer's EOS and generation_config.json's.
+        self.stop_token_ids = stop_token_ids(tokenizer, model_path)
         self.sleep_mode = sleep_mode
         self.max_logprobs = max_logprobs
         self.llm = vllm.LLM(**engine_kwargs)
@@ -554,6 +560,7 @@ class VLLMBackend:
         top_k: int = 0,
         top_n: int = 0,
         want_entropy: bool = False,
+        want_logprobs: bool = True,
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
         """Sample `group_size` responses per prompt with the engine.
@@ -562,14 +569,18 @@ class VLLMBackend:
         seed derived from it (`request_seeds`), so equal generator states give equal batches (up
         to vLLM's numerical nondeterminism across batch shapes); without it, vLLM draws seeds.
         `top_k = 0` disables top-k. `want_entropy` is accepted for the protocol; vLLM does not
-        report entropies, so `entropy` is None.
+        report entropies, so `entropy` is None. `want_logprobs=False` (texts only, for
+        evaluation) asks vLLM for no log-probs (`logprobs=None`: no per-token dicts are built);
+        `logp` is then NaN on the mask. Responses end at the first of `self.stop_token_ids`
+        (`llm.rollout.stop_token_ids`, as `HFGenerateBackend`).
 
         Returns:
             A `RolloutBatch` (see `rollout_batch_from_outputs`); candidates `(B, G, T, top_n)`.
 
         Raises:
             ValueError: empty `prompts`, `group_size < 1`, `max_new_tokens < 1`,
-                `temperature <= 0`, `top_p` not in (0, 1], `top_n` not in [0, max_logprobs].
+                `temperature <= 0`, `top_p` not in (0, 1], `top_n` not in [0, max_logprobs],
+                or `top_n > 0` without `want_logprobs`.
         """
         if not prompts:
             raise ValueError("prompts: expected at least one prompt")
@@ -583,6 +594,8 @@ class VLLMBackend:
             raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
         if not 0 <= top_n <= self.max_logprobs:
             raise ValueError(f"top_n: expected in [0, {self.max_logprobs}], got {top_n}")
+        if top_n and not want_logprobs:
+            raise ValueError(f"top_n: expected 0 without want_logprobs, got {top_n}")
 
         tok = self.tokenizer
         prompt_token_ids = [list(ids) for ids in tok(list(prompts))["input_ids"]]
@@ -594,9 +607,10 @@ class VLLMBackend:
                 top_p=top_p,
                 top_k=top_k,  # 0 disables top-k in the pinned version (SamplingParams docs)
                 max_tokens=max_new_tokens,
-                logprobs=top_n,
+                # None: no log-probs at all; 0: the sampled token's only (vllm/sampling_params.py).
+                logprobs=top_n if want_logprobs else None,
                 seed=seed,
-                stop_token_ids=[tok.eos_token_id],
+                stop_token_ids=list(self.stop_token_ids),
                 detokenize=False,
             )
             for seed in seeds
@@ -619,8 +633,9 @@ class VLLMBackend:
             group_size,
             top_n,
             tok.pad_token_id,
-            tok.eos_token_id,
+            self.stop_token_ids,
             tok,
+            want_logprobs=want_logprobs,
         )
 
 
