@@ -103,8 +103,10 @@ def _eval(args: argparse.Namespace) -> int:
         "top_p": cfg.eval.top_p,
         "seed": args.seed if args.seed is not None else 0,
         "encoder": encoder,
-        # vLLM schedules a whole evaluation set at once; transformers' generate pads per call.
+        # vLLM schedules as many prompts as max_responses_per_call allows; transformers'
+        # generate pads per call.
         "prompts_per_batch": 10**9 if cfg.backend == "vllm" else 8,
+        "max_responses_per_call": cfg.eval.max_responses_per_call,
     }
     for name, problems in sets.items():
         result = evaluate(

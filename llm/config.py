@@ -178,6 +178,11 @@ class EvalConfig:
     max_new_tokens: int = option(
         0, "longest response at evaluation (0 = the training max_new_tokens)", ge=0
     )
+    max_responses_per_call: int = option(
+        4096,
+        "responses per rollout call at evaluation, at most (bounds the engine's outputs)",
+        ge=1,
+    )
 
 
 @dataclass

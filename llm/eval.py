@@ -142,6 +142,7 @@ def evaluate(
     top_k: int = 0,
     seed: int = 0,
     prompts_per_batch: int = 8,
+    max_responses_per_call: int = 4096,
     distinct: str = "commutative",
     bleu: bool = True,
     encoder: Any | None = None,
@@ -159,6 +160,9 @@ def evaluate(
         task: a registered `Task` or its name.
         problems: (P,) problems of `task`.
         template: one of ``task.templates``.
+        prompts_per_batch: prompts per backend call, at most.
+        max_responses_per_call: responses per backend call, at most (prompts x n; a group larger
+            than this is sampled in several calls), so the engine's outputs stay bounded.
         bleu: compute Self-BLEU (the slowest metric on long responses).
 
     Returns:
@@ -172,8 +176,8 @@ def evaluate(
         ``format_rate`` again under ``task.format_key`` when set (math: ``boxed_rate``).
 
     Raises:
-        ValueError: no problems, `n < 1`, a template `task` does not have, or a number the
-            backend's tokenizer cannot encode.
+        ValueError: no problems, `n < 1`, `prompts_per_batch < 1`, `max_responses_per_call < 1`,
+            a template `task` does not have, or a number the backend's tokenizer cannot encode.
         UnknownTaskError: `task` names no registered task.
     """
     task = TASKS[task] if isinstance(task, str) else task
@@ -195,6 +199,7 @@ def evaluate(
         top_k=top_k,
         seed=seed,
         prompts_per_batch=prompts_per_batch,
+        max_responses_per_call=max_responses_per_call,
     )
     shared = _SharedMetrics(n, bleu=bleu, encoder=encoder)
     per_problem, formats = [], []
@@ -245,29 +250,46 @@ def _sample_texts(
     top_k: int,
     seed: int,
     prompts_per_batch: int,
+    max_responses_per_call: int = 4096,
 ) -> list[list[str]]:
-    """`n` sampled texts per prompt, `prompts_per_batch` prompts per backend call.
+    """`n` sampled texts per prompt (P, n): texts only (``want_logprobs=False``: the engine builds
+    no per-token log-probs), in calls of at most `prompts_per_batch` prompts and
+    `max_responses_per_call` responses (at least one prompt; a larger group in several calls of
+    at most `max_responses_per_call` responses each).
 
     Raises:
-        ValueError: no prompts, or `n < 1`.
+        ValueError: no prompts, `n < 1`, `prompts_per_batch < 1` or `max_responses_per_call < 1`.
     """
     if not prompts:
         raise ValueError("problems: expected at least one problem")
     if n < 1:
         raise ValueError(f"n: expected >= 1, got {n}")
+    if prompts_per_batch < 1 or max_responses_per_call < 1:
+        raise ValueError(
+            "prompts_per_batch and max_responses_per_call: expected >= 1, got "
+            f"{prompts_per_batch} and {max_responses_per_call}"
+        )
+    per_call = max(1, min(prompts_per_batch, max_responses_per_call // n))
+    groups = [min(max_responses_per_call, n - s) for s in range(0, n, max_responses_per_call)]
     gen = torch.Generator().manual_seed(seed)
     texts: list[list[str]] = []
-    for start in range(0, len(prompts), prompts_per_batch):
-        roll = backend.generate(
-            list(prompts[start : start + prompts_per_batch]),
-            n,
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            generator=gen,
-        )
-        texts.extend(roll.texts)
+    for start in range(0, len(prompts), per_call):
+        chunk = list(prompts[start : start + per_call])
+        chunk_texts: list[list[str]] = [[] for _ in chunk]
+        for group in groups:
+            roll = backend.generate(
+                chunk,
+                group,
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                want_logprobs=False,
+                generator=gen,
+            )
+            for mine, new in zip(chunk_texts, roll.texts, strict=True):
+                mine.extend(new)
+        texts.extend(chunk_texts)
     return texts
 
 

@@ -22,8 +22,11 @@ Sources read (transformers 5.23, the installed version; the API is the same sinc
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -72,10 +75,43 @@ class RolloutBackend(Protocol):
         top_k: int = 0,
         top_n: int = 0,
         want_entropy: bool = False,
+        want_logprobs: bool = True,
         generator: torch.Generator | None = None,
     ) -> RolloutBatch: ...
 
     def sync_weights(self, model: torch.nn.Module) -> None: ...
+
+
+def stop_token_ids(tokenizer: Any, model_path: str | os.PathLike[str] | None = None) -> list[int]:
+    """The ids that end a response, the same for both backends: the tokenizer's EOS id first,
+    then the `eos_token_id`s of the model folder's ``generation_config.json`` (an int or a list;
+    Qwen2.5-Instruct names 151645 and 151643), without repeats.
+
+    vLLM stops on both by itself (vllm/sampling_params.py, `SamplingParams.
+    update_from_generation_config` adds the generation config's EOS ids to `stop_token_ids`), while
+    transformers' `generate` stops on the `eos_token_id` it is given; both backends pass this list.
+
+    Args:
+        tokenizer: anything with `eos_token_id`.
+        model_path: the model folder (None, or a folder without ``generation_config.json``: the
+            tokenizer's EOS only).
+
+    Raises:
+        ValueError: the tokenizer has no EOS id.
+        OSError: ``generation_config.json`` exists but cannot be read (transformers'
+            `GenerationConfig.from_pretrained`).
+    """
+    if tokenizer.eos_token_id is None:
+        raise ValueError("tokenizer: expected eos_token_id to be set")
+    ids = [int(tokenizer.eos_token_id)]
+    if model_path and (Path(model_path) / "generation_config.json").is_file():
+        from transformers import GenerationConfig
+
+        eos = GenerationConfig.from_pretrained(str(model_path)).eos_token_id
+        for i in [] if eos is None else [eos] if isinstance(eos, int) else eos:
+            if int(i) not in ids:
+                ids.append(int(i))
+    return ids
 
 
 class HFGenerateBackend:
@@ -87,15 +123,30 @@ class HFGenerateBackend:
     sampled from (`output_scores`), so they are the behaviour policy's, including -inf for
     candidates that top-p removed.
 
-    Memory: `generate` keeps one `(B*G, V)` float32 score tensor per step; fine for the tiny
-    model, but for a 150k vocabulary and long responses use the vLLM backend.
+    Memory: `generate` keeps one `(B*G, V)` float32 score tensor per step (not with
+    `want_logprobs=False`); fine for the tiny model, but for a 150k vocabulary and long responses
+    use the vLLM backend.
+
+    Stops: a response ends at the first of `stop_token_ids` (default `stop_token_ids(tokenizer,
+    model.name_or_path)`: the tokenizer's EOS and the model folder's generation-config EOS ids, as
+    the vLLM backend stops), included in the mask.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        stop_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        """Raises: ValueError: a tokenizer without pad or EOS id; OSError: an unreadable
+        ``generation_config.json`` in the model's folder."""
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
             raise ValueError("tokenizer: expected pad_token_id and eos_token_id to be set")
         self.model = model
         self.tokenizer = tokenizer
+        if stop_token_ids is None:
+            stop_token_ids = _stop_ids_of(model, tokenizer)
+        self.stop_token_ids = [int(i) for i in stop_token_ids]
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """No-op: this backend samples from the trained model object itself."""
@@ -112,6 +163,7 @@ class HFGenerateBackend:
         top_k: int = 0,
         top_n: int = 0,
         want_entropy: bool = False,
+        want_logprobs: bool = True,
         generator: torch.Generator | None = None,
     ) -> RolloutBatch:
         """Sample `group_size` responses per prompt.
@@ -121,13 +173,16 @@ class HFGenerateBackend:
         `torch.random.fork_rng` seeded with it, so the result depends only on `generator`'s state
         and the global RNG is left untouched. Without it, the global RNG is used (and advanced).
         `top_k` (0 = off) truncates before top-p, as transformers orders its logits processors.
+        `want_logprobs=False` (texts only, for evaluation) keeps no scores: `logp` is NaN on the
+        mask (0 outside), and `top_n` must be 0 and `want_entropy` False.
 
         Returns:
             A `RolloutBatch`; response tensors are `(B, G, T)`, candidates `(B, G, T, top_n)`.
 
         Raises:
             ValueError: empty `prompts`, `group_size < 1`, `max_new_tokens < 1`,
-                `temperature <= 0`, `top_p` not in (0, 1], `top_n` not in [0, V].
+                `temperature <= 0`, `top_p` not in (0, 1], `top_n` not in [0, V], or `top_n > 0`
+                or `want_entropy` without `want_logprobs`.
             UnrepresentableNumberError, PromptTooLongError (`llm.tiny.check_prompts`): a prompt
                 states a number a word-level tokenizer cannot represent, or its tokens plus
                 `max_new_tokens` exceed the model's `max_position_embeddings`.
@@ -145,6 +200,8 @@ class HFGenerateBackend:
             raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
         if not 0 <= top_n <= vocab:
             raise ValueError(f"top_n: expected in [0, {vocab}], got {top_n}")
+        if not want_logprobs and (top_n or want_entropy):
+            raise ValueError("want_logprobs=False: expected top_n = 0 and want_entropy = False")
 
         tok = self.tokenizer
         device = self.model.device
@@ -163,28 +220,32 @@ class HFGenerateBackend:
         try:
             if generator is None:
                 out = self._sample(
-                    prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p, top_k
-                )
+                    prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p, top_k,
+                    scores=want_logprobs,
+                )  # fmt: skip
             else:
                 seed = int(torch.randint(0, 2**62, (1,), generator=generator))
                 devices = [device] if device.type == "cuda" else []
                 with torch.random.fork_rng(devices=devices, device_type=device.type):
                     torch.manual_seed(seed)
                     out = self._sample(
-                        prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p, top_k
-                    )
+                        prompt_ids, prompt_mask, G, max_new_tokens, temperature, top_p, top_k,
+                        scores=want_logprobs,
+                    )  # fmt: skip
         finally:
             self.model.train(was_training)
 
         response = out.sequences[:, P:]  # (B*G, T)
         T = response.shape[1]
-        mask = response_mask_from_eos(response, tok.eos_token_id)  # (B*G, T)
+        mask = response_mask_from_eos(response, self.stop_token_ids)  # (B*G, T)
         logp = torch.empty(B * G, T, device=device)
+        if not want_logprobs:
+            logp.fill_(float("nan"))
         entropy = torch.empty(B * G, T, device=device) if want_entropy else None
         cand_ids = torch.empty(B * G, T, top_n, dtype=torch.long, device=device)
         cand_logp = torch.empty(B * G, T, top_n, device=device)
         # Step by step: a (B*G, T, V) stack would double the memory `generate` already holds.
-        for t, scores in enumerate(out.scores):
+        for t, scores in enumerate(out.scores if want_logprobs else ()):
             logprobs = torch.log_softmax(scores.float(), dim=-1)  # (B*G, V) the sampler's
             logp[:, t] = logprobs.gather(-1, response[:, t, None]).squeeze(-1)
             if entropy is not None:
@@ -226,6 +287,8 @@ class HFGenerateBackend:
         temperature: float,
         top_p: float,
         top_k: int = 0,
+        *,
+        scores: bool = True,
     ):
         return self.model.generate(
             input_ids=prompt_ids,
@@ -237,16 +300,31 @@ class HFGenerateBackend:
             max_new_tokens=max_new_tokens,
             num_return_sequences=group_size,
             return_dict_in_generate=True,
-            output_scores=True,
+            output_scores=scores,
             pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self.tokenizer.eos_token_id,
+            eos_token_id=self.stop_token_ids,  # a list: stops on any of them
         )
 
 
-def response_mask_from_eos(response_ids: torch.Tensor, eos_token_id: int) -> torch.Tensor:
-    """`(..., T)` bool: True up to and including the first `eos_token_id` of each row (all True when
-    there is none, a truncated response). Works when the pad id equals the EOS id."""
-    is_eos = (response_ids == eos_token_id).long()
+def _stop_ids_of(model: Any, tokenizer: Any) -> list[int]:
+    """`stop_token_ids` of the folder `model` was loaded from (`name_or_path`; a model built in
+    memory has none: the tokenizer's EOS)."""
+    path = getattr(model, "name_or_path", None) or None
+    return stop_token_ids(tokenizer, path if path and Path(path).is_dir() else None)
+
+
+def response_mask_from_eos(
+    response_ids: torch.Tensor, eos_token_id: int | Sequence[int]
+) -> torch.Tensor:
+    """`(..., T)` bool: True up to and including the first stop id (`eos_token_id`, one id or
+    several) of each row (all True when there is none, a truncated response). Works when the pad
+    id is a stop id."""
+    stops = torch.as_tensor(
+        [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id),
+        dtype=response_ids.dtype,
+        device=response_ids.device,
+    )
+    is_eos = torch.isin(response_ids, stops).long()
     eos_before = torch.cumsum(is_eos, dim=-1) - is_eos  # EOS strictly before t
     return eos_before == 0
 

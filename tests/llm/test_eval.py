@@ -162,3 +162,52 @@ def test_eval_command_reads_the_config_eval_sets(tiny_model_path, tmp_path):
         "1",
         "2",
     }
+
+
+class RecordingBackend:
+    """Texts "r<b>-<i>" for prompt b's i-th response; records each call's (prompts, group size,
+    want_logprobs)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, bool]] = []
+        self.index: dict[str, int] = {}
+
+    def generate(self, prompts, group_size, *, want_logprobs=True, **_):
+        from types import SimpleNamespace
+
+        self.calls.append((len(prompts), group_size, want_logprobs))
+        texts = []
+        for p in prompts:
+            start = self.index.get(p, 0)
+            self.index[p] = start + group_size
+            texts.append([f"{p}-{start + i}" for i in range(group_size)])
+        return SimpleNamespace(texts=texts)
+
+
+@pytest.mark.parametrize(
+    ("n", "cap", "per_batch", "calls"),
+    [
+        (3, 7, 8, [(2, 3)] * 2 + [(1, 3)]),  # 2 prompts x 3 = 6 <= 7 responses per call
+        (3, 4096, 8, [(5, 3)]),  # the prompts-per-batch bound
+        (3, 4096, 2, [(2, 3), (2, 3), (1, 3)]),
+        (10, 4, 8, [(1, 4), (1, 4), (1, 2)] * 5),  # a group larger than the cap: split
+    ],
+)
+def test_sample_texts_in_bounded_chunks_texts_only(n, cap, per_batch, calls):
+    from llm.eval import _sample_texts
+
+    prompts = [f"p{b}" for b in range(5)]
+    backend = RecordingBackend()
+    texts = _sample_texts(
+        backend, prompts, n=n, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=0, seed=0,
+        prompts_per_batch=per_batch, max_responses_per_call=cap,
+    )  # fmt: skip
+    assert texts == [[f"{p}-{i}" for i in range(n)] for p in prompts]
+    assert [c[:2] for c in backend.calls] == calls
+    assert all(size * group <= max(cap, group) for size, group, _ in backend.calls)
+    assert not any(want for _, _, want in backend.calls)  # texts only
+    with pytest.raises(ValueError, match="max_responses_per_call"):
+        _sample_texts(
+            backend, prompts, n=n, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=0,
+            seed=0, prompts_per_batch=per_batch, max_responses_per_call=0,
+        )  # fmt: skip

@@ -185,3 +185,64 @@ def _forward_logprobs(model, batch, temperature):
     logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits
     P = p_ids.shape[1]
     return (logits[:, P - 1 : -1] / temperature).log_softmax(-1).reshape(Bn, Gn, T, -1)
+
+
+def test_texts_only_skips_the_scores(backend, prompts):
+    full = sample(backend, prompts, seed=4)
+    texts = sample(backend, prompts, seed=4, want_logprobs=False)
+    assert texts.texts == full.texts and torch.equal(texts.response_ids, full.response_ids)
+    assert torch.equal(texts.response_mask, full.response_mask)
+    assert texts.logp[texts.response_mask.bool()].isnan().all()
+    assert texts.logp[~texts.response_mask.bool()].eq(0).all()
+    with pytest.raises(ValueError, match="want_logprobs"):
+        sample(backend, prompts, top_n=2, want_logprobs=False)
+
+
+def test_response_mask_from_several_stop_ids():
+    ids = torch.tensor([[5, 7, 2, 9], [7, 5, 5, 5], [1, 1, 1, 1]])
+    assert response_mask_from_eos(ids, [2, 7]).tolist() == [
+        [True, True, False, False],
+        [True, False, False, False],
+        [True] * 4,
+    ]
+    assert torch.equal(response_mask_from_eos(ids, 2), response_mask_from_eos(ids, [2]))
+
+
+def test_stop_ids_from_the_generation_config(tmp_path, prompts):
+    """Both backends stop on the tokenizer's EOS and generation_config.json's EOS ids: a response
+    sampled with the extra id ends at its first occurrence, exactly where the same draw cut by
+    `response_mask_from_eos` ends."""
+    from transformers import GenerationConfig
+
+    from llm.models import load_model_and_tokenizer
+    from llm.rollout import stop_token_ids
+    from tests.llm.conftest import save_random_tiny_model
+
+    path = save_random_tiny_model(tmp_path / "tiny", max_number=100)
+    model, tok = load_model_and_tokenizer(path, "cpu")
+    eos = tok.eos_token_id
+    assert stop_token_ids(tok, path) == [eos]  # save_pretrained wrote the tokenizer's EOS
+    plain = HFGenerateBackend(model, tok)
+    assert plain.stop_token_ids == [eos]
+    ref = sample(plain, prompts, seed=1)
+    # An id the plain draw samples before its end: a stop id now.
+    ids, mask = ref.response_ids.flatten(0, 1), ref.response_mask.flatten(0, 1).bool()
+    inner = ids[:, :-1][mask[:, 1:]]
+    extra = int(inner[inner != eos].mode().values)
+    GenerationConfig(eos_token_id=[eos, extra], pad_token_id=tok.pad_token_id).save_pretrained(path)
+    assert stop_token_ids(tok, path) == [eos, extra]
+    GenerationConfig(eos_token_id=extra).save_pretrained(path)  # an int works too
+    assert stop_token_ids(tok, path) == [eos, extra]
+
+    model, tok = load_model_and_tokenizer(path, "cpu")
+    stopping = HFGenerateBackend(model, tok)
+    assert stopping.stop_token_ids == [eos, extra]
+    got = sample(stopping, prompts, seed=1)
+    # The same draws (one multinomial per step for every row), cut at the first stop id.
+    cut = response_mask_from_eos(ref.response_ids, [eos, extra]) & ref.response_mask.bool()
+    T = got.response_ids.shape[-1]
+    assert not cut[..., T:].any()
+    assert torch.equal(got.response_mask.bool(), cut[..., :T])
+    assert torch.equal(got.response_ids, ref.response_ids[..., :T].masked_fill(~cut[..., :T], 0))
+    ended = got.response_ids[got.response_mask.bool()]
+    assert (ended == extra).any()

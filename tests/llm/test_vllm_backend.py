@@ -410,10 +410,11 @@ class FakeLLM:
                 logprobs = torch.log_softmax(torch.randn(vocab, generator=rng) / sp.temperature, -1)
                 token = int(torch.multinomial(logprobs.exp(), 1, generator=rng))
                 tokens.append(token)
-                lps.append(vllm_position(logprobs, token, sp.logprobs))
+                lps.append(vllm_position(logprobs, token, sp.logprobs or 0))
                 if token in sp.stop_token_ids:
                     break
-            outs.append(CompletionOutput(g, tokens, lps))
+            # logprobs=None (texts only): vLLM builds no per-token dicts.
+            outs.append(CompletionOutput(g, tokens, None if sp.logprobs is None else lps))
         return RequestOutput(prompt["prompt_token_ids"], outs[::-1])
 
 
@@ -697,3 +698,55 @@ def test_gpu_sync_weights_follows_the_trainer(engine, hf_model):
     torch.testing.assert_close(
         batch.logp[mask], reference_logp(hf_model, batch, 0.8)[mask], atol=2e-3, rtol=0
     )
+
+
+def test_generate_texts_only(fake_vllm, tok, prompts):
+    backend = VLLMBackend("/models/tiny", tok, sleep_mode=False)
+    gen = lambda: torch.Generator().manual_seed(5)  # noqa: E731
+    full = backend.generate(prompts, G, max_new_tokens=MAX_NEW, generator=gen())
+    texts = backend.generate(
+        prompts, G, max_new_tokens=MAX_NEW, generator=gen(), want_logprobs=False
+    )
+    assert all(sp.logprobs is None for sp in backend.llm.last_params)
+    assert texts.texts == full.texts and torch.equal(texts.response_ids, full.response_ids)
+    assert texts.logp[texts.response_mask.bool()].isnan().all()
+    with pytest.raises(ValueError, match="want_logprobs"):
+        backend.generate(prompts, G, max_new_tokens=MAX_NEW, top_n=2, want_logprobs=False)
+
+
+def test_stop_ids_include_the_generation_config(fake_vllm, tok, prompts, tmp_path):
+    extra = tok.convert_tokens_to_ids("+")
+    (tmp_path / "generation_config.json").write_text(
+        f'{{"eos_token_id": [{tok.eos_token_id}, {extra}]}}'
+    )
+    backend = VLLMBackend(str(tmp_path), tok, sleep_mode=False)
+    assert backend.stop_token_ids == [tok.eos_token_id, extra]
+    batch = backend.generate(prompts, G, max_new_tokens=MAX_NEW, top_n=2)
+    assert all(sp.stop_token_ids == [tok.eos_token_id, extra] for sp in backend.llm.last_params)
+    ids, mask = batch.response_ids, batch.response_mask.bool()
+    assert torch.equal(mask, response_mask_from_eos(ids, [tok.eos_token_id, extra]) & mask)
+    # Nothing after the first stop id is kept.
+    stops = torch.isin(ids, torch.tensor([tok.eos_token_id, extra])) & mask
+    assert (stops.sum(-1) <= 1).all() and stops.any()
+
+
+def test_evaluate_through_the_engine_texts_only_in_chunks(fake_vllm, tok):
+    from llm.eval import evaluate
+
+    backend = VLLMBackend("/models/tiny", tok, sleep_mode=False)
+    calls = []
+    real = backend.llm.generate
+
+    def recording(requests, sampling_params, *, use_tqdm):
+        calls.append([(sp.n, sp.logprobs) for sp in sampling_params])
+        return real(requests, sampling_params, use_tqdm=use_tqdm)
+
+    backend.llm.generate = recording
+    problems = tiny_problems(TinyConfig(), "heldout", 5)
+    res = evaluate(
+        backend, "countdown", problems, template="compact", n=4, max_new_tokens=6,
+        prompts_per_batch=10**9, max_responses_per_call=8, bleu=False,
+    )  # fmt: skip
+    assert res["n_problems"] == 5
+    # 2 prompts x 4 responses per call, no log-probs requested.
+    assert calls == [[(4, None)] * 2, [(4, None)] * 2, [(4, None)]]
