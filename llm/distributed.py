@@ -32,8 +32,8 @@ Rollouts are shared the same way: each rank samples its share of every mini-batc
 Sources: torch docs "Getting Started with Fully Sharded Data Parallel (FSDP2)" and
 `torch.distributed.fsdp.fully_shard` (``mp_policy``, ``reshard_after_forward``,
 `MixedPrecisionPolicy`, FSDPModule.set_requires_gradient_sync); DDP docs
-(`no_sync`); `torch.distributed.checkpoint.state_dict` (get/set_model_state_dict and
-get/set_optimizer_state_dict with ``StateDictOptions(full_state_dict=True)``) for checkpoints.
+(`no_sync`). Checkpoints (`llm.checkpoint`): full state dicts on rank 0 for one process and DDP,
+sharded `torch.distributed.checkpoint` save/load under FSDP2 (each rank writes and reads its shard).
 """
 
 from __future__ import annotations
