@@ -170,6 +170,7 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
         "logit_chunk": llm.forward.LOGIT_CHUNK,
         "attn": args.attn or "default",
         "pad": args.pad,
+        "compile": args.compile,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "torch": torch.__version__,
     }
@@ -194,6 +195,9 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
         model.eval()
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
+        if args.compile:  # each decoder layer compiled (one graph serves all layers)
+            for layer in model.model.layers:
+                layer.compile(dynamic=True)
         ref = None
         if cfg.kl_coef > 0:
             ref = _build_model(
@@ -314,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--peak-tflops", type=float, default=989.0)
     ap.add_argument("--out", default=None, help="append the JSON lines here")
     ap.add_argument("--attn", default=None, help="attn_implementation (default: transformers')")
+    ap.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
     ap.add_argument("--pad", type=int, default=0, help="left-pad the first prompt by this many")
     ap.add_argument("--profile", type=int, default=0, help="print the top-K ops of the last update")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
@@ -329,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
             value = getattr(args, flag)
             if value is not None:
                 cmd += [f"--{flag.replace('_', '-')}", str(value)]
+        if args.compile:
+            cmd.append("--compile")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if args.profile:
             print("\n".join(ln for ln in proc.stdout.splitlines() if not ln.startswith("RESULT ")))
