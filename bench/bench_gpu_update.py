@@ -179,8 +179,8 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
         if not cuda:
             return {}
         return {
-            "peak_allocated_gb": torch.cuda.max_memory_allocated() / 2**30,
-            "peak_reserved_gb": torch.cuda.max_memory_reserved() / 2**30,
+            "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
         }
 
     def sync() -> None:
@@ -212,7 +212,7 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
         result["build_s"] = time.perf_counter() - t0
         result["params_b"] = n_params / 1e9
         if cuda:
-            result["after_build_gb"] = torch.cuda.memory_allocated() / 2**30
+            result["after_build_gib"] = torch.cuda.memory_allocated() / 2**30
 
         vocab = shape["vocab_size"]
         gen = torch.Generator().manual_seed(1)
@@ -263,7 +263,7 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
         result["update_s_all"] = times
         result["update_mem"] = mem()
         if cuda:
-            result["after_update_gb"] = torch.cuda.memory_allocated() / 2**30
+            result["after_update_gib"] = torch.cuda.memory_allocated() / 2**30
     except torch.cuda.OutOfMemoryError as e:
         result["oom"] = stage
         result["error"] = str(e).splitlines()[0][:300]
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _table(results: list[dict[str, Any]]) -> str:
     head = (
-        "| config | rows x tokens | peak GB behaviour / update | s behaviour / update | "
+        "| config | rows x tokens | peak GiB behaviour / update | s behaviour / update | "
         "MFU behaviour / update | step update s (extrap.) |\n|---|---|---|---|---|---|"
     )
     lines = [head]
@@ -368,7 +368,7 @@ def _table(results: list[dict[str, Any]]) -> str:
             lines.append(f"| {name} | error | - | - | - | - |")
             continue
         bm, um = r["behaviour_mem"], r["update_mem"]
-        mem = f"{bm['peak_allocated_gb']:.1f} / {um['peak_allocated_gb']:.1f}" if bm else "-"
+        mem = f"{bm['peak_allocated_gib']:.1f} / {um['peak_allocated_gib']:.1f}" if bm else "-"
         lines.append(
             f"| {name} | {r['rows']} x {r['prompt_tokens'] + r['response_tokens']} | {mem} | "
             f"{r['behaviour_s']:.2f} / {r['update_s']:.2f} | "
