@@ -37,9 +37,11 @@ TRL 1.16.0 `trainer/grpo_trainer.py`, `trainer/grpo_config.py`, `trainer/utils.p
   its loss per micro-batch ("dapo": masked sum / tokens of the whole generation batch).
 - log-prob head: TRL patches the model with a fused, chunked LM head (`add_fused_lm_head`) that
   projects only the completion positions and returns log-probs and entropy without materializing
-  ``(R, P + T, V)`` logits; ours projects the response positions only (``logits_to_keep``; ProGRPO needs all) to full fp32 logits, then log-softmax over
-  ``(R, T, V)``, a gather, and in the behaviour pass the entropy and a top-N (``top_n = 3`` in
-  `configs/countdown_tiny.toml`, for the Lambda^(n) metrics).
+  ``(R, P + T, V)`` logits; ours projects the response positions only (``logits_to_keep``;
+  ProGRPO needs all), in blocks of `llm.forward.LOGIT_CHUNK` positions recomputed in the backward
+  pass (one block at the tiny model's lengths), then log-softmax, a gather, and in the behaviour
+  pass the entropy and a top-N (``top_n = 3`` in `configs/countdown_tiny.toml`, for the
+  Lambda^(n) metrics).
 - entropy: TRL computes it in the grad pass (metric only); ours in the behaviour pass, and in the
   grad pass only for methods that need it (not GRPO).
 - sampler: ours passes B prompts with ``num_return_sequences = G`` and keeps ``output_scores``, then
