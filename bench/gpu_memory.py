@@ -347,7 +347,7 @@ def measured_table() -> str:
     head = (
         "| config (chunk) | rows x tokens (micro) | after build: formula / H100 "
         "| behaviour peak: formula / H100 | update formula: forward / backward / optimizer step "
-        "| update peak: formula / H100 (diff) | first doc's formula (no O) "
+        "| update peak: formula / H100 (H100 - formula) | first doc's formula (no O) "
         "| after update: formula / H100 |\n" + "|---" * 8 + "|\n"
     )
     lines = []
