@@ -67,7 +67,9 @@ def _main(argv: list[str]) -> int:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(out.suffix + ".tmp")
-        tmp.write_text(json.dumps(rows, indent=2) + "\n")
+        # 9 significant digits: the file is tracked, and the residuals' last bits vary between
+        # runs (BLAS threading) without meaning anything.
+        tmp.write_text(json.dumps(_rounded(rows), indent=2) + "\n")
         tmp.replace(out)  # atomic: a reader never sees a half-written file
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -98,6 +100,17 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f"error: {what} (--debug shows the traceback)", file=sys.stderr)
         return 2
+
+
+def _rounded(value: object, digits: int = 9) -> object:
+    """`value` with every float rounded to `digits` significant digits (containers recursed)."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v, digits) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_rounded(v, digits) for v in value]
+    return value
 
 
 if __name__ == "__main__":
