@@ -30,6 +30,7 @@ def _main(argv: list[str]) -> int:
         "--no-cache", action="store_true", help="recompute even if cached results exist"
     )
     fig.add_argument("--list", action="store_true", help="list the experiments and exit")
+    fig.add_argument("--pdf", action="store_true", help="also write each figure as PDF")
     sw = sub.add_parser("sweep", help="hyper-parameter sweep: results.json, frontier, lift table")
     sw.add_argument("--config", type=Path, required=True, help="sweep TOML (see configs/toy/)")
     sw.add_argument(
@@ -52,6 +53,10 @@ def _main(argv: list[str]) -> int:
     unknown = [n for n in args.only or [] if n not in EXPERIMENTS]
     if unknown:
         parser.error(f"unknown experiment(s) {unknown}; known: {sorted(EXPERIMENTS)}")
+    if args.pdf:
+        from toymdp.experiments import _plot
+
+        _plot.FORMATS = ["png", "pdf"]
     start = time.perf_counter()
     doc = make_figures(
         args.out,

@@ -59,7 +59,7 @@ def test_selection_theory_is_increasing_in_pb_and_n() -> None:
 
 def test_plot_and_summary(results: dict[str, np.ndarray], tmp_path: Path) -> None:
     paths = bias.plot(results, tmp_path)
-    assert sorted(p.name for p in paths) == ["fig2_bias.pdf", "fig2_bias.png"]
+    assert sorted(p.name for p in paths) == ["fig2_bias.png"]
     assert all(p.stat().st_size > 0 for p in paths)
     summary = bias.summary(results)
     json.dumps(summary)

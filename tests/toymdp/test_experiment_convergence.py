@@ -39,7 +39,7 @@ def test_training_converges_to_closed_form(results: dict) -> None:
 
 def test_plot_and_summary(results: dict, tmp_path: Path) -> None:
     paths = C.plot(results, tmp_path)
-    assert sorted(p.name for p in paths) == ["fig4_convergence.pdf", "fig4_convergence.png"]
+    assert sorted(p.name for p in paths) == ["fig4_convergence.png"]
     assert all(p.stat().st_size > 0 for p in paths)
     summary = C.summary(results)
     json.dumps(summary)

@@ -62,7 +62,7 @@ def test_diversity_methods_beat_grpo_on_variance(results: dict[str, np.ndarray])
 
 def test_plot_and_summary(results: dict[str, np.ndarray], tmp_path: Path) -> None:
     paths = methods.plot(results, tmp_path)
-    assert sorted(p.name for p in paths) == ["fig5_methods.pdf", "fig5_methods.png"]
+    assert sorted(p.name for p in paths) == ["fig5_methods.png"]
     summary = methods.summary(results)
     json.dumps(summary)
     assert set(summary) == set(methods.SHARED_SIZES)

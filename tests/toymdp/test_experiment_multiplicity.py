@@ -53,7 +53,7 @@ def test_penalty_beats_bonus_on_heldout_pass_at_1(results: dict[str, np.ndarray]
 
 def test_plot_and_summary(results: dict[str, np.ndarray], tmp_path: Path) -> None:
     paths = multiplicity.plot(results, tmp_path)
-    assert sorted(p.name for p in paths) == ["fig7_multiplicity.pdf", "fig7_multiplicity.png"]
+    assert sorted(p.name for p in paths) == ["fig7_multiplicity.png"]
     summary = multiplicity.summary(results)
     json.dumps(summary)
     assert len(summary["heldout/entropy_bonus_minus_grpo_pass@8"]["mean"]) == len(

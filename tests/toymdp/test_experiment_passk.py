@@ -96,7 +96,7 @@ def test_lifts_match_the_reference_envelope(results: dict[str, np.ndarray]) -> N
 
 def test_plot_and_summary(results: dict[str, np.ndarray], tmp_path: Path) -> None:
     paths = passk.plot(results, tmp_path)
-    assert sorted(p.name for p in paths) == ["fig6_frontier.pdf", "fig6_frontier.png"]
+    assert sorted(p.name for p in paths) == ["fig6_frontier.png"]
     assert all(p.stat().st_size > 0 for p in paths)
     summary = passk.summary(results)
     json.dumps(summary)

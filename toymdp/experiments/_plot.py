@@ -44,17 +44,23 @@ METHOD_COLORS = {
 }
 
 
+#: File formats `save` writes; `python -m toymdp figures --pdf` adds "pdf" (PNG alone by default:
+#: PDF output costs about a third of the plotting time and is not tracked in git).
+FORMATS: list[str] = ["png"]
+
+
 def save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
-    """Write `out_dir/stem.png` and `out_dir/stem.pdf` without timestamps (reruns give equal files)
-    and close the figure. Returns both paths."""
+    """Write `out_dir/stem.png` (and `stem.pdf` when "pdf" is in `FORMATS`) without timestamps
+    (reruns give equal files) and close the figure. Returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{stem}.png", out_dir / f"{stem}.pdf"]
-    fig.savefig(paths[0], metadata={"Software": None}, bbox_inches="tight")
-    fig.savefig(
-        paths[1],
-        metadata={"CreationDate": None, "Producer": None, "Creator": None},
-        bbox_inches="tight",
-    )
+    paths = []
+    for fmt in FORMATS:
+        path = out_dir / f"{stem}.{fmt}"
+        meta = {"Software": None} if fmt == "png" else {"CreationDate": None, "Producer": None}
+        if fmt == "pdf":
+            meta["Creator"] = None
+        fig.savefig(path, metadata=meta, bbox_inches="tight")
+        paths.append(path)
     plt.close(fig)
     return paths
 
