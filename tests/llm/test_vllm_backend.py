@@ -522,6 +522,7 @@ def test_generate_sampling_params_and_reproducibility(fake_vllm, tok, prompts):
     for b, sp in enumerate(params):
         assert (sp.n, sp.temperature, sp.top_p, sp.top_k) == (G, 0.7, 0.9, 0)
         assert (sp.max_tokens, sp.logprobs, sp.detokenize) == (MAX_NEW, 4, False)
+        assert sp.flat_logprobs is True  # FlatLogprobs: no Logprob object per token
         assert sp.stop_token_ids == [tok.eos_token_id]
         assert sp.seed == params[0].seed + b * G
     assert batch.prompt_ids.shape[0] == len(prompts) and batch.group_size == G
@@ -707,7 +708,7 @@ def test_generate_texts_only(fake_vllm, tok, prompts):
     texts = backend.generate(
         prompts, G, max_new_tokens=MAX_NEW, generator=gen(), want_logprobs=False
     )
-    assert all(sp.logprobs is None for sp in backend.llm.last_params)
+    assert all(sp.logprobs is None and not sp.flat_logprobs for sp in backend.llm.last_params)
     assert texts.texts == full.texts and torch.equal(texts.response_ids, full.response_ids)
     assert texts.logp[texts.response_mask.bool()].isnan().all()
     with pytest.raises(ValueError, match="want_logprobs"):

@@ -4,6 +4,7 @@ benchmark runs (issue 12 item 6)."""
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 from dataclasses import dataclass, field
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
+from bench.bench_vllm_convert import FlatLogprobs
+from llm import vllm_backend
 from llm.rollout import RolloutBatch
 from llm.tiny import build_tokenizer
 from llm.vllm_backend import rollout_batch_from_outputs
@@ -194,4 +197,125 @@ def test_bench_runs_and_prints_the_ratio(capsys):
     assert main(["--prompts", "2", "--group", "2", "--min-tokens", "5", "--max-tokens", "20",
                  "--repeats", "1"]) == 0  # fmt: skip
     out = capsys.readouterr().out
-    assert "old" in out and "new" in out and "us/token" in out and "equal outputs" in out
+    assert "old" in out and "new-dict" in out and "new-flat" in out and "us/token" in out
+    assert "equal outputs" in out
+
+
+# --------------------------------------------------------------------------------------------------
+# vLLM's FlatLogprobs (`SamplingParams(flat_logprobs=True)`): the stand-in of the benchmark, with
+# vLLM 0.25.1's field names; the reference reads it through `flat[t]`, the position's dict.
+
+
+def flat_position(rng: random.Random, token: int, d: dict, vocab: int, n: int, layout: str):
+    """One position's flat entries `(ids, logprobs, ranks)` in `layout`: "dicts" (the dict `d` as
+    `FlatLogprobs.append` writes it), "vllm" (`append_fast`: the sampled token first with its rank,
+    then the top n with ranks 1..n, the sampled token repeated there when inside), "grid" (n + 2
+    entries with one repeated id, tied and missing ranks) or "odd" (`d` with repeats inserted)."""
+    lp = lambda: -rng.expovariate(1.0) if rng.random() > 0.05 else -math.inf  # noqa: E731
+    if layout == "dicts":
+        return list(d), [v.logprob for v in d.values()], [v.rank for v in d.values()]
+    if layout == "vllm":
+        rank = rng.choice([1, 1, 2, 3, n + 1, vocab // 2]) if n else rng.randint(1, vocab)
+        others = rng.sample([i for i in range(vocab) if i != token], n)
+        if 1 <= rank <= n:
+            others[rank - 1] = token
+        return [token, *others], [lp() for _ in range(n + 1)], [rank, *range(1, n + 1)]
+    if layout == "grid":
+        ids = [token, *rng.sample([i for i in range(vocab) if i != token], n)]
+        rng.shuffle(ids)
+        ids.insert(rng.randint(0, len(ids)), rng.choice(ids))
+        return ids, [lp() for _ in ids], [rng.choice([None, 1, 1, 2, 3, 7]) for _ in ids]
+    entries = [(i, v.logprob, v.rank) for i, v in d.items()]
+    for _ in range(rng.randint(0, 3)):
+        i = rng.choice(entries)[0]
+        entries.insert(rng.randint(0, len(entries)), (i, lp(), rng.choice([None, 1, 2, 9])))
+    return [e[0] for e in entries], [e[1] for e in entries], [e[2] for e in entries]
+
+
+def to_flat(rng: random.Random, outputs, vocab: int, n: int, layout: str, gaps: bool = False):
+    """`outputs` (dict log-probs) with each completion's log-probs as a `FlatLogprobs` of as many
+    positions; with `gaps`, unread entries between positions and before the first."""
+    for request in outputs:
+        for c in request.outputs:
+            flat = FlatLogprobs()
+            for t, d in enumerate(c.logprobs):
+                token = c.token_ids[t] if t < len(c.token_ids) else next(iter(d))
+                ids, lps, ranks = flat_position(rng, token, d, vocab, n, layout)
+                if gaps and rng.random() < 0.3:  # entries no position points at
+                    flat.append_fast([1, 2], [-1.0, -2.0], [1, 2], [None, None])
+                    flat.start_indices.pop(), flat.end_indices.pop()
+                flat.append_fast(ids, lps, ranks, [None] * len(ids))
+            c.logprobs = flat
+    return outputs
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("n", [0, 1, 3])
+@pytest.mark.parametrize("layout", ["vllm", "dicts", "grid", "odd"])
+def test_flat_equals_reference_on_random_outputs(tok, seed, n, layout):
+    rng = random.Random(seed * 100 + n * 10 + len(layout))
+    V, eos, pad = len(tok), tok.eos_token_id, tok.pad_token_id
+    B, G = rng.randint(1, 4), rng.randint(1, 4)
+    prompt_ids, outputs = random_outputs(rng, B, G, n, V, eos, max_len=12, odd=layout == "odd")
+    to_flat(rng, outputs, V, n, layout, gaps=seed % 2 == 1)
+    assert all(isinstance(c.logprobs, FlatLogprobs) for r in outputs for c in r.outputs)
+    args = ([f"p{b}" for b in range(B)], prompt_ids, outputs, G, n, pad, eos, tok)
+    assert_batches_equal(
+        rollout_batch_from_outputs(*args), reference_rollout_batch_from_outputs(*args)
+    )
+
+
+def test_flat_reads_no_position_dicts(tok, monkeypatch):
+    """The fast path reads the flat lists only: no `flat[t]` (dict) and no dict-entry pass."""
+    rng = random.Random(5)
+    V, eos, pad = len(tok), tok.eos_token_id, tok.pad_token_id
+    prompt_ids, outputs = random_outputs(rng, 3, 4, 3, V, eos, max_len=12)
+    to_flat(rng, outputs, V, 3, "vllm")
+    args = (["a", "b", "c"], prompt_ids, outputs, 4, 3, pad, eos, tok)
+    ref = reference_rollout_batch_from_outputs(*args)
+
+    def fail(*_, **__):
+        raise AssertionError("read a position as a dict")
+
+    monkeypatch.setattr(FlatLogprobs, "__getitem__", fail)
+    monkeypatch.setattr(FlatLogprobs, "__iter__", fail)
+    monkeypatch.setattr(vllm_backend, "_flat_entries", fail)
+    assert_batches_equal(rollout_batch_from_outputs(*args), ref)
+
+
+def test_flat_and_dicts_mixed(tok):
+    rng = random.Random(6)
+    V, eos, pad = len(tok), tok.eos_token_id, tok.pad_token_id
+    prompt_ids, outputs = random_outputs(rng, 2, 3, 2, V, eos, max_len=10)
+    flat = to_flat(random.Random(7), copy.deepcopy(outputs), V, 2, "dicts")
+    outputs[1] = flat[1]  # prompt 0 with dicts, prompt 1 with FlatLogprobs
+    args = (["a", "b"], prompt_ids, outputs, 3, 2, pad, eos, tok)
+    assert_batches_equal(
+        rollout_batch_from_outputs(*args), reference_rollout_batch_from_outputs(*args)
+    )
+
+
+@pytest.mark.parametrize("layout", ["vllm", "odd"])
+@pytest.mark.parametrize("case", ["few_candidates", "sampled_missing"])
+def test_flat_errors_like_the_reference(tok, layout, case):
+    eos, top_n = tok.eos_token_id, 2
+    flat = FlatLogprobs()
+    for token, others in [(7, [7, 8]), (8, [8, 7]), (9, [3, 9])]:  # vLLM's layout, width 3
+        flat.append_fast([token, *others], [-0.5, -0.1, -2.0], [1, 1, 2], [None] * 3)
+    tokens = [7, 8, 9]
+    if case == "sampled_missing":
+        tokens[1] = 5
+    elif layout == "vllm":  # width 3 everywhere, two distinct ids at position 2
+        flat.token_ids[-3:] = [9, 9, 9]
+    else:  # fewer entries at position 2
+        flat.end_indices[-1] -= 2
+    if layout == "odd":
+        flat.start_indices[0] += 1  # a gap before the first position: no longer a grid
+        flat.token_ids[0] = flat.token_ids[1]
+    comp = CompletionOutput(0, tokens, flat)
+    args = (["x"], [[1]], [RequestOutput([1], [comp])], 1, top_n, 0, eos, tok)
+    with pytest.raises(ValueError) as ref_err:
+        reference_rollout_batch_from_outputs(*args)
+    with pytest.raises(ValueError) as err:
+        rollout_batch_from_outputs(*args)
+    assert str(err.value) == str(ref_err.value)

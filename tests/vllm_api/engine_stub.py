@@ -220,4 +220,5 @@ class RecordingLLM:
                 outs.append(out)
                 self.sampled[b_idx, g] = sampled
             outputs.append(request_output(request_id, prompt["prompt_token_ids"], outs[::-1]))
+        self.last_outputs = outputs
         return outputs

@@ -12,6 +12,7 @@ vllm = pytest.importorskip("vllm")
 import pydantic  # noqa: E402
 import torch  # noqa: E402
 import vllm.config as vllm_config  # noqa: E402
+from vllm.logprobs import FlatLogprobs  # noqa: E402
 
 from llm.vllm_backend import PINNED_VLLM_VERSION, VLLMBackend, engine_kwargs  # noqa: E402
 from tests.vllm_api.engine_stub import RecordingLLM, bind  # noqa: E402
@@ -194,6 +195,7 @@ def test_generate_builds_real_sampling_params(backend_factory, tok, top_n):
         assert (sp.n, sp.temperature, sp.top_p, sp.top_k) == (G, 0.7, 0.9, 0)
         assert (sp.max_tokens, sp.logprobs, sp.num_logprobs) == (MAX_NEW, top_n, top_n)
         assert sp.detokenize is False and sp.stop == []
+        assert sp.flat_logprobs is True  # the outputs below are FlatLogprobs
         assert tok.eos_token_id in sp.all_stop_token_ids
         assert sp.seed == params[0].seed + b * G  # children get seed + g: all distinct
         # Sampling, not greedy (vLLM turns temperature < 1e-5 into greedy).
@@ -202,6 +204,8 @@ def test_generate_builds_real_sampling_params(backend_factory, tok, top_n):
     assert len(set(seeds)) == len(seeds)
     for p, ids in zip(args["prompts"], tok(PROMPTS)["input_ids"], strict=True):
         assert p == {"prompt_token_ids": list(ids)}
+    outputs = backend.llm.last_outputs
+    assert all(isinstance(c.logprobs, FlatLogprobs) for r in outputs for c in r.outputs)
     # The conversion of the real outputs: every sampled token and its log-prob.
     for b in range(len(PROMPTS)):
         for g in range(G):

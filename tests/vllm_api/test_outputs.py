@@ -11,7 +11,9 @@ vllm = pytest.importorskip("vllm")
 import torch  # noqa: E402
 from vllm.logprobs import FlatLogprobs, Logprob  # noqa: E402
 
+from llm import vllm_backend  # noqa: E402
 from llm.vllm_backend import rollout_batch_from_outputs  # noqa: E402
+from tests.llm.reference_convert import reference_rollout_batch_from_outputs  # noqa: E402
 from tests.vllm_api.engine_stub import completion, processed_logprobs, request_output  # noqa: E402
 
 VOCAB, N = 40, 3
@@ -89,11 +91,13 @@ def test_conversion_of_real_outputs(tok, flat):
     assert batch.entropy is None
 
 
-def single(tok, rows, top_n):
+def single(tok, rows, top_n, flat=False):
     """One prompt, one real completion over `rows`; returns (prompts, prompt ids, outputs, out)."""
     prompts = ["nums 5 target 5 :"]
     prompt_ids = [list(tok(prompts)["input_ids"][0])]
-    params = vllm.SamplingParams(n=1, max_tokens=len(rows), logprobs=top_n, detokenize=False)
+    params = vllm.SamplingParams(
+        n=1, max_tokens=len(rows), logprobs=top_n, detokenize=False, flat_logprobs=flat
+    )
     out, _ = completion("0-0", 0, prompt_ids[0], params, VOCAB, rows)
     return prompts, prompt_ids, [request_output("0", prompt_ids[0], [out])], out
 
@@ -134,3 +138,58 @@ def test_no_candidates(tok):
     for g in range(2):
         for t, (logprobs, token) in enumerate(rows[0, g]):
             assert math.isclose(batch.logp[0, g, t], logprobs[token], abs_tol=1e-6)
+
+
+def test_sampled_token_repeated_in_flat_logprobs(tok):
+    """`FlatLogprobs` keeps the sampled token twice when it is inside the top N (vLLM's
+    `append_fast`: sampled first, then the top N), N + 1 entries at every position; the flat
+    fast path reads it like the position's dict."""
+    ((logprobs, _),) = rows_for([0], seed=1)
+    order = torch.argsort(logprobs, descending=True).tolist()
+    inside, outside = order[1], order[-1]
+    rows = [(logprobs, inside), (logprobs, outside)]
+    prompts, prompt_ids, outputs, out = single(tok, rows, N, flat=True)
+    assert isinstance(out.logprobs, FlatLogprobs)
+    assert out.logprobs.token_ids[: N + 1] == [inside, *order[:N]]  # inside: twice
+    assert out.logprobs.ranks[: N + 1] == [2, *range(1, N + 1)]
+    assert out.logprobs.end_indices == [N + 1, 2 * (N + 1)]
+    assert out.logprobs.ranks[N + 1] == VOCAB
+    batch = convert(tok, prompts, prompt_ids, outputs, 1, N)
+    assert batch.response_ids[0, 0].tolist() == [inside, outside]
+    assert batch.cand_ids[0, 0, 0].tolist() == order[:N] == batch.cand_ids[0, 0, 1].tolist()
+    assert math.isclose(batch.logp[0, 0, 0], logprobs[inside], abs_tol=1e-6)
+    assert math.isclose(batch.logp[0, 0, 1], logprobs[outside], abs_tol=1e-6)
+
+
+@pytest.mark.parametrize("top_n", [0, 1, N])
+def test_flat_fast_path_equals_the_reference(tok, top_n, monkeypatch):
+    """Real `FlatLogprobs` (vLLM's `LogprobsProcessor`), sampled tokens inside and outside the top
+    N and top-p removed candidates: the fast path, which reads the flat lists only (no position
+    dict, no dict-entry pass), equals the per-token reference reading `flat[t]` dicts."""
+    eos = tok.eos_token_id
+    responses = [[[10, 11, 12, eos], [13, 14]], [[15, eos], [16, 17, 18, 19, 20]]]
+    prompts, prompt_ids, outputs, rows = build(tok, responses, top_n, flat=True, top_p=0.9)
+    # Sampled tokens drawn among the 6 most likely (inside and outside the top N).
+    for b, group in enumerate(responses):
+        for g, tokens in enumerate(group):
+            for t in range(len(tokens) - (tokens[-1] == eos)):
+                lp = rows[b, g][t][0]
+                tokens[t] = int(torch.argsort(lp, descending=True)[(b + g + t) % 6])
+    prompts, prompt_ids, outputs, rows = build(tok, responses, top_n, flat=True, top_p=0.9)
+    ref = reference_rollout_batch_from_outputs(
+        prompts, prompt_ids, outputs, 2, top_n, tok.pad_token_id, eos, tok
+    )
+
+    def fail(*_, **__):
+        raise AssertionError("read a position as a dict")
+
+    monkeypatch.setattr(FlatLogprobs, "__getitem__", fail)
+    monkeypatch.setattr(FlatLogprobs, "__iter__", fail)
+    monkeypatch.setattr(vllm_backend, "_flat_entries", fail)
+    batch = convert(tok, prompts, prompt_ids, outputs, 2, top_n)
+    for k in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "logp"):
+        assert torch.equal(getattr(batch, k), getattr(ref, k)), k
+    for k in ("cand_ids", "cand_logp"):
+        x, y = getattr(batch, k), getattr(ref, k)
+        assert (x is None and y is None) if top_n == 0 else torch.equal(x, y), k
+    assert batch.texts == ref.texts
