@@ -264,6 +264,12 @@ class _TimedBackend:
     def sync_weights(self, model: torch.nn.Module) -> None:
         self.inner.sync_weights(model)
 
+    @property
+    def samples_from_policy(self) -> bool:
+        """Forwarded: this wrapper passes the rollout through unchanged (the trainer may then skip
+        its behaviour pass, as it does without the wrapper)."""
+        return getattr(self.inner, "samples_from_policy", False)
+
 
 def run_ours(cfg: TrainConfig) -> dict[str, Any]:
     """Train `cfg` in a temporary folder; per-step times (s) and the prompts seen, in order."""

@@ -132,6 +132,11 @@ class HFGenerateBackend:
     the vLLM backend stops), included in the mask.
     """
 
+    #: The sampler IS the training policy (same module, same logits): its log-probs, entropies and
+    #: top-N candidates are pi_old's (`llm.behaviour.sampler_is_behaviour`). A wrapper that passes
+    #: the rollout through unchanged may forward this flag; one that edits it must not.
+    samples_from_policy = True
+
     def __init__(
         self,
         model: PreTrainedModel,

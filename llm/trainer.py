@@ -2,16 +2,14 @@
 
 `train` is one CleanRL-style loop; each block of a step lives in its own module:
 
-1. **rollout**: take B prompts in a deterministic order (a permutation per data epoch, seeded by
-   ``(seed, epoch)``; the number of prompts consumed is the resumable data position) and sample G
-   responses per prompt with a per-step generator (`llm.distributed.generate_shared` over the
-   backend of `llm.models.make_backend`);
+1. **rollout**: B prompts in a deterministic order (a permutation per data epoch seeded by
+   ``(seed, epoch)``; prompts consumed = the resumable data position), G responses each with a
+   per-step generator (`llm.distributed.generate_shared` over `llm.models.make_backend`);
 2. **score**: the task's verifier gives ``rewards (B, G)``;
-3. **behaviour batch** (`llm.behaviour`): a no-grad forward of the current policy on prompt +
-   response (`llm.forward`) gives ``logp_old (B, G, T)``, the token entropy, the top-N candidates
-   of pi_old with their log-probs (CaSP, Lambda^(n)) and the prompt log-probs (ProGRPO); with
-   ``kl_coef > 0`` a frozen copy of the base model gives ``logp_ref``; DSDR's
-   ``diversity (B, G)`` comes from `llm.diversity`. The keys built are the method's needs;
+3. **behaviour batch** (`llm.behaviour`): a no-grad forward of pi_old on prompt + response
+   (`llm.forward`): ``logp_old (B, G, T)``, token entropy, top-N candidates (CaSP, Lambda^(n)),
+   prompt log-probs (ProGRPO); ``logp_ref`` from the frozen base model when ``kl_coef > 0``;
+   DSDR's ``diversity (B, G)`` (`llm.diversity`). The keys built are the method's needs;
 4. **update** (`llm.update`): mu inner epochs, each ONE optimizer step per mini-batch with
    gradients accumulated over micro-batches (`accumulate_gradients`, exact for every method),
    clipping, AdamW and a warm-up + decay schedule;
@@ -64,7 +62,6 @@ from llm.models import (
     load_tokenizer,
     make_backend,
 )
-from llm.rollout import HFGenerateBackend
 from llm.runfolder import NonFiniteError, RunLock, check_base_model_folder, claim_run_folder
 from llm.task import Problem, data_indices, drop_long_prompts, load_train_problems
 from llm.tasks import TASKS
@@ -115,11 +112,8 @@ def train(
     Writes ``DIR/config.toml``, ``DIR/metrics.jsonl`` (one line per logged step),
     ``DIR/tb/`` (TensorBoard) and ``DIR/checkpoints/step_NNNNNN/`` (model + tokenizer via
     `save_pretrained`, and ``trainer_state.pt``: optimizer, scheduler, RNG states, data
-    position, step) every `save_every` steps and at the last step. Under FSDP2 a checkpoint is
-    sharded instead (`llm.checkpoint`: each rank writes its own shards through
-    torch.distributed.checkpoint) and the last step's also holds a Hugging Face export of the
-    weights (``model.safetensors``, ``config.json``, tokenizer), the folder that
-    ``python -m llm eval --model DIR`` evaluates.
+    position, step) every `save_every` steps and at the last step; under FSDP2 sharded
+    (`llm.checkpoint`), the last one with a Hugging Face export that ``llm eval --model`` reads.
 
     Under ``torchrun --nproc_per_node W`` each of the W processes samples and scores
     ``prompts_per_step / W`` of the step's prompts, the update is the single-process update of the
@@ -187,9 +181,14 @@ def _train(
         problems = drop_long_prompts(problems, cfg, tokenizer)
     hyper = cfg.method_hyper()
     needs = shaping.METHODS[cfg.method].needs_for(**hyper)
-    encoder = _load_encoder(info.device) if "diversity" in needs else None
-    # Only the plain transformers sampler draws from exactly pi_old (not a wrapper that edits).
-    sampler_stats = type(backend) is HFGenerateBackend and sampler_is_behaviour(cfg, needs)
+    encoder = None
+    if "diversity" in needs:  # the sentence encoder loads only for DSDR
+        from llm.diversity import load_encoder
+
+        encoder = load_encoder(info.device)
+    # Only a sampler that declares it draws from exactly pi_old can replace the behaviour pass.
+    from_policy = getattr(backend, "samples_from_policy", False) is True
+    sampler_stats = from_policy and sampler_is_behaviour(cfg, needs)
     per_update = cfg.prompts_per_update or cfg.prompts_per_step
 
     logger = (
@@ -244,10 +243,8 @@ def _train(
                 logger.log(step, metrics)
             bar.set_postfix(reward=f"{metrics['charts/reward_mean']:.3f}")
             if step == cfg.steps or (cfg.save_every and step % cfg.save_every == 0):
-                save_checkpoint(
-                    out, step, policy, tokenizer, optimizer, scheduler, position, info,
-                    last=step == cfg.steps,
-                )  # fmt: skip
+                state = (out, step, policy, tokenizer, optimizer, scheduler, position, info)
+                save_checkpoint(*state, last=step == cfg.steps)
     finally:
         if logger is not None:
             logger.close()
@@ -306,12 +303,6 @@ def _diversity(roll: Any, cfg: TrainConfig, encoder: Any) -> list[list[float]]:
     from llm.diversity import diversity_scores
 
     return diversity_scores(roll.texts, task=cfg.task, encoder=encoder, distinct=cfg.distinct)
-
-
-def _load_encoder(device: str) -> Any:
-    from llm.diversity import load_encoder
-
-    return load_encoder(device)
 
 
 # ---------------------------------------------------------------------------------------------
