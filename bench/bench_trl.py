@@ -89,12 +89,15 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import multiprocessing
 import os
 import platform
+import queue
 import statistics
 import sys
 import tempfile
 import time
+import traceback
 import warnings
 from collections import defaultdict
 from dataclasses import asdict, dataclass, fields, replace
@@ -542,6 +545,43 @@ def _median(
     return stat(values) if values else float("nan")
 
 
+def _child(results: Any, fn: Any, args: tuple, kwargs: dict) -> None:
+    try:
+        results.put(("ok", fn(*args, **kwargs)))
+    except BaseException:  # reported to the parent with its traceback
+        results.put(("error", traceback.format_exc()))
+
+
+def call(fn: Any, *args: Any, own_process: bool = False, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``; with `own_process` in a fresh process started by ``spawn`` (fn and
+    its arguments are pickled; the result comes back through a queue).
+
+    Raises:
+        RuntimeError: fn raised in the child (its traceback is in the message), or the child
+            died without a result (e.g. a crash in native code; its exit code is named).
+    """
+    if not own_process:
+        return fn(*args, **kwargs)
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    child = ctx.Process(target=_child, args=(results, fn, args, kwargs))
+    child.start()
+    while True:  # read before join: a large result would block the child's exit
+        try:
+            status, value = results.get(timeout=1.0)
+            break
+        except queue.Empty:
+            if not child.is_alive():
+                raise RuntimeError(
+                    f"{getattr(fn, '__name__', fn)} in its own process exited with code "
+                    f"{child.exitcode} without a result"
+                ) from None
+    child.join()
+    if status != "ok":
+        raise RuntimeError(f"{getattr(fn, '__name__', fn)} failed in its own process:\n{value}")
+    return value
+
+
 def run(args: Args) -> dict[str, Any]:
     """Both trainers, `args.rounds` times each; the results as a JSON-ready dict."""
     if args.vllm:
@@ -562,10 +602,12 @@ def run(args: Args) -> dict[str, Any]:
     for r in range(args.rounds):
         order = ("ours", "trl") if r % 2 == 0 else ("trl", "ours")
         for name in order:
+            # --vllm: each run in its own spawned process, since vLLM allows one engine per
+            # process (its executor initializes torch.distributed; sleep mode's allocator).
             if name == "ours":
-                ours.append(run_ours(cfg))
+                ours.append(call(run_ours, cfg, own_process=args.vllm))
             else:
-                theirs.append(run_trl(cfg, problems, vllm=args.vllm))
+                theirs.append(call(run_trl, cfg, problems, vllm=args.vllm, own_process=args.vllm))
     same_prompts = all(run["prompts"] == expected for run in ours + theirs)
     w = args.warmup
     summary = {

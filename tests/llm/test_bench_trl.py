@@ -62,3 +62,18 @@ def test_bench_trl_rejects_other_methods(random_tiny: str, tmp_path: Path) -> No
     cfg.write_text('method = "dr_grpo"\n')
     with pytest.raises(SystemExit, match="compares GRPO"):
         bench.make_config(bench.Args(config=str(cfg)), random_tiny)
+
+
+def test_call_in_own_process_returns_and_reports_errors(monkeypatch):
+    """`--vllm` runs each trainer in a fresh spawned process (one vLLM engine per process): the
+    result comes back, and a failure names the child's exception."""
+    import os
+
+    bench = load_bench()
+    # The spawned child unpickles the bench's functions by module name (run as a script: __main__).
+    monkeypatch.syspath_prepend(str(BENCH.parent))
+    assert bench.call(os.getpid) == os.getpid()
+    child_pid = bench.call(os.getpid, own_process=True)
+    assert isinstance(child_pid, int) and child_pid != os.getpid()
+    with pytest.raises(RuntimeError, match="invalid literal"):
+        bench.call(int, "not a number", own_process=True)
