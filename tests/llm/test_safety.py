@@ -157,7 +157,10 @@ def _cli(model: str, out: Path, steps: int, resume: bool) -> list[str]:
 def test_kill_at_random_moments_then_resume_equals_uninterrupted(tiny100, tmp_path) -> None:
     steps, kills = 10, 5
     ref, out = tmp_path / "ref", tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     subprocess.run(_cli(tiny100, ref, steps, False), cwd=ROOT, env=env, check=True,
                    capture_output=True, timeout=300)  # fmt: skip
     rng = random.Random(13)
