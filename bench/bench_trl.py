@@ -5,7 +5,8 @@ same order (`llm.trainer.data_indices` of the config's training stream, given to
 with ``shuffle_dataset=False``), with the same group size G, prompts per step B, micro-batch,
 max new tokens, temperature, top-p, learning rate, AdamW settings, gradient clipping, number of
 steps, reward (`llm.tasks.compute_score`, format score 0.1) and torch thread count, one after the
-other in one process. One step = one rollout of B x G responses + one optimizer step.
+other in one process (with ``--vllm`` each run in a spawned process of its own: vLLM allows one
+engine per process). One step = one rollout of B x G responses + one optimizer step.
 
 Timing (wall clock, `time.perf_counter`):
 
@@ -546,6 +547,8 @@ def _median(
 
 
 def _child(results: Any, fn: Any, args: tuple, kwargs: dict) -> None:
+    """The spawned side of `call`: put ``("ok", result)`` or ``("error", traceback)`` on
+    `results`, so the parent tells a failure from a result and can show where it happened."""
     try:
         results.put(("ok", fn(*args, **kwargs)))
     except BaseException:  # reported to the parent with its traceback
@@ -567,11 +570,12 @@ def call(fn: Any, *args: Any, own_process: bool = False, **kwargs: Any) -> Any:
     child = ctx.Process(target=_child, args=(results, fn, args, kwargs))
     child.start()
     while True:  # read before join: a large result would block the child's exit
+        alive = child.is_alive()  # before the read: a child that exits after it is seen next time
         try:
             status, value = results.get(timeout=1.0)
             break
         except queue.Empty:
-            if not child.is_alive():
+            if not alive:
                 raise RuntimeError(
                     f"{getattr(fn, '__name__', fn)} in its own process exited with code "
                     f"{child.exitcode} without a result"
@@ -594,6 +598,7 @@ def run(args: Args) -> dict[str, Any]:
     import trl
 
     cfg = make_config(args, resolve_model(args))
+    _threads(cfg)  # as in each run (they set it again: with --vllm they run in other processes)
     problems = prompt_stream(cfg)
     expected = [make_prompt(p, cfg.template) for p in problems]
     load_before = os.getloadavg()

@@ -1,4 +1,5 @@
-"""Shared test configuration: Hypothesis profiles.
+"""Shared test configuration: Hypothesis profiles, and running a test in a process of its own
+(`own_process`, `run_in_own_process`: one vLLM engine per process).
 
 `default` is deterministic (derandomized, no deadline) so CI is reproducible; set
 `HYPOTHESIS_PROFILE=explore` for a slower randomized search with more examples.
@@ -6,8 +7,10 @@
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from hypothesis import HealthCheck, settings
@@ -36,9 +39,10 @@ collect_ignore = [] if importlib.util.find_spec("vllm") else ["vllm_api"]
 
 
 # One vLLM engine per process: vLLM's single-process executor initializes torch.distributed and sleep
-# mode's allocator serves one engine, so a second engine in the same process crashes. Tests that
-# build an engine therefore run in a fresh Python process of their own (`run_in_own_process`),
-# and are skipped in the process that launches them (`in_engine_process`).
+# mode's allocator serves one engine, so a second engine in the same process crashes. A test that
+# builds an engine therefore runs in a fresh Python process of its own: the process that collects it
+# re-runs its node there (`run_in_own_process`) and only reports the child's outcome; the child,
+# marked by `ENGINE_PROCESS_ENV`, runs the body. `own_process` wraps a whole test that way.
 ENGINE_PROCESS_ENV = "SHARPENING_ENGINE_PROCESS"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,18 +52,25 @@ def in_engine_process() -> bool:
     return os.environ.get(ENGINE_PROCESS_ENV) == "1"
 
 
-def run_in_own_process(node: str, *, marker: str | None = None, timeout: float = 1800) -> str:
-    """Run the pytest node `node` (``FILE`` or ``FILE::TEST``) in a fresh Python process, from the
-    repository root, with `ENGINE_PROCESS_ENV` set; return its output.
+def node_of(item) -> str:
+    """`item`'s pytest node as ``ABSOLUTE_FILE::NAME[PARAMS]``: valid from the repository root
+    whatever rootdir the collecting run had (a test file outside the repository included)."""
+    return f"{item.path}::{item.nodeid.split('::', 1)[1]}"
+
+
+def run_in_own_process(node: str, *, timeout: float = 1800) -> str:
+    """Run the one pytest node `node` (``FILE::TEST``) in a fresh Python process, from the
+    repository root, with `ENGINE_PROCESS_ENV` set; print its output (pytest shows it with ``-s``
+    or ``-rA``) and return it. The calling process only waits for the child.
 
     Raises:
-        pytest.fail.Exception: the child's tests failed or none ran (its output is the message).
+        pytest.fail.Exception: the child exited non-zero (its test failed, or nothing was
+            collected) or passed nothing without skipping; its output is the message.
+        pytest.skip.Exception: the child skipped the test (its reason is the message).
     """
     import pytest
 
-    cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", node]
-    if marker:
-        cmd += ["-m", marker]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-s", "-rs", "-p", "no:cacheprovider", node]
     env = {**os.environ, ENGINE_PROCESS_ENV: "1"}
     res = subprocess.run(
         cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=timeout
@@ -67,4 +78,35 @@ def run_in_own_process(node: str, *, marker: str | None = None, timeout: float =
     out = res.stdout + res.stderr
     if res.returncode != 0:
         pytest.fail(f"{node} in its own process exited with {res.returncode}:\n{out[-6000:]}")
+    print(f"--- {node} in its own process ---\n{out}")
+    if not re.search(r"\b1 passed\b", out):
+        skipped = re.search(r"^SKIPPED \[\d+\] [^\n]*?:\d+: (.*)$", out, re.MULTILINE)
+        if skipped:
+            pytest.skip(f"in its own process: {skipped.group(1)}")
+        pytest.fail(f"{node} in its own process passed no test:\n{out[-6000:]}")
     return out
+
+
+def own_process(test: Callable) -> Callable:
+    """Decorator: `test` runs in a fresh Python process of its own (`run_in_own_process`), with
+    its fixtures, so an engine it builds is the only one in its process.
+
+    In the child (`in_engine_process`) `test` is returned unchanged. Elsewhere it is replaced by a
+    launcher that asks only for ``request``: none of `test`'s fixtures are set up in the
+    collecting process, and selecting the test alone (``pytest FILE::TEST``) still runs it. Not
+    for parametrized tests (the launcher has no parameters); there, call `run_in_own_process`
+    from the body. Marks applied above the decorator (``skipif``) act in both processes.
+    """
+    if in_engine_process():
+        return test
+
+    def launcher(request) -> None:
+        run_in_own_process(node_of(request.node))
+
+    launcher.__name__ = test.__name__
+    launcher.__qualname__ = test.__qualname__
+    launcher.__module__ = test.__module__
+    launcher.__doc__ = test.__doc__
+    launcher.pytestmark = list(getattr(test, "pytestmark", []))
+    launcher.place_as = test  # pytest reports the test's file and line (a skip's), not these
+    return launcher

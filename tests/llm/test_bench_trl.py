@@ -64,9 +64,9 @@ def test_bench_trl_rejects_other_methods(random_tiny: str, tmp_path: Path) -> No
         bench.make_config(bench.Args(config=str(cfg)), random_tiny)
 
 
-def test_call_in_own_process_returns_and_reports_errors(monkeypatch):
+def test_call_in_own_process_returns_and_reports_errors(monkeypatch, random_tiny):
     """`--vllm` runs each trainer in a fresh spawned process (one vLLM engine per process): the
-    result comes back, and a failure names the child's exception."""
+    result comes back, a failure names the child's exception, a child that dies its exit code."""
     import os
 
     bench = load_bench()
@@ -77,3 +77,10 @@ def test_call_in_own_process_returns_and_reports_errors(monkeypatch):
     assert isinstance(child_pid, int) and child_pid != os.getpid()
     with pytest.raises(RuntimeError, match="invalid literal"):
         bench.call(int, "not a number", own_process=True)
+    with pytest.raises(RuntimeError, match="exited with code 3 without a result"):
+        bench.call(os._exit, 3, own_process=True)  # dies without a result (a native crash)
+    # What `run` sends to its children with --vllm pickles (the runs' results are plain lists).
+    import pickle
+
+    cfg = bench.make_config(bench.Args(model=random_tiny, steps=2), random_tiny)
+    pickle.loads(pickle.dumps((bench.run_ours, bench.run_trl, cfg, bench.prompt_stream(cfg))))

@@ -19,7 +19,7 @@ from llm.rollout import HFGenerateBackend, RolloutBatch, response_mask_from_eos
 from llm.tasks import CountdownProblem, compact_completion, solve
 from llm.trainer import data_indices, train
 from llm.update import accumulate_gradients
-from tests.conftest import in_engine_process, run_in_own_process
+from tests.conftest import in_engine_process, node_of, run_in_own_process
 
 MAX_NUMBER = 30
 
@@ -361,13 +361,13 @@ def test_checkpointing_keeps_the_gradient(tiny_model_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("backend", ["transformers", "vllm"])
-def test_one_step_on_cuda(backend, tiny_model_path, tmp_path):
+def test_one_step_on_cuda(backend, tiny_model_path, tmp_path, request):
     """The GPU path end to end on the tiny model (the transformers variant passed on an H100;
     the vLLM variant has not run). The vLLM variant builds an engine: it runs in its own process."""
     if backend == "vllm":
         pytest.importorskip("vllm")
         if not in_engine_process():
-            run_in_own_process(f"{__file__}::test_one_step_on_cuda[vllm]")
+            run_in_own_process(node_of(request.node))
             return
     cfg = _config(
         tiny_model_path, "casp", steps=2, device="cuda", backend=backend,

@@ -27,7 +27,7 @@ from llm.vllm_backend import (
     rollout_batch_from_outputs,
     vllm_param_name,
 )
-from tests.conftest import in_engine_process, run_in_own_process
+from tests.conftest import own_process
 
 B, G, MAX_NEW = 3, 4, 10
 
@@ -563,7 +563,8 @@ def test_generate_validates(fake_vllm, tok, prompts, kwargs):
 
 # --------------------------------------------------------------------------------------------------
 # GPU: the real engine (vLLM 0.25.1) against transformers. One engine per process (vLLM's CuMem
-# allocator serves one sleep-mode engine, and its executor initializes torch.distributed).
+# allocator serves one sleep-mode engine, and its executor initializes torch.distributed): each
+# engine test runs in a fresh process of its own (`own_process`) and builds its own engine there.
 
 
 def _vllm_importable() -> bool:
@@ -573,18 +574,6 @@ def _vllm_importable() -> bool:
 gpu = pytest.mark.skipif(
     not (torch.cuda.is_available() and _vllm_importable()), reason="needs CUDA and vLLM"
 )
-# The engine tests share one module-scoped engine, in a process of their own (one vLLM engine per
-# process): `test_gpu_engine_tests_in_own_process` launches them; elsewhere they are skipped.
-engine_process = pytest.mark.skipif(
-    not in_engine_process(), reason="runs in its own process (test_gpu_engine_tests_in_own_process)"
-)
-
-
-@pytest.mark.gpu
-@gpu
-@pytest.mark.skipif(in_engine_process(), reason="the launcher of the engine tests")
-def test_gpu_engine_tests_in_own_process():
-    run_in_own_process(__file__, marker="gpu")
 
 
 @pytest.fixture(scope="module")
@@ -608,8 +597,9 @@ def hf_model(tiny_dir):
     return AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32).cuda().eval()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def engine(tiny_dir):
+    """A fresh engine on `tiny_dir` for one test (in that test's own process: `own_process`)."""
     from transformers import PreTrainedTokenizerFast
 
     tok = PreTrainedTokenizerFast.from_pretrained(tiny_dir)
@@ -653,7 +643,7 @@ def reference_logp(model, batch, temperature):
 
 @pytest.mark.gpu
 @gpu
-@engine_process
+@own_process
 def test_gpu_logp_matches_transformers(engine, hf_model):
     # temperature != 1 checks that the log-probs are the processed (sampling) distribution's.
     batch = gpu_sample(engine, temperature=0.7, top_n=5)
@@ -670,7 +660,7 @@ def test_gpu_logp_matches_transformers(engine, hf_model):
 
 @pytest.mark.gpu
 @gpu
-@engine_process
+@own_process
 def test_gpu_top_p_renormalizes(engine, hf_model):
     batch = gpu_sample(engine, seed=1, temperature=1.0, top_p=0.8, top_n=5)
     mask = batch.response_mask.bool()
@@ -681,7 +671,7 @@ def test_gpu_top_p_renormalizes(engine, hf_model):
 
 @pytest.mark.gpu
 @gpu
-@engine_process
+@own_process
 def test_gpu_reproducible_across_sleep_cycles(engine):
     a = gpu_sample(engine, seed=2, top_n=3)
     assert engine.llm.llm_engine.is_sleeping()  # slept after the rollout
@@ -694,7 +684,7 @@ def test_gpu_reproducible_across_sleep_cycles(engine):
 
 @pytest.mark.gpu
 @gpu
-@engine_process
+@own_process
 def test_gpu_sync_weights_follows_the_trainer(engine, hf_model):
     perturbed = copy.deepcopy(hf_model)
     gen = torch.Generator(device="cuda").manual_seed(0)
