@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+import numerics
 from llm.sweep import SweepSpec, setting_name, write_json
 
 __all__ = [
@@ -392,6 +393,7 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
             "group_size": rs["group_size"],
             "prompts_per_step": rs["prompts_per_step"],
             "quick": s.quick,
+            "numerics": numerics.tag(),
             "base_model": asdict(tiny),
             "eval_problems": rs["eval"]["problems"],
             "eval_samples": rs["eval"]["samples"],

@@ -59,6 +59,8 @@ from typing import Any
 
 import numpy as np
 
+import numerics
+
 __all__ = [
     "MEASURES",
     "RUN_MARKER",
@@ -642,6 +644,7 @@ def _train(job: _Job, cfg: Any) -> tuple[dict[str, Any], bool]:
     same = (
         marker is not None
         and marker.get("base_sha") == job.base_sha
+        and marker.get("numerics") == numerics.tag()
         and saved.is_file()
         and config_to_toml(config_from_dict(_read_toml(saved))) == config_to_toml(cfg)
     )
@@ -660,7 +663,13 @@ def _train(job: _Job, cfg: Any) -> tuple[dict[str, Any], bool]:
     out.mkdir(parents=True, exist_ok=True)
     prior = float(marker.get("train_seconds", 0.0)) if same and marker else 0.0
     evals = marker.get("evals", {}) if same and marker else {}
-    marker = {"base_sha": job.base_sha, "finished": False, "train_seconds": prior, "evals": evals}
+    marker = {
+        "base_sha": job.base_sha,
+        "numerics": numerics.tag(),
+        "finished": False,
+        "train_seconds": prior,
+        "evals": evals,
+    }
     write_json(marker_path, marker)
     start = time.perf_counter()
     train(cfg, out, resume=ckpt is not None, progress=job.progress)
@@ -800,6 +809,7 @@ def run_sweep(
         "max_new_tokens": base_cfg.eval.max_new_tokens or base_cfg.max_new_tokens,
         "template": base_cfg.template,
         "distinct": base_cfg.distinct,
+        "numerics": numerics.tag(),  # an evaluation under other numeric settings is not reused
     }
     base_setting = Setting("base", base_cfg.method, {})
     jobs = [

@@ -47,6 +47,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+import numerics
 from llm.tasks import (
     CountdownProblem,
     compact_completion,
@@ -565,8 +566,9 @@ def ensure_base_model(
     `tiny_problems(config, "train", config.num_train_problems)`, saved with `save_pretrained` into
     a temporary sibling folder, and moved into place with `os.replace`, so a crash never leaves a
     half-written model at `path`. The warm start runs on `num_threads` torch threads (not part of
-    the cache key: it changes only float rounding). `BUILD_FILE` also records the parameter count, the final
-    training loss and the warm-start seconds.
+    the cache key: it changes only float rounding); the numeric settings (`numerics.tag()`) are.
+    `BUILD_FILE` also records the parameter count, the final training loss and the warm-start
+    seconds.
 
     Returns:
         `Path(path)`: load it with `load_base_model` or any Hugging Face loader.
@@ -598,6 +600,7 @@ def ensure_base_model(
         "final_loss": losses[-1] if losses else None,
         "warm_start_seconds": round(seconds, 1),
         "num_threads": num_threads,
+        "numerics": numerics.tag(),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
@@ -615,10 +618,11 @@ def ensure_base_model(
 
 
 def read_build_config(path: str | os.PathLike[str]) -> TinyConfig | None:
-    """The `TinyConfig` a base-model folder was built with; `None` when absent, stale or unreadable."""
+    """The `TinyConfig` a base-model folder was built with; `None` when absent, stale (another
+    `BUILD_VERSION` or other numeric settings, `numerics.tag()`) or unreadable."""
     try:
         build = json.loads((Path(path) / BUILD_FILE).read_text(encoding="utf-8"))
-        if build.get("version") != BUILD_VERSION:
+        if build.get("version") != BUILD_VERSION or build.get("numerics") != numerics.tag():
             return None
         return TinyConfig.from_dict(build["config"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

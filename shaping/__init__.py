@@ -6,6 +6,7 @@ A method is one decorated function (`register`); the batch keys are one table (`
 which `example_batch` builds a valid batch for any method on any array backend.
 """
 
+import numerics  # noqa: F401  (pins numpy's, torch's and XLA's code paths before they load)
 from shaping.backend import stop_gradient
 from shaping.contract import BATCH_KEYS, example_batch
 from shaping.core import (

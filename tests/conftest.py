@@ -5,6 +5,9 @@
 `HYPOTHESIS_PROFILE=explore` for a slower randomized search with more examples.
 """
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy, torch, JAX load)
+
+# isort: split
 import importlib.util
 import os
 import re

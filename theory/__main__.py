@@ -11,6 +11,8 @@ import json
 import sys
 import time
 
+import numerics
+
 
 def _table(rows: list[dict]) -> str:
     name_w = max([len("checker"), *(len(r["name"]) for r in rows)])
@@ -61,14 +63,16 @@ def _main(argv: list[str]) -> int:
         args.only, args.trials, args.seed, progress=not args.json and sys.stderr.isatty()
     )
     elapsed = time.perf_counter() - start
+    for row in rows:
+        row["numerics"] = numerics.tag()  # "native (...)": not byte-comparable across machines
     if args.out:
         from pathlib import Path
 
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(out.suffix + ".tmp")
-        # 9 significant digits: the file is tracked, and the residuals' last bits vary between
-        # runs (BLAS threading) without meaning anything.
+        # 9 significant digits: the file is tracked (its bytes are pinned by `numerics`, which
+        # also fixes OpenBLAS's thread split); the rounding keeps it readable.
         tmp.write_text(json.dumps(_rounded(rows), indent=2) + "\n")
         tmp.replace(out)  # atomic: a reader never sees a half-written file
     if args.json:

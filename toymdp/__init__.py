@@ -15,3 +15,5 @@ Modules (import them directly; this package imports nothing heavy on its own):
 - `toymdp.reference`: the NumPy per-run reference of the sampled mode.
 - `toymdp.configs`: named configurations (the CaSP tree).
 """
+
+import numerics  # noqa: F401  (pins XLA's, numpy's and OpenBLAS's code paths before they load)

@@ -1,7 +1,8 @@
 """Run the toy experiments, cache their results, draw their figures, write `summary.json`.
 
 Results are cached in `OUT/.cache/NAME-{quick,full}-sSEED-HASH.npz`, where HASH covers the source of
-`theory/`, `shaping/` and `toymdp/`: any code change recomputes, an unchanged tree only re-plots.
+`numerics/`, `theory/`, `shaping/` and `toymdp/` and the numeric settings (`numerics.tag()`): any code
+change, or a run with ``SHARPENING_NUMERICS=native``, recomputes; an unchanged tree only re-plots.
 `summary.json` holds only deterministic numbers (no timings), so the same seed gives a bit-identical
 file; timings go to `OUT/timings.json`.
 """
@@ -18,17 +19,21 @@ from typing import Any
 
 import numpy as np
 
-_PACKAGES = ("theory", "shaping", "toymdp")
+import numerics
+
+_PACKAGES = ("numerics", "theory", "shaping", "toymdp")
 
 
 def code_hash() -> str:
-    """SHA-256 (first 12 hex digits) of every `.py` file of the packages the results depend on."""
+    """SHA-256 (first 12 hex digits) of every `.py` file of the packages the results depend on and
+    of the numeric settings they were computed under (`numerics.tag()`: pinned or native)."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
     for pkg in _PACKAGES:
         for path in sorted((root / pkg).rglob("*.py")):
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
+    digest.update(numerics.tag().encode())
     return digest.hexdigest()[:12]
 
 
@@ -129,7 +134,12 @@ def make_figures(
             "plot_s": round(time.perf_counter() - ran, 3),
             "cached": cached,
         }
-    doc = {"seed": seed, "quick": quick, "experiments": dict(sorted(summary.items()))}
+    doc = {
+        "seed": seed,
+        "quick": quick,
+        "numerics": numerics.tag(),
+        "experiments": dict(sorted(summary.items())),
+    }
     _atomic_write_text(summary_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     _atomic_write_text(out / "timings.json", json.dumps(timings, indent=2) + "\n")
     return doc

@@ -81,6 +81,7 @@ from typing import Any
 import jax
 import numpy as np
 
+import numerics
 import shaping
 from theory import frontier, trees
 from toymdp import train as T
@@ -705,6 +706,7 @@ def results_doc(cfg: SweepConfig, res: Mapping[str, Any], analysis: Mapping[str,
         }
     return {
         "config": cfg.raw,
+        "numerics": numerics.tag(),
         "axes": {
             "draws": list(cfg.env.draws),
             "seeds": cfg.train.seeds,

@@ -1,0 +1,161 @@
+"""Pinned numeric code paths: the same inputs give the same bytes on any x86-64 CPU with AVX2.
+
+numpy, scipy's and numpy's OpenBLAS, torch (ATen kernels, MKL, oneDNN) and XLA each pick their
+kernels from the CPU they run on: AVX-512 loops, native-bf16 matmuls, another BLAS blocking, another
+thread split. Each choice is legal and changes the last bits of a sum, and a training run amplifies
+last bits into different samples, so an unpinned result is a function of the CPU as well as of its
+inputs. Importing this module (every package of the project imports it first, before numpy, torch
+or JAX load) fixes, through the libraries' own environment variables, every choice that was
+measured to change a result (`docs/numerics.md` gives the measurements):
+
+=============================  ======================================  ============================
+variable                        value                                   what it pins
+=============================  ======================================  ============================
+``ATEN_CPU_CAPABILITY``         ``avx2``                                torch's vectorized kernels
+``MKL_CBWR``                    ``AVX2``                                torch's BLAS (MKL) code path
+``ONEDNN_MAX_CPU_ISA``          ``AVX2``                                torch's oneDNN (bf16 matmuls)
+``NPY_DISABLE_CPU_FEATURES``    ``X86_V4 AVX512_ICL AVX512_SPR``        numpy's AVX-512 loops
+``OPENBLAS_CORETYPE``           ``Haswell``                             OpenBLAS kernels (numpy/scipy)
+``OPENBLAS_NUM_THREADS``        ``1``                                   OpenBLAS thread split
+``XLA_FLAGS``                   ``--xla_cpu_max_isa=AVX2`` (appended)   XLA's CPU code generation
+=============================  ======================================  ============================
+
+torch's own thread count is a run's config input (``num_threads``), not pinned here.
+
+The pin applies only on an x86-64 CPU with AVX2 and FMA (every x86-64 server CPU since 2013);
+elsewhere the libraries choose freely and `state()` says so. Opting out for speed: set
+``SHARPENING_NUMERICS=native`` before Python starts; nothing is pinned, and every output that
+records `tag()` (theory check, toy summaries, LLM results and sweeps) says ``native`` (not
+byte-comparable across machines). Importing this module after numpy, torch or JAX have loaded
+cannot pin them any more: it warns, and `tag()` says ``late``. Caches key their entries on `tag()`.
+
+Imports nothing outside the standard library (it must run before numpy does).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import warnings
+
+OPT_OUT_ENV = "SHARPENING_NUMERICS"
+"""``pinned`` (default) or ``native``: whether this module pins the libraries' code paths."""
+
+VERSION = 1
+"""Bumped whenever `PINNED_ENV` changes, so caches and committed outputs know the settings."""
+
+LEVEL = "avx2"
+"""The instruction-set level every pinned library is held to (x86-64-v3: AVX2, FMA)."""
+
+XLA_FLAG = "--xla_cpu_max_isa=AVX2"
+"""The XLA flag appended to ``XLA_FLAGS`` (an unknown flag aborts XLA, so only this one)."""
+
+PINNED_ENV: dict[str, str] = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "AVX2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",
+    "OPENBLAS_CORETYPE": "Haswell",
+    "OPENBLAS_NUM_THREADS": "1",
+}
+"""Each library's own variable and the value that pins it (``XLA_FLAGS`` is merged separately)."""
+
+BASELINE_ENV: dict[str, str] = {
+    "ATEN_CPU_CAPABILITY": "default",
+    "MKL_CBWR": "COMPATIBLE",
+    "ONEDNN_MAX_CPU_ISA": "SSE41",
+    "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
+    "OPENBLAS_CORETYPE": "Nehalem",
+    "OPENBLAS_NUM_THREADS": "2",
+    "XLA_FLAGS": "--xla_cpu_max_isa=SSE4_2",
+}
+"""The same variables forcing every library down to the x86-64 baseline (SSE4.2, no AVX): the
+environment of a different CPU, which the two-level check (`tests/test_numerics.py`) runs the
+package under next to the machine's own. With the pin on, the package's results must not change."""
+
+_HEAVY = ("numpy", "scipy", "torch", "jax", "jaxlib")
+
+_state: dict[str, object] = {}
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from ``/proc/cpuinfo`` (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _pinnable() -> str | None:
+    """None when this machine can be pinned, else the reason it cannot."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"not x86-64 ({platform.machine()})"
+    flags = cpu_flags()
+    if flags and not {"avx2", "fma"} <= flags:
+        return "the CPU lacks AVX2 or FMA"
+    return None
+
+
+def merge_xla_flags(current: str | None, flag: str = XLA_FLAG) -> str:
+    """``XLA_FLAGS`` with any ``--xla_cpu_max_isa=...`` replaced by `flag` (others kept)."""
+    kept = [f for f in (current or "").split() if not f.startswith("--xla_cpu_max_isa")]
+    return " ".join([*kept, flag])
+
+
+def pin(environ: dict[str, str] | None = None) -> dict[str, object]:
+    """Set the pinned variables in `environ` (default `os.environ`) and return `state()`.
+
+    Idempotent; called on import. Does nothing with ``SHARPENING_NUMERICS=native`` or on a CPU that
+    cannot be pinned; warns (`RuntimeWarning`) when a library of `_HEAVY` has already been imported.
+
+    Raises:
+        ValueError: ``SHARPENING_NUMERICS`` is neither ``pinned`` nor ``native``.
+    """
+    env = os.environ if environ is None else environ
+    mode = env.get(OPT_OUT_ENV, "pinned").strip().lower() or "pinned"
+    if mode not in ("pinned", "native"):
+        raise ValueError(f"{OPT_OUT_ENV}={mode!r}: expected 'pinned' or 'native'")
+    reason = "opted out" if mode == "native" else _pinnable()
+    if reason is not None:
+        _state.update(pinned=False, reason=reason, tag=f"native ({reason}): not byte-comparable")
+        return state()
+    for key, value in PINNED_ENV.items():
+        env[key] = value
+    env["XLA_FLAGS"] = merge_xla_flags(env.get("XLA_FLAGS"))
+    late = sorted(m for m in _HEAVY if m in sys.modules) if environ is None else []
+    if late:
+        warnings.warn(
+            f"numerics: {', '.join(late)} loaded before the numeric paths were pinned; import a "
+            "project package (theory, shaping, toymdp, llm) first, or results may differ by CPU",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        _state.update(pinned=False, reason="late", tag=f"late ({', '.join(late)} loaded first)")
+    else:
+        _state.update(pinned=True, reason=None, tag=f"pinned {LEVEL} v{VERSION}")
+    return state()
+
+
+def state() -> dict[str, object]:
+    """``{"pinned": bool, "reason": str | None, "tag": str}`` of this process."""
+    return dict(_state)
+
+
+def tag() -> str:
+    """One string naming the numeric settings: ``"pinned avx2 v1"``, or ``"native (...)"`` /
+    ``"late (...)"`` for results that are not byte-comparable across machines. Outputs record it
+    and cache keys include it."""
+    return str(_state["tag"])
+
+
+def is_pinned() -> bool:
+    """True when this process runs on the pinned code paths."""
+    return bool(_state["pinned"])
+
+
+pin()
