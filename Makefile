@@ -48,6 +48,7 @@ reproduce: $(VENV)/.stamp-core $(VENV)/.stamp-llm
 	$(PY) -m theory check --out figures/theory_check.json
 	$(PY) -m toymdp figures --out figures
 	$(PY) -m llm reproduce --out-runs runs --figures figures
+	$(PY) -m numerics.compare figures
 
 test: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .

@@ -124,6 +124,8 @@ def pin(environ: dict[str, str] | None = None) -> dict[str, object]:
     if reason is not None:
         _state.update(pinned=False, reason=reason, tag=f"native ({reason}): not byte-comparable")
         return state()
+    if environ is None and "before" not in _state:
+        _state["before"] = {k: env.get(k) for k in [*PINNED_ENV, "XLA_FLAGS"]}
     for key, value in PINNED_ENV.items():
         env[key] = value
     env["XLA_FLAGS"] = merge_xla_flags(env.get("XLA_FLAGS"))
@@ -143,7 +145,22 @@ def pin(environ: dict[str, str] | None = None) -> dict[str, object]:
 
 def state() -> dict[str, object]:
     """``{"pinned": bool, "reason": str | None, "tag": str}`` of this process."""
-    return dict(_state)
+    return {k: _state[k] for k in ("pinned", "reason", "tag")}
+
+
+def original_environ() -> dict[str, str]:
+    """A copy of `os.environ` with the variables this process's pin set back to what they were
+    before it (removed where they were unset): the machine's own environment, for a child process
+    that must not inherit the pin (the two-level check runs children under forced levels)."""
+    env = dict(os.environ)
+    before = _state.get("before", {})
+    assert isinstance(before, dict)
+    for key, value in before.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
 
 
 def tag() -> str:
