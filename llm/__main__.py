@@ -1,6 +1,7 @@
 """Command line: ``python -m llm train ...`` and ``python -m llm eval ...``.
 
-    python -m llm train --config FILE [--out DIR] [--resume | --move-aside] [--steps N] [--set KEY=VALUE ...]
+    python -m llm train --config FILE [--out DIR] [--resume [--change-optimizer] | --move-aside]
+                        [--steps N] [--set KEY=VALUE ...]
     python -m llm train --describe          # every config key, its default and meaning
     python -m llm eval --model PATH [--problems FILE | --generate N | --heldout N] [--n 16]
                        --out DIR [--label NAME] [--config FILE] [--set KEY=VALUE ...] ...
@@ -41,7 +42,13 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, sets=args.sets, steps=args.steps)
     check_model_path(cfg)
     out = args.out or str(Path("runs") / Path(args.config).stem)
-    history = train(cfg, out, resume=args.resume, move_aside=args.move_aside)
+    history = train(
+        cfg,
+        out,
+        resume=args.resume,
+        move_aside=args.move_aside,
+        change_optimizer=args.change_optimizer,
+    )
     if history:
         last = history[-1]
         print(
@@ -53,8 +60,9 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from llm.config import apply_overrides, config_from_dict, load_config
+    from llm.distributed import check_device
     from llm.eval import evaluate, write_eval
-    from llm.task import load_eval_sets
+    from llm.task import check_data_file, load_eval_sets
     from llm.tasks import TASKS
     from llm.trainer import latest_checkpoint, load_model_and_tokenizer, make_backend
 
@@ -73,6 +81,7 @@ def _eval(args: argparse.Namespace) -> int:
     cfg.model_path = str(model_path)  # the vLLM backend loads this folder
     task = TASKS[cfg.task]
     if args.problems:
+        check_data_file(args.problems, "--problems")
         sets = {"": task.load(args.problems)}
     elif args.generate:
         seed = args.seed if args.seed is not None else cfg.eval.seed
@@ -87,6 +96,7 @@ def _eval(args: argparse.Namespace) -> int:
         sets = load_eval_sets(cfg)
         if len(sets) == 1:
             sets = {"": next(iter(sets.values()))}
+    check_device(cfg.device)
     model, tokenizer = load_model_and_tokenizer(model_path, cfg.device, cfg.precision)
     encoder = None
     if not args.no_semantic:
@@ -213,6 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         "--move-aside",
         action="store_true",
         help="if --out already holds a run, rename it to OUT.old-<time> and start afresh",
+    )
+    tr.add_argument(
+        "--change-optimizer",
+        action="store_true",
+        help="with --resume: the optimizer settings (lr, weight_decay, adam_betas, max_grad_norm, "
+        "schedule, warmup_steps) may differ from the run's config.toml, e.g. a lower lr after a "
+        "non-finite stop; the change is appended to OUT/config_changes.jsonl",
     )
     tr.add_argument("--steps", type=int, help="override the config's steps")
     tr.add_argument("--describe", action="store_true", help="print every config key and exit")

@@ -34,6 +34,7 @@ import json
 import os
 import random
 import shutil
+import tomllib
 import warnings
 from pathlib import Path
 from typing import Any
@@ -487,23 +488,46 @@ def restore_checkpoint(
     return state["step"], state["data_position"]
 
 
-def check_resume_config(cfg: TrainConfig, out_dir: Path) -> None:
-    """Check that `cfg` equals the run's saved ``config.toml`` except `steps` (no-op if none).
+OPTIMIZER_KEYS = ("lr", "weight_decay", "adam_betas", "max_grad_norm", "schedule", "warmup_steps")
+"""Keys that ``--resume --change-optimizer`` may change (`check_resume_config`)."""
+
+CONFIG_CHANGES = "config_changes.jsonl"
+"""One JSON line per accepted change of a resumed run's config: ``{"time", "changes": {key: [old,
+new]}}``."""
+
+
+def check_resume_config(
+    cfg: TrainConfig, out_dir: Path, *, change_optimizer: bool = False
+) -> dict[str, list[Any]]:
+    """Check that `cfg` equals the run's saved ``config.toml`` except `steps` (no-op if none) and,
+    with `change_optimizer`, the `OPTIMIZER_KEYS`; returns the changed keys ``{key: [old, new]}``
+    (the caller records them in `CONFIG_CHANGES` and saves the new config).
 
     Raises:
-        ValueError: a key differs (the message lists the first differing lines).
+        ValueError: a key differs that may not (the message names the keys and values).
     """
     saved_path = out_dir / "config.toml"
     if not saved_path.exists():
-        return
+        return {}
     saved = load_config(saved_path, steps=cfg.steps)
-    if config_to_toml(saved) != config_to_toml(cfg):
-        old = config_to_toml(saved).splitlines()
-        new = config_to_toml(cfg).splitlines()
-        diff = [f"{a!r} -> {b!r}" for a, b in zip(old, new, strict=False) if a != b]
-        raise ValueError(
-            f"--resume: the config differs from {saved_path} (only steps may change): {diff[:5]}"
+    # Compared as written (config_to_toml resolves the method's hyper-parameter defaults).
+    old, new = tomllib.loads(config_to_toml(saved)), tomllib.loads(config_to_toml(cfg))
+    changed = {
+        k: [old.get(k), new.get(k)] for k in old.keys() | new.keys() if old.get(k) != new.get(k)
+    }
+    allowed = OPTIMIZER_KEYS if change_optimizer else ()
+    refused = {k: v for k, v in changed.items() if k not in allowed}
+    if refused:
+        listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in list(refused.items())[:5])
+        hint = (
+            " (only steps may change; --change-optimizer also lets "
+            + ", ".join(OPTIMIZER_KEYS)
+            + " change)"
+            if not change_optimizer
+            else f" (--change-optimizer allows {', '.join(OPTIMIZER_KEYS)} only)"
         )
+        raise ValueError(f"--resume: the config differs from {saved_path}{hint}: {listed}")
+    return changed
 
 
 class MetricsLogger:

@@ -60,6 +60,8 @@ PARALLEL = ("auto", "ddp", "fsdp2")
 ROLLOUT_IS = ("truncate", "none")
 VLLM_DTYPES = ("bfloat16", "float16", "float32", "auto")
 MAX_SEED = 2**32 - 1
+MAX_LR = 1.0
+"""Largest accepted `lr` (AdamW steps above 1 are never meaningful; near 1e38 its update overflows)."""
 """Largest seed: the trainer seeds NumPy's legacy global RNG, which takes 32-bit seeds."""
 
 
@@ -251,7 +253,13 @@ class TrainConfig:
     micro_batch_size: int = option(
         8, "responses per forward/backward pass; gradients are accumulated over the batch", ge=1
     )
-    lr: float = option(1e-4, "AdamW learning rate (peak, after warm-up)", gt=0)
+    lr: float = option(
+        1e-4,
+        "AdamW learning rate (peak, after warm-up); at most 1 (larger steps are never meaningful "
+        "for AdamW, and near 1e38 its fp32 update overflows)",
+        gt=0,
+        le=MAX_LR,
+    )
     weight_decay: float = option(0.0, "AdamW decoupled weight decay", ge=0)
     adam_betas: list[float] = field(
         default_factory=lambda: [0.9, 0.999],
@@ -628,11 +636,17 @@ def load_config(
         ValueError: invalid TOML, an unknown key or an invalid value (naming the field).
         FileNotFoundError: no such file.
     """
+    if Path(path).is_dir():
+        raise IsADirectoryError(f"config: {str(path)!r} is a folder, not a TOML file")
     with Path(path).open("rb") as f:
         try:
             raw = tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise ValueError(f"{path}: invalid TOML: {e}") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path}: not a UTF-8 text file (a TOML config is text; byte {e.start})"
+            ) from None
     raw = apply_overrides(raw, sets)
     raw.update({k: v for k, v in overrides.items() if v is not None})
     return config_from_dict(raw)

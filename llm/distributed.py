@@ -92,14 +92,34 @@ class DistInfo:
         return self.rank == 0
 
 
+def check_device(device: str) -> None:
+    """Refuse a CUDA `device` on a machine where torch has no CUDA device.
+
+    Raises:
+        ValueError: naming ``device``, its value and why it cannot run here.
+    """
+    if not device.startswith("cuda"):
+        return
+    if not torch.cuda.is_available():
+        why = "this torch is built without CUDA" if torch.version.cuda is None else "no GPU found"
+        raise ValueError(f'device: {device!r} cannot run here ({why}); set device = "cpu"')
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    if index >= torch.cuda.device_count():
+        raise ValueError(
+            f"device: {device!r} cannot run here (only {torch.cuda.device_count()} CUDA devices)"
+        )
+
+
 def init_distributed(device: str) -> DistInfo:
     """Join the process group torchrun set up (``WORLD_SIZE`` > 1), or return a single-process
     `DistInfo`. The backend is NCCL on CUDA and gloo on CPU; ``device = "cuda"`` becomes
     ``cuda:LOCAL_RANK``.
 
     Raises:
-        ValueError: ``device`` names one CUDA index while several processes share the node.
+        ValueError: ``device`` names one CUDA index while several processes share the node, or
+            cannot run here (`check_device`).
     """
+    check_device(device)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo(device=device)

@@ -56,6 +56,13 @@ class NonFiniteError(FloatingPointError):
     """A training quantity became NaN or infinite; the run stopped before using it."""
 
 
+NON_FINITE_ADVICE = (
+    "the newest checkpoint is the last good state; continue it with a lower lr or max_grad_norm: "
+    "python -m llm train ... --resume --change-optimizer --set lr=..."
+)
+"""The end of every `NonFiniteError` message."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Run folder
 
@@ -232,11 +239,20 @@ def check_base_model_folder(path: str | os.PathLike[str], marker: str) -> None:
 def loadable_checkpoints(
     out: str | os.PathLike[str], complete: Callable[[Path], bool]
 ) -> list[Path]:
-    """Complete checkpoints ``out/checkpoints/step_*`` (per `complete`), newest first."""
+    """Complete checkpoints ``out/checkpoints/step_*`` (per `complete`), newest first; each
+    incomplete one (e.g. its trainer_state.pt deleted) is named in a warning."""
     root = Path(out) / "checkpoints"
     if not root.is_dir():
         return []
-    return sorted((p for p in root.glob("step_*") if p.is_dir() and complete(p)), reverse=True)
+    found = sorted((p for p in root.glob("step_*") if p.is_dir()), reverse=True)
+    for p in found:
+        if not complete(p):
+            warnings.warn(
+                f"--resume: skipped checkpoint {p} (incomplete: its trainer state or COMPLETE "
+                "marker is missing)",
+                stacklevel=2,
+            )
+    return [p for p in found if complete(p)]
 
 
 def newest_loadable(candidates: list[Path], load: Callable[[Path], T]) -> tuple[Path, T] | None:
@@ -307,5 +323,5 @@ def check_finite(step: int, **values: float) -> None:
         if not math.isfinite(value):
             raise NonFiniteError(
                 f"step {step}: {name} is {value}; training stopped before the optimizer step, so "
-                "the newest checkpoint is the last good state (lower lr, or clip gradients)"
+                + NON_FINITE_ADVICE
             )

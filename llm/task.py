@@ -6,6 +6,7 @@ The trainer and `llm eval` look the task up by ``cfg.task``; this module only tu
 
 from __future__ import annotations
 
+import os
 import re
 import warnings
 from collections.abc import Sequence
@@ -76,7 +77,24 @@ def _where(cfg: TrainConfig, table: str, path: str = "") -> str:
     return f"[{table}] source = {source!r} (task {cfg.task!r})"
 
 
+def check_data_file(path: str | os.PathLike[str], key: str = "data.path") -> None:
+    """Refuse a data path that is missing or a folder, naming `key` and the path.
+
+    Raises:
+        FileNotFoundError: no such file.
+        IsADirectoryError: a folder, not a data file.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(
+            f"{key}: {str(p)!r} is a folder; expected a .jsonl or .parquet file"
+        )
+    if not p.exists():
+        raise FileNotFoundError(f"{key}: {str(p)!r} does not exist")
+
+
 def _from_file(cfg: TrainConfig, path: str) -> list[Problem]:
+    check_data_file(path)
     problems = TASKS[cfg.task].load(path)
     if not problems:
         raise ValueError(f"{path}: holds no problems")

@@ -19,8 +19,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import random
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +37,7 @@ import shaping
 from llm.behaviour import behaviour_batch, rollout_is_weight, sampler_is_behaviour
 from llm.checkpoint import (
     CHECKPOINTS,
+    CONFIG_CHANGES,
     MetricsLogger,
     check_resume_config,
     find_resume_checkpoint,
@@ -62,7 +66,13 @@ from llm.models import (
     load_tokenizer,
     make_backend,
 )
-from llm.runfolder import NonFiniteError, RunLock, check_base_model_folder, claim_run_folder
+from llm.runfolder import (
+    LOCK_FILE,
+    NonFiniteError,
+    RunLock,
+    check_base_model_folder,
+    claim_run_folder,
+)
 from llm.task import Problem, data_indices, drop_long_prompts, load_train_problems
 from llm.tasks import TASKS
 from llm.update import (
@@ -106,6 +116,7 @@ def train(
     stop_after: int | None = None,
     progress: bool = True,
     move_aside: bool = False,
+    change_optimizer: bool = False,
 ) -> list[dict[str, float]]:
     """Train `cfg` into `out_dir`; returns the metrics of the steps run by this call.
 
@@ -127,7 +138,14 @@ def train(
         stop_after: stop after this step without saving (simulates a kill; tests use it).
         progress: show a tqdm bar (rank 0).
         move_aside: a fresh run into a folder holding a run renames that run's folder to
-            ``DIR.old-<time>`` instead of refusing (`llm.runfolder.claim_run_folder`).
+            ``DIR.old-<time>`` instead of refusing (`llm.runfolder.claim_run_folder`); the
+            folder's lock is taken first, so a folder in use by a live run is never moved.
+        change_optimizer: with `resume`, the `llm.checkpoint.OPTIMIZER_KEYS` may differ from
+            the saved config (e.g. a lower lr after a non-finite stop); the change is appended
+            to ``DIR/config_changes.jsonl`` and the new config saved.
+
+    A fresh run whose start fails (a bad device, data file or base-model folder; any error
+    before its first step) removes what it wrote, so the corrected command starts normally.
 
     Raises:
         ValueError: invalid config, a resumed run whose config differs, or a mini-batch
@@ -142,14 +160,49 @@ def train(
     info = init_distributed(cfg.device)
     out = Path(out_dir)
     lock = RunLock(out) if info.is_main else None
+    created = not out.exists()
+    before: set[str] = set()
+    started = {"loop": False}
     if lock is not None:
-        claim_run_folder(out, resume=resume, move_aside=move_aside)
+        # The lock first: a folder in use by a live process is refused before anything in it is
+        # read, moved or written (--move-aside included).
         lock.acquire()
+        try:
+            moved = claim_run_folder(out, resume=resume, move_aside=move_aside)
+            if moved is not None:  # our lock file went along with the old run: take a new one
+                (moved / LOCK_FILE).unlink(missing_ok=True)
+                lock.held = False
+                lock.acquire()
+        except BaseException:
+            lock.release()
+            raise
+        before = {p.name for p in out.iterdir()}
     try:
-        return _train(cfg, out, info, resume, backend_factory, stop_after, progress)
+        return _train(
+            cfg, out, info, resume, backend_factory, stop_after, progress, change_optimizer, started
+        )
+    except BaseException:
+        if lock is not None and not resume and not started["loop"]:
+            _undo_failed_start(out, before)
+        raise
     finally:
         if lock is not None:
             lock.release()
+            if created and not resume and not started["loop"] and out.is_dir():
+                with contextlib.suppress(OSError):
+                    out.rmdir()  # only when empty
+
+
+def _undo_failed_start(out: Path, before: set[str]) -> None:
+    """Remove what a fresh run wrote into `out` before its first step (config.toml, an empty
+    metrics.jsonl, tb/), keeping whatever the folder held before and the lock."""
+    for p in out.iterdir():
+        if p.name in before or p.name == LOCK_FILE:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
 
 
 def _train(
@@ -160,8 +213,10 @@ def _train(
     backend_factory: Callable[[TrainConfig, Any, Any], RolloutBackendLike] | None,
     stop_after: int | None,
     progress: bool,
+    change_optimizer: bool = False,
+    started: dict[str, bool] | None = None,
 ) -> list[dict[str, float]]:
-    _start_run(cfg, out, resume=resume, info=info)
+    _start_run(cfg, out, resume=resume, info=info, change_optimizer=change_optimizer)
     ckpt = find_resume_checkpoint(out, cfg.steps) if resume and info.is_main else None
     ckpt = broadcast_object(ckpt, info)
     model, tokenizer, ref_model = load_policy_and_reference(
@@ -198,6 +253,8 @@ def _train(
     last = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
     steps = range(start + 1, last + 1)
     bar = tqdm(steps, disable=not (progress and info.is_main), desc=f"train {cfg.method}")
+    if started is not None:
+        started["loop"] = True  # start-up checks passed: from here on the folder holds a run
     try:
         for step in bar:
             # Rollout: this rank's share of the step's prompts, G responses each.
@@ -309,7 +366,9 @@ def _diversity(roll: Any, cfg: TrainConfig, encoder: Any) -> list[list[float]]:
 # Run set-up, data order and seeds
 
 
-def _start_run(cfg: TrainConfig, out: Path, *, resume: bool, info: DistInfo) -> None:
+def _start_run(
+    cfg: TrainConfig, out: Path, *, resume: bool, info: DistInfo, change_optimizer: bool = False
+) -> None:
     """Check the launch, write ``config.toml`` (building the tiny base model when asked) and seed
     every global RNG.
 
@@ -324,10 +383,13 @@ def _start_run(cfg: TrainConfig, out: Path, *, resume: bool, info: DistInfo) -> 
             f"{name}: {per_update} is not divisible by the {info.world_size} processes (each "
             "rank takes whole groups of every mini-batch)"
         )
-    if resume:
-        check_resume_config(cfg, out)
+    changes = check_resume_config(cfg, out, change_optimizer=change_optimizer) if resume else {}
     if info.is_main:
         out.mkdir(parents=True, exist_ok=True)
+        if changes:
+            record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S"), "changes": changes}
+            with (out / CONFIG_CHANGES).open("a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
         save_config(cfg, out / "config.toml")
         if cfg.build_base_model:
             from llm.tiny import BUILD_FILE, ensure_base_model

@@ -27,7 +27,7 @@ from llm.behaviour import GRAD_KEYS, BehaviourBatch
 from llm.config import TrainConfig
 from llm.distributed import DistInfo, autocast_precision, gather_batch, grad_sync, local_rows
 from llm.forward import PolicyOutputs, Rows, chunks, forward_all, policy_forward, slice_outputs
-from llm.runfolder import NonFiniteError, check_finite
+from llm.runfolder import NON_FINITE_ADVICE, NonFiniteError, check_finite
 
 __all__ = [
     "UpdateResult",
@@ -224,7 +224,7 @@ def update_policy(
             if not all(bool(torch.isfinite(p).all()) for p in _local_params(policy)):
                 raise NonFiniteError(
                     f"step {step}: the optimizer step made parameters non-finite (lr "
-                    f"{scheduler.get_last_lr()[0]:g}); the newest checkpoint is the last good state"
+                    f"{scheduler.get_last_lr()[0]:g}); {NON_FINITE_ADVICE}"
                 )
             # Free the gradients now: the rollout engine wakes up before the next zero_grad.
             optimizer.zero_grad(set_to_none=True)

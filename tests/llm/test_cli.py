@@ -48,7 +48,7 @@ def test_train_with_set_overrides_runs_and_records_them(tiny100, tmp_path):
         (["hyper.gamma_p=0.1", "method=ds_grpo", 'hyper.gamma_p="0.1"'], "got '0.1'"),
         (["seed=9223372036854775807"], "seed: expected an integer in"),
         (["colour=red"], "--set colour=red: unknown key 'colour'"),
-        (["lr=fast"], "lr: expected a finite number > 0, got 'fast'"),
+        (["lr=fast"], "lr: expected a finite number in (0, 1], got 'fast'"),
     ],
 )
 def test_config_errors_are_one_line_and_exit_2(sets, match, tmp_path, capsys):

@@ -75,24 +75,50 @@ def test_new_run_into_a_finished_run_is_refused_or_moved_aside(tiny100, tmp_path
     assert len(_metrics(out)) == 1 and latest_checkpoint(out).name == "step_000001"
 
 
-def test_non_finite_training_stops_and_keeps_the_last_good_checkpoint(tiny100, tmp_path) -> None:
+def _poison_after(monkeypatch, n_steps: int) -> None:
+    """Make AdamW's step number `n_steps` + 1 fill the first parameter with inf (lr is bounded by
+    the config, so a huge lr can no longer provoke it)."""
+    calls = {"n": 0}
+    step = torch.optim.AdamW.step
+
+    def poisoned(self, *args, **kwargs):
+        out = step(self, *args, **kwargs)
+        calls["n"] += 1
+        if calls["n"] > n_steps:
+            with torch.no_grad():
+                self.param_groups[0]["params"][0].fill_(float("inf"))
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", poisoned)
+
+
+def test_non_finite_training_stops_and_keeps_the_last_good_checkpoint(
+    tiny100, tmp_path, monkeypatch
+) -> None:
     out = tmp_path / "run"
-    with pytest.raises(NonFiniteError, match=r"step \d+: "):
+    _poison_after(monkeypatch, 2)
+    with pytest.raises(NonFiniteError, match=r"step \d+: .*--change-optimizer"):
+        train(_cfg(tiny100, steps=6), out, progress=False)
+    ckpt = latest_checkpoint(out)
+    assert ckpt is not None and ckpt.name == "step_000002"
+    assert all(torch.isfinite(t).all() for t in _weights(ckpt).values())
+    # The stop's advice works: resume with a lower lr through the documented flag.
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match=r"config differs.*lr: 0\.001 -> 0\.0001"):
+        train(_cfg(tiny100, steps=4, lr=1e-4), out, resume=True, progress=False)
+    train(_cfg(tiny100, steps=4, lr=1e-4), out, resume=True, change_optimizer=True, progress=False)
+    assert latest_checkpoint(out).name == "step_000004"
+    changes = [json.loads(x) for x in (out / "config_changes.jsonl").read_text().splitlines()]
+    assert [c["changes"] for c in changes] == [{"lr": [1e-3, 1e-4]}]
+    assert load_config(out / "config.toml").lr == 1e-4
+    with pytest.raises(ValueError, match="--change-optimizer allows"):
         train(
-            _cfg(
-                tiny100,
-                lr=1e30,
-                steps=6,
-                max_grad_norm=0.0,
-                method="entropy_bonus",
-                hyper={"eta": 0.5},
-            ),
+            _cfg(tiny100, steps=5, lr=1e-4, seed=3),
             out,
+            resume=True,
+            change_optimizer=True,
             progress=False,
         )
-    ckpt = latest_checkpoint(out)
-    if ckpt is not None:
-        assert all(torch.isfinite(t).all() for t in _weights(ckpt).values())
 
 
 def test_a_second_live_run_into_the_same_folder_is_refused(tiny100, tmp_path) -> None:
