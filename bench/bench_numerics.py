@@ -25,12 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _commands(out: Path) -> dict[str, list[str]]:
     py = sys.executable
+    toy = ["--config", "configs/toy/quick.toml", "--no-cache", "--out", str(out / "toy")]
+    llm = ["--quick", "--steps", "20", "--methods", "entropy_bonus", "--out-runs", str(out / "llm")]
     return {
         "theory": [py, "-m", "theory", "check", "--json"],
-        "toy": [py, "-m", "toymdp", "sweep", "--config", "configs/toy/quick.toml", "--no-cache"]
-        + ["--out", str(out / "toy")],
-        "llm": [py, "-m", "llm", "reproduce", "--quick", "--steps", "20", "--methods"]
-        + ["entropy_bonus", "--out-runs", str(out / "llm"), "--figures", str(out / "fig")],
+        "toy": [py, "-m", "toymdp", "sweep", *toy],
+        "llm": [py, "-m", "llm", "reproduce", *llm, "--figures", str(out / "fig")],
     }
 
 
