@@ -25,6 +25,9 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy, torch, JAX load)
+
+# isort: split
 import numpy as np
 import torch
 

@@ -16,6 +16,9 @@ import sys
 import time
 from collections.abc import Callable
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy, torch, JAX load)
+
+# isort: split
 import numpy as np
 
 from theory import measures, optimum, trees

@@ -16,6 +16,9 @@ from __future__ import annotations
 import argparse
 import time
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy, torch, JAX load)
+
+# isort: split
 import jax
 import numpy as np
 

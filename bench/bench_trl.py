@@ -105,6 +105,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy, torch, JAX load)
+
+# isort: split
 import numpy as np
 import torch
 

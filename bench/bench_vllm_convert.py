@@ -36,6 +36,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy, torch, JAX load)
+
+# isort: split
 import numpy as np
 import torch
 

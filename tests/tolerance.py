@@ -95,3 +95,12 @@ def _numpy(x: Any) -> Any:
     if hasattr(x, "detach"):
         return x.detach().cpu().double().numpy()
     return x
+
+
+DATA_PARALLEL_N = 512
+"""Reduction length bounding one training step of the llm tests' tiny models, single process vs.
+data parallel: the per-parameter gradient sums the step's tokens (rows x positions: 2 x 4 rows of
+at most ~40 positions), then the hidden, MLP and vocabulary widths (16, 32, <= 130); the all-reduce
+over 2 ranks adds one level. AdamW's step divides by the gradient's own scale, so parameters move by
+at most lr x the gradient's relative error per step: within this bound relative to
+max(|parameter|, 1)."""

@@ -12,6 +12,9 @@ from __future__ import annotations
 import sys
 import zlib
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy, torch, JAX load)
+
+# isort: split
 import numpy as np
 import torch
 

@@ -23,6 +23,9 @@ import os
 import sys
 from pathlib import Path
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy, torch, JAX load)
+
+# isort: split
 import torch
 from dist_worker import ScriptedBackend
 

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy, torch, JAX load)
+
+# isort: split
 import numpy as np
 
 from llm.tasks import TASKS, Task, extract_answer, register_task

@@ -22,6 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy, torch, JAX load)
+
+# isort: split
 import torch
 from dist_worker import main as run_worker
 from torch.distributed.checkpoint import FileSystemReader

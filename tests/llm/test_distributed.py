@@ -13,6 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.tolerance import DATA_PARALLEL_N, assert_close
+
 WORKER = Path(__file__).with_name("dist_worker.py")
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,10 +77,8 @@ def test_two_processes_equal_one(parallel, method, per_update, single, tiny_mode
     moved = max((want[k] - base[k]).abs().max().item() for k in want)
     assert moved > 1e-4, "the step did not change the parameters: the test would be vacuous"
     for k in want:
-        torch.testing.assert_close(
-            got[k], want[k], rtol=1e-5, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}"
-        )
-    assert _loss(tmp_path) == pytest.approx(_loss(ref), rel=1e-6)
+        assert_close(got[k], want[k], dtype="float32", n=DATA_PARALLEL_N, elementwise=True)
+    assert_close(_loss(tmp_path), _loss(ref), dtype="float32", n=DATA_PARALLEL_N)
 
 
 def test_generate_shared_gives_a_group_the_same_requests(tiny_model_path, tmp_path):

@@ -30,6 +30,7 @@ from llm.checkpoint import (
 )
 from llm.runfolder import RunFolderError
 from tests.llm.test_distributed import WORKER, _params, _run
+from tests.tolerance import DATA_PARALLEL_N, assert_close
 
 SHARDED_WORKER = WORKER.with_name("sharded_worker.py")
 
@@ -52,9 +53,7 @@ def runs(tiny_model_path, tmp_path_factory) -> dict[str, Path]:
 def _assert_same(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]) -> None:
     assert got.keys() == want.keys()
     for k in want:
-        torch.testing.assert_close(
-            got[k], want[k], rtol=1e-5, atol=1e-6, msg=lambda m, k=k: f"{k}: {m}"
-        )
+        assert_close(got[k], want[k], dtype="float32", n=DATA_PARALLEL_N, elementwise=True)
 
 
 def test_resume_from_shards_equals_uninterrupted_run(runs):

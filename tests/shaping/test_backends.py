@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import shaping
+from tests.tolerance import assert_close as derived_close
 
 from . import reference as ref
 from .helpers import BACKENDS, assert_close, call_block, convert, evaluate, requires
@@ -199,7 +200,10 @@ def test_float32_bool_mask_int_rewards(name, backend):
     else:
         value = method.loss(b32)[0]
     assert str(value.dtype).endswith("float32"), value.dtype
-    assert_close(value, want, rtol=2e-4, atol=2e-5, what=f"{name}/{backend} float32")
+    # float32 against the float64 reference: the aggregation over the B x G x T tokens plus a
+    # chain of per-token operations (ratio, clip, shaping: < 32 roundings), tests/tolerance.py.
+    assert np.all(np.isfinite(np.asarray(value))), f"{name}/{backend}: non-finite"
+    derived_close(value, want, dtype="float32", n=batch["mask"].size + 32)
 
 
 def _traceable(name: str) -> dict[str, object]:
