@@ -102,7 +102,8 @@ def test_the_check_catches_an_unpinned_run(name, tmp_path):
     assert machine != baseline, f"{name}: the forced level changed nothing; the check is vacuous"
 
 
-def test_pin_sets_every_variable_and_keeps_other_xla_flags():
+def test_pin_sets_every_variable_and_keeps_other_xla_flags(monkeypatch):
+    monkeypatch.setattr(numerics, "_state", dict(numerics._state))
     env = {"XLA_FLAGS": "--xla_dump_to=/tmp/x --xla_cpu_max_isa=AVX512"}
     st = numerics.pin(env)
     for key, value in numerics.PINNED_ENV.items():
@@ -111,13 +112,14 @@ def test_pin_sets_every_variable_and_keeps_other_xla_flags():
     assert set(st) == {"pinned", "reason", "tag"}
 
 
-def test_opt_out_pins_nothing_and_bad_values_are_named():
+def test_opt_out_pins_nothing_and_bad_values_are_named(monkeypatch):
+    monkeypatch.setattr(numerics, "_state", dict(numerics._state))  # this process's state stays
     env = {numerics.OPT_OUT_ENV: "native"}
     numerics.pin(env)
     assert env == {numerics.OPT_OUT_ENV: "native"}
+    assert numerics.tag().startswith("native (opted out)")
     with pytest.raises(ValueError, match="SHARPENING_NUMERICS='fast'"):
         numerics.pin({numerics.OPT_OUT_ENV: "fast"})
-    numerics.pin()  # restore this process's state
 
 
 def test_merge_xla_flags():

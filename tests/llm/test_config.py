@@ -228,8 +228,8 @@ def test_apply_overrides_names_a_bad_key(pair, match):
 @pytest.mark.parametrize(
     ("pair", "match"),
     [
-        ("lr=abc", "lr: expected a finite number in (0, 1], got 'abc'"),
-        ("lr=inf", "lr: expected a finite number in (0, 1], got inf"),
+        ("lr=abc", r"lr: expected a finite number in \(0, 1\], got 'abc'"),
+        ("lr=inf", r"lr: expected a finite number in \(0, 1\], got inf"),
         ("data.seed=-2", r"data\.seed: expected an integer in \[0, 4294967295\], got -2"),
         ("hyper.gamma=1", r"hyper\.gamma = 1: not a hyper-parameter of grpo"),
         ("method=ppo", "method: expected one of .*got 'ppo'"),
