@@ -73,6 +73,7 @@ bench: $(VENV)/.stamp-test
 	$(PY) bench/bench_theory.py
 	$(PY) bench/bench_shaping.py
 	$(PY) bench/bench_toymdp.py
+	$(PY) bench/bench_numerics.py
 	$(PY) bench/bench_trl.py --threads 1 --rounds 2
 
 clean:
