@@ -9,7 +9,7 @@
 3. write ``FIGURES/llm_countdown_frontier.png`` (pass@1 gain vs pass@k gain at the largest k and
    vs distinct correct gain, per method, GRPO's envelope as the reference, bootstrap CIs),
    ``FIGURES/llm_countdown_lifts.md`` (lift at matched pass@1 over GRPO's curve with 95% CIs,
-   `theory.frontier`), ``FIGURES/llm_countdown_passk.png`` (pass@k vs k at the last checkpoint,
+   `experiment.frontier`), ``FIGURES/llm_countdown_passk.png`` (pass@k vs k at the last checkpoint,
    and minus the base model's, as seed 000 §4.5 plots it), ``FIGURES/llm_countdown_results.md``
    (the results table and the lift tables) and ``FIGURES/llm_countdown.json`` (the same
    numbers, per seed, with the settings, lifts and timings).
@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 import numerics
-from llm.sweep import SweepSpec, setting_name, write_json
+from experiment.store import write_json
+from llm.sweep import SweepSpec, setting_name
 
 __all__ = [
     "DEFAULT_CONFIG",

@@ -17,7 +17,7 @@ A sweep TOML (``configs/sweep_countdown_tiny.toml``) names
 - ``[eval]``: ``problems`` (the first N of the base config's [eval] source, or of its set
   ``set``), ``samples`` n, ``ks``, the sampling ``seed`` and ``semantic`` (also the MiniLM
   cosine among correct answers; needs the dsdr extra). Every model is evaluated on the same
-  problems with the same sampling seed, so comparisons are paired (`theory.frontier`).
+  problems with the same sampling seed, so comparisons are paired (`experiment.frontier`).
 
 The runs go to worker processes (default one per core, one torch thread each; see
 `llm.reproduce` for why one thread). ``OUT/runs/<run>/`` holds each run; ``sweep_run.json`` there
@@ -33,7 +33,7 @@ k (the unbiased estimator of Chen et al. 2021 from the per-problem correct count
 accuracy, distinct correct solutions, and the per-problem correct and distinct-correct counts
 (the bootstrap resamples problems from them); under ``frontier``, each model's lift at matched
 pass@1 over the reference's upper envelope with a paired bootstrap CI over seeds and problems
-(`theory.frontier.bootstrap_lift`), for pass@k at the largest k and for distinct correct. Also
+(`experiment.frontier.bootstrap_lift`), for pass@k at the largest k and for distinct correct. Also
 ``OUT/frontier.png`` (`plot_frontier`) and ``OUT/lifts.md`` (`lift_markdown`).
 """
 
@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 import numerics
+from experiment.store import read_json, write_json
 
 __all__ = [
     "MEASURES",
@@ -75,13 +76,11 @@ __all__ = [
     "load_sweep",
     "map_jobs",
     "plot_frontier",
-    "read_json",
     "run_name",
     "run_sweep",
     "setting_name",
     "sweep_from_dict",
     "weights_sha",
-    "write_json",
 ]
 
 RUN_MARKER = "sweep_run.json"
@@ -115,22 +114,6 @@ def weights_sha(folder: str | os.PathLike[str]) -> str:
         h.update(f.name.encode())
         h.update(f.read_bytes())
     return h.hexdigest()
-
-
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """The parsed JSON file, or None when it is missing or unreadable (a half-written marker)."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def write_json(path: str | os.PathLike[str], data: Any) -> None:
-    """Write `data` atomically (a temp file renamed over `path`)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def default_workers() -> int:
@@ -894,7 +877,7 @@ def run_sweep(
 
 
 # ---------------------------------------------------------------------------------------------
-# Frontier: lifts at matched pass@1 over the reference curve (theory.frontier), figure, table
+# Frontier: lifts at matched pass@1 over the reference curve (experiment.frontier), figure, table
 
 MEASURES = ("pass_at_k", "distinct_correct")
 """The diversity axes: pass@k at the largest k, and distinct correct solutions per problem."""
@@ -908,7 +891,7 @@ def setting_name(params: Mapping[str, Any]) -> str:
 def frontier_arrays(
     results: Mapping[str, Any], measure: str
 ) -> tuple[np.ndarray, np.ndarray, Any, list[dict[str, Any]]]:
-    """The per-problem gains over the base model in `theory.frontier`'s layout.
+    """The per-problem gains over the base model in `experiment.frontier`'s layout.
 
     Models are (label, setting, step); the base model is the reference label's step 0 (every
     training path starts there), repeated over seeds.
@@ -916,13 +899,13 @@ def frontier_arrays(
     Returns:
         ``(x, y, models, rows)``: `x` `(M, S, P)` per-problem pass@1 gain (correct count / n minus
         the base's), `y` `(M, S, P)` the per-problem gain in `measure` (pass@k at the largest k,
-        unbiased estimator, or distinct correct solutions), `models` a `theory.frontier.Models`,
+        unbiased estimator, or distinct correct solutions), `models` a `experiment.frontier.Models`,
         `rows` one ``{"label", "params", "setting", "step"}`` per model.
 
     Raises:
         ValueError: an unknown `measure`, or a model missing some seed.
     """
-    from theory.frontier import Models
+    from experiment.frontier import Models
     from theory.measures import pass_at_k
 
     if measure not in MEASURES:
@@ -973,7 +956,7 @@ def frontier_analysis(
     results: Mapping[str, Any], *, num_resamples: int = 1000, level: float = 0.95, seed: int = 0
 ) -> dict[str, Any]:
     """Lift at matched pass@1 of every model over the reference label's upper envelope, with a
-    paired bootstrap over training seeds and problems (`theory.frontier.bootstrap_lift`), and a
+    paired bootstrap over training seeds and problems (`experiment.frontier.bootstrap_lift`), and a
     bootstrap interval of every model's point, for each measure of `MEASURES`.
 
     Returns:
@@ -981,7 +964,7 @@ def frontier_analysis(
         x, y, x_lo, x_hi, y_lo, y_hi, lift, lift_lo, lift_hi, status, inside_fraction}]}}``,
         gains over the base model (x: pass@1, y: the measure), NaN written as null.
     """
-    from theory.frontier import (
+    from experiment.frontier import (
         bootstrap_indices,
         bootstrap_lift,
         percentile_interval,
@@ -1084,14 +1067,14 @@ def plot_frontier(
 ) -> None:
     """The frontier figure: per measure, every model's point (gain over the base model) on its
     training path (thin line from the base model through its checkpoints), each label's upper
-    envelope (`theory.frontier.upper_envelope`) in its colour with the bootstrap
+    envelope (`experiment.frontier.upper_envelope`) in its colour with the bootstrap
     CIs of its vertices, and the reference's envelope in black."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from theory.frontier import upper_envelope
+    from experiment.frontier import upper_envelope
 
     s = results["settings"]
     ref = s["reference"]

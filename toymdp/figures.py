@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,8 +19,9 @@ from typing import Any
 import numpy as np
 
 import numerics
+from experiment import store
 
-_PACKAGES = ("numerics", "theory", "shaping", "toymdp")
+_PACKAGES = ("numerics", "theory", "shaping", "experiment", "toymdp")
 
 
 def code_hash() -> str:
@@ -45,18 +45,6 @@ def _to_arrays(results: Mapping[str, Any]) -> dict[str, np.ndarray]:
             raise ValueError(f"result {key!r} is not a numeric or string array")
         out[key] = arr
     return out
-
-
-def _atomic_savez(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def _jsonable(value: Any) -> Any:
@@ -120,7 +108,7 @@ def make_figures(
             cached = True
         else:
             results = _to_arrays(exp.run(quick, seed))
-            _atomic_savez(path, results)
+            store.save_npz(path, results)
             cached = False
         ran = time.perf_counter()
         files = exp.plot(results, out)
@@ -140,8 +128,8 @@ def make_figures(
         "numerics": numerics.tag(),
         "experiments": dict(sorted(summary.items())),
     }
-    _atomic_write_text(summary_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
-    _atomic_write_text(out / "timings.json", json.dumps(timings, indent=2) + "\n")
+    store.write_text(summary_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    store.write_text(out / "timings.json", json.dumps(timings, indent=2) + "\n")
     return doc
 
 

@@ -59,7 +59,7 @@ Outputs in OUT (default ``runs/toy_sweep/<config stem>``):
   held-out prompts (training prompts for a single prompt), every method's final points and
   upper envelope against the reference's curve (every checkpoint of every reference setting).
 - ``lifts.md``: lift at matched pass@1 over the reference curve with paired 95% bootstrap CIs
-  (`theory.frontier.bootstrap_lift`; problems = held-out prompts of every draw, seeds =
+  (`experiment.frontier.bootstrap_lift`; problems = held-out prompts of every draw, seeds =
   training seeds).
 
 Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.npz`` (as `toymdp.figures`):
@@ -83,10 +83,11 @@ import numpy as np
 
 import numerics
 import shaping
-from theory import frontier, trees
+from experiment import frontier, store
+from theory import trees
 from toymdp import train as T
 from toymdp.env import TreeEnv
-from toymdp.figures import _atomic_savez, _atomic_write_text, _enable_jax_cache, code_hash
+from toymdp.figures import _enable_jax_cache, code_hash
 from toymdp.train import OPTIMIZERS
 
 KINDS = ("dataset", "single")
@@ -541,7 +542,7 @@ def all_rows(cfg: SweepConfig) -> list[Run]:
 
 
 def frontier_data(cfg: SweepConfig, res: Mapping[str, Any], metric: str) -> dict[str, Any]:
-    """Per-problem gains for `theory.frontier`: problems = held-out prompts of every draw (the
+    """Per-problem gains for `experiment.frontier`: problems = held-out prompts of every draw (the
     training prompts when nothing is held out), seeds = training seeds.
 
     Models: every eval step of every reference row, and the final step of the other rows.
@@ -648,7 +649,7 @@ def plot_frontier(cfg: SweepConfig, analysis: Mapping[str, Any], path: Path) -> 
         f"{split} prompts of {len(cfg.env.draws)} environment draw(s); means over "
         f"{cfg.train.seeds} seeds; {cfg.train.optimizer} lr {cfg.train.lr:g}, G = "
         f"{cfg.train.group_size}, U = {cfg.train.updates}. Lines: monotone upper envelopes "
-        "(theory.frontier).", ha="center", va="top", fontsize=8,
+        "(experiment.frontier).", ha="center", va="top", fontsize=8,
     )  # fmt: skip
     fig.tight_layout()
     fig.savefig(path, bbox_inches="tight")
@@ -720,7 +721,7 @@ def results_doc(cfg: SweepConfig, res: Mapping[str, Any], analysis: Mapping[str,
 
 
 def lifts_markdown(cfg: SweepConfig, analysis: Mapping[str, Any]) -> str:
-    """`lifts.md`: one table per diversity measure (`theory.frontier.lift_table`)."""
+    """`lifts.md`: one table per diversity measure (`experiment.frontier.lift_table`)."""
     split = "held-out" if cfg.env.kind == "dataset" else "training"
     parts = [
         "# Lift at matched pass@1 over the reference curve\n",
@@ -772,12 +773,12 @@ def sweep(
         cached = True
     else:
         res = run_sweep(cfg, progress=progress)
-        _atomic_savez(path, {k: v for k, v in res.items() if k != "rows"})
+        store.save_npz(path, {k: v for k, v in res.items() if k != "rows"})
         cached = False
     run_s = time.perf_counter() - start
     analysis = analyse(cfg, res)
     doc = results_doc(cfg, res, analysis)
-    _atomic_write_text(out / "results.json", json.dumps(doc, indent=1) + "\n")
-    _atomic_write_text(out / "lifts.md", lifts_markdown(cfg, analysis))
+    store.write_text(out / "results.json", json.dumps(doc, indent=1) + "\n")
+    store.write_text(out / "lifts.md", lifts_markdown(cfg, analysis))
     plot_frontier(cfg, analysis, out / "frontier.png")
     return {"out": out, "cached": cached, "run_s": run_s, "doc": doc}

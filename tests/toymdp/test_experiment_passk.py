@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import shaping
-from theory import frontier, trees
+from experiment import frontier
+from theory import trees
 from toymdp import sweep
 from toymdp.experiments import passk
 
@@ -82,7 +83,7 @@ def test_shapes_and_base_point(results: dict[str, np.ndarray]) -> None:
 
 
 def test_lifts_match_the_reference_envelope(results: dict[str, np.ndarray]) -> None:
-    """Every inside point's lift is its gain minus GRPO's envelope at its pass@1 (theory.frontier);
+    """Every inside point's lift is its gain minus GRPO's envelope at its pass@1 (experiment.frontier);
     CIs are ordered."""
     _, res, _ = passk.analysis(results)
     for metric in passk.MEASURES:

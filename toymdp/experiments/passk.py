@@ -5,7 +5,7 @@ correct responses) per unit of correctness (pass@1) than GRPO's own trade-off? O
 method cannot answer it, so every method of figure 5 is swept from no effect to collapse (`sweep_doc`,
 run by `toymdp.sweep`), and each final point is compared with GRPO's curve at the same held-out
 pass@1: GRPO's checkpoints along training, a `kl_coef` sweep and two other learning rates
-(`theory.frontier.bootstrap_lift`: the lift at matched pass@1, interpolated on the reference's
+(`experiment.frontier.bootstrap_lift`: the lift at matched pass@1, interpolated on the reference's
 monotone upper envelope, with a paired bootstrap over seeds and held-out prompts).
 
 The popularity toy dataset (`toy_dataset`; `toymdp.sweep.popularity_dataset` is the same with its
@@ -41,7 +41,8 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from theory import frontier, trees
+from experiment import frontier
+from theory import trees
 from toymdp import train as T
 from toymdp.env import TreeEnv
 from toymdp.experiments._plot import METHOD_COLORS, save
@@ -408,7 +409,7 @@ def plot(results: dict[str, np.ndarray], out_dir: Path) -> list[Path]:
         f"base correctness {cfg.env.base_correctness} per prompt; Adam lr {cfg.train.lr:g}, "
         f"G = {cfg.train.group_size}, U = {cfg.train.updates}, {cfg.train.seeds} seeds. Points: "
         "final policies, means over seeds and held-out prompts; lines: monotone upper envelopes "
-        "(theory.frontier). CIs: paired bootstrap over seeds and held-out prompts.",
+        "(experiment.frontier). CIs: paired bootstrap over seeds and held-out prompts.",
         ha="center", va="top", fontsize=8,
     )  # fmt: skip
     fig.subplots_adjust(left=0.04, right=0.99, wspace=0.35)

@@ -1,4 +1,4 @@
-"""`theory.frontier` against slow references: hand-computed envelopes, a plain bootstrap loop."""
+"""`experiment.frontier` against slow references: hand-computed envelopes, a plain bootstrap loop."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from theory import frontier as F
+from experiment import frontier as F
 
 # ------------------------------------------------------------------------------ slow reference
 
