@@ -155,9 +155,10 @@ def _spec(s: ReproduceSettings, base_dir: Path) -> SweepSpec:
     if s.steps is not None:
         train["steps"] = s.steps
         doc["checkpoints"] = min(3, s.steps)
-    ref = doc.get("reference", doc["methods"][0].get("label", doc["methods"][0]["method"]))
+    ref = doc.get("reference", [doc["methods"][0].get("label", doc["methods"][0]["method"])])
+    ref = [ref] if isinstance(ref, str) else ref
     doc["methods"] = [
-        m for m in doc["methods"] if m["method"] in s.methods or m.get("label", m["method"]) == ref
+        m for m in doc["methods"] if m["method"] in s.methods or m.get("label", m["method"]) in ref
     ]
     if s.seeds is not None:
         doc["seeds"] = list(s.seeds)
@@ -346,7 +347,7 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
     """
     import time
 
-    from llm.sweep import lift_markdown, plot_frontier, run_sweep
+    from llm.sweep import run_sweep, write_reports
     from llm.tiny import TinyConfig, ensure_base_model
 
     s = settings.resolved()
@@ -377,9 +378,9 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
     summary = _summary(results)
     rs = results["settings"]
     plot_summary(summary, rs, figures / "llm_countdown_passk.png")
-    plot_frontier(results, results["frontier"], figures / "llm_countdown_frontier.png")
-    lifts = lift_markdown(results, results["frontier"])
-    (figures / "llm_countdown_lifts.md").write_text(lifts, encoding="utf-8")
+    lifts = write_reports(
+        results, figures / "llm_countdown_frontier.png", figures / "llm_countdown_lifts.md"
+    )
     phases["figures"] = time.perf_counter() - t0
     phases["total"] = time.perf_counter() - t_start
     out: dict[str, Any] = {
@@ -402,7 +403,7 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
             "eval_source": rs["eval"]["source"],
             "eval_temperature": rs["eval"]["temperature"],
             "semantic": rs["eval"]["semantic"],
-            "reference": rs["reference"],
+            "reference": ", ".join(rs["reference"]),
         },
         **summary,
         "frontier": results["frontier"],

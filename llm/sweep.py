@@ -4,16 +4,13 @@ A sweep TOML (``configs/sweep_countdown_tiny.toml``) names
 
 - ``base``: the train config every run starts from (a path relative to the sweep file), and
   ``[train]``: overrides of it for every run (``steps``, ``lr``, ...);
-- ``[[methods]]``: one entry per curve, each with a ``label`` (default: its ``method``), a
-  ``method`` of `shaping.METHODS`, ``fixed`` values and a ``grid`` of values (``mode = "product"``,
-  the default, or ``"zip"``: the lists taken side by side) or an explicit list ``points`` of
-  settings. A key is a hyper-parameter of the method (``gamma_p``), a top-level train-config key
-  (``lr``, ``kl_coef``) or a dotted one (``hyper.eta``, ``data.n_problems``);
-- ``reference``: the label whose models form the reference curve (GRPO's: its checkpoints along
-  training, plus its ``kl_coef`` / lr settings);
-- ``seeds``: the training seeds (one run per method setting and seed);
-- ``checkpoints``: the steps at which every run is evaluated (a list, or a count ``c``: steps
-  ``round(i steps / c)``, i = 1..c), so that each run is a path; the base model is step 0 of all;
+- ``[[methods]]``, ``seeds``, ``checkpoints`` and ``reference``: the sweep grammar both drivers
+  share (`experiment.spec`: ``method``, ``label``, ``fixed``, ``grid``, ``zip`` or ``points``). A
+  key of a setting is a hyper-parameter of the method (``gamma_p``), a top-level train-config key
+  (``lr``, ``kl_coef``) or a dotted one (``hyper.eta``, ``data.n_problems``). The reference
+  labels' models form the reference curve (GRPO's: its checkpoints along training, plus its
+  ``kl_coef`` / lr settings); one run per method setting and seed; every run is evaluated at the
+  ``checkpoints``, so that each run is a path; the base model is step 0 of all;
 - ``[eval]``: ``problems`` (the first N of the base config's [eval] source, or of its set
   ``set``), ``samples`` n, ``ks``, the sampling ``seed`` and ``semantic`` (also the MiniLM
   cosine among correct answers; needs the dsdr extra). Every model is evaluated on the same
@@ -34,7 +31,7 @@ accuracy, distinct correct solutions, and the per-problem correct and distinct-c
 (the bootstrap resamples problems from them); under ``frontier``, each model's lift at matched
 pass@1 over the reference's upper envelope with a paired bootstrap CI over seeds and problems
 (`experiment.frontier.bootstrap_lift`), for pass@k at the largest k and for distinct correct. Also
-``OUT/frontier.png`` (`plot_frontier`) and ``OUT/lifts.md`` (`lift_markdown`).
+``OUT/frontier.png`` and ``OUT/lifts.md`` (`write_reports`, `experiment.report`).
 """
 
 from __future__ import annotations
@@ -43,7 +40,6 @@ import concurrent.futures as cf
 import copy
 import dataclasses
 import hashlib
-import itertools
 import json
 import math
 import multiprocessing
@@ -60,37 +56,43 @@ from typing import Any
 import numpy as np
 
 import numerics
+import shaping
+from experiment import frontier, report
+from experiment.spec import (
+    COMMON_KEYS,
+    apply_sets,
+    parse_checkpoints,
+    parse_methods,
+    parse_reference,
+    parse_seeds,
+)
 from experiment.store import read_json, write_json
+from theory.measures import pass_at_k
 
 __all__ = [
-    "MEASURES",
     "RUN_MARKER",
     "Setting",
     "SweepSpec",
-    "apply_sets",
     "default_workers",
     "format_results",
     "frontier_analysis",
     "frontier_arrays",
-    "lift_markdown",
+    "lift_intro",
     "load_sweep",
     "map_jobs",
-    "plot_frontier",
     "run_name",
     "run_sweep",
     "setting_name",
     "sweep_from_dict",
     "weights_sha",
+    "write_reports",
 ]
 
 RUN_MARKER = "sweep_run.json"
 BASE_EVAL = "base_eval.json"
 RESULTS = "results.json"
 
-_TOP_KEYS = {
-    "base", "train", "methods", "reference", "seeds", "checkpoints", "eval",
-}  # fmt: skip
-_METHOD_KEYS = {"label", "method", "fixed", "grid", "mode", "points"}
+_TOP_KEYS = {*COMMON_KEYS, "base", "train", "eval"}
 _EVAL_KEYS = {"problems", "samples", "ks", "seed", "set", "semantic"}
 # Set per run by the sweep itself: a grid over them would break the paths or the pairing.
 _RESERVED = {"method", "seed", "steps", "save_every", "model_path", "build_base_model", "eval"}
@@ -199,8 +201,8 @@ class SweepSpec:
     """overrides of the base config for every run"""
     settings: list[Setting]
     """the method settings, in file order"""
-    reference: str
-    """label of the reference curve"""
+    reference: list[str]
+    """labels of the reference curve"""
     seeds: list[int]
     checkpoints: list[int]
     """steps at which every run is evaluated (ascending; the last is the run's steps)"""
@@ -209,6 +211,8 @@ class SweepSpec:
     """problems, samples, ks, seed, set"""
     source: str = ""
     """the sweep file (for the record)"""
+    doc: dict[str, Any] = field(default_factory=dict)
+    """the parsed sweep document (for the record: results.json's ``config``)"""
 
     @property
     def labels(self) -> list[str]:
@@ -216,92 +220,9 @@ class SweepSpec:
         return list(dict.fromkeys(s.label for s in self.settings))
 
 
-def apply_sets(doc: Mapping[str, Any], sets: Iterable[str]) -> dict[str, Any]:
-    """A copy of the parsed sweep `doc` with each ``KEY=VALUE`` applied, e.g. ``seeds=[0]``,
-    ``train.steps=20``, ``eval.problems=8``. KEY's first part must be a sweep key; VALUE is TOML.
-
-    Raises:
-        ValueError: a pair without ``=`` or with an unknown key (the message names it).
-    """
-    from llm.config import parse_value
-
-    out = copy.deepcopy(dict(doc))
-    for pair in sets:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"--set {pair!r}: expected KEY=VALUE (e.g. train.steps=20)")
-        *tables, name = key.split(".")
-        if (tables[0] if tables else name) not in _TOP_KEYS:
-            raise ValueError(
-                f"--set {pair!r}: unknown sweep key {key!r}; known: {sorted(_TOP_KEYS)}"
-            )
-        target = out
-        for t in tables:
-            target = target.setdefault(t, {})
-            if not isinstance(target, dict):
-                raise ValueError(f"--set {pair!r}: {t} is not a table")
-        target[name] = parse_value(text.strip())
-    return out
-
-
-def _grid_points(entry: Mapping[str, Any], where: str) -> list[dict[str, Any]]:
-    grid = entry.get("grid", {})
-    points = entry.get("points")
-    mode = entry.get("mode", "product")
-    if not isinstance(grid, dict):
-        raise ValueError(f"{where}.grid: expected a table of lists, got {grid!r}")
-    if points is not None:
-        if grid:
-            raise ValueError(f"{where}: give either grid or points, not both")
-        if (
-            not isinstance(points, list)
-            or not points
-            or not all(isinstance(p, dict) for p in points)
-        ):
-            raise ValueError(f"{where}.points: expected a non-empty list of tables, got {points!r}")
-        return [dict(p) for p in points]
-    for k, v in grid.items():
-        if not isinstance(v, list) or not v:
-            raise ValueError(f"{where}.grid.{k}: expected a non-empty list, got {v!r}")
-    if mode not in ("product", "zip"):
-        raise ValueError(f"{where}.mode: expected 'product' or 'zip', got {mode!r}")
-    keys = list(grid)
-    if mode == "zip":
-        sizes = {k: len(grid[k]) for k in keys}
-        if len(set(sizes.values())) > 1:
-            raise ValueError(f"{where}.grid: mode 'zip' needs lists of one length, got {sizes}")
-        combos = list(zip(*(grid[k] for k in keys), strict=True)) if keys else [()]
-    else:
-        combos = list(itertools.product(*(grid[k] for k in keys)))
-    return [dict(zip(keys, c, strict=True)) for c in combos]
-
-
-def _checkpoints(value: Any, steps: int) -> list[int]:
-    if isinstance(value, bool):
-        raise ValueError(f"checkpoints: expected a count or a list of steps, got {value!r}")
-    if isinstance(value, int):
-        if not 1 <= value <= steps:
-            raise ValueError(f"checkpoints: expected a count in [1, steps = {steps}], got {value}")
-        return sorted({round(i * steps / value) for i in range(1, value + 1)})
-    if (
-        not isinstance(value, list)
-        or not value
-        or not all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    ):
-        raise ValueError(f"checkpoints: expected a count or a list of steps, got {value!r}")
-    steps_list = sorted(set(value))
-    if steps_list[0] < 1 or steps_list[-1] != steps:
-        raise ValueError(
-            f"checkpoints: expected steps in [1, {steps}] ending at steps = {steps}, got {value!r}"
-        )
-    return steps_list
-
-
 def _split_params(method: str, params: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The raw-config updates of one setting: hyper-parameters of `method` go to [hyper],
     train-config keys (plain or dotted) to their place."""
-    import shaping
     from llm.config import TrainConfig
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -333,6 +254,11 @@ def _split_params(method: str, params: Mapping[str, Any], where: str) -> dict[st
     return raw
 
 
+def _check_key(method: str, key: str, where: str) -> None:
+    """Whether a setting of `method` may hold `key` (`_split_params`'s rules; raises ValueError)."""
+    _split_params(method, {key: None}, where)
+
+
 def _merge(a: dict[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     out = copy.deepcopy(a)
     for k, v in b.items():
@@ -349,7 +275,6 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         ValueError: an unknown or missing key, or an invalid value (the message names the key).
         FileNotFoundError: the base config does not exist.
     """
-    import shaping
     from llm.config import config_from_dict
 
     unknown = sorted(set(doc) - _TOP_KEYS)
@@ -372,15 +297,8 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
     except ValueError as e:
         raise ValueError(f"train: {e}") from None
 
-    seeds = doc["seeds"]
-    if (
-        not isinstance(seeds, list)
-        or not seeds
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)
-        or len(set(seeds)) != len(seeds)
-    ):
-        raise ValueError(f"seeds: expected a list of distinct integers >= 0, got {seeds!r}")
-    checkpoints = _checkpoints(doc["checkpoints"], base_cfg.steps)
+    seeds = list(parse_seeds(doc["seeds"]))
+    checkpoints = list(parse_checkpoints(doc["checkpoints"], base_cfg.steps))
 
     ev = doc.get("eval", {})
     if not isinstance(ev, dict):
@@ -417,49 +335,20 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         )
     evald["ks"] = sorted({1, *ks})  # pass@1 is the frontier's x axis
 
-    methods = doc["methods"]
-    if not isinstance(methods, list) or not methods:
-        raise ValueError(f"methods: expected a non-empty array of tables, got {methods!r}")
+    entries = parse_methods(doc["methods"], _check_key)
     settings: list[Setting] = []
-    seen: set[tuple[str, str]] = set()
-    for i, entry in enumerate(methods):
-        where = f"methods[{i}]"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where}: expected a table, got {entry!r}")
-        bad = sorted(set(entry) - _METHOD_KEYS)
-        if bad:
-            raise ValueError(f"{where}: unknown key(s) {bad}; known: {sorted(_METHOD_KEYS)}")
-        method = entry.get("method")
-        if method not in shaping.METHODS:
-            raise ValueError(
-                f"{where}.method: expected one of {sorted(shaping.METHODS)}, got {method!r}"
-            )
-        label = entry.get("label", method)
-        if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]+", label):
-            raise ValueError(f"{where}.label: expected letters, digits, _ . + -, got {label!r}")
-        where = f"methods[{label}]"
-        fixed = entry.get("fixed", {})
-        if not isinstance(fixed, dict):
-            raise ValueError(f"{where}.fixed: expected a table, got {fixed!r}")
-        for point in _grid_points(entry, where):
-            params = {**fixed, **point}
-            key = (label, json.dumps(params, sort_keys=True))
-            if key in seen:
-                raise ValueError(f"{where}: the setting {params} appears twice")
-            seen.add(key)
-            setting = Setting(label, method, params)
+    for entry in entries:
+        where = f"methods[{entry.label}]"
+        for point in entry.points:
+            params = {**entry.fixed, **point}
+            setting = Setting(entry.label, entry.method, params)
             run_raw = _run_raw(base_raw, setting, seeds[0], checkpoints, where)
             try:
                 config_from_dict(run_raw)
             except ValueError as e:
                 raise ValueError(f"{where} {params}: {e}") from None
             settings.append(setting)
-    reference = doc.get("reference", settings[0].label)
-    if reference not in {s.label for s in settings}:
-        raise ValueError(
-            f"reference: expected one of the labels {sorted({s.label for s in settings})}, "
-            f"got {reference!r}"
-        )
+    reference = list(parse_reference(doc.get("reference"), entries))
     return SweepSpec(
         base=str(base),
         train=dict(train),
@@ -469,6 +358,7 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         checkpoints=checkpoints,
         steps=base_cfg.steps,
         eval=evald,
+        doc=copy.deepcopy(dict(doc)),
     )
 
 
@@ -487,7 +377,7 @@ def load_sweep(path: str | os.PathLike[str], sets: Iterable[str] = ()) -> SweepS
         ValueError: invalid TOML or an invalid sweep (the message names the key).
         FileNotFoundError: no such file, or no such base config.
     """
-    doc = apply_sets(_read_toml(path), sets)
+    doc = apply_sets(_read_toml(path), sets, _TOP_KEYS)
     spec = sweep_from_dict(doc, root=Path(path).resolve().parent)
     spec.source = str(path)
     return spec
@@ -585,7 +475,6 @@ def _evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping
 def _with_passk(record: Mapping[str, Any], ks: Sequence[int]) -> dict[str, Any]:
     """`record` with ``pass_at_k`` (unbiased estimator of Chen et al. 2021,
     `theory.measures.pass_at_k`, averaged over problems) for every k of `ks`, and ``pass1``."""
-    from theory.measures import pass_at_k
 
     n, correct = record["n"], record["correct"]
     passk = {str(k): float(np.mean([pass_at_k(n, c, k) for c in correct])) for k in ks}
@@ -834,6 +723,15 @@ def run_sweep(
                  "step": step, "run": job.name, **_with_passk(res["models"][step], ks)}
             )  # fmt: skip
     results: dict[str, Any] = {
+        **report.results_header(
+            "llm",
+            numerics_tag=numerics.tag(),
+            config=spec.doc,
+            methods={s.label: s.method for s in spec.settings},
+            reference=spec.reference,
+            seeds=spec.seeds,
+            checkpoints=spec.checkpoints,
+        ),
         "settings": {
             "sweep": spec.source,
             "base": spec.base,
@@ -868,8 +766,7 @@ def run_sweep(
     }
     t0 = time.perf_counter()
     results["frontier"] = frontier_analysis(results, num_resamples=num_resamples)
-    plot_frontier(results, results["frontier"], out / "frontier.png")
-    (out / "lifts.md").write_text(lift_markdown(results, results["frontier"]), encoding="utf-8")
+    write_reports(results, out / "frontier.png", out / "lifts.md")
     results["timings_seconds"]["frontier"] = round(time.perf_counter() - t0, 1)
     results["timings_seconds"]["total"] = round(time.perf_counter() - t_start, 1)
     write_json(out / RESULTS, results)
@@ -878,9 +775,6 @@ def run_sweep(
 
 # ---------------------------------------------------------------------------------------------
 # Frontier: lifts at matched pass@1 over the reference curve (experiment.frontier), figure, table
-
-MEASURES = ("pass_at_k", "distinct_correct")
-"""The diversity axes: pass@k at the largest k, and distinct correct solutions per problem."""
 
 
 def setting_name(params: Mapping[str, Any]) -> str:
@@ -905,11 +799,9 @@ def frontier_arrays(
     Raises:
         ValueError: an unknown `measure`, or a model missing some seed.
     """
-    from experiment.frontier import Models
-    from theory.measures import pass_at_k
 
-    if measure not in MEASURES:
-        raise ValueError(f"measure: expected one of {MEASURES}, got {measure!r}")
+    if measure not in report.MEASURES:
+        raise ValueError(f"measure: expected one of {report.MEASURES}, got {measure!r}")
     s = results["settings"]
     seeds, kmax = s["seeds"], int(s["eval"]["ks"][-1])
 
@@ -924,7 +816,7 @@ def frontier_arrays(
     base = next(m for m in results["models"] if m["label"] == "base")
     bx, by = per_problem(base)
     groups: dict[tuple[str, str, int], dict[int, Mapping[str, Any]]] = {}
-    rows = [{"label": s["reference"], "params": {}, "setting": "base", "step": 0}]
+    rows = [{"label": s["reference"][0], "params": {}, "setting": "base", "step": 0}]
     for m in results["models"]:
         if m["label"] == "base":
             continue
@@ -946,7 +838,7 @@ def frontier_arrays(
                 )
             px, py = per_problem(per_seed[seed])
             x[i, j], y[i, j] = px - bx, py - by
-    models = Models(
+    models = frontier.Models(
         [r["label"] for r in rows], [r["setting"] for r in rows], [r["step"] for r in rows]
     )
     return x, y, models, rows
@@ -955,177 +847,57 @@ def frontier_arrays(
 def frontier_analysis(
     results: Mapping[str, Any], *, num_resamples: int = 1000, level: float = 0.95, seed: int = 0
 ) -> dict[str, Any]:
-    """Lift at matched pass@1 of every model over the reference label's upper envelope, with a
-    paired bootstrap over training seeds and problems (`experiment.frontier.bootstrap_lift`), and a
-    bootstrap interval of every model's point, for each measure of `MEASURES`.
+    """Lift at matched pass@1 of every model over the reference labels' upper envelope, for each
+    measure of `experiment.report.MEASURES` (`experiment.report.lift_analysis`: paired bootstrap
+    over training seeds and problems, bootstrap intervals of every point).
 
     Returns:
-        ``{measure: {"k", "level", "num_resamples", "models": [{label, params, setting, step,
-        x, y, x_lo, x_hi, y_lo, y_hi, lift, lift_lo, lift_hi, status, inside_fraction}]}}``,
-        gains over the base model (x: pass@1, y: the measure), NaN written as null.
+        ``{measure: section}`` of `lift_analysis`; gains over the base model (x: pass@1, y: the
+        measure), NaN written as null.
     """
-    from experiment.frontier import (
-        bootstrap_indices,
-        bootstrap_lift,
-        percentile_interval,
-        resampled_points,
-    )
-
     s = results["settings"]
-    one_seed = len(s["seeds"]) == 1
     out: dict[str, Any] = {}
-    for measure in MEASURES:
+    for measure in report.MEASURES:
         x, y, models, rows = frontier_arrays(results, measure)
-        res = bootstrap_lift(
-            x, y, models, s["reference"], num_resamples=num_resamples, level=level, seed=seed,
-            resample_seeds=not one_seed,
+        k = int(s["eval"]["ks"][-1]) if measure == "pass_at_k" else None
+        out[measure], _ = report.lift_analysis(
+            x, y, models, rows, s["reference"], k=k, num_resamples=num_resamples, level=level,
+            seed=seed,
         )  # fmt: skip
-        seed_idx, problem_idx = bootstrap_indices(
-            np.random.default_rng(seed), num_resamples, x.shape[1], x.shape[2]
-        )
-        bx, by = resampled_points(x, y, seed_idx, problem_idx)
-        x_lo, x_hi = percentile_interval(bx, level)
-        y_lo, y_hi = percentile_interval(by, level)
-
-        def num(v: float) -> float | None:
-            return float(v) if np.isfinite(v) else None
-
-        out[measure] = {
-            "k": int(s["eval"]["ks"][-1]) if measure == "pass_at_k" else None,
-            "level": level,
-            "num_resamples": num_resamples,
-            "models": [
-                {
-                    **row,
-                    "x": num(res.x[i]),
-                    "y": num(res.y[i]),
-                    "x_lo": num(x_lo[i]),
-                    "x_hi": num(x_hi[i]),
-                    "y_lo": num(y_lo[i]),
-                    "y_hi": num(y_hi[i]),
-                    "lift": num(res.lift[i]),
-                    "lift_lo": num(res.lo[i]),
-                    "lift_hi": num(res.hi[i]),
-                    "status": str(res.status[i]),
-                    "inside_fraction": float(res.inside_fraction[i]),
-                    "reference": bool(i in set(res.reference.tolist())),
-                }
-                for i, row in enumerate(rows)
-            ],
-        }
     return out
 
 
-def _axis_label(measure: str, k: int | None) -> str:
-    return f"pass@{k} gain" if measure == "pass_at_k" else "distinct correct / problem gain"
-
-
-def lift_markdown(results: Mapping[str, Any], analysis: Mapping[str, Any]) -> str:
-    """Markdown tables of the lifts at matched pass@1 with their bootstrap CIs (points in
-    percentage points for pass@k, solutions per problem for distinct correct)."""
+def lift_intro(results: Mapping[str, Any]) -> str:
+    """The paragraph above the lift tables (`experiment.report.lift_markdown`): the reference,
+    the paired evaluation design, the seeds and the CI."""
     s = results["settings"]
     ev = s["eval"]
-    parts = [
-        f"Lift at matched pass@1 over the upper envelope of `{s['reference']}` (all its settings "
-        "and checkpoints, and the base model at step 0), gains over the base model. "
+    return (
+        f"Lift at matched pass@1 over the upper envelope of `{', '.join(s['reference'])}` (all "
+        "its settings and checkpoints, and the base model at step 0), gains over the base model. "
         f"Paired evaluation: {ev['problems']} problems ({ev['source']}) × {ev['samples']} "
         "samples, "
         f"sampling seed {ev['seed']} for every model; training seeds {s['seeds']}; "
         "CI: percentile bootstrap over seeds and problems. n/a: the model's pass@1 lies outside "
         "the reference's range (no extrapolation); inside: fraction of bootstrap replicates "
         "inside it."
-    ]
-    for measure, a in analysis.items():
-        scale = 100.0 if measure == "pass_at_k" else 1.0
-        unit = "percentage points" if measure == "pass_at_k" else "solutions per problem"
-        pct = round(100 * a["level"])
-        parts.append(
-            f"\n### {_axis_label(measure, a['k'])} ({unit}; pass@1 in percentage points)\n"
-        )
-        parts.append(
-            f"| method | setting | step | pass@1 gain | gain | lift [{pct}% CI] | inside |\n"
-            "|---|---|---|---|---|---|---|"
-        )
-        for m in a["models"]:
-            if m["reference"]:
-                continue
-            if m["status"] == "inside" and m["lift"] is not None:
-                cell = f"{scale * m['lift']:+.2f}"
-                if m["lift_lo"] is not None:
-                    cell += f" [{scale * m['lift_lo']:+.2f}, {scale * m['lift_hi']:+.2f}]"
-            else:
-                cell = f"n/a ({m['status']})"
-            parts.append(
-                f"| {m['label']} | {m['setting']} | {m['step']} | {100 * m['x']:+.1f} | "
-                f"{scale * m['y']:+.2f} | {cell} | {m['inside_fraction']:.2f} |"
-            )
-    return "\n".join(parts) + "\n"
-
-
-def plot_frontier(
-    results: Mapping[str, Any], analysis: Mapping[str, Any], path: str | os.PathLike[str]
-) -> None:
-    """The frontier figure: per measure, every model's point (gain over the base model) on its
-    training path (thin line from the base model through its checkpoints), each label's upper
-    envelope (`experiment.frontier.upper_envelope`) in its colour with the bootstrap
-    CIs of its vertices, and the reference's envelope in black."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from experiment.frontier import upper_envelope
-
-    s = results["settings"]
-    ref = s["reference"]
-    labels = [ref, *(lb for lb in s["labels"] if lb != ref)]
-    colours = {lb: ("k" if lb == ref else f"C{i}") for i, lb in enumerate(labels)}
-    fig, axes = plt.subplots(1, len(analysis), figsize=(5.2 * len(analysis), 4.2), squeeze=False)
-    for ax, (measure, a) in zip(axes[0], analysis.items(), strict=True):
-        ms = a["models"]
-        for lb in labels:
-            pts = [m for m in ms if m["label"] == lb]
-            px = np.array([m["x"] for m in pts])
-            py = np.array([m["y"] for m in pts])
-            c = colours[lb]
-            ax.scatter(px, py, s=10, color=c, alpha=0.35, lw=0)
-            for setting in dict.fromkeys(m["setting"] for m in pts if m["step"] > 0):
-                trail = sorted((m for m in pts if m["setting"] == setting), key=lambda m: m["step"])
-                # Every training path starts at the base model, the origin of the gains.
-                ax.plot([0.0, *(m["x"] for m in trail)], [0.0, *(m["y"] for m in trail)], "-",
-                        color=c, alpha=0.25, lw=0.7)  # fmt: skip
-            env = upper_envelope(px, py)
-            # E is flat left of its first vertex down to the smallest pass@1 of the set.
-            ax.plot([env.x_min, *env.vx], [env.vy[0], *env.vy], "-", color=c,
-                    lw=2.5 if lb == ref else 1.5,
-                    label=f"{lb} (reference)" if lb == ref else lb)  # fmt: skip
-            vert = [
-                m
-                for m in pts
-                if any(m["x"] == vx and m["y"] == vy for vx, vy in zip(env.vx, env.vy, strict=True))
-            ]
-            ax.errorbar(
-                [m["x"] for m in vert], [m["y"] for m in vert],
-                xerr=[[m["x"] - m["x_lo"] for m in vert], [m["x_hi"] - m["x"] for m in vert]],
-                yerr=[[m["y"] - m["y_lo"] for m in vert], [m["y_hi"] - m["y"] for m in vert]],
-                fmt="o", ms=3, color=c, capsize=2, lw=0.8,
-            )  # fmt: skip
-        ax.axhline(0, color="grey", lw=0.5)
-        ax.axvline(0, color="grey", lw=0.5)
-        ax.set_xlabel("pass@1 gain over the base model")
-        ax.set_ylabel(_axis_label(measure, a["k"]))
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    ev = s["eval"]
-    fig.suptitle(
-        f"frontiers: {ev['problems']} problems × {ev['samples']} samples (paired), seeds "
-        f"{s['seeds']}, checkpoints {s['checkpoints']}; bars: {round(100 * a['level'])}% "
-        "bootstrap CIs of the envelope vertices",
-        fontsize=8,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
-    plt.close(fig)
+
+
+def write_reports(results: Mapping[str, Any], frontier_png: Path, lifts_md: Path) -> str:
+    """Write the frontier figure and the lift tables (`experiment.report`); returns the tables."""
+    s = results["settings"]
+    ev = s["eval"]
+    level = next(iter(results["frontier"].values()))["level"]
+    report.plot_frontier(
+        results["frontier"], frontier_png, labels=s["labels"], reference=s["reference"],
+        title=f"frontiers: {ev['problems']} problems × {ev['samples']} samples (paired), seeds "
+        f"{s['seeds']}, checkpoints {s['checkpoints']}; bars: {round(100 * level)}% "
+        "bootstrap CIs of the envelope vertices",
+    )  # fmt: skip
+    text = report.lift_markdown(results["frontier"], lift_intro(results))
+    lifts_md.write_text(text, encoding="utf-8")
+    return text
 
 
 def format_results(results: Mapping[str, Any]) -> str:

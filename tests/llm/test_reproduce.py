@@ -104,7 +104,7 @@ def test_the_make_reproduce_sweep_meets_issue_11_item_5():
     """GRPO's path and a kl_coef setting; >= 4 methods x >= 3 coefficients x >= 3 seeds; every
     run evaluated at >= 3 checkpoints."""
     spec = load_sweep(DEFAULT_SWEEP)
-    grpo = [st.params for st in spec.settings if st.label == spec.reference == "grpo"]
+    grpo = [st.params for st in spec.settings if spec.reference == ["grpo"] == [st.label]]
     assert {} in grpo and any(p.get("kl_coef", 0) > 0 for p in grpo)
     others = [lb for lb in spec.labels if lb != "grpo"]
     assert set(others) >= {"ds_grpo", "entropy_bonus", "casp", "unlikeliness"}

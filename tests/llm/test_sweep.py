@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiment.spec import apply_sets
 from llm.__main__ import main
 from llm.sweep import (
     RUN_MARKER,
     _run_raw,
-    apply_sets,
     frontier_arrays,
     load_sweep,
     run_name,
@@ -144,11 +144,7 @@ def test_grid_expansion_and_key_routing(tmp_path):
             tmp_path,
             methods=[
                 {"method": "grpo", "points": [{}, {"lr": 5e-3}, {"kl_coef": 0.1}]},
-                {
-                    "method": "ds_grpo",
-                    "grid": {"gamma_p": [0.1, 1.0], "gamma_n": [0.0, 0.2]},
-                    "mode": "zip",
-                },
+                {"method": "ds_grpo", "zip": {"gamma_p": [0.1, 1.0], "gamma_n": [0.0, 0.2]}},
                 {
                     "label": "eb",
                     "method": "entropy_bonus",
@@ -167,7 +163,7 @@ def test_grid_expansion_and_key_routing(tmp_path):
     ]  # fmt: skip
     assert len(got) == 9 and got[5] == ("eb", {"form": "token", "eta": 0.1,
                                                "hyper.logp_reduction": "sum"})  # fmt: skip
-    assert spec.checkpoints == [1, 2] and spec.reference == "grpo"
+    assert spec.checkpoints == [1, 2] and spec.reference == ["grpo"]
     assert spec.labels == ["grpo", "ds_grpo", "eb"]
     assert spec.eval["ks"] == [1, 2, 4, 8, 16]  # the base config's eval.n_samples = 16
     raw = _run_raw(_base(tmp_path), spec.settings[2], 1, [1, 2])
@@ -190,7 +186,7 @@ def _base(tmp_path: Path) -> dict:
     [
         ({"sedes": [0]}, "sedes"),
         ({"seeds": [0, 0]}, "seeds"),
-        ({"checkpoints": [1]}, "checkpoints"),
+        ({"checkpoints": [3]}, "checkpoints"),
         ({"checkpoints": 5}, "checkpoints"),
         ({"eval": {"problems": 0}}, "eval.problems"),
         ({"eval": {"ks": [32]}}, "eval.ks"),
@@ -205,9 +201,10 @@ def _base(tmp_path: Path) -> dict:
         ({"methods": [{"method": "casp", "grid": {"alpha": [2.0]}}]}, "alpha"),
         ({"methods": [{"method": "grpo", "grid": {"seed": [1]}}]}, "methods[grpo].seed"),
         ({"methods": [{"method": "grpo", "grid": {"lr": []}}]}, "methods[grpo].grid.lr"),
-        ({"methods": [{"method": "grpo", "mode": "zip", "grid": {"lr": [1.0], "kl_coef": [0, 1]}}]},
-         "methods[grpo].grid"),
-        ({"methods": [{"method": "grpo"}, {"method": "grpo"}]}, "appears twice"),
+        ({"methods": [{"method": "grpo", "zip": {"lr": [1.0], "kl_coef": [0, 1]}}]},
+         "methods[grpo].zip"),
+        ({"methods": [{"method": "grpo", "points": [{}, {}]}]}, "appears twice"),
+        ({"methods": [{"method": "grpo"}, {"method": "grpo"}]}, "used twice"),
     ],
 )  # fmt: skip
 def test_config_errors_name_the_key(tmp_path, over, named):
@@ -216,15 +213,29 @@ def test_config_errors_name_the_key(tmp_path, over, named):
     assert named in str(err.value)
 
 
+def test_old_keys_are_accepted_with_a_message_naming_the_new_one(tmp_path):
+    old = {
+        "method": "ds_grpo",
+        "mode": "zip",
+        "grid": {"gamma_p": [0.1, 1.0], "gamma_n": [0.0, 0.2]},
+    }
+    new = {"method": "ds_grpo", "zip": {"gamma_p": [0.1, 1.0], "gamma_n": [0.0, 0.2]}}
+    with pytest.warns(FutureWarning, match=r"methods\[0\].zip"):
+        a = sweep_from_dict(_doc(tmp_path, methods=[old]), root=tmp_path)
+    b = sweep_from_dict(_doc(tmp_path, methods=[new]), root=tmp_path)
+    assert a.settings == b.settings and len(a.settings) == 2
+
+
 def test_set_overrides_and_their_errors(tmp_path):
-    doc = apply_sets(_doc(tmp_path), ["seeds=[3]", "train.steps=4", "eval.problems=8"])
+    keys = ("seeds", "train", "eval", "base")
+    doc = apply_sets(_doc(tmp_path), ["seeds=[3]", "train.steps=4", "eval.problems=8"], keys)
     assert doc["seeds"] == [3] and doc["train"] == {"steps": 4} and doc["eval"]["problems"] == 8
     spec = sweep_from_dict(doc, root=tmp_path)
     assert spec.steps == 4 and spec.checkpoints == [2, 4]
     with pytest.raises(ValueError, match="unknown sweep key 'sed'"):
-        apply_sets(doc, ["sed=[1]"])
+        apply_sets(doc, ["sed=[1]"], keys)
     with pytest.raises(ValueError, match="expected KEY=VALUE"):
-        apply_sets(doc, ["seeds"])
+        apply_sets(doc, ["seeds"], keys)
     with pytest.raises(FileNotFoundError, match="base"):
         sweep_from_dict({**doc, "base": "nope.toml"}, root=tmp_path)
 
@@ -235,7 +246,7 @@ def test_frontier_arrays_are_per_problem_gains_over_the_base():
                 "n": 4, "correct": correct, "distinct": distinct}  # fmt: skip
 
     results = {
-        "settings": {"seeds": [0, 1], "reference": "grpo", "eval": {"ks": [1, 2, 4]}},
+        "settings": {"seeds": [0, 1], "reference": ["grpo"], "eval": {"ks": [1, 2, 4]}},
         "models": [
             model("base", None, 0, [2, 0], [1, 0]),
             model("grpo", 0, 5, [4, 1], [1, 1]),

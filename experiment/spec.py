@@ -1,0 +1,316 @@
+"""One sweep grammar for both drivers (``python -m toymdp sweep`` and ``python -m llm sweep``).
+
+The keys every sweep file shares (each leg adds its own tables: the toy ``[env]`` and ``[train]``,
+the LLM ``base``, ``[train]`` and ``[eval]``)::
+
+    seeds = [0, 1, 2]            # training seeds, one run per method setting and seed (paired)
+    checkpoints = 3              # evaluated steps: a count c (steps round(i·steps/c), i = 1..c)
+                                 # or a list; the last step is always evaluated, step 0 is the base
+    reference = ["grpo"]         # labels whose models form the reference curve (a string is one)
+
+    [[methods]]
+    method = "ds_grpo"           # a `shaping.METHODS` name
+    label = "ds_grpo"            # optional (default: method); unique; letters, digits, _ . + -
+    fixed = { gamma_n = 0.05 }   # values every setting of the entry takes
+    grid = { gamma_p = [0.3, 1.0] }               # Cartesian product of these lists
+    zip = { eta_pos = [0.1, 0.3], eta_neg = [0.1, 0.3] }  # aligned lists (one axis), x grid
+    # or: points = [{}, { kl_coef = 0.1 }]        # an explicit list of settings (no grid/zip)
+
+Old spellings are accepted for one release with a `FutureWarning` naming the new key: the toy's
+``hyper`` (now ``fixed``) and ``[frontier] reference``, the LLM's ``mode = "zip"`` (now ``zip``).
+Which keys a setting may hold (a method's hyper-parameters, a leg's own keys) is the leg's call:
+`parse_methods` asks it through `check_key`.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+import tomllib
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import shaping
+
+__all__ = [
+    "COMMON_KEYS",
+    "METHOD_KEYS",
+    "MethodEntry",
+    "apply_sets",
+    "describe_common",
+    "parse_checkpoints",
+    "parse_methods",
+    "parse_reference",
+    "parse_seeds",
+    "renamed",
+]
+
+COMMON_KEYS = ("seeds", "checkpoints", "reference", "methods")
+"""The top-level keys every sweep file may hold (besides its leg's tables)."""
+METHOD_KEYS = ("method", "label", "fixed", "grid", "zip", "points")
+"""The keys of one ``[[methods]]`` entry."""
+_LABEL = re.compile(r"[A-Za-z0-9_.+-]+")
+
+_HELP = {
+    "seeds": "training seeds: a list of distinct integers >= 0 (one run per setting and seed)",
+    "checkpoints": "evaluated steps: a count c (steps round(i*steps/c), i = 1..c) or a list of "
+    "steps; the last step is always evaluated, step 0 is the base model/policy",
+    "reference": "label(s) of the [[methods]] entries whose models form the reference curve "
+    "(default: the grpo entries)",
+    "methods.method": "a shaping.METHODS name",
+    "methods.label": "the entry's name (default: method); unique; letters, digits, _ . + -",
+    "methods.fixed": "a table of values every setting of the entry takes",
+    "methods.grid": "a table of non-empty lists: their Cartesian product (x zip)",
+    "methods.zip": "a table of lists of one length, taken side by side as one axis",
+    "methods.points": "an explicit list of settings (tables); excludes grid and zip",
+}
+
+
+def describe_common() -> list[tuple[str, str]]:
+    """``(key, help)`` of every shared sweep key, for a leg's ``--describe``."""
+    return list(_HELP.items())
+
+
+def renamed(old: str, new: str) -> None:
+    """Warn once that the key `old` is now `new` (accepted for one release)."""
+    warnings.warn(
+        f"{old} is renamed {new}; the old key is accepted until the next release",
+        FutureWarning,
+        stacklevel=3,
+    )
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class MethodEntry:
+    """One ``[[methods]]`` entry: a method, its label, the values every setting takes and the
+    swept values of each setting (`points`, in file order: grid product outer, zip inner)."""
+
+    method: str
+    label: str
+    fixed: dict[str, Any] = field(default_factory=dict)
+    points: tuple[dict[str, Any], ...] = ({},)
+
+
+def _table(entry: Mapping[str, Any], key: str, where: str) -> dict[str, Any]:
+    value = entry.get(key, {})
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{where}.{key}: expected a table, got {value!r}")
+    return dict(value)
+
+
+def _lists(table: Mapping[str, Any], where: str) -> dict[str, list[Any]]:
+    for k, v in table.items():
+        if not isinstance(v, list) or not v:
+            raise ValueError(f"{where}.{k}: expected a non-empty list, got {v!r}")
+    return dict(table)
+
+
+def _points(entry: dict[str, Any], where: str) -> list[dict[str, Any]]:
+    grid = _lists(_table(entry, "grid", where), f"{where}.grid")
+    zipped = _lists(_table(entry, "zip", where), f"{where}.zip")
+    points = entry.get("points")
+    if points is not None:
+        if grid or zipped:
+            raise ValueError(f"{where}: give either grid/zip or points, not both")
+        if (
+            not isinstance(points, list)
+            or not points
+            or not all(isinstance(p, Mapping) for p in points)
+        ):
+            raise ValueError(f"{where}.points: expected a non-empty list of tables, got {points!r}")
+        return [dict(p) for p in points]
+    sizes = {k: len(v) for k, v in zipped.items()}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"{where}.zip: expected lists of one length, got {sizes}")
+    overlap = sorted(set(grid) & set(zipped))
+    if overlap:
+        raise ValueError(f"{where}: {overlap} in both grid and zip")
+    rows = list(zip(*zipped.values(), strict=True)) if zipped else [()]
+    return [
+        {**dict(zip(grid, combo, strict=True)), **dict(zip(zipped, row, strict=True))}
+        for combo in itertools.product(*grid.values())
+        for row in rows
+    ]
+
+
+def _upgrade(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`entry` with the old spellings (``hyper``, ``mode``) rewritten to the new keys."""
+    entry = dict(entry)
+    if "hyper" in entry:
+        renamed(f"{where}.hyper", f"{where}.fixed")
+        if "fixed" in entry:
+            raise ValueError(f"{where}: give fixed only (hyper is its old name)")
+        entry["fixed"] = entry.pop("hyper")
+    if "mode" in entry:
+        mode = entry.pop("mode")
+        if mode not in ("product", "zip"):
+            raise ValueError(f"{where}.mode: expected 'product' or 'zip', got {mode!r}")
+        if mode == "zip":
+            renamed(f'{where}.mode = "zip" with grid', f"{where}.zip")
+            if "zip" in entry:
+                raise ValueError(f"{where}: give zip only (mode = 'zip' is its old spelling)")
+            entry["zip"] = entry.pop("grid", {})
+        else:
+            renamed(f'{where}.mode = "product"', f"{where}.grid (the default)")
+    return entry
+
+
+def parse_methods(
+    entries: object, check_key: Callable[[str, str, str], None] | None = None
+) -> tuple[MethodEntry, ...]:
+    """Validate the ``[[methods]]`` array.
+
+    Args:
+        entries: the parsed TOML value of ``methods``.
+        check_key: ``check_key(method, key, where)`` raises `ValueError` when a setting may not
+            hold `key` (each leg knows its keys); called for every key of fixed, grid, zip and
+            points.
+
+    Returns:
+        One `MethodEntry` per entry, in file order.
+
+    Raises:
+        ValueError: naming ``methods[i]`` (or ``methods[label]``) and the key: an unknown key or
+            method, a bad label, a repeated label or setting, lists of unequal length in zip.
+    """
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"methods: expected a non-empty array of tables, got {entries!r}")
+    out: list[MethodEntry] = []
+    for i, raw in enumerate(entries):
+        where = f"methods[{i}]"
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"{where}: expected a table, got {raw!r}")
+        entry = _upgrade(raw, where)
+        bad = sorted(set(entry) - set(METHOD_KEYS))
+        if bad:
+            raise ValueError(f"{where}: unknown key(s) {bad}; known: {sorted(METHOD_KEYS)}")
+        method = entry.get("method")
+        if method not in shaping.METHODS:
+            raise ValueError(
+                f"{where}.method: expected one of {sorted(shaping.METHODS)}, got {method!r}"
+            )
+        label = entry.get("label", method)
+        if not isinstance(label, str) or not _LABEL.fullmatch(label):
+            raise ValueError(f"{where}.label: expected letters, digits, _ . + -, got {label!r}")
+        if any(e.label == label for e in out):
+            raise ValueError(f"{where}.label: {label!r} is used twice; give each entry its own")
+        where = f"methods[{label}]"
+        fixed = _table(entry, "fixed", where)
+        points = _points(entry, where)
+        seen: set[str] = set()
+        for point in points:
+            overlap = sorted(set(fixed) & set(point))
+            if overlap:
+                raise ValueError(f"{where}: {overlap} given in fixed and swept")
+            key = json.dumps(point, sort_keys=True)
+            if key in seen:
+                raise ValueError(f"{where}: the setting {point} appears twice")
+            seen.add(key)
+            if check_key is not None:
+                for k in (*fixed, *point):
+                    check_key(method, k, where)
+        out.append(MethodEntry(method, label, fixed, tuple(points)))
+    return tuple(out)
+
+
+def parse_seeds(value: object) -> tuple[int, ...]:
+    """The ``seeds`` list: distinct integers >= 0.
+
+    Raises:
+        ValueError: anything else (the message names ``seeds``).
+    """
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(_is_int(s) and s >= 0 for s in value)
+        or len(set(value)) != len(value)
+    ):
+        raise ValueError(f"seeds: expected a list of distinct integers >= 0, got {value!r}")
+    return tuple(value)
+
+
+def parse_checkpoints(value: object, steps: int) -> tuple[int, ...]:
+    """The evaluated steps, ascending, ending at `steps` (step 0, the base, is implicit).
+
+    A count c gives steps ``round(i·steps/c)`` for i = 1..c; a list is taken as given (0 dropped)
+    with `steps` added.
+
+    Raises:
+        ValueError: a count outside [1, steps], a step outside [0, steps], or not a count/list.
+    """
+    if _is_int(value):
+        if not 1 <= value <= steps:
+            raise ValueError(f"checkpoints: expected a count in [1, steps = {steps}], got {value}")
+        return tuple(sorted({round(i * steps / value) for i in range(1, value + 1)}))
+    if not isinstance(value, list | tuple) or not value or not all(_is_int(v) for v in value):
+        raise ValueError(f"checkpoints: expected a count or a list of steps, got {value!r}")
+    if min(value) < 0 or max(value) > steps:
+        raise ValueError(f"checkpoints: expected steps in [0, steps = {steps}], got {value!r}")
+    return tuple(sorted({*value, steps} - {0}))
+
+
+def parse_reference(value: object, entries: Sequence[MethodEntry]) -> tuple[str, ...]:
+    """The reference labels (a string is one label; None: every grpo entry, else the first).
+
+    Raises:
+        ValueError: a label that names no entry, or an empty list.
+    """
+    labels = [e.label for e in entries]
+    if value is None:
+        ref = tuple(e.label for e in entries if e.method == "grpo") or (labels[0],)
+    else:
+        ref = (
+            (value,) if isinstance(value, str) else tuple(value) if isinstance(value, list) else ()
+        )
+    missing = sorted(set(ref) - set(labels))
+    if not ref or missing:
+        raise ValueError(f"reference: expected label(s) among {labels}, got {value!r}")
+    return ref
+
+
+def _set_value(text: str) -> Any:
+    """A ``--set`` value: a TOML literal, else the text itself (so ``method=ds_grpo`` works)."""
+    try:
+        doc = tomllib.loads(f"v = {text}")
+    except tomllib.TOMLDecodeError:
+        return text
+    return doc["v"] if doc.keys() == {"v"} else text
+
+
+def apply_sets(doc: Mapping[str, Any], sets: Iterable[str], keys: Iterable[str]) -> dict[str, Any]:
+    """A copy of the parsed sweep `doc` with each ``KEY=VALUE`` applied, e.g. ``seeds=[0]``,
+    ``train.steps=20``, ``eval.problems=8``; VALUE is a TOML literal.
+
+    Args:
+        keys: the sweep's top-level keys (`COMMON_KEYS` and the leg's tables): KEY's first part
+            must be one of them.
+
+    Raises:
+        ValueError: a pair without ``=``, an unknown key, or a path through a non-table (the
+            message names the pair).
+    """
+    known = sorted(keys)
+    out = copy.deepcopy(dict(doc))
+    for pair in sets:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE (e.g. train.steps=20)")
+        *tables, name = key.split(".")
+        if (tables[0] if tables else name) not in known:
+            raise ValueError(f"--set {pair!r}: unknown sweep key {key!r}; known: {known}")
+        target = out
+        for t in tables:
+            target = target.setdefault(t, {})
+            if not isinstance(target, dict):
+                raise ValueError(f"--set {pair!r}: {t} is not a table")
+        target[name] = _set_value(text.strip())
+    return out
