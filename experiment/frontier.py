@@ -354,34 +354,3 @@ def percentile_interval(samples: np.ndarray, level: float) -> tuple[np.ndarray, 
         lo[ok] = np.nanquantile(kept, alpha, axis=0)
         hi[ok] = np.nanquantile(kept, 1.0 - alpha, axis=0)
     return lo, hi
-
-
-def lift_table(result: LiftResult, rows: Sequence[int] | None = None, scale: float = 1.0) -> str:
-    """A markdown table of lifts: method, setting, step, point, lift [CI], replicates inside.
-
-    Args:
-        result: from `bootstrap_lift`. rows: model indices to list (default: all non-reference).
-        scale: multiply points and lifts (100 for percentage points).
-    """
-    models = result.models
-    if rows is None:
-        ref = set(result.reference.tolist())
-        rows = [i for i in range(len(models)) if i not in ref]
-    pct = round(100 * result.level)
-    lines = [
-        f"| method | setting | step | pass@1 | diversity | lift [{pct}% CI] | inside |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for i in rows:
-        if result.status[i] == "inside":
-            cell = f"{scale * result.lift[i]:+.2f}"
-            if np.isfinite(result.lo[i]):
-                cell += f" [{scale * result.lo[i]:+.2f}, {scale * result.hi[i]:+.2f}]"
-        else:
-            cell = f"n/a ({result.status[i]} the reference's pass@1 range)"
-        lines.append(
-            f"| {models.method[i]} | {models.setting[i]} | {models.step[i]} | "
-            f"{scale * result.x[i]:.2f} | {scale * result.y[i]:.2f} | {cell} | "
-            f"{result.inside_fraction[i]:.2f} |"
-        )
-    return "\n".join(lines) + "\n"

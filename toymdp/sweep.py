@@ -1,75 +1,29 @@
 """`python -m toymdp sweep --config FILE [--out DIR]`: hyper-parameter sweeps and trade-off frontiers.
 
-A TOML file names the environment, the training, the methods with a grid of hyper-parameter
-values each, the seeds and the evaluation steps (see `configs/toy/*.toml`; every key below):
-
-```toml
-[env]
-kind = "dataset"          # "dataset" (multi-prompt, held-out split) or "single" (one prompt)
-num_actions = 4           # V
-depth = 3                 # H
-draws = [0, 1, 2]         # environment draw seeds (a dataset or a tree per seed)
-skew = 1.0                # base logits ~ Normal(0, skew²); 0 = uniform base policy
-base_correctness = 0.02   # tilt every prompt's base correctness to this value (optional)
-# dataset only (the popularity dataset of figure 6, `toymdp.experiments.passk`):
-multiplicities = [1, 2, 4, 8, 16]
-per_size = 8              # training and held-out prompts per multiplicity
-zipf = 1.0
-# single only: `correct = ["ABC", ...]` (labels) or `correct_size = 6` (random per draw)
-
-[train]
-optimizer = "adam"        # or "sgd"
-lr = 0.1
-updates = 100             # U
-group_size = 8            # G
-epochs = 1                # μ
-kl_coef = 0.0             # default of every method's `kl_coef` (a grid may sweep it)
-seeds = 4                 # training seeds per run (paired across methods)
-seed = 0                  # root of the training keys
-eval_steps = [0, 25, 50, 75, 100]
-pass_k = [1, 4, 16, 64]
-distinct_k = 16
-fast_compile = false
-
-[frontier]
-reference = ["grpo"]      # labels of the entries forming the reference curve
-num_resamples = 2000
-
-[[methods]]
-method = "ds_grpo"        # a `shaping.METHODS` name
-label = "ds_grpo"         # optional (default: method); unique
-hyper = { gamma_n = 0.0 } # fixed overrides
-grid = { gamma_p = [0.03, 0.1, 0.3, 1.0] }        # Cartesian product of these values
-zip = { eta_pos = [0.1, 0.3], eta_neg = [0.1, 0.3] } # optional: aligned lists (one axis)
-```
+A TOML file holds the sweep grammar both drivers share (`experiment.spec`: ``seeds``,
+``checkpoints``, ``reference``, ``[[methods]]`` with ``fixed``, ``grid``, ``zip`` or ``points``),
+the toy's ``[env]`` (`toymdp.draws.EnvSpec`), ``[train]`` (`TrainSpec`) and ``[frontier]``
+(``num_resamples``); see ``configs/toy/*.toml`` and ``python -m toymdp sweep --describe``.
+A setting's keys are the method's hyper-parameters and ``lr``. ``seeds = [0, 1, 2, 3]`` are the
+indices of the training keys split from ``train.seed``; ``checkpoints`` are update counts (step 0,
+the base policy, is always evaluated).
 
 Execution (PureJaxRL style): float hyper-parameters of a method and the learning rate are
-*data* (`toymdp.train.TrainConfig.swept_names`), so each `[[methods]]` entry is one compiled
-program, `vmap` over draws × settings × seeds; the environment's arrays are data too
-(`toymdp.experiments.methods.train_over_envs`). Non-float hyper-parameters in a grid (CaSP's
-`top_n`, pass@k training's `k`, ...) change the program and cost one compilation per value.
+*data* (`toymdp.train.TrainConfig.swept_names`), so each entry is one compiled program, `vmap`
+over draws × settings × seeds; the environment's arrays are data too. Non-float values in a
+grid (CaSP's `top_n`, pass@k training's `k`, ...) change the program: one compilation per value.
 
-Outputs in OUT (default ``runs/toy_sweep/<config stem>``):
-
-- ``results.json``: per run (entry × setting) its metrics, means over the training and over the
-  held-out prompts, with axes `(D draws, R seeds, T eval steps[, k])`: ``correctness``,
-  ``pass_at_k``, ``distinct_correct``, ``normalized_variance``, ``kl_to_base``, ``entropy``;
-  and the frontier lifts (`frontier`).
-- ``frontier.png``: pass@k_max gain and distinct-correct gain against pass@1 gain, on the
-  held-out prompts (training prompts for a single prompt), every method's final points and
-  upper envelope against the reference's curve (every checkpoint of every reference setting).
-- ``lifts.md``: lift at matched pass@1 over the reference curve with paired 95% bootstrap CIs
-  (`experiment.frontier.bootstrap_lift`; problems = held-out prompts of every draw, seeds =
-  training seeds).
-
-Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.npz`` (as `toymdp.figures`):
-a rerun with unchanged code and config only redraws.
+Outputs in OUT (default ``runs/toy_sweep/<config stem>``): ``results.json`` (the schema of
+`experiment.report`, plus ``runs``: per entry × setting its metrics, means over the training and
+the held-out prompts, axes `(D draws, R seeds, T eval steps[, k])`), ``frontier.png`` and
+``lifts.md`` (`experiment.report`: lift at matched pass@1 over the reference curve, every
+checkpoint of every reference setting; paired bootstrap over seeds and the held-out prompts of
+every draw). Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.npz``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import time
 import tomllib
@@ -80,17 +34,17 @@ from typing import Any
 
 import jax
 import numpy as np
+from tqdm import tqdm
 
 import numerics
 import shaping
-from experiment import frontier, store
-from theory import trees
+from experiment import frontier, report, spec, store
 from toymdp import train as T
+from toymdp.draws import EnvSpec, _fields, _int_list, environments, parse_env
 from toymdp.env import TreeEnv
 from toymdp.figures import _enable_jax_cache, code_hash
 from toymdp.train import OPTIMIZERS
 
-KINDS = ("dataset", "single")
 METRICS = (
     "correctness",
     "pass_at_k",
@@ -99,31 +53,12 @@ METRICS = (
     "kl_to_base",
     "entropy",
 )
-
-
-# ------------------------------------------------------------------------------ configuration
-
-
-@dataclass(frozen=True)
-class EnvSpec:
-    """`[env]`: the environment and its draws (module docstring)."""
-
-    kind: str = "dataset"
-    num_actions: int = 4
-    depth: int = 3
-    draws: tuple[int, ...] = (0,)
-    skew: float = 1.0
-    base_correctness: float | None = None
-    multiplicities: tuple[int, ...] = (1, 2, 4, 8, 16)
-    per_size: int = 8
-    zipf: float = 1.0
-    correct: tuple[str, ...] | None = None
-    correct_size: int | None = None
+TOP_KEYS = (*spec.COMMON_KEYS, "env", "train", "frontier")
 
 
 @dataclass(frozen=True)
 class TrainSpec:
-    """`[train]`: training, seeds and evaluation (module docstring)."""
+    """`[train]`: training and evaluation (module docstring)."""
 
     optimizer: str = "adam"
     lr: float = 0.1
@@ -131,33 +66,22 @@ class TrainSpec:
     group_size: int = 8
     epochs: int = 1
     kl_coef: float = 0.0
-    seeds: int = 4
     seed: int = 0
-    eval_steps: tuple[int, ...] = ()
     pass_k: tuple[int, ...] = (1, 4, 16, 64)
     distinct_k: int = 16
     fast_compile: bool = False
 
 
 @dataclass(frozen=True)
-class MethodSpec:
-    """One `[[methods]]` entry."""
-
-    method: str
-    label: str
-    hyper: dict[str, object] = field(default_factory=dict)
-    grid: dict[str, tuple] = field(default_factory=dict)
-    zip: dict[str, tuple] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class SweepConfig:
-    """A parsed, validated sweep configuration (`load_config`)."""
+    """A parsed, validated sweep configuration (`parse_config`)."""
 
     env: EnvSpec
     train: TrainSpec
-    methods: tuple[MethodSpec, ...]
+    methods: tuple[spec.MethodEntry, ...]
     reference: tuple[str, ...]
+    seeds: tuple[int, ...] = (0,)
+    eval_steps: tuple[int, ...] = ()  # step 0 (the base policy) and the checkpoints
     num_resamples: int = 2000
     raw: Mapping[str, Any] = field(default_factory=dict)
 
@@ -167,34 +91,37 @@ class SweepConfig:
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _fields(section: str, table: object, cls: type) -> dict[str, Any]:
-    if not isinstance(table, Mapping):
-        raise ValueError(f"[{section}] must be a table, got {type(table).__name__}")
-    known = set(cls.__dataclass_fields__)
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise ValueError(f"{section}: unknown key(s) {unknown}; known: {sorted(known)}")
-    out = dict(table)
-    for name, value in out.items():
-        default = cls.__dataclass_fields__[name].default
-        if isinstance(value, list):
-            out[name] = tuple(value)
-        elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            out[name] = float(value)
-    return out
+def _is_data(method: str, name: str) -> bool:
+    """Whether `name` is traced (swept as data): the learning rate and float hyper-parameters."""
+    default = shaping.METHODS[method].defaults.get(name)
+    return name == "lr" or (isinstance(default, float) and name not in T._STATIC)
 
 
-def _int_list(where: str, values: object, minimum: int) -> None:
-    if not isinstance(values, tuple) or not values:
-        raise ValueError(f"{where} must be a non-empty list of integers, got {values!r}")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise ValueError(f"{where} must hold integers >= {minimum}, got {v!r}")
+def _check_key(method: str, key: str, where: str) -> None:
+    known = {"lr", *shaping.METHODS[method].defaults}
+    if key not in known:
+        raise ValueError(
+            f"{where}.{key}: unknown hyper-parameter for {method!r}; known: {sorted(known)}"
+        )
 
 
-def _check_type(where: str, value: object, kind: type | tuple) -> None:
-    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        raise ValueError(f"{where} has the wrong type: {value!r}")
+def _upgrade(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """`doc` with the old spellings (``train.seeds`` count, ``train.eval_steps``,
+    ``[frontier] reference``) moved to the shared keys, each with a `FutureWarning`."""
+    doc = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in doc.items()}
+    train, fr = doc.get("train", {}), doc.get("frontier", {})
+    moves = [(train, "seeds", "seeds"), (train, "eval_steps", "checkpoints"),
+             (fr, "reference", "reference")]  # fmt: skip
+    for table, old, new in moves:
+        if isinstance(table, dict) and old in table:
+            where = f"{'train' if table is train else 'frontier'}.{old}"
+            spec.renamed(where, new)
+            if new in doc:
+                raise ValueError(f"{where}: give {new} only ({where} is its old spelling)")
+            value = table.pop(old)
+            is_count = old == "seeds" and isinstance(value, int) and not isinstance(value, bool)
+            doc[new] = list(range(value)) if is_count and value >= 1 else value
+    return doc
 
 
 def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
@@ -203,130 +130,37 @@ def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
     Raises:
         ValueError: naming the section and key of the first bad value.
     """
-    unknown = sorted(set(doc) - {"env", "train", "methods", "frontier"})
+    unknown = sorted(set(doc) - set(TOP_KEYS))
     if unknown:
-        raise ValueError(f"unknown section(s) {unknown}; known: env, train, methods, frontier")
-    env = EnvSpec(**_fields("env", doc.get("env", {}), EnvSpec))
-    if env.kind not in KINDS:
-        raise ValueError(f"env.kind must be one of {list(KINDS)}, got {env.kind!r}")
-    for name in ("num_actions", "depth", "per_size"):
-        _int_list(f"env.{name}", (getattr(env, name),), 1)
-    if env.num_actions < 2:
-        raise ValueError(f"env.num_actions must be >= 2, got {env.num_actions}")
-    _int_list("env.draws", env.draws, 0)
-    _int_list("env.multiplicities", env.multiplicities, 1)
-    m = env.num_actions**env.depth
-    if max(env.multiplicities) > m:
-        raise ValueError(f"env.multiplicities must be <= M = {m}, got {env.multiplicities}")
-    _check_type("env.skew", env.skew, float)
-    if env.skew < 0:
-        raise ValueError(f"env.skew must be >= 0, got {env.skew}")
-    bc = env.base_correctness
-    if bc is not None and (
-        isinstance(bc, bool) or not isinstance(bc, int | float) or not 0 < bc < 1
-    ):
-        raise ValueError(f"env.base_correctness must be in (0, 1), got {env.base_correctness!r}")
-    if env.kind == "single" and (env.correct is None) == (env.correct_size is None):
-        raise ValueError("env: a single prompt needs exactly one of `correct` or `correct_size`")
-    if env.correct_size is not None and not 1 <= env.correct_size <= m:
-        raise ValueError(f"env.correct_size must be in [1, M = {m}], got {env.correct_size!r}")
-
+        raise ValueError(f"unknown key(s) {unknown}; known: {sorted(TOP_KEYS)}")
+    raw, doc = dict(doc), _upgrade(doc)
+    env = parse_env(doc.get("env", {}))
     tr = TrainSpec(**_fields("train", doc.get("train", {}), TrainSpec))
     if tr.optimizer not in OPTIMIZERS:
         raise ValueError(f"train.optimizer must be one of {list(OPTIMIZERS)}, got {tr.optimizer!r}")
-    for name in ("updates", "group_size", "epochs", "seeds", "distinct_k"):
+    for name in ("updates", "group_size", "epochs", "distinct_k"):
         _int_list(f"train.{name}", (getattr(tr, name),), 1)
     _int_list("train.seed", (tr.seed,), 0)
     _int_list("train.pass_k", tr.pass_k, 1)
     for name in ("lr", "kl_coef"):
-        _check_type(f"train.{name}", getattr(tr, name), float)
+        if isinstance(getattr(tr, name), bool) or not isinstance(getattr(tr, name), float):
+            raise ValueError(f"train.{name} has the wrong type: {getattr(tr, name)!r}")
     if tr.lr <= 0:
         raise ValueError(f"train.lr must be > 0, got {tr.lr}")
-    steps = tr.eval_steps or tuple(np.linspace(0, tr.updates, 5).round().astype(int).tolist())
-    _int_list("train.eval_steps", steps, 0)
-    if max(steps) > tr.updates:
-        raise ValueError(f"train.eval_steps must be <= train.updates = {tr.updates}, got {steps}")
-    # Step 0 is the base policy (the origin of every gain) and U the final policy.
-    tr = TrainSpec(**{**tr.__dict__, "eval_steps": tuple(sorted({0, *steps, tr.updates}))})
-
-    entries = doc.get("methods")
-    if not isinstance(entries, list) or not entries:
-        raise ValueError("methods: at least one [[methods]] entry is required")
-    methods = tuple(_parse_method(i, e) for i, e in enumerate(entries))
-    labels = [m.label for m in methods]
-    dup = sorted({x for x in labels if labels.count(x) > 1})
-    if dup:
-        raise ValueError(f"methods: duplicate label(s) {dup}; give each entry its own `label`")
-
+    checkpoints = spec.parse_checkpoints(doc.get("checkpoints", 4), tr.updates)
+    methods = spec.parse_methods(doc.get("methods"), _check_key)
+    for m in methods:
+        if "lr" in m.fixed:
+            raise ValueError(f"methods[{m.label}].fixed.lr: set lr in [train] or sweep it")
     fr = doc.get("frontier", {})
-    if not isinstance(fr, Mapping) or set(fr) - {"reference", "num_resamples"}:
-        raise ValueError("[frontier] may hold only `reference` and `num_resamples`")
-    ref = fr.get("reference", [m.label for m in methods if m.method == "grpo"])
-    ref = (ref,) if isinstance(ref, str) else tuple(ref)
-    missing = sorted(set(ref) - set(labels))
-    if not ref or missing:
-        raise ValueError(
-            f"frontier.reference must name method labels (default: the grpo entries); "
-            f"unknown or none: {missing or ref!r}; labels: {labels}"
-        )
+    if not isinstance(fr, Mapping) or set(fr) - {"num_resamples"}:
+        raise ValueError("[frontier] may hold only `num_resamples`")
     num_resamples = fr.get("num_resamples", 2000)
     _int_list("frontier.num_resamples", (num_resamples,), 1)
-    return SweepConfig(env, tr, methods, ref, num_resamples, dict(doc))
-
-
-def _parse_method(i: int, entry: object) -> MethodSpec:
-    where = f"methods[{i}]"
-    if not isinstance(entry, Mapping):
-        raise ValueError(f"{where} must be a table")
-    unknown = sorted(set(entry) - {"method", "label", "hyper", "grid", "zip"})
-    if unknown:
-        raise ValueError(
-            f"{where}: unknown key(s) {unknown}; known: hyper, grid, label, method, zip"
-        )
-    name = entry.get("method")
-    if name not in shaping.METHODS:
-        raise ValueError(
-            f"{where}.method: unknown method {name!r}; known: {sorted(shaping.METHODS)}"
-        )
-    defaults = shaping.METHODS[name].defaults
-    known = {"lr", *defaults}
-    axes: dict[str, dict[str, tuple]] = {}
-    for part in ("hyper", "grid", "zip"):
-        table = entry.get(part, {})
-        if not isinstance(table, Mapping):
-            raise ValueError(f"{where}.{part} must be a table")
-        bad = sorted(set(table) - known)
-        if bad:
-            raise ValueError(
-                f"{where}.{part}: unknown hyper-parameter(s) {bad} for {name!r}; known: {sorted(known)}"
-            )
-        axes[part] = dict(table)
-    for part in ("grid", "zip"):
-        for key, values in axes[part].items():
-            if not isinstance(values, list) or not values:
-                raise ValueError(f"{where}.{part}.{key} must be a non-empty list, got {values!r}")
-            axes[part][key] = tuple(values)
-    lengths = {len(v) for v in axes["zip"].values()}
-    if len(lengths) > 1:
-        raise ValueError(f"{where}.zip: lists must have equal lengths, got {sorted(lengths)}")
-    for key in axes["zip"]:
-        if not _is_data(name, key):
-            raise ValueError(f"{where}.zip.{key}: only float hyper-parameters (data) can be zipped")
-    overlap = sorted(
-        set(axes["grid"]) & set(axes["zip"])
-        | (set(axes["hyper"]) & (set(axes["grid"]) | set(axes["zip"])))
-    )
-    if overlap:
-        raise ValueError(f"{where}: {overlap} given more than once among hyper, grid and zip")
-    if "lr" in axes["hyper"]:
-        raise ValueError(f"{where}.hyper.lr: set the learning rate in [train] or sweep it in grid")
-    return MethodSpec(name, str(entry.get("label", name)), axes["hyper"], axes["grid"], axes["zip"])
-
-
-def _is_data(method: str, name: str) -> bool:
-    """Whether `name` is traced (swept as data): the learning rate and float hyper-parameters."""
-    default = shaping.METHODS[method].defaults.get(name)
-    return name == "lr" or (isinstance(default, float) and name not in T._STATIC)
+    return SweepConfig(
+        env, tr, methods, spec.parse_reference(doc.get("reference"), methods),
+        spec.parse_seeds(doc.get("seeds", [0, 1, 2, 3])), (0, *checkpoints), num_resamples, raw,
+    )  # fmt: skip
 
 
 def load_config(path: Path) -> SweepConfig:
@@ -336,7 +170,7 @@ def load_config(path: Path) -> SweepConfig:
         ValueError: naming the file and the bad key (TOML syntax errors included).
     """
     try:
-        doc = tomllib.loads(Path(path).read_text())
+        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise ValueError(f"{path}: invalid TOML: {err}") from None
     try:
@@ -345,84 +179,14 @@ def load_config(path: Path) -> SweepConfig:
         raise ValueError(f"{path}: {err}") from None
 
 
-# ------------------------------------------------------------------------------ environments
-
-
-def _tilt(log_pb: np.ndarray, correct: np.ndarray, target: float) -> np.ndarray:
-    """Rescale each row's mass on `C` to `target` (and off `C` to `1 − target`), keeping the
-    base policy's preferences within `C` and within its complement (as figure 6)."""
-    log_pc = np.logaddexp.reduce(np.where(correct, log_pb, -np.inf), axis=-1, keepdims=True)
-    log_pw = np.logaddexp.reduce(np.where(correct, -np.inf, log_pb), axis=-1, keepdims=True)
-    return np.where(correct, np.log(target) + log_pb - log_pc, np.log1p(-target) + log_pb - log_pw)
-
-
-def popularity_dataset(rng: np.random.Generator, spec: EnvSpec) -> TreeEnv:
-    """Figure 6's popularity dataset (`toymdp.experiments.passk.toy_dataset`) with its constants
-    as arguments: `per_size` training then `per_size` held-out prompts per multiplicity.
-
-    Returns:
-        A `TreeEnv` with `P = 2·per_size·len(multiplicities)` prompts, `sharing="factored"`.
-    """
-    v, h = spec.num_actions, spec.depth
-    m = trees.num_trajectories(v, h)
-    popularity = np.empty(m)
-    popularity[rng.permutation(m)] = 1.0 / np.arange(1, m + 1) ** spec.zipf
-    popularity /= popularity.sum()
-    sizes = np.tile(np.repeat(spec.multiplicities, spec.per_size), 2)  # (P,)
-    correct = np.zeros((sizes.size, m), dtype=bool)
-    for p, size in enumerate(sizes):
-        correct[p, rng.choice(m, size=size, replace=False, p=popularity)] = True
-    log_pb = trees.trajectory_log_probs(
-        np.stack([trees.random_base_logits(rng, v, h, spec.skew) for _ in sizes]), v, h
-    )
-    if spec.base_correctness is not None and not correct.all():
-        log_pb = _tilt(log_pb, correct, float(spec.base_correctness))
-    base = trees.logits_from_log_probs(log_pb, v, h)
-    train = np.arange(sizes.size) < sizes.size // 2
-    return TreeEnv(v, h, correct, base, train, sharing="factored")
-
-
-def single_prompt(rng: np.random.Generator, spec: EnvSpec) -> TreeEnv:
-    """One prompt: correct set by labels or drawn at random, base uniform (`skew = 0`) or random."""
-    v, h = spec.num_actions, spec.depth
-    m = trees.num_trajectories(v, h)
-    correct = np.zeros((1, m), dtype=bool)
-    if spec.correct is not None:
-        labels = {lab: i for i, lab in enumerate(trees.trajectory_labels(v, h))}
-        for item in spec.correct:
-            if item not in labels:
-                raise ValueError(f"env.correct: {item!r} is not a trajectory of V={v}, H={h}")
-            correct[0, labels[item]] = True
-    else:
-        correct[0, rng.choice(m, size=spec.correct_size, replace=False)] = True
-    n_int = trees.num_internal_nodes(v, h)
-    logits = (
-        trees.random_base_logits(rng, v, h, spec.skew) if spec.skew > 0 else np.zeros((n_int, v))
-    )
-    log_pb = trees.trajectory_log_probs(logits[None], v, h)
-    if spec.base_correctness is not None and not correct.all():
-        log_pb = _tilt(log_pb, correct, float(spec.base_correctness))
-    base = trees.logits_from_log_probs(log_pb, v, h)
-    return TreeEnv(v, h, correct, base, np.ones(1, dtype=bool))
-
-
-def environments(spec: EnvSpec) -> list[TreeEnv]:
-    """One environment per draw seed (`spec.draws`)."""
-    build = popularity_dataset if spec.kind == "dataset" else single_prompt
-    return [build(np.random.default_rng(d), spec) for d in spec.draws]
-
-
-# ------------------------------------------------------------------------------ running
-
-
 @dataclass(frozen=True)
 class Run:
-    """One row of the sweep: an entry and one combination of its grid values."""
+    """One row of the sweep: an entry and one of its settings."""
 
     label: str
     method: str
-    values: dict[str, object]  # the swept values (grid and zip) of this row
-    static: dict[str, object]  # non-float grid values (fixed by the compiled program)
+    values: dict[str, object]  # the swept values (grid, zip or points) of this row
+    static: dict[str, object]  # non-float values (fixed by the compiled program)
 
     def setting(self) -> str:
         """A short label, e.g. ``"gamma_p=0.1, gamma_n=0.05"`` (``"default"`` without a grid)."""
@@ -430,39 +194,32 @@ class Run:
                          for k, v in self.values.items()) or "default"  # fmt: skip
 
 
-def expand(spec: MethodSpec) -> list[Run]:
-    """The rows of one entry: Cartesian product of `grid` × the aligned `zip` lists."""
-    names = list(spec.grid)
-    zipped = list(zip(*spec.zip.values(), strict=True)) if spec.zip else [()]
-    rows = []
-    for combo in itertools.product(*(spec.grid[k] for k in names)):
-        for zrow in zipped:
-            values = {
-                **dict(zip(names, combo, strict=True)),
-                **dict(zip(spec.zip, zrow, strict=True)),
-            }
-            static = {k: v for k, v in values.items() if not _is_data(spec.method, k)}
-            rows.append(Run(spec.label, spec.method, values, static))
-    return rows
+def all_rows(cfg: SweepConfig) -> list[Run]:
+    """Every row of the sweep, entries in config order, settings in `MethodEntry.points` order."""
+    return [
+        Run(m.label, m.method, dict(p), {k: v for k, v in p.items() if not _is_data(m.method, k)})
+        for m in cfg.methods
+        for p in m.points
+    ]
 
 
 def _train_config(
-    cfg: SweepConfig, env: TreeEnv, spec: MethodSpec, static: Mapping
+    cfg: SweepConfig, env: TreeEnv, entry: spec.MethodEntry, static: Mapping
 ) -> T.TrainConfig:
     tr = cfg.train
-    hyper = {"kl_coef": tr.kl_coef, **spec.hyper, **static}
+    hyper = {"kl_coef": tr.kl_coef, **entry.fixed, **static}
     try:
         return T.TrainConfig(
-            env, method=spec.method, method_hyper=hyper, group_size=tr.group_size,
+            env, method=entry.method, method_hyper=hyper, group_size=tr.group_size,
             num_updates=tr.updates, num_epochs=tr.epochs, optimizer=tr.optimizer,
             learning_rate=tr.lr, pass_k=tr.pass_k, distinct_k=(tr.distinct_k,),
         )  # fmt: skip
     except ValueError as err:
-        raise ValueError(f"methods[{spec.label}]: {err}") from None
+        raise ValueError(f"methods[{entry.label}]: {err}") from None
 
 
 def run_program(
-    cfg: SweepConfig, envs: Sequence[TreeEnv], spec: MethodSpec, runs: Sequence[Run]
+    cfg: SweepConfig, envs: Sequence[TreeEnv], entry: spec.MethodEntry, runs: Sequence[Run]
 ) -> dict[str, np.ndarray]:
     """Train the rows `runs` (sharing one `static` combination) on every draw × seed, compiled
     once.
@@ -473,13 +230,13 @@ def run_program(
     from toymdp.experiments.bias import run_compiled
     from toymdp.experiments.methods import train_over_envs
 
-    config = _train_config(cfg, envs[0], spec, runs[0].static)
+    config = _train_config(cfg, envs[0], entry, runs[0].static)
     settings = T.stack_settings([
         T.default_settings(config, **{k: float(v) for k, v in r.values.items() if k not in r.static})
         for r in runs
     ])  # fmt: skip
-    keys = T.seed_keys(cfg.train.seed, cfg.train.seeds)
-    steps = np.asarray(cfg.train.eval_steps)
+    keys = T.seed_keys(cfg.train.seed, max(cfg.seeds) + 1)[np.asarray(cfg.seeds)]
+    steps = np.asarray(cfg.eval_steps)
     train = jax.vmap(train_over_envs(config), (None, None, None, 0))  # seeds
     train = jax.vmap(train, (None, None, 0, None))  # settings
     train = jax.vmap(train, (0, 0, None, None))  # draws
@@ -508,20 +265,18 @@ def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict[str, Any]:
         ``rows`` (the `Run`s, in order), ``train_prompts`` `(P,)`, and per metric the stacked
         `(N, D, R, T, P[, k])` arrays.
     """
-    from tqdm import tqdm
-
     envs = environments(cfg.env)
     rows = all_rows(cfg)
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(rows):
         groups.setdefault((r.label, tuple(sorted(r.static.items()))), []).append(i)
-    specs = {s.label: s for s in cfg.methods}
+    entries = {m.label: m for m in cfg.methods}
     arrays: dict[str, list[np.ndarray]] = {k: [] for k in METRICS}
     order: list[int] = []
     bar = tqdm(list(groups.items()), desc="toy sweep", unit="program", disable=not progress)
     for (label, _), index in bar:
         bar.set_postfix_str(f"{label} ({len(index)} settings)")
-        out = run_program(cfg, envs, specs[label], [rows[i] for i in index])
+        out = run_program(cfg, envs, entries[label], [rows[i] for i in index])
         for k in METRICS:
             arrays[k].append(out[k])
         order.extend(index)
@@ -533,26 +288,18 @@ def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict[str, Any]:
     }
 
 
-def all_rows(cfg: SweepConfig) -> list[Run]:
-    """Every row of the sweep, entries in config order (`expand`)."""
-    return [r for spec in cfg.methods for r in expand(spec)]
-
-
-# ------------------------------------------------------------------------------ frontier
-
-
 def frontier_data(cfg: SweepConfig, res: Mapping[str, Any], metric: str) -> dict[str, Any]:
-    """Per-problem gains for `experiment.frontier`: problems = held-out prompts of every draw (the
-    training prompts when nothing is held out), seeds = training seeds.
-
-    Models: every eval step of every reference row, and the final step of the other rows.
+    """Per-problem gains over the base policy (step 0) in `experiment.frontier`'s layout: problems
+    = held-out prompts of every draw (the training prompts when nothing is held out), seeds =
+    training seeds; models = every eval step of every reference row and the final step of the
+    others.
 
     Args:
         metric: ``"pass_at_k"`` (at the largest k) or ``"distinct_correct"``.
 
     Returns:
-        ``x``, ``y`` `(M, R, D·P')` gains over the base policy (step 0), ``models``, ``row``
-        `(M,)` the row index of each model, ``base_x``, ``base_y`` the base means.
+        ``x``, ``y`` `(M, R, D·P')` gains, ``models``, ``rows`` (one record per model), ``row``
+        `(M,)` the sweep row of each model, ``base_x``, ``base_y`` the base means.
     """
     train = np.asarray(res["train_prompts"])
     sel = ~train if (~train).any() else train
@@ -566,103 +313,33 @@ def frontier_data(cfg: SweepConfig, res: Mapping[str, Any], metric: str) -> dict
     cx, dy = per_problem(corr), per_problem(div)
     bx, by = cx[0, 0], dy[0, 0]  # step 0: the base policy, the same for every row
     rows: list[Run] = res["rows"]
-    ref = set(cfg.reference)
-    steps = cfg.train.eval_steps
-    picks = [
-        (i, t)
-        for i, r in enumerate(rows)
-        for t in (range(len(steps)) if r.label in ref else [len(steps) - 1])
-    ]
-    models = frontier.Models(
-        [rows[i].label for i, _ in picks], [rows[i].setting() for i, _ in picks],
-        [steps[t] for _, t in picks],
-    )  # fmt: skip
+    steps = cfg.eval_steps
+    last = [len(steps) - 1]
+    picks = [(i, t) for i, r in enumerate(rows)
+             for t in (range(len(steps)) if r.label in cfg.reference else last)]  # fmt: skip
+    records = [{"label": rows[i].label, "params": rows[i].values, "setting": rows[i].setting(),
+                "step": int(steps[t])} for i, t in picks]  # fmt: skip
+    models = frontier.Models(*([r[k] for r in records] for k in ("label", "setting", "step")))
     x = np.stack([cx[i, t] - bx for i, t in picks]).astype(np.float64)
     y = np.stack([dy[i, t] - by for i, t in picks]).astype(np.float64)
-    return {
-        "x": x, "y": y, "models": models, "row": np.array([i for i, _ in picks]),
-        "base_x": float(bx.mean()), "base_y": float(by.mean()),
-    }  # fmt: skip
+    return {"x": x, "y": y, "models": models, "rows": records,
+            "row": np.array([i for i, _ in picks]), "base_x": float(bx.mean()),
+            "base_y": float(by.mean())}  # fmt: skip
 
 
 def analyse(cfg: SweepConfig, res: Mapping[str, Any]) -> dict[str, Any]:
-    """Lifts over the reference curve for pass@k_max and distinct correct (`bootstrap_lift`)."""
+    """Per measure of `experiment.report.MEASURES`: ``data`` (`frontier_data`), ``lift`` (the
+    `LiftResult`) and ``section`` (results.json's record, `experiment.report.lift_analysis`)."""
     out = {}
-    for metric in ("pass_at_k", "distinct_correct"):
+    for metric in report.MEASURES:
         data = frontier_data(cfg, res, metric)
-        lift = frontier.bootstrap_lift(
-            data["x"], data["y"], data["models"], cfg.reference,
+        k = max(cfg.train.pass_k) if metric == "pass_at_k" else None
+        section, lift = report.lift_analysis(
+            data["x"], data["y"], data["models"], data["rows"], cfg.reference, k=k,
             num_resamples=cfg.num_resamples, seed=cfg.train.seed,
         )  # fmt: skip
-        out[metric] = {"data": data, "lift": lift}
+        out[metric] = {"data": data, "lift": lift, "section": section}
     return out
-
-
-def _metric_name(cfg: SweepConfig, metric: str) -> str:
-    if metric == "pass_at_k":
-        return f"pass@{max(cfg.train.pass_k)}"
-    return f"distinct correct (K = {cfg.train.distinct_k})"
-
-
-def plot_frontier(cfg: SweepConfig, analysis: Mapping[str, Any], path: Path) -> Path:
-    """`frontier.png`: one panel per diversity measure (module docstring)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from toymdp.experiments._plot import METHOD_COLORS
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    labels = [m.label for m in cfg.methods]
-    palette = plt.get_cmap("tab20")
-    for ax, (metric, item) in zip(axes, analysis.items(), strict=True):
-        res: frontier.LiftResult = item["lift"]
-        sy = 100.0 if metric == "pass_at_k" else 1.0  # pass@k in points; distinct as counts
-        ref = res.reference
-        env = frontier.upper_envelope(res.x[ref], res.y[ref])
-        ax.scatter(100 * res.x[ref], sy * res.y[ref], s=10, color="0.6", zorder=2)
-        grid = np.linspace(env.x_min, env.x_max, 200)
-        ax.plot(100 * grid, sy * env(grid), color="k", lw=2,
-                label=f"reference ({', '.join(cfg.reference)}): every checkpoint")  # fmt: skip
-        for j, label in enumerate(labels):
-            if label in cfg.reference:
-                continue
-            idx = res.models.select(label)
-            color = METHOD_COLORS.get(label, palette(j % 20))
-            ax.scatter(100 * res.x[idx], sy * res.y[idx], s=18, color=color, zorder=3)
-            menv = frontier.upper_envelope(res.x[idx], res.y[idx])
-            if menv.vx.size > 1:
-                ax.plot(100 * menv.vx, sy * menv.vy, color=color, lw=1.2, label=label)
-            else:
-                ax.plot([], [], color=color, marker="o", label=label)
-        ax.axhline(0.0, color="0.8", lw=0.8, ls=":")
-        ax.axvline(0.0, color="0.8", lw=0.8, ls=":")
-        unit = " (points)" if metric == "pass_at_k" else ""
-        ax.set_xlabel("pass@1 gain over the base policy (points)")
-        ax.set_ylabel(f"{_metric_name(cfg, metric)} gain over the base policy{unit}")
-        ax.set_title(f"{_metric_name(cfg, metric)} against pass@1: final points and envelopes")
-    axes[0].legend(fontsize=7, loc="best")
-    split = "held-out" if cfg.env.kind == "dataset" else "training"
-    fig.text(
-        0.5, -0.02,
-        f"{split} prompts of {len(cfg.env.draws)} environment draw(s); means over "
-        f"{cfg.train.seeds} seeds; {cfg.train.optimizer} lr {cfg.train.lr:g}, G = "
-        f"{cfg.train.group_size}, U = {cfg.train.updates}. Lines: monotone upper envelopes "
-        "(experiment.frontier).", ha="center", va="top", fontsize=8,
-    )  # fmt: skip
-    fig.tight_layout()
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
-def _round(a: np.ndarray) -> list:
-    return np.round(np.asarray(a, dtype=np.float64), 6).tolist()
-
-
-def _finite(v: float) -> float | None:
-    return None if not np.isfinite(v) else round(float(v), 6)
 
 
 def results_doc(cfg: SweepConfig, res: Mapping[str, Any], analysis: Mapping[str, Any]) -> dict:
@@ -676,75 +353,34 @@ def results_doc(cfg: SweepConfig, res: Mapping[str, Any], analysis: Mapping[str,
             for k in METRICS:
                 a = res[k][i]  # (D, R, T, P[, k])
                 axis = -2 if k == "pass_at_k" else -1
-                metrics[f"{split}/{k}"] = _round(np.compress(sel, a, axis=axis).mean(axis=axis))
-        runs.append({
-            "label": row.label, "method": row.method, "setting": row.setting(),
-            "values": row.values, "metrics": metrics,
-        })  # fmt: skip
-    lifts = {}
-    for metric, item in analysis.items():
-        lr: frontier.LiftResult = item["lift"]
-        lifts[metric] = {
-            "measure": _metric_name(cfg, metric),
-            "base_x": item["data"]["base_x"],
-            "base_y": item["data"]["base_y"],
-            "models": [
-                {
-                    "label": lr.models.method[m],
-                    "setting": lr.models.setting[m],
-                    "step": lr.models.step[m],
-                    "reference": bool(m in set(lr.reference.tolist())),
-                    "x": _finite(lr.x[m]),
-                    "y": _finite(lr.y[m]),
-                    "lift": _finite(lr.lift[m]),
-                    "lo": _finite(lr.lo[m]),
-                    "hi": _finite(lr.hi[m]),
-                    "status": str(lr.status[m]),
-                    "inside_fraction": _finite(lr.inside_fraction[m]),
-                }
-                for m in range(len(lr.models))
-            ],
-        }
+                mean = np.compress(sel, a, axis=axis).mean(axis=axis)
+                metrics[f"{split}/{k}"] = np.round(mean.astype(np.float64), 6).tolist()
+        runs.append({"label": row.label, "method": row.method, "setting": row.setting(),
+                     "values": row.values, "metrics": metrics})  # fmt: skip
+    header = report.results_header(
+        "toy", numerics_tag=numerics.tag(), config=cfg.raw,
+        methods={m.label: m.method for m in cfg.methods}, reference=cfg.reference,
+        seeds=cfg.seeds, checkpoints=cfg.eval_steps[1:],
+    )  # fmt: skip
     return {
-        "config": cfg.raw,
-        "numerics": numerics.tag(),
+        **header,
         "axes": {
             "draws": list(cfg.env.draws),
-            "seeds": cfg.train.seeds,
-            "eval_steps": list(cfg.train.eval_steps),
+            "seeds": list(cfg.seeds),
+            "eval_steps": list(cfg.eval_steps),
             "pass_k": list(cfg.train.pass_k),
             "layout": "metrics[split/name]: (draws, seeds, eval_steps[, pass_k]), prompt means",
         },
         "runs": runs,
-        "frontier": lifts,
+        "frontier": {metric: item["section"] for metric, item in analysis.items()},
     }
 
 
-def lifts_markdown(cfg: SweepConfig, analysis: Mapping[str, Any]) -> str:
-    """`lifts.md`: one table per diversity measure (`experiment.frontier.lift_table`)."""
+def _design(cfg: SweepConfig) -> str:
     split = "held-out" if cfg.env.kind == "dataset" else "training"
-    parts = [
-        "# Lift at matched pass@1 over the reference curve\n",
-        f"Reference: {', '.join(cfg.reference)} (every checkpoint of every setting). Points are "
-        f"gains over the base policy on the {split} prompts of {len(cfg.env.draws)} draw(s), "
-        f"means over {cfg.train.seeds} seeds, at the final step {cfg.train.updates}. CIs: paired "
-        f"percentile bootstrap over seeds and problems ({cfg.num_resamples} resamples); `inside`: "
-        "fraction of resamples where the point lies in the reference's pass@1 range.\n",
-    ]
-    for metric, item in analysis.items():
-        scale = 100.0 if metric == "pass_at_k" else 1.0
-        unit = "percentage points" if scale == 100 else "expected distinct correct responses"
-        d = item["data"]
-        parts.append(
-            f"\n## {_metric_name(cfg, metric)} ({unit}; base pass@1 {100 * d['base_x']:.2f} "
-            f"points, base {_metric_name(cfg, metric)} {scale * d['base_y']:.2f})\n\n"
-        )
-        lr: frontier.LiftResult = item["lift"]
-        if scale != 100:
-            # pass@1 stays in points; the diversity axis has its own unit.
-            lr = frontier.LiftResult(**{**lr.__dict__, "x": 100 * lr.x})
-        parts.append(frontier.lift_table(lr, scale=scale))
-    return "".join(parts)
+    return (f"{split} prompts of {len(cfg.env.draws)} draw(s), seeds {list(cfg.seeds)}, "
+            f"{cfg.train.optimizer} lr {cfg.train.lr:g}, G = {cfg.train.group_size}, "
+            f"U = {cfg.train.updates}")  # fmt: skip
 
 
 def sweep(
@@ -765,20 +401,25 @@ def sweep(
     _enable_jax_cache(cache / "jax")
     path = cache / f"sweep-{code_hash()}-{cfg.digest()}.npz"
     start = time.perf_counter()
-    if use_cache and path.exists():
+    cached = use_cache and path.exists()
+    if cached:
         with np.load(path) as data:
             res: dict[str, Any] = {k: data[k] for k in data.files}
         rows = all_rows(cfg)
         res["rows"] = [rows[int(i)] for i in res["row_order"]]
-        cached = True
     else:
         res = run_sweep(cfg, progress=progress)
         store.save_npz(path, {k: v for k, v in res.items() if k != "rows"})
-        cached = False
     run_s = time.perf_counter() - start
     analysis = analyse(cfg, res)
     doc = results_doc(cfg, res, analysis)
-    store.write_text(out / "results.json", json.dumps(doc, indent=1) + "\n")
-    store.write_text(out / "lifts.md", lifts_markdown(cfg, analysis))
-    plot_frontier(cfg, analysis, out / "frontier.png")
+    store.write_json(out / "results.json", doc, indent=1)
+    intro = (f"Lift at matched pass@1 over the envelope of `{', '.join(cfg.reference)}` (every "
+             f"checkpoint of every setting), gains over the base policy on the {_design(cfg)}; "
+             f"CI: paired percentile bootstrap over seeds and problems ({cfg.num_resamples} "
+             "resamples); inside: fraction of resamples inside the reference's pass@1 range.")  # fmt: skip
+    store.write_text(out / "lifts.md", report.lift_markdown(doc["frontier"], intro))
+    report.plot_frontier(doc["frontier"], out / "frontier.png",
+                         labels=[m.label for m in cfg.methods], reference=cfg.reference,
+                         title=f"frontiers: {_design(cfg)}")  # fmt: skip
     return {"out": out, "cached": cached, "run_s": run_s, "doc": doc}

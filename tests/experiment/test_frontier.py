@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiment import frontier as F
+from experiment import report
 
 # ------------------------------------------------------------------------------ slow reference
 
@@ -202,6 +203,10 @@ def test_lift_table_lists_outside_models_without_extrapolating():
     x = np.array([0.0, 0.2, 0.5]).reshape(3, 1, 1) * np.ones((3, 2, 3))
     y = np.array([0.0, 0.1, 0.2]).reshape(3, 1, 1) * np.ones((3, 2, 3))
     models = F.Models(["grpo", "grpo", "m"], ["a", "a", "b"], [0, 5, 5])
-    res = F.bootstrap_lift(x, y, models, num_resamples=20)
-    table = F.lift_table(res, scale=100)
-    assert "above the reference's pass@1 range" in table and table.count("\n") == 3
+    rows = [{"label": "grpo", "setting": "a", "step": t} for t in (0, 5)]
+    rows.append({"label": "m", "setting": "b", "step": 5})
+    section, res = report.lift_analysis(x, y, models, rows, "grpo", k=4, num_resamples=20)
+    assert res.status[2] == "above"
+    table = report.lift_markdown({"pass_at_k": section}, "intro")
+    assert "| m | b | 5 | +50.0 | +20.00 | n/a (above) |" in table
+    assert table.count("\n| m |") == 1 and "| grpo |" not in table

@@ -41,11 +41,11 @@ def test_full_sweep_meets_the_issue_requirements() -> None:
     assert {r.label for r in rows} == set(shaping.METHODS)
     for name in shaping.METHODS:
         assert len({r.setting() for r in rows if r.label == name}) >= 4, name
-    assert len(cfg.env.draws) >= 3 and cfg.train.seeds >= 4
+    assert len(cfg.env.draws) >= 3 and len(cfg.seeds) >= 4
     assert 1 - (1 - cfg.env.base_correctness) ** max(cfg.train.pass_k) <= 0.8
     ref = [r.values for r in rows if r.label == "grpo"]
     assert len({v["kl_coef"] for v in ref}) >= 4 and len({v["lr"] for v in ref}) >= 2
-    assert len(cfg.train.eval_steps) >= 4
+    assert len(cfg.eval_steps) >= 4
 
 
 @pytest.mark.parametrize("row", passk.FAMILY[False], ids=lambda r: f"{r[0]}-{r[1]}")
@@ -67,8 +67,8 @@ def test_shapes_and_base_point(results: dict[str, np.ndarray]) -> None:
     n, d, r, t = (
         len(sweep.all_rows(cfg)),
         len(cfg.env.draws),
-        cfg.train.seeds,
-        len(cfg.train.eval_steps),
+        len(cfg.seeds),
+        len(cfg.eval_steps),
     )
     p = results["train_prompts"].size
     assert results["correctness"].shape == (n, d, r, t, p)

@@ -8,11 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from experiment.spec import parse_methods
+from toymdp import draws as D
 from toymdp import sweep as S
 from toymdp.__main__ import main
 from toymdp.experiments import passk
 
 TINY = """
+seeds = [0, 1]
+checkpoints = [1]
+
 [env]
 kind = "dataset"
 num_actions = 2
@@ -25,8 +30,6 @@ per_size = 2
 [train]
 updates = 3
 group_size = 4
-seeds = 2
-eval_steps = [1]
 pass_k = [1, 4]
 distinct_k = 4
 fast_compile = true
@@ -81,11 +84,17 @@ def test_two_run_sweep_writes_results_frontier_and_lifts(tmp_path, capsys):
     [
         (('kind = "dataset"', 'kind = "forest"'), "env.kind must be one of"),
         (("updates = 3", "updates = 0"), "train.updates must hold integers >= 1"),
-        (("eval_steps = [1]", "eval_steps = [9]"), "train.eval_steps must be <= train.updates"),
-        (("eta = [0.3]", "etta = [0.3]"), r"methods\[1\].grid: unknown hyper-parameter"),
-        (('method = "grpo"', 'method = "grpoo"'), r"methods\[0\].method: unknown method"),
-        (("num_resamples = 50", 'reference = ["ppo"]'), "frontier.reference"),
-        (("[train]", "[training]"), "unknown section"),
+        (
+            ("checkpoints = [1]", "checkpoints = [9]"),
+            r"checkpoints: expected steps in \[0, steps = 3\]",
+        ),
+        (
+            ("eta = [0.3]", "etta = [0.3]"),
+            r"methods\[entropy_bonus\].etta: unknown hyper-parameter",
+        ),
+        (('method = "grpo"', 'method = "grpoo"'), r"methods\[0\].method: expected one of"),
+        (("checkpoints = [1]", 'checkpoints = [1]\nreference = ["ppo"]'), "reference"),
+        (("[train]", "[training]"), r"unknown key\(s\) \['training'\]"),
         (("per_size = 2", "per_size = 2\nfoo = 1"), r"env: unknown key\(s\) \['foo'\]"),
         (("base_correctness = 0.2", "base_correctness = [0.1]"), "env.base_correctness"),
     ],
@@ -105,16 +114,31 @@ def test_cli_reports_config_errors(tmp_path, capsys):
     assert status == 2 and "train.updates" in capsys.readouterr().err
 
 
-def test_expand_grid_zip_and_static_values():
-    spec = S._parse_method(
-        0,
-        {
-            "method": "casp",
-            "grid": {"top_n": [2, 3], "alpha": [0.1, 1.0]},
-            "zip": {"quantile": [0.5, 0.8], "lam_top1": [1.0, 1.1]},
-        },
+def test_old_keys_give_the_same_config_with_a_message(tmp_path):
+    old = (
+        TINY.replace("seeds = [0, 1]\ncheckpoints = [1]\n", "")
+        .replace("pass_k", "seeds = 2\neval_steps = [1]\npass_k")
+        .replace("num_resamples = 50", 'num_resamples = 50\nreference = ["grpo"]')
     )
-    rows = S.expand(spec)
+    with pytest.warns(FutureWarning, match="train.seeds is renamed seeds"):
+        a = S.load_config(_write(tmp_path, old))
+    b = S.load_config(_write(tmp_path, TINY, "new.toml"))
+    assert (a.seeds, a.eval_steps, a.reference) == (b.seeds, b.eval_steps, b.reference)
+    assert a.methods == b.methods
+
+
+def test_expand_grid_zip_and_static_values():
+    entries = parse_methods(
+        [
+            {
+                "method": "casp",
+                "grid": {"top_n": [2, 3], "alpha": [0.1, 1.0]},
+                "zip": {"quantile": [0.5, 0.8], "lam_top1": [1.0, 1.1]},
+            }
+        ]
+    )
+    cfg = S.SweepConfig(None, None, entries, ("casp",))
+    rows = S.all_rows(cfg)
     assert len(rows) == 2 * 2 * 2
     assert rows[0].values == {"top_n": 2, "alpha": 0.1, "quantile": 0.5, "lam_top1": 1.0}
     assert rows[0].static == {"top_n": 2}  # an integer changes the program; floats are data
@@ -122,11 +146,11 @@ def test_expand_grid_zip_and_static_values():
 
 
 def test_popularity_dataset_is_figure_6s_with_its_constants():
-    spec = S.EnvSpec(
+    spec = D.EnvSpec(
         num_actions=passk.NUM_ACTIONS, depth=passk.DEPTH, multiplicities=passk.MULTIPLICITIES,
         per_size=2, zipf=passk.ZIPF, skew=passk.SKEW, base_correctness=passk.BASE_CORRECTNESS,
     )  # fmt: skip
-    ours = S.popularity_dataset(np.random.default_rng(5), spec)
+    ours = D.popularity_dataset(np.random.default_rng(5), spec)
     theirs = passk.toy_dataset(np.random.default_rng(5), 2)
     np.testing.assert_array_equal(ours.correct, theirs.correct)
     np.testing.assert_allclose(ours.base_logits, theirs.base_logits)
@@ -134,9 +158,9 @@ def test_popularity_dataset_is_figure_6s_with_its_constants():
 
 
 def test_single_prompt_tilts_to_the_base_correctness():
-    spec = S.EnvSpec(kind="single", num_actions=3, depth=2, skew=0.0, correct=("AB", "CC"),
+    spec = D.EnvSpec(kind="single", num_actions=3, depth=2, skew=0.0, correct=("AB", "CC"),
                      base_correctness=0.05)  # fmt: skip
-    env = S.single_prompt(np.random.default_rng(0), spec)
+    env = D.single_prompt(np.random.default_rng(0), spec)
     p = np.exp(env.base_log_probs()[0])
     assert p[env.correct[0]].sum() == pytest.approx(0.05)
     assert env.correct[0].sum() == 2

@@ -8,7 +8,7 @@ pass@1: GRPO's checkpoints along training, a `kl_coef` sweep and two other learn
 (`experiment.frontier.bootstrap_lift`: the lift at matched pass@1, interpolated on the reference's
 monotone upper envelope, with a paired bootstrap over seeds and held-out prompts).
 
-The popularity toy dataset (`toy_dataset`; `toymdp.sweep.popularity_dataset` is the same with its
+The popularity toy dataset (`toy_dataset`; `toymdp.draws.popularity_dataset` is the same with its
 constants as arguments). A tree with V = 4 actions and depth H = 3 (M = 64 responses), prompts for
 each solution multiplicity `|C| ∈ {1, 2, 4, 8, 16}`, half held out. Correct sets are drawn by
 popularity: trajectory `τ` has weight `∝ 1/rank(τ)` (Zipf, exponent 1, over a random order), so a
@@ -194,12 +194,12 @@ MEASURES = ("pass_at_k", "distinct_correct")
 #: pass@k training at k = 4 (its `k` changes the compiled program, one compilation per value).
 FRONTIER_METHODS: tuple[dict, ...] = (
     {"method": "diff_entropy", "zip": {"eta_pos": [0.03, 0.1, 0.3, 1.0], "eta_neg": [0.03, 0.1, 0.3, 1.0]}},
-    {"method": "dsdr", "hyper": {"sigma": 1.0},
+    {"method": "dsdr", "fixed": {"sigma": 1.0},
      "zip": {"lam": [0.1, 0.3, 1.0, 3.0], "lam_loc": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "progrpo", "grid": {"alpha": [0.3, 1.0, 3.0, 10.0]}},
     {"method": "casp", "grid": {"alpha": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "unlikeliness", "grid": {"beta_rank": [0.25, 0.5, 0.75, 1.0]}},
-    {"method": "passk", "hyper": {"k": 4}, "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
+    {"method": "passk", "fixed": {"k": 4}, "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "w_reinforce", "grid": {"lam": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "dr_grpo", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "psr", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
@@ -252,26 +252,29 @@ def sweep_doc(quick: bool, seed: int) -> dict:
     if quick:
         env = {"num_actions": 3, "depth": 2, "draws": [seed, seed + 1], "multiplicities": [1, 2, 4],
                "per_size": 2, "base_correctness": 0.1}  # fmt: skip
-        train = {"updates": 12, "seeds": 2, "eval_steps": [0, 4, 8, 12], "pass_k": [1, 4, 16],
-                 "distinct_k": 8, "fast_compile": True}  # fmt: skip
+        train = {"updates": 12, "pass_k": [1, 4, 16], "distinct_k": 8, "fast_compile": True}
+        seeds, checkpoints = [0, 1], [4, 8, 12]
         methods = [_family_entry(True)]
         resamples = 200
     else:
         env = {"num_actions": NUM_ACTIONS, "depth": DEPTH,
                "draws": [3 * seed, 3 * seed + 1, 3 * seed + 2],
                "multiplicities": list(MULTIPLICITIES), "per_size": 2, "base_correctness": 0.02}  # fmt: skip
-        train = {"updates": 24, "seeds": 4, "eval_steps": list(range(0, 25, 2)),
-                 "pass_k": [1, 4, 16, 64], "distinct_k": 64}  # fmt: skip
+        train = {"updates": 24, "pass_k": [1, 4, 16, 64], "distinct_k": 64}
+        seeds, checkpoints = [0, 1, 2, 3], list(range(2, 25, 2))
         methods = [_family_entry(False), *FRONTIER_METHODS]
         resamples = 1000
     env = {"kind": "dataset", "skew": SKEW, "zipf": ZIPF, **env}
     train = {"optimizer": "adam", "lr": LEARNING_RATE, "group_size": GROUP_SIZE, "epochs": 1,
              "kl_coef": 0.0, "seed": seed, **train}  # fmt: skip
     return {
+        "seeds": seeds,
+        "checkpoints": checkpoints,
+        "reference": [FAMILY_LABEL],
         "env": env,
         "train": train,
         "methods": [dict(m) for m in methods],
-        "frontier": {"reference": [FAMILY_LABEL], "num_resamples": resamples},
+        "frontier": {"num_resamples": resamples},
     }
 
 
@@ -407,7 +410,7 @@ def plot(results: dict[str, np.ndarray], out_dir: Path) -> list[Path]:
         f"Popularity dataset (V = {cfg.env.num_actions}, H = {cfg.env.depth}), {len(cfg.env.draws)}"
         f" draws × {2 * cfg.env.per_size * len(cfg.env.multiplicities)} prompts (half held out), "
         f"base correctness {cfg.env.base_correctness} per prompt; Adam lr {cfg.train.lr:g}, "
-        f"G = {cfg.train.group_size}, U = {cfg.train.updates}, {cfg.train.seeds} seeds. Points: "
+        f"G = {cfg.train.group_size}, U = {cfg.train.updates}, {len(cfg.seeds)} seeds. Points: "
         "final policies, means over seeds and held-out prompts; lines: monotone upper envelopes "
         "(experiment.frontier). CIs: paired bootstrap over seeds and held-out prompts.",
         ha="center", va="top", fontsize=8,
@@ -425,7 +428,7 @@ def summary(results: dict[str, np.ndarray]) -> dict:
     non-reference model's gains, lift and 95% CI; GRPO's final gains; each method's best lift."""
     cfg, res, _ = analysis(results)
     out: dict[str, Any] = {"settings": {
-        "draws": list(cfg.env.draws), "seeds": cfg.train.seeds, "updates": cfg.train.updates,
+        "draws": list(cfg.env.draws), "seeds": len(cfg.seeds), "updates": cfg.train.updates,
         "base_correctness": cfg.env.base_correctness,
         "reference": "grpo: every checkpoint of " + "; ".join(
             ", ".join(f"{k}={v:g}" for k, v in values.items())
