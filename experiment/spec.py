@@ -42,6 +42,7 @@ __all__ = [
     "MethodEntry",
     "apply_sets",
     "describe_common",
+    "move_keys",
     "parse_checkpoints",
     "parse_methods",
     "parse_reference",
@@ -82,6 +83,25 @@ def renamed(old: str, new: str) -> None:
         FutureWarning,
         stacklevel=3,
     )
+
+
+def move_keys(doc: Mapping[str, Any], moves: Mapping[str, str]) -> dict[str, Any]:
+    """A copy of `doc` with each old ``table.key`` of `moves` moved to its new top-level key, with
+    a `FutureWarning` (`renamed`) for each one present.
+
+    Raises:
+        ValueError: both the old and the new key are given.
+    """
+    out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in doc.items()}
+    for old, new in moves.items():
+        table, _, key = old.rpartition(".")
+        holder = out.get(table) if table else out
+        if isinstance(holder, dict) and key in holder:
+            renamed(old, new)
+            if new in out:
+                raise ValueError(f"{old}: give {new} only ({old} is its old spelling)")
+            out[new] = holder.pop(key)
+    return out
 
 
 def _is_int(v: object) -> bool:

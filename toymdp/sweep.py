@@ -2,7 +2,7 @@
 
 A TOML file holds the sweep grammar both drivers share (`experiment.spec`: ``seeds``,
 ``checkpoints``, ``reference``, ``[[methods]]`` with ``fixed``, ``grid``, ``zip`` or ``points``),
-the toy's ``[env]`` (`toymdp.draws.EnvSpec`), ``[train]`` (`TrainSpec`) and ``[frontier]``
+the toy's ``[env]`` (`toymdp.sweep_spec.EnvSpec`), ``[train]`` (`toymdp.sweep_spec.TrainSpec`) and ``[frontier]``
 (``num_resamples``); see ``configs/toy/*.toml`` and ``python -m toymdp sweep --describe``.
 A setting's keys are the method's hyper-parameters and ``lr``. ``seeds = [0, 1, 2, 3]`` are the
 indices of the training keys split from ``train.seed``; ``checkpoints`` are update counts (step 0,
@@ -40,10 +40,9 @@ import numerics
 import shaping
 from experiment import frontier, report, spec, store
 from toymdp import train as T
-from toymdp.draws import EnvSpec, _fields, _int_list, environments, parse_env
 from toymdp.env import TreeEnv
 from toymdp.figures import _enable_jax_cache, code_hash
-from toymdp.train import OPTIMIZERS
+from toymdp.sweep_spec import EnvSpec, TrainSpec, _int_list, environments, parse_env, parse_train
 
 METRICS = (
     "correctness",
@@ -54,22 +53,6 @@ METRICS = (
     "entropy",
 )
 TOP_KEYS = (*spec.COMMON_KEYS, "env", "train", "frontier")
-
-
-@dataclass(frozen=True)
-class TrainSpec:
-    """`[train]`: training and evaluation (module docstring)."""
-
-    optimizer: str = "adam"
-    lr: float = 0.1
-    updates: int = 100
-    group_size: int = 8
-    epochs: int = 1
-    kl_coef: float = 0.0
-    seed: int = 0
-    pass_k: tuple[int, ...] = (1, 4, 16, 64)
-    distinct_k: int = 16
-    fast_compile: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,25 +88,6 @@ def _check_key(method: str, key: str, where: str) -> None:
         )
 
 
-def _upgrade(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """`doc` with the old spellings (``train.seeds`` count, ``train.eval_steps``,
-    ``[frontier] reference``) moved to the shared keys, each with a `FutureWarning`."""
-    doc = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in doc.items()}
-    train, fr = doc.get("train", {}), doc.get("frontier", {})
-    moves = [(train, "seeds", "seeds"), (train, "eval_steps", "checkpoints"),
-             (fr, "reference", "reference")]  # fmt: skip
-    for table, old, new in moves:
-        if isinstance(table, dict) and old in table:
-            where = f"{'train' if table is train else 'frontier'}.{old}"
-            spec.renamed(where, new)
-            if new in doc:
-                raise ValueError(f"{where}: give {new} only ({where} is its old spelling)")
-            value = table.pop(old)
-            is_count = old == "seeds" and isinstance(value, int) and not isinstance(value, bool)
-            doc[new] = list(range(value)) if is_count and value >= 1 else value
-    return doc
-
-
 def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
     """Validate a TOML document (a dict) into a `SweepConfig`.
 
@@ -133,20 +97,13 @@ def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
     unknown = sorted(set(doc) - set(TOP_KEYS))
     if unknown:
         raise ValueError(f"unknown key(s) {unknown}; known: {sorted(TOP_KEYS)}")
-    raw, doc = dict(doc), _upgrade(doc)
+    raw, doc = dict(doc), spec.move_keys(doc, {"train.seeds": "seeds",
+                                               "train.eval_steps": "checkpoints",
+                                               "frontier.reference": "reference"})  # fmt: skip
+    if isinstance(doc.get("seeds"), int) and not isinstance(doc["seeds"], bool):
+        doc["seeds"] = list(range(doc["seeds"]))  # the old train.seeds was a count
     env = parse_env(doc.get("env", {}))
-    tr = TrainSpec(**_fields("train", doc.get("train", {}), TrainSpec))
-    if tr.optimizer not in OPTIMIZERS:
-        raise ValueError(f"train.optimizer must be one of {list(OPTIMIZERS)}, got {tr.optimizer!r}")
-    for name in ("updates", "group_size", "epochs", "distinct_k"):
-        _int_list(f"train.{name}", (getattr(tr, name),), 1)
-    _int_list("train.seed", (tr.seed,), 0)
-    _int_list("train.pass_k", tr.pass_k, 1)
-    for name in ("lr", "kl_coef"):
-        if isinstance(getattr(tr, name), bool) or not isinstance(getattr(tr, name), float):
-            raise ValueError(f"train.{name} has the wrong type: {getattr(tr, name)!r}")
-    if tr.lr <= 0:
-        raise ValueError(f"train.lr must be > 0, got {tr.lr}")
+    tr = parse_train(doc.get("train", {}))
     checkpoints = spec.parse_checkpoints(doc.get("checkpoints", 4), tr.updates)
     methods = spec.parse_methods(doc.get("methods"), _check_key)
     for m in methods:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from experiment.spec import parse_methods
-from toymdp import draws as D
 from toymdp import sweep as S
+from toymdp import sweep_spec as D
 from toymdp.__main__ import main
 from toymdp.experiments import passk
 

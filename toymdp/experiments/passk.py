@@ -8,7 +8,7 @@ pass@1: GRPO's checkpoints along training, a `kl_coef` sweep and two other learn
 (`experiment.frontier.bootstrap_lift`: the lift at matched pass@1, interpolated on the reference's
 monotone upper envelope, with a paired bootstrap over seeds and held-out prompts).
 
-The popularity toy dataset (`toy_dataset`; `toymdp.draws.popularity_dataset` is the same with its
+The popularity toy dataset (`toy_dataset`; `toymdp.sweep_spec.popularity_dataset` is the same with its
 constants as arguments). A tree with V = 4 actions and depth H = 3 (M = 64 responses), prompts for
 each solution multiplicity `|C| ∈ {1, 2, 4, 8, 16}`, half held out. Correct sets are drawn by
 popularity: trajectory `τ` has weight `∝ 1/rank(τ)` (Zipf, exponent 1, over a random order), so a

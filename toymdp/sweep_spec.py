@@ -1,6 +1,6 @@
-"""Environment draws of `python -m toymdp sweep`: the ``[env]`` table (`EnvSpec`) and one
-environment per draw seed (`environments`): figure 6's popularity dataset with its constants as
-arguments, or a single prompt.
+"""The toy's own sweep tables (`python -m toymdp sweep`; the shared keys are `experiment.spec`'s):
+``[env]`` (`EnvSpec`) with one environment per draw seed (`environments`: figure 6's popularity
+dataset with its constants as arguments, or a single prompt) and ``[train]`` (`TrainSpec`).
 """
 
 from __future__ import annotations
@@ -13,12 +13,15 @@ import numpy as np
 
 from theory import trees
 from toymdp.env import TreeEnv
+from toymdp.train import OPTIMIZERS
 
 __all__ = [
     "KINDS",
     "EnvSpec",
+    "TrainSpec",
     "environments",
     "parse_env",
+    "parse_train",
     "popularity_dataset",
     "single_prompt",
 ]
@@ -105,6 +108,43 @@ def parse_env(table: object) -> EnvSpec:
         raise ValueError(f"env.correct_size must be in [1, M = {m}], got {env.correct_size!r}")
 
     return env
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """`[train]`: training and evaluation (module docstring)."""
+
+    optimizer: str = "adam"
+    lr: float = 0.1
+    updates: int = 100
+    group_size: int = 8
+    epochs: int = 1
+    kl_coef: float = 0.0
+    seed: int = 0
+    pass_k: tuple[int, ...] = (1, 4, 16, 64)
+    distinct_k: int = 16
+    fast_compile: bool = False
+
+
+def parse_train(table: object) -> TrainSpec:
+    """Validate the ``[train]`` table.
+
+    Raises:
+        ValueError: naming ``train.<key>`` and the bad value.
+    """
+    tr = TrainSpec(**_fields("train", table, TrainSpec))
+    if tr.optimizer not in OPTIMIZERS:
+        raise ValueError(f"train.optimizer must be one of {list(OPTIMIZERS)}, got {tr.optimizer!r}")
+    for name in ("updates", "group_size", "epochs", "distinct_k"):
+        _int_list(f"train.{name}", (getattr(tr, name),), 1)
+    _int_list("train.seed", (tr.seed,), 0)
+    _int_list("train.pass_k", tr.pass_k, 1)
+    for name in ("lr", "kl_coef"):
+        if isinstance(getattr(tr, name), bool) or not isinstance(getattr(tr, name), float):
+            raise ValueError(f"train.{name} has the wrong type: {getattr(tr, name)!r}")
+    if tr.lr <= 0:
+        raise ValueError(f"train.lr must be > 0, got {tr.lr}")
+    return tr
 
 
 def _tilt(log_pb: np.ndarray, correct: np.ndarray, target: float) -> np.ndarray:
