@@ -1,0 +1,44 @@
+"""The calibration harness (`experiment.calibration`): its truth is what it says it is."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experiment import calibration as C
+
+SMALL = C.Design(problems=24, samples=8, k=8, seeds=2)
+
+
+def test_no_training_is_the_base_point():
+    assert C.true_point(SMALL, 0.3, 0.2, 0.0) == pytest.approx((0.0, 0.0), abs=1e-12)
+
+
+def test_the_reference_path_sharpens_and_a_chosen_lift_is_reached():
+    d = C.Design()
+    x, y = C.true_point(d, *d.ref_settings[0], max(d.checkpoints))
+    assert x > 0.04 and y < -0.04  # GRPO's path: pass@1 up about 5 points, pass@16 down
+    ref = C._true_reference(d)
+    for lift in (0.0, 0.03):
+        a, b = C.method_path(d, lift)
+        assert C._true_lift(d, ref, a, b, C._lift_checkpoint(d)) == pytest.approx(lift, abs=1e-8)
+
+
+def test_a_study_has_the_frontier_layout_and_the_truth_of_each_model():
+    study = C.simulate(SMALL, [("m", 0.05, 0.0)], np.random.default_rng(0))
+    m = 1 + (len(SMALL.ref_settings) + 1) * len(SMALL.checkpoints)
+    assert study.x.shape == study.y.shape == (m, SMALL.seeds, SMALL.problems)
+    assert np.all(study.x[0] == 0) and np.all(study.y[0] == 0)  # the base model is the origin
+    is_ref = np.array(study.models.method) == "grpo"
+    assert np.isnan(study.true_lift[is_ref]).all() and np.isfinite(study.true_lift[~is_ref]).all()
+    assert np.all(np.abs(study.x) <= 1) and np.all(np.abs(study.y) <= 1)
+
+
+def test_calibrate_reports_every_lift_and_the_familywise_rate():
+    out = C.calibrate(SMALL, C.bootstrap_procedure(20), lifts=(0.0, 0.01), per_lift=2,
+                      replicates=3)  # fmt: skip
+    assert set(out["by_lift"]) == {"0", "1"} and out["replicates"] == 3
+    for row in out["by_lift"].values():
+        assert row["n"] + row["outside_range"] == 2 * 3
+        assert 0.0 <= row["coverage"] <= 1.0
+    assert set(out["familywise_null"]) == {"above", "below"}
