@@ -44,6 +44,7 @@ __all__ = [
     "Study",
     "bootstrap_procedure",
     "calibrate",
+    "curve_procedure",
     "method_path",
     "simulate",
     "true_point",
@@ -222,6 +223,20 @@ def bootstrap_procedure(num_resamples: int = 200, level: float = 0.95) -> Proced
         res = frontier.bootstrap_lift(
             study.x, study.y, study.models, study.reference, num_resamples=num_resamples,
             level=level, seed=int(rng.integers(2**31)),
+        )  # fmt: skip
+        return res.lift, res.lo, res.hi
+
+    return run
+
+
+def curve_procedure(num_resamples: int = 200, level: float = 0.95, degree: int = 2) -> Procedure:
+    """The calibrated procedure: `experiment.frontier.curve_lift` (a quadratic reference curve
+    through the base, a normal interval with the problem bootstrap's standard error)."""
+
+    def run(study: Study, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+        res = frontier.curve_lift(
+            study.x, study.y, study.models, study.reference, degree=degree,
+            num_resamples=num_resamples, level=level, seed=int(rng.integers(2**31)),
         )  # fmt: skip
         return res.lift, res.lo, res.hi
 

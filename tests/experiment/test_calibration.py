@@ -42,3 +42,16 @@ def test_calibrate_reports_every_lift_and_the_familywise_rate():
         assert row["n"] + row["outside_range"] == 2 * 3
         assert 0.0 <= row["coverage"] <= 1.0
     assert set(out["familywise_null"]) == {"above", "below"}
+
+
+def test_the_curve_procedure_is_calibrated_in_the_llm_design():
+    """`experiment.frontier.curve_lift` in the default design (the LLM sweep's shape): |bias| ≤ 0.3
+    points, coverage in [0.93, 0.97] and family-wise false verdicts ≤ 0.05, each allowing three
+    Monte Carlo standard errors (300 null and 300 positive comparisons)."""
+    out = C.calibrate(C.Design(), C.curve_procedure(200), lifts=(0.0, 0.03), per_lift=3,
+                      replicates=100, seed=7)  # fmt: skip
+    for row in out["by_lift"].values():
+        assert abs(row["bias"]) <= 0.3 + 3 * row["bias_se"]
+        assert 0.93 - 3 * row["coverage_se"] <= row["coverage"] <= 0.97 + 3 * row["coverage_se"]
+    fw_se = np.sqrt(0.05 * 0.95 / 100)
+    assert max(out["familywise_null"].values()) <= 0.05 + 3 * fw_se

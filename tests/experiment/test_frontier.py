@@ -210,3 +210,30 @@ def test_lift_table_lists_outside_models_without_extrapolating():
     table = report.lift_markdown({"pass_at_k": section}, "intro")
     assert "| m | b | 5 | +50.0 | +20.00 | n/a (above) |" in table
     assert table.count("\n| m |") == 1 and "| grpo |" not in table
+
+
+def test_curve_lift_equals_a_plain_loop():
+    """`curve_lift` against a slow reference: one problem resample at a time, explicit means,
+    a least-squares fit through the origin by the normal equations."""
+    rng = np.random.default_rng(3)
+    m, s, p, b = 6, 2, 7, 30
+    x, y = rng.normal(0.05, 0.1, (m, s, p)), rng.normal(-0.02, 0.1, (m, s, p))
+    models = F.Models(["grpo"] * 4 + ["m", "m"], list("abcdef"), [1, 2, 3, 4, 1, 2])
+    res = F.curve_lift(x, y, models, num_resamples=b, seed=11)
+
+    def lifts(xm, ym):  # xm, ym: (M,) points
+        a = np.stack([xm[:4], xm[:4] ** 2], axis=1)
+        beta = np.linalg.solve(a.T @ a, a.T @ ym[:4])
+        return ym - (beta[0] * xm + beta[1] * xm**2)
+
+    _, problem_idx = F.bootstrap_indices(np.random.default_rng(11), b, s, p)
+    reps = np.array(
+        [lifts(x[:, :, idx].mean((1, 2)), y[:, :, idx].mean((1, 2))) for idx in problem_idx]
+    )
+    est = lifts(x.mean((1, 2)), y.mean((1, 2)))
+    half = 1.959963984540054 * reps.std(axis=0, ddof=1)
+    inside = res.status == "inside"
+    np.testing.assert_allclose(res.lift[inside], est[inside], rtol=1e-10)
+    np.testing.assert_allclose(res.lo[inside], (est - half)[inside], rtol=1e-8)
+    np.testing.assert_allclose(res.hi[inside], (est + half)[inside], rtol=1e-8)
+    assert np.isnan(res.lift[~inside]).all()
