@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -55,3 +57,11 @@ def test_the_curve_procedure_is_calibrated_in_the_llm_design():
         assert 0.93 - 3 * row["coverage_se"] <= row["coverage"] <= 0.97 + 3 * row["coverage_se"]
     fw_se = np.sqrt(0.05 * 0.95 / 100)
     assert max(out["familywise_null"].values()) <= 0.05 + 3 * fw_se
+
+
+def test_cli_smoke_prints_json_for_each_procedure(capsys):
+    from experiment.__main__ import main
+
+    assert main(["calibrate", "--replicates", "2", "--resamples", "5", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"curve", "envelope"} and out["curve"]["mde"] > 0
