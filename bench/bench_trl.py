@@ -748,9 +748,9 @@ def report(res: dict[str, Any]) -> str:
 
 def parse(argv: list[str] | None = None) -> Args:
     """Parse the command line into `Args` (each field's docstring is its help)."""
-    from llm.config import _field_docs
+    from experiment.schema import field_docs
 
-    docs = _field_docs(Args)
+    docs = field_docs(Args)
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     for f in fields(Args):
         default = getattr(Args(), f.name)

@@ -223,7 +223,7 @@ def apply_sets(doc: Mapping[str, Any], sets: Iterable[str]) -> dict[str, Any]:
     Raises:
         ValueError: a pair without ``=`` or with an unknown key (the message names it).
     """
-    from llm.config import parse_value
+    from experiment.schema import parse_value
 
     out = copy.deepcopy(dict(doc))
     for pair in sets:
