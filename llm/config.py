@@ -68,7 +68,7 @@ class DataConfig:
 
     source: str = option(
         "tiny",
-        "tiny (llm.tiny's train stream, countdown only), generate, or file",
+        "tiny (llm.model.tiny's train stream, countdown only), generate, or file",
         choices=DATA_SOURCES,
     )
     path: str = option(
@@ -106,7 +106,7 @@ class EvalConfig:
 
     source: str = option(
         "tiny",
-        "tiny (llm.tiny's held-out stream), generate (the bounds of [data] with `seed`) or file",
+        "tiny (llm.model.tiny's held-out stream), generate (the bounds of [data] with `seed`) or file",
         choices=EVAL_SOURCES,
     )
     paths: list[str] = field(
@@ -144,7 +144,7 @@ class EvalConfig:
 
 @dataclass
 class VLLMConfig:
-    """The colocated vLLM engine of ``backend = "vllm"`` (`llm.vllm_backend.VLLMBackend`)."""
+    """The colocated vLLM engine of ``backend = "vllm"`` (`llm.rollout.vllm_engine.VLLMBackend`)."""
 
     gpu_memory_utilization: float = option(
         0.3,
@@ -180,7 +180,7 @@ class TrainConfig:
     )
     build_base_model: bool = option(
         False,
-        "build the offline tiny base model at `model_path` first (llm.tiny.ensure_base_model)",
+        "build the offline tiny base model at `model_path` first (llm.model.tiny.ensure_base_model)",
     )
     method: str = option(
         "grpo", "shaping method, a key of shaping.METHODS", choices=lambda: sorted(shaping.METHODS)

@@ -403,7 +403,7 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
             raise ValueError(f"eval.{key}: expected an integer >= 1, got {v!r}")
     if not isinstance(evald["seed"], int) or isinstance(evald["seed"], bool):
         raise ValueError(f"eval.seed: expected an integer, got {evald['seed']!r}")
-    from llm.eval import k_values
+    from llm.eval.heldout import k_values
 
     ks = ev.get("ks", k_values(evald["samples"]))
     if (
@@ -547,8 +547,9 @@ def _evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping
     """One model's evaluation record on the paired problems: per-problem correct counts and
     distinct correct solutions, accuracy, Self-BLEU (pass@k follows from the counts,
     `_with_passk`)."""
-    from llm.eval import evaluate
-    from llm.trainer import load_model_and_tokenizer, make_backend
+    from llm.eval.heldout import evaluate
+    from llm.model.load import load_model_and_tokenizer
+    from llm.rollout.backend import make_backend
 
     model, tokenizer = load_model_and_tokenizer(model_path, "cpu")
     backend = make_backend(cfg, model, tokenizer)
@@ -563,7 +564,7 @@ def _evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping
         "seed": ev["seed"],
     }
     if ev["semantic"]:
-        from llm.diversity import load_encoder
+        from llm.eval.diversity import load_encoder
 
         common["encoder"] = load_encoder("cpu")
     start = time.perf_counter()
@@ -608,7 +609,7 @@ def _eval_base(job: _Job) -> dict[str, Any]:
 
 
 def _checkpoint_dir(out: Path, step: int) -> Path:
-    from llm.trainer import CHECKPOINTS
+    from llm.run.checkpoint import CHECKPOINTS
 
     return out / CHECKPOINTS / f"step_{step:06d}"
 
@@ -617,8 +618,9 @@ def _train(job: _Job, cfg: Any) -> tuple[dict[str, Any], bool]:
     """Train `job`'s run unless a finished matching one exists (`llm.reproduce`'s resume rule);
     returns (its marker, whether it was reused)."""
     from llm.config import config_from_dict, config_to_toml
-    from llm.runfolder import read_metrics
-    from llm.trainer import latest_checkpoint, train
+    from llm.run.checkpoint import latest_checkpoint
+    from llm.run.folder import read_metrics
+    from llm.train.trainer import train
 
     out = Path(job.out)
     marker_path = out / RUN_MARKER
@@ -709,7 +711,7 @@ def _run_job(job: _Job) -> dict[str, Any]:
 def _prune(out: Path, last: int) -> None:
     """Keep only the last checkpoint of a finished, evaluated run (it holds the optimizer state
     a longer rerun resumes from)."""
-    from llm.trainer import CHECKPOINTS
+    from llm.run.checkpoint import CHECKPOINTS
 
     keep = _checkpoint_dir(out, last)
     for p in (out / CHECKPOINTS).glob("*"):
@@ -725,7 +727,7 @@ def _eval_problems(spec: SweepSpec, base_cfg: Any) -> tuple[list[Any], str]:
     """The paired evaluation problems: the first ``eval.problems`` of the base config's [eval]
     source (set ``eval.set`` when it names several)."""
     from llm.config import config_from_dict
-    from llm.task import load_eval_sets
+    from llm.data import load_eval_sets
 
     raw = _base_raw(spec)
     raw.setdefault("eval", {})["n_problems"] = spec.eval["problems"]
@@ -773,7 +775,7 @@ def run_sweep(
     base_raw = _base_raw(spec)
     base_cfg = config_from_dict(base_raw)
     if base_cfg.build_base_model:
-        from llm.tiny import ensure_base_model
+        from llm.model.tiny import ensure_base_model
 
         # Here, once: workers building it side by side would race on the folder.
         ensure_base_model(base_cfg.model_path, num_threads=max(1, workers), progress=progress)

@@ -10,9 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from llm import tiny
-from llm.tasks import compact_completion, compact_words, make_prompt, solve
-from llm.tiny import (
+from llm.model import tiny
+from llm.model.tiny import (
     BUILD_FILE,
     SPECIAL_TOKENS,
     TinyConfig,
@@ -26,6 +25,7 @@ from llm.tiny import (
     tiny_problems,
     warm_start,
 )
+from llm.tasks import compact_completion, compact_words, make_prompt, solve
 
 # A few-second build: a small model on a handful of problems.
 SMALL = TinyConfig(
@@ -199,7 +199,7 @@ def test_warm_start_data_is_the_compact_format(tokenizer):
 
 
 def _backend(tokenizer):
-    from llm.rollout import HFGenerateBackend
+    from llm.rollout.hf import HFGenerateBackend
 
     model = build_tiny_model(
         tokenizer, seed=0, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

@@ -36,7 +36,7 @@ _NUMBER_WORD = re.compile(r"(?<!\S)\d+(?!\S)")
 def check_vocabulary(prompts: Sequence[str], tokenizer: Any, where: str) -> None:
     """Refuse prompts that state a number the tokenizer would turn into its unknown token.
 
-    A word-level tokenizer (the tiny model's, `llm.tiny.build_tokenizer`, knows 0..100) maps any
+    A word-level tokenizer (the tiny model's, `llm.model.tiny.build_tokenizer`, knows 0..100) maps any
     other number to ``<unk>``, so the model would be asked an unreadable question and score 0 with
     no warning; byte-level tokenizers never produce an unknown token and always pass. Only the
     distinct number words are encoded, so the check is cheap on large sets.
@@ -102,7 +102,7 @@ def _from_file(cfg: TrainConfig, path: str) -> list[Problem]:
 
 
 def load_train_problems(cfg: TrainConfig, tokenizer: Any = None) -> list[Problem]:
-    """The training problems of ``cfg.data``: llm.tiny's train stream (tasks with ``tiny_data``),
+    """The training problems of ``cfg.data``: llm.model.tiny's train stream (tasks with ``tiny_data``),
     a local file (``TASKS[cfg.task].load``), or generated with ``data.seed``
     (``TASKS[cfg.task].generate``). With a `tokenizer`, their prompts in ``cfg.template`` are
     checked by `check_vocabulary`.
@@ -115,7 +115,7 @@ def load_train_problems(cfg: TrainConfig, tokenizer: Any = None) -> list[Problem
     d = cfg.data
     task = TASKS[cfg.task]
     if d.source == "tiny":
-        from llm.tiny import TinyConfig, tiny_problems
+        from llm.model.tiny import TinyConfig, tiny_problems
 
         problems = tiny_problems(TinyConfig(), "train", d.n_problems)
     elif d.source == "file":
@@ -136,7 +136,7 @@ def load_eval_sets(cfg: TrainConfig) -> dict[str, list[Problem]]:
     ``eval.n_problems``)."""
     e = cfg.eval
     if e.source == "tiny":
-        from llm.tiny import TinyConfig, tiny_problems
+        from llm.model.tiny import TinyConfig, tiny_problems
 
         return {"heldout": tiny_problems(TinyConfig(), "heldout", e.n_problems)}
     if e.source == "generate":
