@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm.data import check_vocabulary
+from llm.eval.diversity import embed
+from llm.model.tokens import check_vocabulary
 from llm.tasks import TASKS, Problem, Task
 from theory.measures import pass_at_k
 
@@ -112,8 +113,6 @@ class _SharedMetrics:
             if sb is not None:
                 self.bleus.append(sb)
         if self.encoder is not None and c >= 2:
-            from llm.eval.diversity import embed
-
             self.cosines.append(_mean_pairwise_cosine(embed(correct, self.encoder)))
         return c
 

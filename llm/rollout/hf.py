@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from llm.model.tiny import check_prompts
+from llm.model.tokens import check_prompts
 from llm.rollout.base import RolloutBatch, response_mask_from_eos, stop_token_ids
 
 
@@ -108,7 +108,7 @@ class HFGenerateBackend:
             ValueError: empty `prompts`, `group_size < 1`, `max_new_tokens < 1`,
                 `temperature <= 0`, `top_p` not in (0, 1], `top_n` not in [0, V], or `top_n > 0`
                 or `want_entropy` without `want_logprobs`.
-            UnrepresentableNumberError, PromptTooLongError (`llm.model.tiny.check_prompts`): a prompt
+            UnrepresentableNumberError, PromptTooLongError (`llm.model.tokens.check_prompts`): a prompt
                 states a number a word-level tokenizer cannot represent, or its tokens plus
                 `max_new_tokens` exceed the model's `max_position_embeddings`.
         """

@@ -36,9 +36,11 @@ from tqdm.auto import tqdm
 import shaping
 from llm.config import TrainConfig, save_config
 from llm.data import Problem, data_indices, drop_long_prompts, load_train_problems
+from llm.eval.diversity import diversity_scores, load_encoder
 from llm.model.load import (
     load_policy_and_reference,
 )
+from llm.model.tiny import BUILD_FILE, ensure_base_model
 from llm.rollout.backend import RolloutBackendLike, make_backend
 from llm.run.checkpoint import (
     CONFIG_CHANGES,
@@ -208,8 +210,6 @@ def _train(
     needs = shaping.METHODS[cfg.method].needs_for(**hyper)
     encoder = None
     if "diversity" in needs:  # the sentence encoder loads only for DSDR
-        from llm.eval.diversity import load_encoder
-
         encoder = load_encoder(info.device)
     # Only a sampler that declares it draws from exactly pi_old can replace the behaviour pass.
     from_policy = getattr(backend, "samples_from_policy", False) is True
@@ -327,8 +327,6 @@ def _score(roll: Any, problems: list[Problem], cfg: TrainConfig, device: str) ->
 
 def _diversity(roll: Any, cfg: TrainConfig, encoder: Any) -> list[list[float]]:
     """DSDR's per-response diversity scores (B, G) of the rollout (`llm.eval.diversity`)."""
-    from llm.eval.diversity import diversity_scores
-
     return diversity_scores(roll.texts, task=cfg.task, encoder=encoder, distinct=cfg.distinct)
 
 
@@ -362,8 +360,6 @@ def _start_run(
                 f.write(json.dumps(record) + "\n")
         save_config(cfg, out / "config.toml")
         if cfg.build_base_model:
-            from llm.model.tiny import BUILD_FILE, ensure_base_model
-
             check_base_model_folder(cfg.model_path, BUILD_FILE)
             ensure_base_model(cfg.model_path)
     if info.enabled:

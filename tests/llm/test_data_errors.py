@@ -82,7 +82,7 @@ def test_corrupt_parquet_names_the_file(task, tmp_path):
 
 
 def test_check_vocabulary_names_the_unknown_numbers():
-    from llm.data import check_vocabulary
+    from llm.model.tokens import check_vocabulary
 
     tok = build_tokenizer(100)
     check_vocabulary(["nums 3 5 target 100 :"], tok, "x")
@@ -101,7 +101,7 @@ class _ByteLevel:
 
 
 def test_check_vocabulary_passes_tokenizers_without_unknowns():
-    from llm.data import check_vocabulary
+    from llm.model.tokens import check_vocabulary
 
     check_vocabulary(["nums 123456789 :"], _ByteLevel(), "x")
 
