@@ -5,7 +5,7 @@ values of Qwen2.5-Math-1.5B, Qwen3-1.7B, Qwen2.5-3B-Instruct and Qwen2.5-Math-7B
 docs/gpu_memory.md) with random weights directly on the device (nothing is downloaded), feeds a
 rollout of random tokens of the config's prompt and response lengths (`--groups` groups of G
 responses, every response at ``max_new_tokens``: the worst case every step meets) to the
-trainer's own `llm.behaviour.behaviour_batch` and `llm.update.update_policy` (one optimizer step
+trainer's own `llm.train.behaviour.behaviour_batch` and `llm.train.update.update_policy` (one optimizer step
 over all rows, with the config's precision, gradient checkpointing, micro-batch, method and KL
 reference), and reports:
 
@@ -123,19 +123,19 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
     """One config: build, one behaviour pass + `--repeats` updates; the measured numbers."""
     import torch
 
-    import llm.forward
+    import llm.model.forward
     import shaping
-    from llm.behaviour import behaviour_batch
     from llm.config import load_config
-    from llm.distributed import DistInfo
-    from llm.models import enable_gradient_checkpointing
-    from llm.rollout import RolloutBatch
-    from llm.update import make_optimizer, update_policy
+    from llm.model.load import enable_gradient_checkpointing
+    from llm.rollout.base import RolloutBatch
+    from llm.run.distributed import DistInfo
+    from llm.train.behaviour import behaviour_batch
+    from llm.train.update import make_optimizer, update_policy
 
     if args.logit_chunk is not None:
-        llm.forward.LOGIT_CHUNK = args.logit_chunk
+        llm.model.forward.LOGIT_CHUNK = args.logit_chunk
         # policy_forward's keyword default was bound at definition: rebind it.
-        llm.forward.policy_forward.__kwdefaults__["logit_chunk"] = args.logit_chunk
+        llm.model.forward.policy_forward.__kwdefaults__["logit_chunk"] = args.logit_chunk
     torch.manual_seed(0)
     base = load_config(ROOT / config)
     groups = args.groups
@@ -167,7 +167,7 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
         "prompt_tokens": p_len,
         "response_tokens": t_len,
         "kl_coef": cfg.kl_coef,
-        "logit_chunk": llm.forward.LOGIT_CHUNK,
+        "logit_chunk": llm.model.forward.LOGIT_CHUNK,
         "attn": args.attn or "default",
         "pad": args.pad,
         "compile": args.compile,
@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=2, help="updates; the last is reported")
     ap.add_argument("--max-new-tokens", type=int, default=0, help="override (0: the config's)")
     ap.add_argument("--prompt-tokens", type=int, default=0, help="0: max_prompt_tokens")
-    ap.add_argument("--logit-chunk", type=int, default=None, help="llm.forward.LOGIT_CHUNK")
+    ap.add_argument("--logit-chunk", type=int, default=None, help="llm.model.forward.LOGIT_CHUNK")
     ap.add_argument("--shape", default=None, choices=sorted(SHAPES), help="override the shape")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--peak-tflops", type=float, default=989.0)

@@ -1,7 +1,7 @@
-"""Benchmark: this project's GRPO trainer (`llm.trainer.train`) next to TRL's `GRPOTrainer`.
+"""Benchmark: this project's GRPO trainer (`llm.train.trainer.train`) next to TRL's `GRPOTrainer`.
 
 Both train the same model (the offline tiny Countdown model by default) on the same prompts in the
-same order (`llm.trainer.data_indices` of the config's training stream, given to TRL as a dataset
+same order (`llm.data.data_indices` of the config's training stream, given to TRL as a dataset
 with ``shuffle_dataset=False``), with the same group size G, prompts per step B, micro-batch,
 max new tokens, temperature, top-p, learning rate, AdamW settings, gradient clipping, number of
 steps, reward (`llm.tasks.compute_score`, format score 0.1) and torch thread count, one after the
@@ -39,7 +39,7 @@ TRL 1.16.0 `trainer/grpo_trainer.py`, `trainer/grpo_config.py`, `trainer/utils.p
 - log-prob head: TRL patches the model with a fused, chunked LM head (`add_fused_lm_head`) that
   projects only the completion positions and returns log-probs and entropy without materializing
   ``(R, P + T, V)`` logits; ours projects the response positions only (``logits_to_keep``;
-  ProGRPO needs all), in blocks of `llm.forward.LOGIT_CHUNK` positions recomputed in the backward
+  ProGRPO needs all), in blocks of `llm.model.forward.LOGIT_CHUNK` positions recomputed in the backward
   pass (one block at the tiny model's lengths), then log-softmax, a gather, and in the behaviour
   pass the entropy and a top-N (``top_n = 3`` in `configs/countdown_tiny.toml`, for the
   Lambda^(n) metrics).
@@ -112,14 +112,11 @@ import numpy as np
 import torch
 
 from llm.config import TrainConfig, load_config, validate
+from llm.data import data_indices, load_train_problems
+from llm.model.load import load_model_and_tokenizer
+from llm.rollout.backend import make_backend
 from llm.tasks import CountdownProblem, compute_score, make_prompt
-from llm.trainer import (
-    data_indices,
-    load_model_and_tokenizer,
-    load_train_problems,
-    make_backend,
-    train,
-)
+from llm.train.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
 GOAL = 0.5
@@ -537,7 +534,7 @@ def resolve_model(args: Args) -> str:
     """`args.model`, or the tiny base model at runs/base_tiny (built on first use, ~1-3 min)."""
     if args.model:
         return args.model
-    from llm.tiny import ensure_base_model
+    from llm.model.tiny import ensure_base_model
 
     return str(ensure_base_model(ROOT / "runs" / "base_tiny"))
 
@@ -748,9 +745,9 @@ def report(res: dict[str, Any]) -> str:
 
 def parse(argv: list[str] | None = None) -> Args:
     """Parse the command line into `Args` (each field's docstring is its help)."""
-    from llm.config import _field_docs
+    from experiment.schema import field_docs
 
-    docs = _field_docs(Args)
+    docs = field_docs(Args)
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     for f in fields(Args):
         default = getattr(Args(), f.name)

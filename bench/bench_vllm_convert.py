@@ -1,5 +1,5 @@
 """Benchmark: converting vLLM's outputs into a `RolloutBatch`, the per-token Python loop against
-the vectorized `llm.vllm_backend.rollout_batch_from_outputs` on vLLM's two log-prob formats (issue
+the vectorized `llm.rollout.vllm_engine.rollout_batch_from_outputs` on vLLM's two log-prob formats (issue
 12 item 6; goal <= 1 us/token).
 
 The outputs are stand-ins shaped like vLLM 0.25.1's (`vllm/outputs.py`: `RequestOutput.outputs`,
@@ -44,8 +44,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llm.tiny import build_tokenizer
-from llm.vllm_backend import rollout_batch_from_outputs
+from llm.model.tiny import build_tokenizer
+from llm.rollout.vllm_engine import rollout_batch_from_outputs
 from tests.llm.reference_convert import reference_rollout_batch_from_outputs
 
 GOAL_US_PER_TOKEN = 1.0

@@ -32,7 +32,7 @@ LOGIT_COPIES = {
     ("backward", "logp"): 4,
     ("backward", "entropy"): 11,
 }
-#: `llm.forward.LOGIT_CHUNK`.
+#: `llm.model.forward.LOGIT_CHUNK`.
 LOGIT_CHUNK = 256
 #: The H100 80GB's capacity as torch reports it (79.18 GiB).
 H100_GIB = 79.18

@@ -28,13 +28,13 @@ import copy
 import itertools
 import json
 import re
-import tomllib
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import shaping
+from experiment.schema import parse_value
 
 __all__ = [
     "COMMON_KEYS",
@@ -296,15 +296,6 @@ def parse_reference(value: object, entries: Sequence[MethodEntry]) -> tuple[str,
     return ref
 
 
-def _set_value(text: str) -> Any:
-    """A ``--set`` value: a TOML literal, else the text itself (so ``method=ds_grpo`` works)."""
-    try:
-        doc = tomllib.loads(f"v = {text}")
-    except tomllib.TOMLDecodeError:
-        return text
-    return doc["v"] if doc.keys() == {"v"} else text
-
-
 def apply_sets(doc: Mapping[str, Any], sets: Iterable[str], keys: Iterable[str]) -> dict[str, Any]:
     """A copy of the parsed sweep `doc` with each ``KEY=VALUE`` applied, e.g. ``seeds=[0]``,
     ``train.steps=20``, ``eval.problems=8``; VALUE is a TOML literal.
@@ -332,5 +323,5 @@ def apply_sets(doc: Mapping[str, Any], sets: Iterable[str], keys: Iterable[str])
             target = target.setdefault(t, {})
             if not isinstance(target, dict):
                 raise ValueError(f"--set {pair!r}: {t} is not a table")
-        target[name] = _set_value(text.strip())
+        target[name] = parse_value(text.strip())
     return out

@@ -32,7 +32,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def _train(args: argparse.Namespace) -> int:
     from llm.config import check_model_path, describe, load_config
-    from llm.trainer import train
+    from llm.train.trainer import train
 
     if args.describe:
         print(describe())
@@ -60,11 +60,13 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
     from llm.config import apply_overrides, config_from_dict, load_config
-    from llm.distributed import check_device
-    from llm.eval import evaluate, write_eval
-    from llm.task import check_data_file, load_eval_sets
+    from llm.data import check_data_file, load_eval_sets
+    from llm.eval.heldout import evaluate, write_eval
+    from llm.model.load import load_model_and_tokenizer
+    from llm.rollout.backend import make_backend
+    from llm.run.checkpoint import latest_checkpoint
+    from llm.run.distributed import check_device
     from llm.tasks import TASKS
-    from llm.trainer import latest_checkpoint, load_model_and_tokenizer, make_backend
 
     if args.config:
         cfg = load_config(args.config, sets=args.sets)
@@ -88,8 +90,10 @@ def _eval(args: argparse.Namespace) -> int:
         sets = {"": task.generate(args.generate, seed, cfg.data)}
     elif args.heldout:
         if not task.tiny_data:
-            raise ValueError(f"--heldout: llm.tiny's held-out problems are not {cfg.task} problems")
-        from llm.tiny import TinyConfig, tiny_problems
+            raise ValueError(
+                f"--heldout: llm.model.tiny's held-out problems are not {cfg.task} problems"
+            )
+        from llm.model.tiny import TinyConfig, tiny_problems
 
         sets = {"": tiny_problems(TinyConfig(), "heldout", args.heldout)}
     else:
@@ -100,7 +104,7 @@ def _eval(args: argparse.Namespace) -> int:
     model, tokenizer = load_model_and_tokenizer(model_path, cfg.device, cfg.precision)
     encoder = None
     if not args.no_semantic:
-        from llm.diversity import load_encoder
+        from llm.eval.diversity import load_encoder
 
         encoder = load_encoder(cfg.device)
     backend = make_backend(cfg, model, tokenizer)
@@ -135,7 +139,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _import_gguf(args: argparse.Namespace) -> int:
-    from llm.gguf_import import find_package_gguf, import_gguf
+    from llm.model.gguf import find_package_gguf, import_gguf
 
     src = find_package_gguf(args.package) if args.package else Path(args.gguf)
     print(f"{import_gguf(src, args.out, args.dtype)}: imported {src}")
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     src = ev.add_mutually_exclusive_group()
     src.add_argument("--problems", help="local .jsonl/.parquet problem file (task of --config)")
     src.add_argument("--generate", type=int, metavar="N", help="generate N problems")
-    src.add_argument("--heldout", type=int, metavar="N", help="llm.tiny's first N held-out")
+    src.add_argument("--heldout", type=int, metavar="N", help="llm.model.tiny's first N held-out")
     ev.add_argument("--n", type=int, help="samples per problem (default: eval.n_samples)")
     ev.add_argument("--out", required=True, help="folder of eval.json and passk.png")
     ev.add_argument("--label", help="name of this model in eval.json (default: folder name)")

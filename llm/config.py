@@ -1,28 +1,25 @@
-"""Training configuration: dataclasses whose fields carry their own documentation and rules.
+"""Training configuration: the declarations of `TrainConfig` and its tables, and the rules
+between fields.
 
-Each field is declared once, with `option` or ``field(default_factory=..., metadata=meta(...))``
-(TRL's ``field(metadata={"help": ...})`` pattern, as in trl/trainer/grpo_config.py): its default,
-help text, choices and bounds live in that one place.
-`validate` is one loop over that metadata plus the cross-field rules of `_cross_field_rules`;
-`describe` (``python -m llm train --describe``) and the comments of the resolved config written to
-``DIR/config.toml`` read the same metadata. A config file holds the top-level fields and four
-one-level tables: ``[hyper]`` (the method's hyper-parameters, names and types as in
-``shaping.METHODS[method].defaults``), ``[data]`` (`DataConfig`), ``[eval]`` (`EvalConfig`) and
-``[vllm]`` (`VLLMConfig`). `apply_overrides` sets any key from ``key=value`` strings (the
-``--set`` of the command line). A bad value or an unknown key raises ``ValueError`` naming it.
+Each field is declared once, with `experiment.schema.option` or ``field(default_factory=...,
+metadata=meta(...))``: its default, help text, choices and bounds live in that one place, and
+`experiment.schema` (one validation loop, `describe`, the ``--set`` parser) reads them.
+`validate` is that loop plus the cross-field rules of `_cross_field_rules` and the method's
+``[hyper]`` check; `describe` (``python -m llm train --describe``) and the comments of the
+resolved config written to ``DIR/config.toml`` read the same metadata. A config file holds the
+top-level fields and four one-level tables: ``[hyper]`` (the method's hyper-parameters, names and
+types as in ``shaping.METHODS[method].defaults``), ``[data]`` (`DataConfig`), ``[eval]``
+(`EvalConfig`) and ``[vllm]`` (`VLLMConfig`). `apply_overrides` sets any key from ``key=value``
+strings (the ``--set`` of the command line). A bad value or an unknown key raises ``ValueError``
+naming it.
 """
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import difflib
-import math
 import os
-import re
 import tomllib
-import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +27,9 @@ from typing import Any
 import numpy as np
 
 import shaping
+from experiment import schema
+from experiment.schema import meta, option, require
+from experiment.store import write_text
 from llm.tasks import TASKS
 
 __all__ = [
@@ -43,9 +43,6 @@ __all__ = [
     "config_to_toml",
     "describe",
     "load_config",
-    "meta",
-    "option",
-    "parse_value",
     "save_config",
     "validate",
 ]
@@ -65,55 +62,13 @@ MAX_LR = 1.0
 """Largest seed: the trainer seeds NumPy's legacy global RNG, which takes 32-bit seeds."""
 
 
-def meta(
-    help: str,
-    *,
-    choices: Sequence[str] | Callable[[], Sequence[str]] = (),
-    ge: float | None = None,
-    gt: float | None = None,
-    le: float | None = None,
-    lt: float | None = None,
-    length: tuple[int, int | None] | None = None,
-    pattern: str | None = None,
-    expect: str = "",
-) -> dict[str, Any]:
-    """The metadata of a config field: its documentation and the rules `validate` applies.
-
-    Args:
-        help: one-sentence documentation (whitespace is collapsed).
-        choices: the allowed strings, or a function giving them when validating (a registry).
-        ge, gt, le, lt: bounds of a number, or of every element of a list of numbers.
-        length: ``(min, max)`` number of elements of a list (``max`` None: unbounded), or
-            characters of a string.
-        pattern: a regular expression a string must match in full.
-        expect: what the field accepts, in words, where the rules above do not say it well.
-    """
-    return {
-        "help": " ".join(help.split()),
-        "choices": choices,
-        "ge": ge,
-        "gt": gt,
-        "le": le,
-        "lt": lt,
-        "length": length,
-        "pattern": pattern,
-        "expect": expect,
-    }
-
-
-def option(default: Any, help: str, **rules: Any) -> Any:
-    """A dataclass field with an immutable `default` and ``metadata=meta(help, **rules)``; list
-    and table fields use ``field(default_factory=..., metadata=meta(...))`` directly."""
-    return field(default=default, metadata=meta(help, **rules))
-
-
 @dataclass
 class DataConfig:
     """Training problems: the tiny model's training stream, generated, or a local file."""
 
     source: str = option(
         "tiny",
-        "tiny (llm.tiny's train stream, countdown only), generate, or file",
+        "tiny (llm.model.tiny's train stream, countdown only), generate, or file",
         choices=DATA_SOURCES,
     )
     path: str = option(
@@ -151,7 +106,7 @@ class EvalConfig:
 
     source: str = option(
         "tiny",
-        "tiny (llm.tiny's held-out stream), generate (the bounds of [data] with `seed`) or file",
+        "tiny (llm.model.tiny's held-out stream), generate (the bounds of [data] with `seed`) or file",
         choices=EVAL_SOURCES,
     )
     paths: list[str] = field(
@@ -189,7 +144,7 @@ class EvalConfig:
 
 @dataclass
 class VLLMConfig:
-    """The colocated vLLM engine of ``backend = "vllm"`` (`llm.vllm_backend.VLLMBackend`)."""
+    """The colocated vLLM engine of ``backend = "vllm"`` (`llm.rollout.vllm_engine.VLLMBackend`)."""
 
     gpu_memory_utilization: float = option(
         0.3,
@@ -225,7 +180,7 @@ class TrainConfig:
     )
     build_base_model: bool = option(
         False,
-        "build the offline tiny base model at `model_path` first (llm.tiny.ensure_base_model)",
+        "build the offline tiny base model at `model_path` first (llm.model.tiny.ensure_base_model)",
     )
     method: str = option(
         "grpo", "shaping method, a key of shaping.METHODS", choices=lambda: sorted(shaping.METHODS)
@@ -399,137 +354,21 @@ class TrainConfig:
         return hyper
 
 
-# ---------------------------------------------------------------------------------------------
-# Field metadata: rules in words, the validation of one value, --describe
-
-_TABLES: dict[str, type] = {"data": DataConfig, "eval": EvalConfig, "vllm": VLLMConfig}
+_TABLES: dict[str, type] = schema.tables(TrainConfig)  # data, eval, vllm
 _METHOD_WIDE = ("kl_coef", "entropy_coef")  # top-level keys, not [hyper] entries
-
-
-def _options(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
-    """(field, resolved type) of every field of `cls` but the sub-tables, in declaration order."""
-    hints = typing.get_type_hints(cls)
-    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if not f.metadata.get("table")]
-
-
-def _field_docs(cls: type) -> dict[str, str]:
-    """The help text of each field of the dataclass `cls` (``metadata["help"]``; '' if none)."""
-    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
-
-
-def _default(f: dataclasses.Field[Any]) -> Any:
-    if f.default_factory is not dataclasses.MISSING:
-        return f.default_factory()
-    return f.default
-
-
-def _choices(meta: Mapping[str, Any]) -> tuple[str, ...]:
-    choices = meta.get("choices") or ()
-    return tuple(choices() if callable(choices) else choices)
-
-
-def _fmt(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else repr(float(x))
-
-
-def _bounds_text(meta: Mapping[str, Any]) -> str:
-    lo = (meta.get("ge"), "[") if meta.get("ge") is not None else (meta.get("gt"), "(")
-    hi = (meta.get("le"), "]") if meta.get("le") is not None else (meta.get("lt"), ")")
-    if lo[0] is not None and hi[0] is not None:
-        return f" in {lo[1]}{_fmt(lo[0])}, {_fmt(hi[0])}{hi[1]}"
-    if lo[0] is not None:
-        return f" {'>=' if lo[1] == '[' else '>'} {_fmt(lo[0])}"
-    if hi[0] is not None:
-        return f" {'<=' if hi[1] == ']' else '<'} {_fmt(hi[0])}"
-    return ""
-
-
-_NOUNS = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
-_PLURALS = {bool: "booleans", int: "integers", float: "finite numbers", str: "strings"}
-
-
-def _rule_text(hint: Any, meta: Mapping[str, Any]) -> str:
-    """What a field accepts, in words (e.g. 'an integer >= 2'): the errors' and --describe's text."""
-    if meta.get("expect"):
-        return meta["expect"]
-    if typing.get_origin(hint) is dict:
-        return "a table"
-    if typing.get_origin(hint) is list:
-        (elem,) = typing.get_args(hint)
-        n_min, n_max = meta.get("length") or (0, None)
-        if n_min == n_max:
-            head = f"a list of {n_min}"
-        else:
-            head = "a non-empty list of" if n_min >= 1 else "a list of"
-            head += f" at most {n_max}" if n_max is not None else ""
-        return f"{head} {_PLURALS[elem]}{_bounds_text(meta)}"
-    if _choices(meta):
-        return f"one of {list(_choices(meta))}"
-    if meta.get("pattern"):
-        return f"a string matching {meta['pattern']!r}"
-    if hint is str and (meta.get("length") or (0,))[0] >= 1:
-        return "a non-empty string"
-    return _NOUNS[hint] + _bounds_text(meta)
-
-
-def _scalar_ok(value: Any, hint: Any, meta: Mapping[str, Any]) -> bool:
-    if hint is bool or hint is str:
-        return isinstance(value, hint)
-    # bool is an int subclass, and an integer is a valid float (TOML writes 1e-4 but also 0).
-    numeric = (int, float) if hint is float else (int,)
-    if isinstance(value, bool) or not isinstance(value, numeric):
-        return False
-    if isinstance(value, float) and not math.isfinite(value):
-        return False
-    return not (
-        (meta.get("ge") is not None and value < meta["ge"])
-        or (meta.get("gt") is not None and value <= meta["gt"])
-        or (meta.get("le") is not None and value > meta["le"])
-        or (meta.get("lt") is not None and value >= meta["lt"])
-    )
-
-
-def _value_ok(value: Any, hint: Any, meta: Mapping[str, Any]) -> bool:
-    """Whether `value` has the type `hint` and obeys the rules in `meta` (see `option`)."""
-    if typing.get_origin(hint) is dict:
-        return isinstance(value, dict)
-    if typing.get_origin(hint) is list:
-        (elem,) = typing.get_args(hint)
-        n_min, n_max = meta.get("length") or (0, None)
-        return (
-            isinstance(value, list)
-            and n_min <= len(value)
-            and (n_max is None or len(value) <= n_max)
-            and all(_scalar_ok(v, elem, meta) for v in value)
-        )
-    if hint is str and isinstance(value, str):
-        n_min, n_max = meta.get("length") or (0, None)
-        choices, pattern = _choices(meta), meta.get("pattern")
-        return (
-            n_min <= len(value)
-            and (n_max is None or len(value) <= n_max)
-            and (not choices or value in choices)
-            and (pattern is None or re.fullmatch(pattern, value) is not None)
-        )
-    return _scalar_ok(value, hint, meta)
 
 
 def describe() -> str:
     """Every config key with its default (as TOML), documentation and accepted values, then each
     method's hyper-parameters with their defaults (the `--help` of a config file)."""
-    lines = []
-    for prefix, cls in (("", TrainConfig), *((f"{n}.", c) for n, c in _TABLES.items())):
-        for f, hint in _options(cls):
-            rule = _rule_text(hint, f.metadata)
-            help_ = f.metadata.get("help", "")
-            lines.append(f"{prefix}{f.name} = {_toml_value(_default(f))}  # {help_} ({rule})")
-    lines += [
+    lines = [
+        schema.describe(TrainConfig),
         "",
         "hyper.NAME = VALUE  # the method's hyper-parameters ([hyper]); per method, with defaults:",
     ]
     for name, m in sorted(shaping.METHODS.items()):
         own = ", ".join(
-            f"{k} = {_toml_value(v)}" for k, v in m.defaults.items() if k not in _METHOD_WIDE
+            f"{k} = {schema.toml_value(v)}" for k, v in m.defaults.items() if k not in _METHOD_WIDE
         )
         lines.append(f"  {name}: {own or '(none)'}")
     return "\n".join(lines)
@@ -539,91 +378,29 @@ def describe() -> str:
 # Loading, --set overrides and validation
 
 
-def _build(cls: type, table: dict[str, Any], where: str) -> Any:
-    known = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(table) - set(known))
-    if unknown:
-        raise ValueError(f"{where}unknown key(s) {unknown}; known: {sorted(known)}")
-    return cls(**table)
-
-
 def config_from_dict(raw: Mapping[str, Any]) -> TrainConfig:
-    """A validated `TrainConfig` from a parsed TOML document.
+    """A validated `TrainConfig` from a parsed TOML document (`experiment.schema.from_dict`).
 
     Raises:
         ValueError: an unknown key or an invalid value (the message names the field).
     """
-    raw = dict(raw)
-    tables = {name: raw.pop(name, {}) for name in _TABLES}
-    for name, table in (*tables.items(), ("hyper", raw.get("hyper", {}))):
-        if not isinstance(table, dict):
-            raise ValueError(f"{name}: expected a table, got {table!r}")
-    cfg = _build(TrainConfig, raw, "")
-    for name, cls in _TABLES.items():
-        setattr(cfg, name, _build(cls, tables[name], f"{name}: "))
+    cfg = schema.from_dict(TrainConfig, raw)
     validate(cfg)
     return cfg
 
 
-def parse_value(text: str) -> Any:
-    """A ``--set`` value: a TOML literal (``3e-4``, ``true``, ``"grpo"``, ``[1, 8]``,
-    ``{seed = 3}``, ``inf``), else `text` itself as a string (so ``method=ds_grpo`` works)."""
-    try:
-        doc = tomllib.loads(f"v = {text}")
-    except tomllib.TOMLDecodeError:
-        return text
-    return doc["v"] if doc.keys() == {"v"} else text
-
-
-def _check_override_key(key: str, pair: str) -> None:
-    *tables, name = key.split(".")
-    top = [f.name for f in dataclasses.fields(TrainConfig)]
-    if not tables:
-        known = top
-    elif len(tables) == 1 and tables[0] == "hyper":
-        return  # the method's names are checked by validate, once the method is known
-    elif len(tables) == 1 and tables[0] in _TABLES:
-        known = [f.name for f in dataclasses.fields(_TABLES[tables[0]])]
-    else:
-        raise ValueError(
-            f"--set {pair}: unknown key {key!r}; dotted keys are TABLE.NAME with TABLE one of "
-            f"{['hyper', *_TABLES]}"
-        )
-    if name not in known:
-        close = difflib.get_close_matches(name, known, n=3)
-        hint = f"did you mean {close}?" if close else f"known: {known}"
-        raise ValueError(f"--set {pair}: unknown key {key!r}; {hint} (see --describe)")
-
-
 def apply_overrides(raw: Mapping[str, Any], pairs: Iterable[str]) -> dict[str, Any]:
-    """A copy of the parsed config `raw` with each ``KEY=VALUE`` of `pairs` applied in order.
+    """A copy of the parsed config `raw` with each ``KEY=VALUE`` of `pairs` applied in order
+    (`experiment.schema.apply_overrides` over `TrainConfig`).
 
     KEY is a top-level key (``lr``) or ``TABLE.NAME`` (``data.seed``, ``vllm.dtype``,
-    ``hyper.gamma_p``); VALUE is parsed by `parse_value`. A table value (``data={seed = 3}``) is
-    merged into the table. Values are checked later, by `config_from_dict`.
+    ``hyper.gamma_p``); VALUE is parsed by `experiment.schema.parse_value`. A table value
+    (``data={seed = 3}``) is merged into the table. Values are checked later, by `config_from_dict`.
 
     Raises:
         ValueError: a pair without ``=``, or an unknown key (the message names the pair).
     """
-    out = copy.deepcopy(dict(raw))
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"--set {pair!r}: expected KEY=VALUE (e.g. lr=3e-4 or data.seed=3)")
-        _check_override_key(key, pair)
-        value = parse_value(text.strip())
-        *tables, name = key.split(".")
-        target = out
-        for t in tables:
-            target = target.setdefault(t, {})
-            if not isinstance(target, dict):
-                raise ValueError(f"--set {pair}: [{t}] of the config is {target!r}, not a table")
-        if isinstance(value, dict) and isinstance(target.get(name), dict):
-            target[name] = {**target[name], **value}
-        else:
-            target[name] = value
-    return out
+    return schema.apply_overrides(TrainConfig, raw, pairs, example="lr=3e-4 or data.seed=3")
 
 
 def load_config(
@@ -668,28 +445,15 @@ def check_model_path(cfg: TrainConfig) -> None:
         )
 
 
-def _require(ok: bool, name: str, value: object, expect: str) -> None:
-    if not ok:
-        raise ValueError(f"{name}: expected {expect}, got {value!r}")
-
-
 def validate(cfg: TrainConfig) -> None:
     """Check every field of `cfg` and its tables against its metadata (type, choices, bounds; see
-    `option`), then the rules between fields (`_cross_field_rules`), then the method's
-    hyper-parameters (`_validate_hyper`).
+    `experiment.schema.meta`), then the rules between fields (`_cross_field_rules`), then the
+    method's hyper-parameters (`_validate_hyper`).
 
     Raises:
         ValueError: the first invalid field, named with its value.
     """
-    for prefix, obj in (("", cfg), *((f"{n}.", getattr(cfg, n)) for n in _TABLES)):
-        for f, hint in _options(type(obj)):
-            value = getattr(obj, f.name)
-            _require(
-                _value_ok(value, hint, f.metadata),
-                prefix + f.name,
-                value,
-                _rule_text(hint, f.metadata),
-            )
+    schema.check_fields(cfg)
     _cross_field_rules(cfg)
     _validate_hyper(cfg)
 
@@ -702,43 +466,43 @@ def _cross_field_rules(c: TrainConfig) -> None:
                 f"hyper.{key} = {c.hyper[key]!r}: set the top-level {key} instead"
                 + (" (it also loads the reference)" if key == "kl_coef" else "")
             )
-    _require(
+    require(
         c.prompts_per_update == 0 or c.prompts_per_step % c.prompts_per_update == 0,
         "prompts_per_update",
         c.prompts_per_update,
         f"0 or an integer dividing prompts_per_step ({c.prompts_per_step})",
     )
     task = TASKS[c.task]
-    _require(
+    require(
         c.template in task.templates, "template", c.template, f"one of {task.templates} ({c.task})"
     )
     if c.backend == "vllm":
-        _require(c.device.startswith("cuda"), "device", c.device, "cuda with backend = vllm")
+        require(c.device.startswith("cuda"), "device", c.device, "cuda with backend = vllm")
     d, e = c.data, c.eval
     if not task.tiny_data:
-        _require(d.source != "tiny", "data.source", d.source, f"generate or file (task = {c.task})")
-        _require(e.source != "tiny", "eval.source", e.source, f"generate or file (task = {c.task})")
-    _require(
+        require(d.source != "tiny", "data.source", d.source, f"generate or file (task = {c.task})")
+        require(e.source != "tiny", "eval.source", e.source, f"generate or file (task = {c.task})")
+    require(
         (d.source == "file") == bool(d.path), "data.path", d.path, "set iff data.source = 'file'"
     )
-    _require(all(e.paths), "eval.paths", e.paths, "a list of file paths (none empty)")
-    _require(
+    require(all(e.paths), "eval.paths", e.paths, "a list of file paths (none empty)")
+    require(
         (e.source == "file") == bool(e.paths), "eval.paths", e.paths, "set iff eval.source = 'file'"
     )
-    _require(
+    require(
         d.max_number >= d.min_number,
         "data.max_number",
         d.max_number,
         f"an integer >= data.min_number ({d.min_number})",
     )
-    _require(
+    require(
         d.max_target >= d.min_target,
         "data.max_target",
         d.max_target,
         f"an integer >= data.min_target ({d.min_target})",
     )
     if e.source == d.source == "generate":
-        _require(e.seed != d.seed, "eval.seed", e.seed, f"a seed other than data.seed ({d.seed})")
+        require(e.seed != d.seed, "eval.seed", e.seed, f"a seed other than data.seed ({d.seed})")
 
 
 def _validate_hyper(c: TrainConfig) -> None:
@@ -753,12 +517,12 @@ def _validate_hyper(c: TrainConfig) -> None:
                 f"hyper.{key} = {value!r}: not a hyper-parameter of {c.method}; known: {known}"
             )
         default = method.defaults[key]
-        if type(default) in _NOUNS:
-            _require(
-                _value_ok(value, type(default), {}),
+        if type(default) in schema.NOUNS:
+            require(
+                schema.value_ok(value, type(default), {}),
                 f"hyper.{key}",
                 value,
-                f"{_rule_text(type(default), {})} (as {c.method}'s default {default!r})",
+                f"{schema.rule_text(type(default), {})} (as {c.method}'s default {default!r})",
             )
     try:
         needs = method.needs_for(**c.method_hyper())
@@ -772,53 +536,32 @@ def _validate_hyper(c: TrainConfig) -> None:
 # Writing TOML (flat keys and one-level tables are all a config holds)
 
 
-def _toml_value(v: object) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            raise ValueError(f"cannot write non-finite float {v!r} to TOML")
-        return repr(v)
-    if isinstance(v, str):
-        # JSON string escapes are valid TOML basic-string escapes for these characters.
-        escaped = v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return f'"{escaped}"'
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    raise ValueError(f"cannot write {type(v).__name__} {v!r} to TOML")
-
-
 def config_to_toml(cfg: TrainConfig) -> str:
     """The resolved config as TOML: top-level keys, then [hyper] (with the method's defaults filled
     in), [data], [eval] and [vllm]. `load_config` of the result gives back an equal config."""
-    docs = _field_docs(TrainConfig)
+    docs = schema.field_docs(TrainConfig)
     lines = ["# Resolved training config (llm/config.py documents every key)."]
-    for f, _ in _options(TrainConfig):
+    for f, _ in schema.options(TrainConfig):
         if f.name == "hyper":
             continue
-        lines.append(f"{f.name} = {_toml_value(getattr(cfg, f.name))}  # {docs[f.name]}")
+        lines.append(f"{f.name} = {schema.toml_value(getattr(cfg, f.name))}  # {docs[f.name]}")
     defaults = {
         k: v for k, v in shaping.METHODS[cfg.method].defaults.items() if k not in _METHOD_WIDE
     }
     hyper = {**defaults, **cfg.hyper}
     lines += ["", "[hyper]  # method hyper-parameters, resolved with the method's defaults"]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in hyper.items()]
+    lines += [f"{k} = {schema.toml_value(v)}" for k, v in hyper.items()]
     for name in _TABLES:
         sub = getattr(cfg, name)
-        sub_docs = _field_docs(type(sub))
+        sub_docs = schema.field_docs(type(sub))
         lines += ["", f"[{name}]"]
         for f in dataclasses.fields(sub):
-            lines.append(f"{f.name} = {_toml_value(getattr(sub, f.name))}  # {sub_docs[f.name]}")
+            lines.append(
+                f"{f.name} = {schema.toml_value(getattr(sub, f.name))}  # {sub_docs[f.name]}"
+            )
     return "\n".join(lines) + "\n"
 
 
 def save_config(cfg: TrainConfig, path: str | os.PathLike[str]) -> None:
-    """Write `config_to_toml(cfg)` to `path` atomically (temp file, then rename)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(config_to_toml(cfg), encoding="utf-8")
-    tmp.replace(path)
+    """Write `config_to_toml(cfg)` to `path` atomically (`experiment.store.write_text`)."""
+    write_text(path, config_to_toml(cfg))

@@ -64,7 +64,7 @@ DEFAULT_METHODS: tuple[str, ...] = ("grpo", "ds_grpo", "entropy_bonus", "casp", 
 
 
 def _quick_tiny() -> Any:
-    from llm.tiny import TinyConfig
+    from llm.model.tiny import TinyConfig
 
     # Same problem distribution (so the same held-out problems), a model that builds in seconds.
     return TinyConfig(
@@ -347,8 +347,8 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
     """
     import time
 
+    from llm.model.tiny import TinyConfig, ensure_base_model
     from llm.sweep import run_sweep, write_reports
-    from llm.tiny import TinyConfig, ensure_base_model
 
     s = settings.resolved()
     assert s.figures is not None

@@ -54,6 +54,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers.utils import logging as hf_logging
 
 import numerics
 import shaping
@@ -67,6 +70,16 @@ from experiment.spec import (
     parse_seeds,
 )
 from experiment.store import read_json, write_json
+from llm.config import TrainConfig, config_from_dict, config_to_toml
+from llm.data import load_eval_sets
+from llm.eval.diversity import load_encoder
+from llm.eval.heldout import evaluate, k_values
+from llm.model.load import load_model_and_tokenizer
+from llm.model.tiny import ensure_base_model
+from llm.rollout.backend import make_backend
+from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint
+from llm.run.folder import read_metrics
+from llm.train.trainer import train
 from theory.measures import pass_at_k
 
 __all__ = [
@@ -128,15 +141,8 @@ def default_workers() -> int:
 
 def _quiet_worker() -> None:
     """One torch thread (see `llm.reproduce`) and no per-checkpoint loading bars."""
-    import torch
-
     torch.set_num_threads(1)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:
-        pass
+    hf_logging.disable_progress_bar()
 
 
 def map_jobs(
@@ -150,8 +156,6 @@ def map_jobs(
 ) -> list[Any]:
     """`fn` over `jobs` (results in job order) with a tqdm bar over finished jobs; inline when
     ``workers <= 1``, else in `workers` spawned processes."""
-    from tqdm.auto import tqdm
-
     results: list[Any] = [None] * len(jobs)
     bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="run")
     if workers <= 1 or len(jobs) <= 1:
@@ -223,7 +227,6 @@ class SweepSpec:
 def _split_params(method: str, params: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The raw-config updates of one setting: hyper-parameters of `method` go to [hyper],
     train-config keys (plain or dotted) to their place."""
-    from llm.config import TrainConfig
 
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     hyper_names = set(shaping.METHODS[method].defaults)
@@ -275,7 +278,6 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         ValueError: an unknown or missing key, or an invalid value (the message names the key).
         FileNotFoundError: the base config does not exist.
     """
-    from llm.config import config_from_dict
 
     unknown = sorted(set(doc) - _TOP_KEYS)
     if unknown:
@@ -321,7 +323,6 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
             raise ValueError(f"eval.{key}: expected an integer >= 1, got {v!r}")
     if not isinstance(evald["seed"], int) or isinstance(evald["seed"], bool):
         raise ValueError(f"eval.seed: expected an integer, got {evald['seed']!r}")
-    from llm.eval import k_values
 
     ks = ev.get("ks", k_values(evald["samples"]))
     if (
@@ -437,8 +438,6 @@ def _evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping
     """One model's evaluation record on the paired problems: per-problem correct counts and
     distinct correct solutions, accuracy, Self-BLEU (pass@k follows from the counts,
     `_with_passk`)."""
-    from llm.eval import evaluate
-    from llm.trainer import load_model_and_tokenizer, make_backend
 
     model, tokenizer = load_model_and_tokenizer(model_path, "cpu")
     backend = make_backend(cfg, model, tokenizer)
@@ -453,8 +452,6 @@ def _evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping
         "seed": ev["seed"],
     }
     if ev["semantic"]:
-        from llm.diversity import load_encoder
-
         common["encoder"] = load_encoder("cpu")
     start = time.perf_counter()
     r = evaluate(backend, cfg.task, problems, distinct=cfg.distinct, **common)
@@ -482,7 +479,6 @@ def _with_passk(record: Mapping[str, Any], ks: Sequence[int]) -> dict[str, Any]:
 
 
 def _eval_base(job: _Job) -> dict[str, Any]:
-    from llm.config import config_from_dict
 
     _quiet_worker()
     cfg = config_from_dict(job.raw)
@@ -497,7 +493,6 @@ def _eval_base(job: _Job) -> dict[str, Any]:
 
 
 def _checkpoint_dir(out: Path, step: int) -> Path:
-    from llm.trainer import CHECKPOINTS
 
     return out / CHECKPOINTS / f"step_{step:06d}"
 
@@ -505,9 +500,6 @@ def _checkpoint_dir(out: Path, step: int) -> Path:
 def _train(job: _Job, cfg: Any) -> tuple[dict[str, Any], bool]:
     """Train `job`'s run unless a finished matching one exists (`llm.reproduce`'s resume rule);
     returns (its marker, whether it was reused)."""
-    from llm.config import config_from_dict, config_to_toml
-    from llm.runfolder import read_metrics
-    from llm.trainer import latest_checkpoint, train
 
     out = Path(job.out)
     marker_path = out / RUN_MARKER
@@ -559,7 +551,6 @@ def _run_job(job: _Job) -> dict[str, Any]:
     """Train (or reuse) one run and evaluate (or reuse) each of its checkpoints; runs in a
     worker process. Returns ``{"models": {step: record}, "reused_run", "reused_evals",
     "train_seconds"}``."""
-    from llm.config import config_from_dict
 
     if job.setting is None:
         return _eval_base(job)
@@ -598,7 +589,6 @@ def _run_job(job: _Job) -> dict[str, Any]:
 def _prune(out: Path, last: int) -> None:
     """Keep only the last checkpoint of a finished, evaluated run (it holds the optimizer state
     a longer rerun resumes from)."""
-    from llm.trainer import CHECKPOINTS
 
     keep = _checkpoint_dir(out, last)
     for p in (out / CHECKPOINTS).glob("*"):
@@ -613,8 +603,6 @@ def _prune(out: Path, last: int) -> None:
 def _eval_problems(spec: SweepSpec, base_cfg: Any) -> tuple[list[Any], str]:
     """The paired evaluation problems: the first ``eval.problems`` of the base config's [eval]
     source (set ``eval.set`` when it names several)."""
-    from llm.config import config_from_dict
-    from llm.task import load_eval_sets
 
     raw = _base_raw(spec)
     raw.setdefault("eval", {})["n_problems"] = spec.eval["problems"]
@@ -653,7 +641,6 @@ def run_sweep(
     Raises:
         ValueError: invalid evaluation settings (e.g. more problems than the set holds).
     """
-    from llm.config import config_from_dict
 
     t_start = time.perf_counter()
     out = Path(out)
@@ -662,8 +649,6 @@ def run_sweep(
     base_raw = _base_raw(spec)
     base_cfg = config_from_dict(base_raw)
     if base_cfg.build_base_model:
-        from llm.tiny import ensure_base_model
-
         # Here, once: workers building it side by side would race on the folder.
         ensure_base_model(base_cfg.model_path, num_threads=max(1, workers), progress=progress)
     base_sha = weights_sha(base_cfg.model_path)

@@ -8,33 +8,31 @@ Pure Python and numpy: no torch, no transformers; `datasets`/pyarrow only inside
 loaders; math-verify only inside the math grader.
 """
 
-from llm.tasks.countdown import (
-    COMPACT_WORDS,
+from llm.tasks.countdown.grading import (
     CORRECT_SCORE,
-    COUNTDOWN,
     FORMAT_SCORE,
-    TEMPLATES,
-    CountdownProblem,
     Verdict,
-    compact_completion,
-    compact_words,
     compute_score,
     extract_answer,
-    generate_problems,
-    load_problems,
-    make_prompt,
-    problem_from_row,
     solves,
     verify,
-    write_problems_jsonl,
 )
-from llm.tasks.countdown_solver import (
+from llm.tasks.countdown.loaders import load_problems, write_problems_jsonl
+from llm.tasks.countdown.problem import CountdownProblem, generate_problems, problem_from_row
+from llm.tasks.countdown.solver import (
     MAX_SOLVER_NUMBERS,
     count_solutions,
-    solution_key,
     solution_multiplicity,
     solve,
     solve_brute_force,
+)
+from llm.tasks.countdown.task import (
+    COMPACT_WORDS,
+    COUNTDOWN,
+    TEMPLATES,
+    compact_completion,
+    compact_words,
+    make_prompt,
 )
 from llm.tasks.expr import (
     MAX_DEPTH,
@@ -46,27 +44,28 @@ from llm.tasks.expr import (
     evaluate,
     leaves,
     parse_expression,
+    solution_key,
     to_infix,
 )
-from llm.tasks.math import (
-    BOXED_INSTRUCTION,
+from llm.tasks.math.grading import (
     GRADE_TIMEOUT_S,
-    MATH,
-    MATH_LAYOUTS,
-    MATH_TEMPLATES,
     MAX_ANSWER_CHARS,
     MAX_ANSWER_DEPTH,
-    MathProblem,
     MathVerdict,
     answers_equivalent,
     compute_math_score,
     extract_boxed,
-    generate_math_problems,
-    load_math_problems,
-    make_math_prompt,
     math_verdict,
-    write_math_jsonl,
 )
+from llm.tasks.math.loaders import MATH_LAYOUTS, load_math_problems, write_math_jsonl
+from llm.tasks.math.problem import (
+    BOXED_INSTRUCTION,
+    MATH_TEMPLATES,
+    MathProblem,
+    generate_math_problems,
+    make_math_prompt,
+)
+from llm.tasks.math.task import MATH
 from llm.tasks.registry import TASKS, Problem, Task, UnknownTaskError, register_task
 
 register_task(COUNTDOWN)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import ast
 from fractions import Fraction
-from typing import TypeAlias
+from typing import Literal, TypeAlias
 
 Expr: TypeAlias = "int | tuple[str, Expr, Expr]"
 
@@ -215,3 +215,12 @@ def _flatten(expr: Expr, pos: bool, plus: str, minus: str, out: list[tuple[bool,
     op, left, right = expr
     _flatten(left, pos, plus, minus, out)
     _flatten(right, pos if op == plus else not pos, plus, minus, out)
+
+
+Distinct = Literal["commutative", "ac"]
+"""What makes two solutions different: commutativity of + and *, or also associativity."""
+
+
+def solution_key(expr: Expr, *, distinct: Distinct = "commutative") -> str:
+    """The class key of `expr` under `distinct`: equal keys, same solution."""
+    return commutative_key(expr) if distinct == "commutative" else ac_key(expr)

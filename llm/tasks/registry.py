@@ -2,8 +2,8 @@
 
 A task is one frozen `Task` record of plain functions: where its problems come from (`load`,
 `generate`), how a problem becomes a prompt (`prompt`), how a response is rewarded (`score`) and
-what counts as the same answer (`answer_key`, used for distinct answers in `llm.eval` and DSDR's
-formula uniqueness in `llm.diversity`). The trainer, the evaluator and the config look tasks up in
+what counts as the same answer (`answer_key`, used for distinct answers in `llm.eval.heldout` and DSDR's
+formula uniqueness in `llm.eval.diversity`). The trainer, the evaluator and the config look tasks up in
 `TASKS` by the config's ``task`` name and never inspect a problem's type, so adding a task is one
 module defining a `Task` plus one `register_task` call (see `llm.tasks.__init__`).
 """
@@ -55,7 +55,7 @@ class Task:
             ``solution_coverage``.
         format_key: another name under which evaluation reports ``format_rate`` (math's older
             ``boxed_rate``), or None.
-        tiny_data: whether `llm.tiny`'s train and held-out streams (``data.source = "tiny"``)
+        tiny_data: whether `llm.model.tiny`'s train and held-out streams (``data.source = "tiny"``)
             hold this task's problems.
     """
 

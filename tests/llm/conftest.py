@@ -26,7 +26,7 @@ TEST_MAX_NUMBER = 30
 def save_random_tiny_model(path, max_number: int = TEST_MAX_NUMBER) -> str:
     """A random one-layer causal LM (Qwen2-style Llama) with the word-level tokenizer of numbers up
     to `max_number`, saved at `path` with save_pretrained (seconds, unlike the warm-started base)."""
-    from llm.tiny import build_tiny_model, build_tokenizer
+    from llm.model.tiny import build_tiny_model, build_tokenizer
 
     tok = build_tokenizer(max_number)
     model = build_tiny_model(

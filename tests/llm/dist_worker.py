@@ -19,10 +19,10 @@ import numpy as np
 import torch
 
 from llm.config import config_from_dict
-from llm.rollout import RolloutBatch
-from llm.task import load_train_problems
+from llm.data import load_train_problems
+from llm.rollout.base import RolloutBatch
 from llm.tasks import TASKS, compact_completion, solve
-from llm.trainer import train
+from llm.train.trainer import train
 
 
 class ScriptedBackend:
@@ -133,8 +133,8 @@ def _share(model: str, out: str, answers: dict[str, str]) -> None:
     import json
     from pathlib import Path
 
-    from llm.distributed import generate_shared, init_distributed
-    from llm.models import load_tokenizer
+    from llm.model.load import load_tokenizer
+    from llm.run.distributed import generate_shared, init_distributed
 
     info = init_distributed("cpu")
     mine = sorted(answers)[2 * info.rank : 2 * info.rank + 2]

@@ -29,12 +29,12 @@ import numerics  # noqa: F401  (first: pins the numeric code paths before numpy,
 import torch
 from dist_worker import ScriptedBackend
 
-import llm.trainer
-import llm.update
+import llm.train.trainer
+import llm.train.update
 from llm.config import config_from_dict
-from llm.task import load_train_problems
+from llm.data import load_train_problems
 from llm.tasks import TASKS, compact_completion, solve
-from llm.trainer import train
+from llm.train.trainer import train
 
 
 def _local_numel(t: torch.Tensor | None) -> int:
@@ -99,12 +99,12 @@ class Recorder:
         self.ref: torch.nn.Module | None = None
         self.grad_counts: list[int] = []
         self.forward_seen: list[dict[str, object]] = []
-        self._wrap_policy = llm.trainer.wrap_policy
-        self._wrap_reference = llm.trainer.wrap_reference
-        self._grad_sync = llm.update.grad_sync
-        llm.trainer.wrap_policy = self.wrap_policy
-        llm.trainer.wrap_reference = self.wrap_reference
-        llm.update.grad_sync = self.grad_sync
+        self._wrap_policy = llm.train.trainer.wrap_policy
+        self._wrap_reference = llm.train.trainer.wrap_reference
+        self._grad_sync = llm.train.update.grad_sync
+        llm.train.trainer.wrap_policy = self.wrap_policy
+        llm.train.trainer.wrap_reference = self.wrap_reference
+        llm.train.update.grad_sync = self.grad_sync
 
     def wrap_policy(self, *args, **kw):
         self.policy = self._wrap_policy(*args, **kw)

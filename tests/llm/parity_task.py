@@ -1,6 +1,6 @@
 """A new task in one file: the parity of a few bits, registered as ``TASKS["parity"]``.
 
-The prompt ``nums 1 0 1 :`` uses only words of the tiny model's vocabulary (`llm.tiny`); the
+The prompt ``nums 1 0 1 :`` uses only words of the tiny model's vocabulary (`llm.model.tiny`); the
 answer is ``<answer> 0 </answer>`` (even number of ones) or ``<answer> 1 </answer>``. This is what
 a contributor writes to add a task: problems, a generator, a loader, a prompt, a verifier and an
 answer key, then one `register_task` call; nothing else in the package changes.

@@ -1,4 +1,4 @@
-"""The per-token Python conversion of vLLM outputs that `llm.vllm_backend.rollout_batch_from_outputs`
+"""The per-token Python conversion of vLLM outputs that `llm.rollout.vllm_engine.rollout_batch_from_outputs`
 replaced (issue 12 item 6), kept verbatim as the slow, obviously-correct reference: the tests check
 the vectorized version equals it, and `bench/bench_vllm_convert.py` times both."""
 
@@ -12,8 +12,8 @@ import numerics  # noqa: F401  (first: pins the numeric code paths before numpy,
 # isort: split
 import torch
 
-from llm.rollout import RolloutBatch
-from llm.vllm_backend import LogprobLike, RequestOutputLike
+from llm.rollout.base import RolloutBatch
+from llm.rollout.vllm_convert import LogprobLike, RequestOutputLike
 
 
 def reference_rollout_batch_from_outputs(

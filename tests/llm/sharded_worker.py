@@ -29,7 +29,7 @@ import torch
 from dist_worker import main as run_worker
 from torch.distributed.checkpoint import FileSystemReader
 
-import llm.trainer
+import llm.train.trainer
 
 
 def _numel(obj: Any) -> int:
@@ -46,7 +46,7 @@ def _install_probes(probe: dict[str, Any]) -> None:
     read_data, load, restore = (
         FileSystemReader.read_data,
         torch.load,
-        llm.trainer.restore_checkpoint,
+        llm.train.trainer.restore_checkpoint,
     )
 
     def recording_read_data(self, plan, planner):
@@ -81,7 +81,7 @@ def _install_probes(probe: dict[str, Any]) -> None:
 
     FileSystemReader.read_data = recording_read_data
     torch.load = recording_load
-    llm.trainer.restore_checkpoint = recording_restore
+    llm.train.trainer.restore_checkpoint = recording_restore
 
 
 def main(model: str, out: str, mode: str) -> None:

@@ -1,4 +1,4 @@
-"""The chunked output head of `llm.forward.policy_forward` (issue 12 item 7): values and
+"""The chunked output head of `llm.model.forward.policy_forward` (issue 12 item 7): values and
 gradients equal to the plain full-logits path, and a lower peak memory at a 150k vocabulary."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from llm.forward import Rows, build_rows, policy_forward  # noqa: E402
+from llm.model.forward import Rows, build_rows, policy_forward  # noqa: E402
 from tests.tolerance import assert_close  # noqa: E402
 
 
@@ -152,7 +152,7 @@ _PEAK_SCRIPT = textwrap.dedent(
     """
     import json, resource, sys
     import torch, transformers
-    from llm.forward import build_rows, policy_forward
+    from llm.model.forward import build_rows, policy_forward
     torch.set_num_threads(1)
     chunk = int(sys.argv[1])
     vocab, t = 150_000, 256

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from experiment.schema import parse_value
 from llm.config import (
     DataConfig,
     EvalConfig,
@@ -22,7 +23,6 @@ from llm.config import (
     config_to_toml,
     describe,
     load_config,
-    parse_value,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

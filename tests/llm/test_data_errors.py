@@ -9,8 +9,8 @@ import re
 import pytest
 
 from llm.config import config_from_dict
+from llm.model.tiny import build_tokenizer
 from llm.tasks import CountdownProblem, load_math_problems, load_problems, write_problems_jsonl
-from llm.tiny import build_tokenizer
 
 LOADERS = {"countdown": load_problems, "math": load_math_problems}
 GOOD = {
@@ -82,7 +82,7 @@ def test_corrupt_parquet_names_the_file(task, tmp_path):
 
 
 def test_check_vocabulary_names_the_unknown_numbers():
-    from llm.task import check_vocabulary
+    from llm.model.tokens import check_vocabulary
 
     tok = build_tokenizer(100)
     check_vocabulary(["nums 3 5 target 100 :"], tok, "x")
@@ -101,13 +101,13 @@ class _ByteLevel:
 
 
 def test_check_vocabulary_passes_tokenizers_without_unknowns():
-    from llm.task import check_vocabulary
+    from llm.model.tokens import check_vocabulary
 
     check_vocabulary(["nums 123456789 :"], _ByteLevel(), "x")
 
 
 def test_training_numbers_above_the_vocabulary_are_refused(tiny_model_path, tmp_path):
-    from llm.trainer import train
+    from llm.train.trainer import train
 
     # The test tokenizer knows 0..30 (tests/llm/conftest.py); targets up to 200 do not fit.
     cfg = config_from_dict(

@@ -1,5 +1,5 @@
 """Data parallelism: one update step over 2 gloo processes (torchrun; DDP and FSDP2) gives the
-parameters of the single-process step on the same global batch (llm/distributed.py)."""
+parameters of the single-process step on the same global batch (llm/run/distributed.py)."""
 
 from __future__ import annotations
 

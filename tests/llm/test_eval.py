@@ -10,9 +10,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from llm.__main__ import main
-from llm.eval import distinct_n, evaluate, k_values, self_bleu, write_eval
+from llm.eval.heldout import distinct_n, evaluate, k_values, self_bleu, write_eval
+from llm.model.load import load_tokenizer
 from llm.tasks import generate_problems, write_problems_jsonl
-from llm.trainer import load_tokenizer
 from tests.llm.test_trainer import MAX_NUMBER, PlantingBackend
 
 KEYS = {
@@ -100,7 +100,7 @@ class ScriptedMathBackend:
 
 
 def test_evaluate_math_closed_form():
-    from llm.tasks.math import generate_math_problems, make_math_prompt
+    from llm.tasks.math.task import generate_math_problems, make_math_prompt
 
     problems = generate_math_problems(3, seed=0)
     answers = {make_math_prompt(p, "plain"): p.answer for p in problems}
@@ -117,7 +117,7 @@ def test_evaluate_math_closed_form():
 
 
 def test_evaluate_refuses_a_template_of_another_task():
-    from llm.tasks.math import generate_math_problems
+    from llm.tasks.math.task import generate_math_problems
 
     with pytest.raises(ValueError, match=r"template: expected one of .*'math'.*'compact'"):
         evaluate(ScriptedMathBackend({}, 1), "math", generate_math_problems(1, seed=0),
@@ -141,7 +141,8 @@ def test_eval_generate_builds_the_config_task_problems(tiny_model_path, tmp_path
 
 
 def test_eval_command_reads_the_config_eval_sets(tiny_model_path, tmp_path):
-    from llm.tasks.math import generate_math_problems, write_math_jsonl
+    from llm.tasks.math.loaders import write_math_jsonl
+    from llm.tasks.math.task import generate_math_problems
 
     for name in ("aime", "amc"):
         write_math_jsonl(generate_math_problems(2, seed=len(name)), tmp_path / f"{name}.jsonl")
@@ -194,7 +195,7 @@ class RecordingBackend:
     ],
 )
 def test_sample_texts_in_bounded_chunks_texts_only(n, cap, per_batch, calls):
-    from llm.eval import _sample_texts
+    from llm.eval.heldout import _sample_texts
 
     prompts = [f"p{b}" for b in range(5)]
     backend = RecordingBackend()

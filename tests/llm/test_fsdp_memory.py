@@ -137,7 +137,7 @@ def _metrics(out: Path) -> dict[str, float]:
 
 def test_one_process_keeps_autocast_and_the_reference_whole():
     """Without FSDP2 nothing changes: the model is returned as is and bf16-mixed keeps autocast."""
-    from llm.distributed import DistInfo, autocast_precision, wrap_policy, wrap_reference
+    from llm.run.distributed import DistInfo, autocast_precision, wrap_policy, wrap_reference
 
     model = torch.nn.Linear(2, 2)
     assert wrap_policy(model, DistInfo(), "fsdp2", "bf16-mixed") is model

@@ -20,9 +20,9 @@ import numerics  # noqa: E402
 from bench import gpu_memory as gm  # noqa: E402
 from bench.bench_gpu_update import SHAPES  # noqa: E402
 from llm.config import load_config  # noqa: E402
-from llm.forward import build_rows, policy_forward  # noqa: E402
-from llm.models import enable_gradient_checkpointing  # noqa: E402
-from llm.update import make_optimizer  # noqa: E402
+from llm.model.forward import build_rows, policy_forward  # noqa: E402
+from llm.model.load import enable_gradient_checkpointing  # noqa: E402
+from llm.train.update import make_optimizer  # noqa: E402
 
 ROOT = gm.ROOT
 
@@ -190,7 +190,7 @@ def test_foreach_adamw_step_allocates_one_more_copy_of_the_weights(precision, dt
 @pytest.mark.parametrize("precision", ["bf16-mixed", "fp32"])
 def test_reference_bytes(tmp_path, precision):
     """The trainer loads the frozen reference in bf16 unless the run is fp32: 2P (4P)."""
-    from llm.models import load_model_and_tokenizer
+    from llm.model.load import load_model_and_tokenizer
     from tests.llm.conftest import save_random_tiny_model
 
     path = save_random_tiny_model(tmp_path / "m")

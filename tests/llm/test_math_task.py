@@ -199,7 +199,7 @@ def test_deep_nesting_is_wrong_without_parsing() -> None:
 
 def test_grader_start_failure(monkeypatch) -> None:
     """A grader that cannot start is an error at first, a timed-out answer after a good start."""
-    from llm.tasks import math as math_task
+    from llm.tasks.math import grader as math_task
 
     monkeypatch.setattr(math_task, "_GRADER_BOOT", "import sys; sys.exit(1)")
     monkeypatch.setattr(math_task._GraderProcess, "started_once", False)

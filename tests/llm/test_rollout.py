@@ -7,15 +7,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-from llm.rollout import (
-    HFGenerateBackend,
-    RolloutBackend,
-    RolloutBatch,
-    response_mask_from_eos,
-    sequence_logp,
-)
+from llm.model.tiny import TinyConfig, build_tiny_model, build_tokenizer, tiny_problems
+from llm.rollout.base import RolloutBackend, RolloutBatch, response_mask_from_eos
+from llm.rollout.hf import HFGenerateBackend, sequence_logp
 from llm.tasks import make_prompt
-from llm.tiny import TinyConfig, build_tiny_model, build_tokenizer, tiny_problems
 from tests.tolerance import assert_close
 
 B, G, MAX_NEW = 3, 4, 10
@@ -225,8 +220,8 @@ def test_stop_ids_from_the_generation_config(tmp_path, prompts):
     `response_mask_from_eos` ends."""
     from transformers import GenerationConfig
 
-    from llm.models import load_model_and_tokenizer
-    from llm.rollout import stop_token_ids
+    from llm.model.load import load_model_and_tokenizer
+    from llm.rollout.base import stop_token_ids
     from tests.llm.conftest import save_random_tiny_model
 
     path = save_random_tiny_model(tmp_path / "tiny", max_number=100)

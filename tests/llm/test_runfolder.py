@@ -1,4 +1,4 @@
-"""Unit tests of llm.runfolder: run-folder claims, the lock, the base-model folder guard,
+"""Unit tests of llm.run.folder: run-folder claims, the lock, the base-model folder guard,
 checkpoint fallback, torn metrics lines and the non-finite guard (issue 13)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.runfolder import (
+from llm.run.folder import (
     LOCK_FILE,
     NonFiniteError,
     RunFolderError,

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 
 from llm.__main__ import main
-from llm.checkpoint import latest_checkpoint
 from llm.config import load_config
-from llm.runfolder import RunFolderError
-from llm.trainer import train
+from llm.run.checkpoint import latest_checkpoint
+from llm.run.folder import RunFolderError
+from llm.train.trainer import train
 from tests.llm.conftest import save_random_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]

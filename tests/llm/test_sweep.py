@@ -277,7 +277,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(swept):
     with the weights of the uninterrupted run."""
     from llm.config import config_from_dict
     from llm.sweep import weights_sha
-    from llm.trainer import train
+    from llm.train.trainer import train
 
     root, config, out = swept
     spec = load_sweep(config, ['methods=[{method="grpo"}]'])

@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from llm.config import config_from_dict
-from llm.diversity import diversity_scores, formula_set, formula_uniqueness
-from llm.rollout import HFGenerateBackend, RolloutBatch, response_mask_from_eos
+from llm.eval.diversity import diversity_scores, formula_set, formula_uniqueness
+from llm.rollout.base import RolloutBatch, response_mask_from_eos
+from llm.rollout.hf import HFGenerateBackend
+from llm.run.checkpoint import latest_checkpoint
 from llm.tasks import (
     COUNTDOWN,
     TASKS,
@@ -21,8 +23,8 @@ from llm.tasks import (
     register_task,
     solution_key,
 )
-from llm.tasks.math import math_expressions
-from llm.trainer import latest_checkpoint, train
+from llm.tasks.math.task import math_expressions
+from llm.train.trainer import train
 from tests.llm import parity_task
 
 
@@ -130,11 +132,11 @@ class ParityPlantingBackend:
 
 
 def test_a_new_task_trains_and_evaluates_end_to_end(tiny_model_path, tmp_path, monkeypatch):
-    import llm.diversity
+    import llm.eval.diversity
     from llm.__main__ import main
 
     # DSDR's semantic term on the lexical fallback: loading MiniLM would cost seconds.
-    monkeypatch.setattr(llm.diversity, "load_encoder", lambda device="cpu": None)
+    monkeypatch.setattr(llm.eval.diversity, "load_encoder", lambda device="cpu": None)
     assert TASKS["parity"].prompt(parity_task.ParityProblem((1, 0, 1)), "bits") == "nums 1 0 1 :"
     raw = {"model_path": tiny_model_path, "task": "parity", "template": "bits",
            "method": "dsdr", "group_size": 2, "prompts_per_step": 2, "steps": 2,

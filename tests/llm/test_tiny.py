@@ -10,9 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from llm import tiny
-from llm.tasks import compact_completion, compact_words, make_prompt, solve
-from llm.tiny import (
+from llm.model import tiny, tokens
+from llm.model.tiny import (
     BUILD_FILE,
     SPECIAL_TOKENS,
     TinyConfig,
@@ -26,6 +25,7 @@ from llm.tiny import (
     tiny_problems,
     warm_start,
 )
+from llm.tasks import compact_completion, compact_words, make_prompt, solve
 
 # A few-second build: a small model on a handful of problems.
 SMALL = TinyConfig(
@@ -199,7 +199,7 @@ def test_warm_start_data_is_the_compact_format(tokenizer):
 
 
 def _backend(tokenizer):
-    from llm.rollout import HFGenerateBackend
+    from llm.rollout.hf import HFGenerateBackend
 
     model = build_tiny_model(
         tokenizer, seed=0, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -209,14 +209,14 @@ def _backend(tokenizer):
 
 
 def test_representable_numbers(tokenizer):
-    assert tiny.representable_numbers(tokenizer) == (0, 100)
-    assert tiny.representable_numbers(build_tokenizer(30)) == (0, 30)
+    assert tokens.representable_numbers(tokenizer) == (0, 100)
+    assert tokens.representable_numbers(build_tokenizer(30)) == (0, 30)
 
 
 def test_encoding_a_prompt_refuses_a_number_outside_the_vocabulary(tokenizer):
     ok = "nums 3 5 100 target 0 :"
     assert tiny.encode_prompt(tokenizer, ok) == tokenizer(ok).input_ids
-    with pytest.raises(tiny.UnrepresentableNumberError, match=r"number 150 .* 0\.\.100"):
+    with pytest.raises(tokens.UnrepresentableNumberError, match=r"number 150 .* 0\.\.100"):
         tiny.encode_prompt(tokenizer, "nums 3 150 target 7 :")
     with pytest.raises(ValueError, match=r"number 101 .* 0\.\.30"):
         tiny.encode_prompt(build_tokenizer(30), "nums 101 2 target 7 :")
@@ -226,7 +226,7 @@ def test_rollout_refuses_a_number_the_tokenizer_cannot_represent(tokenizer):
     # Before: 150 became <unk> and the model was sampled on an unreadable prompt.
     backend = _backend(tokenizer)
     with pytest.raises(
-        tiny.UnrepresentableNumberError, match=r"prompt 1: the number 150 .*0\.\.100"
+        tokens.UnrepresentableNumberError, match=r"prompt 1: the number 150 .*0\.\.100"
     ):
         backend.generate(["nums 1 2 target 3 :", "nums 150 2 target 7 :"], 2, max_new_tokens=2)
 
@@ -239,13 +239,13 @@ def test_rollout_refuses_a_prompt_longer_than_the_model(tokenizer):
     assert len(tokenizer(fits).input_ids) == positions - 3
     backend.generate([fits], 1, max_new_tokens=3)
     with pytest.raises(
-        tiny.PromptTooLongError,
+        tokens.PromptTooLongError,
         match=r"prompt 0: 61 tokens .*max_new_tokens 4.*64 positions.*at most 3",
     ):
         backend.generate([fits], 1, max_new_tokens=4)
     too_long = "nums " + "1 " * 70 + "target 3 :"
     with pytest.raises(
-        tiny.PromptTooLongError, match=r"prompt 1: 75 tokens exceed the model's 64 positions"
+        tokens.PromptTooLongError, match=r"prompt 1: 75 tokens exceed the model's 64 positions"
     ):
         backend.generate(["nums 1 target 1 :", too_long], 1, max_new_tokens=1)
 
@@ -256,5 +256,5 @@ def test_warm_start_refuses_problems_outside_the_vocabulary():
     tok = build_tokenizer(20)
     model = build_tiny_model(tok, seed=0, hidden_size=16, num_hidden_layers=1,
                              num_attention_heads=2, intermediate_size=32)  # fmt: skip
-    with pytest.raises(tiny.UnrepresentableNumberError, match=r"number 21 .* 0\.\.20"):
+    with pytest.raises(tokens.UnrepresentableNumberError, match=r"number 21 .* 0\.\.20"):
         warm_start(model, tok, [CountdownProblem(nums=(3, 7), target=21)], progress=False)

@@ -11,15 +11,17 @@ import pytest
 import torch
 
 import shaping
-from llm.behaviour import GRAD_KEYS, PRODUCERS, behaviour_batch, fixed_keys
-from llm.checkpoint import latest_checkpoint
 from llm.config import config_from_dict
-from llm.forward import build_rows, policy_forward, sampled_rank
-from llm.models import load_model_and_tokenizer, load_tokenizer
-from llm.rollout import HFGenerateBackend, RolloutBatch, response_mask_from_eos
+from llm.data import data_indices
+from llm.model.forward import build_rows, policy_forward, sampled_rank
+from llm.model.load import load_model_and_tokenizer, load_tokenizer
+from llm.rollout.base import RolloutBatch, response_mask_from_eos
+from llm.rollout.hf import HFGenerateBackend
+from llm.run.checkpoint import latest_checkpoint
 from llm.tasks import CountdownProblem, compact_completion, solve
-from llm.trainer import data_indices, train
-from llm.update import accumulate_gradients
+from llm.train.behaviour import GRAD_KEYS, PRODUCERS, behaviour_batch, fixed_keys
+from llm.train.trainer import train
+from llm.train.update import accumulate_gradients
 from tests.conftest import in_engine_process, node_of, run_in_own_process
 from tests.tolerance import assert_close
 
@@ -235,7 +237,7 @@ def test_sampled_rank():
 
 
 def test_rollout_is_weight_truncates_and_ignores_padding():
-    from llm.behaviour import rollout_is_weight
+    from llm.train.behaviour import rollout_is_weight
 
     logp_old = torch.tensor([[[-1.0, -2.0, -3.0, 0.0]]])
     sampler = torch.tensor([[[-1.5, -1.0, -3.0, -9.0]]])
@@ -350,7 +352,7 @@ def test_precision_and_gradient_checkpointing(precision, checkpointing, tiny_mod
 
 def test_checkpointing_keeps_the_gradient(tiny_model_path):
     """Activation checkpointing recomputes the forward: same gradient as without it."""
-    from llm.models import enable_gradient_checkpointing
+    from llm.model.load import enable_gradient_checkpointing
 
     grads = []
     for on in (False, True):
@@ -390,7 +392,7 @@ def test_one_step_on_cuda(backend, tiny_model_path, tmp_path, request):
 
 
 def test_sampler_is_behaviour_only_where_exact(tiny_model_path):
-    from llm.behaviour import sampler_is_behaviour
+    from llm.train.behaviour import sampler_is_behaviour
 
     needs = frozenset()
     assert sampler_is_behaviour(_config(tiny_model_path, "grpo"), needs)
@@ -406,12 +408,12 @@ def test_skipping_the_behaviour_pass_changes_nothing_but_rounding(
 ):
     """With the plain transformers sampler at fp32, its log-probs, entropies and top-N candidates
     are pi_old's: the auto mode skips the behaviour forward and trains the same step to ~1e-5."""
-    import llm.behaviour
+    import llm.train.behaviour
 
     calls = []
-    real = llm.behaviour.forward_all
+    real = llm.train.behaviour.forward_all
     monkeypatch.setattr(
-        llm.behaviour, "forward_all", lambda *a, **k: calls.append(1) or real(*a, **k)
+        llm.train.behaviour, "forward_all", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     # Non-zero losses on a random model: the entropy bonus shapes by eta * log pi_old.
     hyper = {"alpha": 0.5, "top_n": 2} if method == "casp" else {"eta": 0.5}

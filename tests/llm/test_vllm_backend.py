@@ -15,11 +15,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 import torch
 
-import llm.vllm_backend as vb
-from llm.rollout import RolloutBackend, RolloutBatch, response_mask_from_eos, sequence_logp
-from llm.tasks import make_prompt
-from llm.tiny import TinyConfig, build_tiny_model, build_tokenizer, tiny_problems
-from llm.vllm_backend import (
+import llm.rollout.vllm_engine as vb
+from llm.model.tiny import TinyConfig, build_tiny_model, build_tokenizer, tiny_problems
+from llm.rollout.base import RolloutBackend, RolloutBatch, response_mask_from_eos
+from llm.rollout.hf import sequence_logp
+from llm.rollout.vllm_engine import (
     PINNED_VLLM_VERSION,
     VLLMBackend,
     iter_full_parameters,
@@ -27,6 +27,7 @@ from llm.vllm_backend import (
     rollout_batch_from_outputs,
     vllm_param_name,
 )
+from llm.tasks import make_prompt
 from tests.conftest import own_process
 
 B, G, MAX_NEW = 3, 4, 10
@@ -739,7 +740,7 @@ def test_stop_ids_include_the_generation_config(fake_vllm, tok, prompts, tmp_pat
 
 
 def test_evaluate_through_the_engine_texts_only_in_chunks(fake_vllm, tok):
-    from llm.eval import evaluate
+    from llm.eval.heldout import evaluate
 
     backend = VLLMBackend("/models/tiny", tok, sleep_mode=False)
     calls = []

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from bench.bench_vllm_convert import FlatLogprobs
-from llm import vllm_backend
-from llm.rollout import RolloutBatch
-from llm.tiny import build_tokenizer
-from llm.vllm_backend import rollout_batch_from_outputs
+from llm.model.tiny import build_tokenizer
+from llm.rollout import vllm_convert
+from llm.rollout.base import RolloutBatch
+from llm.rollout.vllm_engine import rollout_batch_from_outputs
 from tests.llm.reference_convert import reference_rollout_batch_from_outputs
 
 
@@ -279,7 +279,7 @@ def test_flat_reads_no_position_dicts(tok, monkeypatch):
 
     monkeypatch.setattr(FlatLogprobs, "__getitem__", fail)
     monkeypatch.setattr(FlatLogprobs, "__iter__", fail)
-    monkeypatch.setattr(vllm_backend, "_flat_entries", fail)
+    monkeypatch.setattr(vllm_convert, "_flat_entries", fail)
     assert_batches_equal(rollout_batch_from_outputs(*args), ref)
 
 

@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 
-from llm.tiny import build_tokenizer
+from llm.model.tiny import build_tokenizer
 
 
 @pytest.fixture(scope="session")

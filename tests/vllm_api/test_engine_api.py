@@ -1,4 +1,4 @@
-"""`llm/vllm_backend.py`'s calls into vLLM against the real vLLM 0.25.1: engine arguments, sampling
+"""`llm/rollout/vllm_engine.py`'s calls into vLLM against the real vLLM 0.25.1: engine arguments, sampling
 parameters, prompts and the `LLM` methods it calls (see `conftest.py` and `engine_stub.py`)."""
 
 import dataclasses
@@ -14,7 +14,7 @@ import torch  # noqa: E402
 import vllm.config as vllm_config  # noqa: E402
 from vllm.logprobs import FlatLogprobs  # noqa: E402
 
-from llm.vllm_backend import PINNED_VLLM_VERSION, VLLMBackend, engine_kwargs  # noqa: E402
+from llm.rollout.vllm_engine import PINNED_VLLM_VERSION, VLLMBackend, engine_kwargs  # noqa: E402
 from tests.vllm_api.engine_stub import RecordingLLM, bind  # noqa: E402
 
 PROMPTS = ["nums 5 target 5 :", "nums 3 4 target 7 :", "nums 2 2 2 target 6 :"]
@@ -237,7 +237,7 @@ def test_sampling_params_reject_a_renamed_argument(model_dir):
 @pytest.mark.parametrize(
     ("method", "args", "kwargs"),
     [
-        # The calls in llm/vllm_backend.py, as written there.
+        # The calls in llm/rollout/vllm_engine.py, as written there.
         ("sleep", (), {"level": 1}),
         ("wake_up", (), {"tags": ["weights"]}),
         ("wake_up", (), {"tags": ["kv_cache"]}),

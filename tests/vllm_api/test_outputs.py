@@ -11,8 +11,8 @@ vllm = pytest.importorskip("vllm")
 import torch  # noqa: E402
 from vllm.logprobs import FlatLogprobs, Logprob  # noqa: E402
 
-from llm import vllm_backend  # noqa: E402
-from llm.vllm_backend import rollout_batch_from_outputs  # noqa: E402
+from llm.rollout import vllm_convert  # noqa: E402
+from llm.rollout.vllm_engine import rollout_batch_from_outputs  # noqa: E402
 from tests.llm.reference_convert import reference_rollout_batch_from_outputs  # noqa: E402
 from tests.vllm_api.engine_stub import completion, processed_logprobs, request_output  # noqa: E402
 
@@ -185,7 +185,7 @@ def test_flat_fast_path_equals_the_reference(tok, top_n, monkeypatch):
 
     monkeypatch.setattr(FlatLogprobs, "__getitem__", fail)
     monkeypatch.setattr(FlatLogprobs, "__iter__", fail)
-    monkeypatch.setattr(vllm_backend, "_flat_entries", fail)
+    monkeypatch.setattr(vllm_convert, "_flat_entries", fail)
     batch = convert(tok, prompts, prompt_ids, outputs, 2, top_n)
     for k in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "logp"):
         assert torch.equal(getattr(batch, k), getattr(ref, k)), k

@@ -23,11 +23,18 @@ import numpy as np
 import torch
 
 import shaping
-from llm.behaviour import GRAD_KEYS, BehaviourBatch
 from llm.config import TrainConfig
-from llm.distributed import DistInfo, autocast_precision, gather_batch, grad_sync, local_rows
-from llm.forward import PolicyOutputs, Rows, chunks, forward_all, policy_forward, slice_outputs
-from llm.runfolder import NON_FINITE_ADVICE, NonFiniteError, check_finite
+from llm.model.forward import (
+    PolicyOutputs,
+    Rows,
+    chunks,
+    forward_all,
+    policy_forward,
+    slice_outputs,
+)
+from llm.run.distributed import DistInfo, autocast_precision, gather_batch, grad_sync, local_rows
+from llm.run.folder import NON_FINITE_ADVICE, NonFiniteError, check_finite
+from llm.train.behaviour import GRAD_KEYS, BehaviourBatch
 
 __all__ = [
     "UpdateResult",
@@ -59,7 +66,7 @@ def accumulate_gradients(
     """Accumulate into ``.grad`` the exact gradient of the full-batch shaping loss.
 
     With several processes (`info`), the full batch is the global one: every rank gathers the
-    detached quantities of all ranks (`llm.distributed.gather_batch`), evaluates the same loss,
+    detached quantities of all ranks (`llm.run.distributed.gather_batch`), evaluates the same loss,
     and back-propagates the gradient of its own rows scaled by the world size, so that the
     engines' gradient mean over ranks is the full-batch gradient.
 
@@ -71,8 +78,8 @@ def accumulate_gradients(
         current: the policy quantities at the current parameters (no grad), per row; their values
             enter the loss, their gradients come from the micro-batch passes.
         method, hyper: `shaping.METHODS[method].loss(batch, **hyper)`.
-        precision: `llm.forward.policy_forward`'s (``"fp32"``, no autocast, for an FSDP2 policy
-            with a bf16 mixed-precision policy: `llm.distributed.autocast_precision`).
+        precision: `llm.model.forward.policy_forward`'s (``"fp32"``, no autocast, for an FSDP2 policy
+            with a bf16 mixed-precision policy: `llm.run.distributed.autocast_precision`).
 
     Returns:
         (loss, metrics, batch): the full-batch loss (detached) equal to the shaping core's value,
@@ -175,7 +182,7 @@ def update_policy(
     of a mini-batch is ``prompts_per_update / W`` groups (``prompts_per_step`` when unset).
 
     Raises:
-        llm.runfolder.NonFiniteError: the loss, the gradient norm or, after the step, a parameter
+        llm.run.folder.NonFiniteError: the loss, the gradient norm or, after the step, a parameter
             is NaN/inf (`step` names the training step in the message).
     """
     hyper = cfg.method_hyper()

@@ -43,8 +43,8 @@ import numpy as np
 import torch
 
 from llm.config import TrainConfig, config_to_toml, load_config
-from llm.distributed import DistInfo, unwrap
-from llm.runfolder import loadable_checkpoints, newest_loadable, read_metrics
+from llm.run.distributed import DistInfo, unwrap
+from llm.run.folder import loadable_checkpoints, newest_loadable, read_metrics
 
 __all__ = [
     "CHECKPOINTS",
@@ -216,7 +216,7 @@ def find_resume_checkpoint(out_dir: str | os.PathLike[str], steps: int) -> Path 
 
     Raises:
         ValueError: the checkpoint is past `steps` (``--steps`` at or below it cannot continue).
-        llm.runfolder.RunFolderError: checkpoints exist but none loads.
+        llm.run.folder.RunFolderError: checkpoints exist but none loads.
     """
     found = newest_loadable(loadable_checkpoints(out_dir, _complete), _read_checkpoint)
     if found is None:
@@ -384,7 +384,7 @@ def _load_sharded(
         raise ValueError(
             f"--resume: {ckpt} is a sharded (FSDP2) checkpoint; resume it under torchrun with "
             "parallel = fsdp2 (or turn it into a model folder with "
-            "llm.checkpoint.export_checkpoint)"
+            "llm.run.checkpoint.export_checkpoint)"
         )
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict

@@ -8,7 +8,7 @@ Per group of G responses to one prompt:
   empty), with ``F_i = task.formula_set(text)`` (`llm.tasks.Task`): a Countdown response states
   one equation, so ``F_i`` is its answer key (the canonical form, `llm.tasks.solution_key`, of its
   parsed `<answer>`), or empty if there is none; a math response's ``F_i`` holds its LaTeX math
-  segments and its boxed answer (`llm.tasks.math.math_expressions`);
+  segments and its boxed answer (`llm.tasks.math.task.math_expressions`);
 - ``s_i = (s_sem_i + u_i) / 2`` in [0, 1].
 
 Without the `dsdr` extra the semantic term falls back, with a warning, to the lexical distance

@@ -4,16 +4,16 @@
 
 1. **rollout**: B prompts in a deterministic order (a permutation per data epoch seeded by
    ``(seed, epoch)``; prompts consumed = the resumable data position), G responses each with a
-   per-step generator (`llm.distributed.generate_shared` over `llm.models.make_backend`);
+   per-step generator (`llm.run.distributed.generate_shared` over `llm.model.load.make_backend`);
 2. **score**: the task's verifier gives ``rewards (B, G)``;
-3. **behaviour batch** (`llm.behaviour`): a no-grad forward of pi_old on prompt + response
-   (`llm.forward`): ``logp_old (B, G, T)``, token entropy, top-N candidates (CaSP, Lambda^(n)),
+3. **behaviour batch** (`llm.train.behaviour`): a no-grad forward of pi_old on prompt + response
+   (`llm.model.forward`): ``logp_old (B, G, T)``, token entropy, top-N candidates (CaSP, Lambda^(n)),
    prompt log-probs (ProGRPO); ``logp_ref`` from the frozen base model when ``kl_coef > 0``;
-   DSDR's ``diversity (B, G)`` (`llm.diversity`). The keys built are the method's needs;
-4. **update** (`llm.update`): mu inner epochs, each ONE optimizer step per mini-batch with
+   DSDR's ``diversity (B, G)`` (`llm.eval.diversity`). The keys built are the method's needs;
+4. **update** (`llm.train.update`): mu inner epochs, each ONE optimizer step per mini-batch with
    gradients accumulated over micro-batches (`accumulate_gradients`, exact for every method),
    clipping, AdamW and a warm-up + decay schedule;
-5. **log and checkpoint** (`llm.checkpoint`): metrics.jsonl / TensorBoard, and atomic checkpoints
+5. **log and checkpoint** (`llm.run.checkpoint`): metrics.jsonl / TensorBoard, and atomic checkpoints
    that a resumed run continues exactly (weights, optimizer, scheduler, RNG, data position).
 """
 
@@ -34,77 +34,49 @@ import torch
 from tqdm.auto import tqdm
 
 import shaping
-from llm.behaviour import behaviour_batch, rollout_is_weight, sampler_is_behaviour
-from llm.checkpoint import (
-    CHECKPOINTS,
+from llm.config import TrainConfig, save_config
+from llm.data import Problem, data_indices, drop_long_prompts, load_train_problems
+from llm.eval.diversity import diversity_scores, load_encoder
+from llm.model.load import (
+    load_policy_and_reference,
+)
+from llm.model.tiny import BUILD_FILE, ensure_base_model
+from llm.rollout.backend import RolloutBackendLike, make_backend
+from llm.run.checkpoint import (
     CONFIG_CHANGES,
     MetricsLogger,
     check_resume_config,
     find_resume_checkpoint,
-    latest_checkpoint,
     restore_checkpoint,
     save_checkpoint,
     weights_folder,
 )
-from llm.config import TrainConfig, save_config
-from llm.distributed import (
+from llm.run.distributed import (
     DistInfo,
     broadcast_object,
     generate_shared,
     init_distributed,
     rank_share,
-    slice_rollout,
     wrap_policy,
     wrap_reference,
 )
-from llm.forward import PolicyOutputs, Rows, build_rows, policy_forward, sampled_rank
-from llm.models import (
-    RolloutBackendLike,
-    enable_gradient_checkpointing,
-    load_model_and_tokenizer,
-    load_policy_and_reference,
-    load_tokenizer,
-    make_backend,
-)
-from llm.runfolder import (
+from llm.run.folder import (
     LOCK_FILE,
     NonFiniteError,
     RunLock,
     check_base_model_folder,
     claim_run_folder,
 )
-from llm.task import Problem, data_indices, drop_long_prompts, load_train_problems
 from llm.tasks import TASKS
-from llm.update import (
-    accumulate_gradients,
+from llm.train.behaviour import behaviour_batch, sampler_is_behaviour
+from llm.train.update import (
     make_optimizer,
-    make_scheduler,
     step_metrics,
     update_policy,
 )
 
 # The names other modules, tests and benchmarks import from here stay importable from here.
-__all__ = [
-    "CHECKPOINTS",
-    "PolicyOutputs",
-    "Rows",
-    "accumulate_gradients",
-    "build_rows",
-    "data_indices",
-    "enable_gradient_checkpointing",
-    "generate_shared",
-    "latest_checkpoint",
-    "load_model_and_tokenizer",
-    "load_tokenizer",
-    "load_train_problems",
-    "make_backend",
-    "make_scheduler",
-    "policy_forward",
-    "rollout_is_weight",
-    "sampled_rank",
-    "slice_rollout",
-    "train",
-]
+__all__ = ["train"]
 
 
 def train(
@@ -124,7 +96,7 @@ def train(
     ``DIR/tb/`` (TensorBoard) and ``DIR/checkpoints/step_NNNNNN/`` (model + tokenizer via
     `save_pretrained`, and ``trainer_state.pt``: optimizer, scheduler, RNG states, data
     position, step) every `save_every` steps and at the last step; under FSDP2 sharded
-    (`llm.checkpoint`), the last one with a Hugging Face export that ``llm eval --model`` reads.
+    (`llm.run.checkpoint`), the last one with a Hugging Face export that ``llm eval --model`` reads.
 
     Under ``torchrun --nproc_per_node W`` each of the W processes samples and scores
     ``prompts_per_step / W`` of the step's prompts, the update is the single-process update of the
@@ -138,9 +110,9 @@ def train(
         stop_after: stop after this step without saving (simulates a kill; tests use it).
         progress: show a tqdm bar (rank 0).
         move_aside: a fresh run into a folder holding a run renames that run's folder to
-            ``DIR.old-<time>`` instead of refusing (`llm.runfolder.claim_run_folder`); the
+            ``DIR.old-<time>`` instead of refusing (`llm.run.folder.claim_run_folder`); the
             folder's lock is taken first, so a folder in use by a live run is never moved.
-        change_optimizer: with `resume`, the `llm.checkpoint.OPTIMIZER_KEYS` may differ from
+        change_optimizer: with `resume`, the `llm.run.checkpoint.OPTIMIZER_KEYS` may differ from
             the saved config (e.g. a lower lr after a non-finite stop); the change is appended
             to ``DIR/config_changes.jsonl`` and the new config saved.
 
@@ -152,9 +124,9 @@ def train(
             (``prompts_per_update``, else ``prompts_per_step``) not divisible by the number of
             processes.
         FileNotFoundError: the model folder does not exist.
-        llm.runfolder.RunFolderError: `out_dir` holds another run (without `resume`), is in use
+        llm.run.folder.RunFolderError: `out_dir` holds another run (without `resume`), is in use
             by a live process, or `build_base_model` would replace a folder it did not build.
-        llm.runfolder.NonFiniteError: a loss, gradient norm or parameter became NaN/inf (the
+        llm.run.folder.NonFiniteError: a loss, gradient norm or parameter became NaN/inf (the
             newest checkpoint is then the last good state).
     """
     info = init_distributed(cfg.device)
@@ -238,8 +210,6 @@ def _train(
     needs = shaping.METHODS[cfg.method].needs_for(**hyper)
     encoder = None
     if "diversity" in needs:  # the sentence encoder loads only for DSDR
-        from llm.diversity import load_encoder
-
         encoder = load_encoder(info.device)
     # Only a sampler that declares it draws from exactly pi_old can replace the behaviour pass.
     from_policy = getattr(backend, "samples_from_policy", False) is True
@@ -322,7 +292,7 @@ def _rollout(
 ) -> Any:
     """G responses to each problem's prompt (a `RolloutBatch`), sampled with the step's seed;
     with `sampler_stats` also the sampler's entropies and top-N candidates (the behaviour values,
-    `llm.behaviour.sampler_is_behaviour`)."""
+    `llm.train.behaviour.sampler_is_behaviour`)."""
     prompts = [TASKS[cfg.task].prompt(p, cfg.template) for p in problems]
     try:
         return generate_shared(
@@ -356,9 +326,7 @@ def _score(roll: Any, problems: list[Problem], cfg: TrainConfig, device: str) ->
 
 
 def _diversity(roll: Any, cfg: TrainConfig, encoder: Any) -> list[list[float]]:
-    """DSDR's per-response diversity scores (B, G) of the rollout (`llm.diversity`)."""
-    from llm.diversity import diversity_scores
-
+    """DSDR's per-response diversity scores (B, G) of the rollout (`llm.eval.diversity`)."""
     return diversity_scores(roll.texts, task=cfg.task, encoder=encoder, distinct=cfg.distinct)
 
 
@@ -392,8 +360,6 @@ def _start_run(
                 f.write(json.dumps(record) + "\n")
         save_config(cfg, out / "config.toml")
         if cfg.build_base_model:
-            from llm.tiny import BUILD_FILE, ensure_base_model
-
             check_base_model_folder(cfg.model_path, BUILD_FILE)
             ensure_base_model(cfg.model_path)
     if info.enabled:

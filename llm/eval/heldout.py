@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from llm.task import check_vocabulary
+from llm.eval.diversity import embed
+from llm.model.tokens import check_vocabulary
 from llm.tasks import TASKS, Problem, Task
 from theory.measures import pass_at_k
 
@@ -112,8 +113,6 @@ class _SharedMetrics:
             if sb is not None:
                 self.bleus.append(sb)
         if self.encoder is not None and c >= 2:
-            from llm.diversity import embed
-
             self.cosines.append(_mean_pairwise_cosine(embed(correct, self.encoder)))
         return c
 
@@ -156,7 +155,7 @@ def evaluate(
 
     Args:
         backend: ``generate(prompts, n, ...) -> RolloutBatch`` with ``texts`` (P, n); its
-            ``tokenizer``, if any, is checked against the prompts (`llm.task.check_vocabulary`).
+            ``tokenizer``, if any, is checked against the prompts (`llm.data.check_vocabulary`).
         task: a registered `Task` or its name.
         problems: (P,) problems of `task`.
         template: one of ``task.templates``.

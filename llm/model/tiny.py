@@ -27,7 +27,6 @@ import functools
 import json
 import math
 import os
-import re
 import shutil
 import time
 from collections.abc import Iterator, Sequence
@@ -48,6 +47,7 @@ from transformers import (
 )
 
 import numerics
+from llm.model.tokens import check_prompts
 from llm.tasks import (
     CountdownProblem,
     compact_completion,
@@ -201,83 +201,6 @@ def build_tokenizer(max_number: int = TinyConfig.max_target) -> PreTrainedTokeni
         clean_up_tokenization_spaces=False,
         model_max_length=TinyConfig.max_position_embeddings,
     )
-
-
-class UnrepresentableNumberError(ValueError):
-    """A prompt states a number that the word-level tokenizer has no word for (it would be `<unk>`)."""
-
-
-class PromptTooLongError(ValueError):
-    """A prompt (plus the tokens to generate) needs more positions than the model has."""
-
-
-# A prompt word that is a number: the tiny vocabulary has one word per number 0..max_number.
-_NUMBER = re.compile(r"\d+")
-
-
-def representable_numbers(tokenizer: Any) -> tuple[int, int] | None:
-    """`(lo, hi)`: the numbers a word-level tokenizer (`build_tokenizer`) holds as words.
-
-    `None` for any other tokenizer (byte-level BPE never produces an unknown token). The tiny
-    vocabulary holds every number `0..max_number`, so the range is all there is to know.
-    """
-    from tokenizers import models
-
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None or not isinstance(backend.model, models.WordLevel):
-        return None
-    numbers = [int(w) for w in tokenizer.get_vocab() if _NUMBER.fullmatch(w)]
-    return (min(numbers), max(numbers)) if numbers else None
-
-
-def check_prompts(
-    tokenizer: Any,
-    prompts: Sequence[str],
-    *,
-    lengths: Sequence[int] | None = None,
-    max_positions: int | None = None,
-    max_new_tokens: int = 0,
-) -> None:
-    """Refuse prompts the model would silently misread: unrepresentable numbers, or too long.
-
-    Args:
-        tokenizer: a Hugging Face tokenizer; the number check applies to word-level ones only
-            (`representable_numbers`), where any other number would become `<unk>`.
-        prompts: B prompt texts.
-        lengths: B prompt lengths in tokens (with `<bos>`), when already encoded; else encoded here.
-        max_positions: the model's `max_position_embeddings`; `None` skips the length check.
-        max_new_tokens: tokens to be generated after each prompt; they need positions too.
-
-    Raises:
-        UnrepresentableNumberError: names the prompt's index, the number and the range `lo..hi`.
-        PromptTooLongError: names the prompt's index, its length, `max_new_tokens` and
-            `max_positions`.
-    """
-    span = representable_numbers(tokenizer)
-    if span is not None:
-        split = tokenizer.backend_tokenizer.pre_tokenizer.pre_tokenize_str
-        for i, text in enumerate(prompts):
-            for word, _ in split(text):
-                if _NUMBER.fullmatch(word) and not span[0] <= int(word) <= span[1]:
-                    raise UnrepresentableNumberError(
-                        f"prompt {i}: the number {int(word)} has no word in the tokenizer's "
-                        f"vocabulary, which represents the numbers {span[0]}..{span[1]}; it would "
-                        f"be read as {tokenizer.unk_token!r} (prompt {text[:80]!r})"
-                    )
-    if max_positions is None:
-        return
-    if lengths is None:
-        lengths = [len(ids) for ids in tokenizer(list(prompts)).input_ids]
-    for i, n in enumerate(lengths):
-        if n + max_new_tokens > max_positions:
-            raise PromptTooLongError(
-                f"prompt {i}: {n} tokens + max_new_tokens {max_new_tokens} exceed the model's "
-                f"{max_positions} positions (max_position_embeddings); shorten the prompt or "
-                f"lower max_new_tokens to at most {max_positions - n}"
-                if n < max_positions
-                else f"prompt {i}: {n} tokens exceed the model's {max_positions} positions "
-                "(max_position_embeddings)"
-            )
 
 
 def encode_prompt(

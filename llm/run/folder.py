@@ -213,7 +213,7 @@ def check_base_model_folder(path: str | os.PathLike[str], marker: str) -> None:
     """Refuse to build the tiny base model into a folder that is not its own.
 
     Allowed: a missing folder, an empty one, or one that holds `marker` (the build record that
-    `llm.tiny.ensure_base_model` writes). Anything else is a user's folder and is left alone.
+    `llm.model.tiny.ensure_base_model` writes). Anything else is a user's folder and is left alone.
 
     Raises:
         RunFolderError: `path` is a file, or a non-empty folder without `marker`.

@@ -20,21 +20,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from itertools import permutations
-from typing import Literal
 
-from llm.tasks.countdown import CountdownProblem
+from llm.tasks.countdown.problem import CountdownProblem
 from llm.tasks.expr import (
     OPS,
+    Distinct,
     Expr,
     ac_key,
     apply_op,
-    commutative_key,
     evaluate,
     node_key,
+    solution_key,
     to_infix,
 )
-
-Distinct = Literal["commutative", "ac"]
 
 # A 4-number sub-multiset has ~3,000 expressions (5 numbers: ~0.1 s per problem); a 5-number one
 # ~100,000, which would make 6 numbers take seconds. Countdown-Tasks-3to4 uses 3 or 4.
@@ -100,11 +98,6 @@ def solution_multiplicity(
     if not counts:
         raise ValueError("problems: expected at least one problem")
     return sum(counts) / len(counts)
-
-
-def solution_key(expr: Expr, *, distinct: Distinct = "commutative") -> str:
-    """The class key of `expr` under `distinct`: equal keys, same solution."""
-    return commutative_key(expr) if distinct == "commutative" else ac_key(expr)
 
 
 def _splits(nums: tuple[int, ...]) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]]:

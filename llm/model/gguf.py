@@ -72,7 +72,7 @@ def import_gguf(
     ``quantization_config``, ``generation_config.json``, ``tokenizer.json``,
     ``tokenizer_config.json`` and ``chat_template.jinja``. The tokenizer pads on the left (the
     side decoder-only generation needs) and, when the GGUF names no padding token, pads with
-    EOS, which `llm.rollout.HFGenerateBackend` requires.
+    EOS, which `llm.rollout.base.HFGenerateBackend` requires.
 
     Raises:
         FileNotFoundError: `gguf` is not a file.

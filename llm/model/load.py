@@ -1,33 +1,24 @@
 """Models the trainer holds: the policy and tokenizer from a local folder, the frozen reference,
-activation checkpointing, and the rollout backend that samples from the policy."""
+and activation checkpointing."""
 
 from __future__ import annotations
 
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
 from llm.config import TrainConfig
 
 __all__ = [
-    "RolloutBackendLike",
     "enable_gradient_checkpointing",
     "load_model_and_tokenizer",
     "load_policy_and_reference",
     "load_tokenizer",
-    "make_backend",
 ]
-
-
-class RolloutBackendLike(Protocol):
-    """The part of `llm.rollout.RolloutBackend` the trainer uses (see llm/CONTRACT.md)."""
-
-    def generate(self, prompts: list[str], group_size: int, **kwargs: Any) -> Any: ...
-
-    def sync_weights(self, model: torch.nn.Module) -> None: ...
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Any:
@@ -38,8 +29,6 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     ones, which breaks the tiny model's word-level tokenizer (words glued, `<answer>` split).
     `PreTrainedTokenizerFast` loads ``tokenizer.json`` as saved, for real models too.
     """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
     if (Path(path) / "tokenizer.json").is_file():
         return PreTrainedTokenizerFast.from_pretrained(str(path))
     return AutoTokenizer.from_pretrained(str(path))
@@ -51,13 +40,11 @@ def load_model_and_tokenizer(
     """`AutoModelForCausalLM` (eval mode) and `load_tokenizer` from a local directory; weights in
     bfloat16 for ``precision = "bf16"``, float32 otherwise (``bf16-mixed`` keeps float32 master
     weights and computes under autocast, or under FSDP2 through its mixed-precision policy:
-    `llm.distributed.wrap_policy`).
+    `llm.run.distributed.wrap_policy`).
 
     Raises:
         FileNotFoundError: `path` is not a local folder (models are never downloaded).
     """
-    from transformers import AutoModelForCausalLM
-
     if not Path(path).is_dir():
         raise FileNotFoundError(
             f"model folder {str(path)!r} does not exist (models load from local folders; "
@@ -75,7 +62,7 @@ def load_policy_and_reference(
     """``(model, tokenizer, ref_model)``: the policy from `path` (a checkpoint or
     ``cfg.model_path``) with activation checkpointing when ``cfg.gradient_checkpointing``, and the
     frozen base model as the KL reference when ``cfg.kl_coef > 0`` (else None), whole on this
-    device (under FSDP2 the trainer then shards it: `llm.distributed.wrap_reference`).
+    device (under FSDP2 the trainer then shards it: `llm.run.distributed.wrap_reference`).
 
     Raises:
         FileNotFoundError: a model folder does not exist.
@@ -113,33 +100,3 @@ def enable_gradient_checkpointing(model: Any) -> None:
             f"gradient_checkpointing puts the model in train mode; dropout is active ({rates or active})",
             stacklevel=2,
         )
-
-
-def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any) -> RolloutBackendLike:
-    """The rollout backend named by ``cfg.backend`` (vllm: `llm.vllm_backend.VLLMBackend` on the
-    model folder ``cfg.model_path`` with the ``[vllm]`` settings; it needs CUDA and the `gpu`
-    extra).
-
-    Raises:
-        ValueError: an unknown ``cfg.backend``.
-    """
-    if cfg.backend == "transformers":
-        from llm.rollout import HFGenerateBackend
-
-        return HFGenerateBackend(model, tokenizer)
-    if cfg.backend == "vllm":
-        from llm.vllm_backend import VLLMBackend
-
-        v = cfg.vllm
-        return VLLMBackend(
-            cfg.model_path,
-            tokenizer,
-            gpu_memory_utilization=v.gpu_memory_utilization,
-            sleep_mode=v.sleep_mode,
-            tensor_parallel_size=v.tensor_parallel_size,
-            max_model_len=v.max_model_len,
-            enforce_eager=v.enforce_eager,
-            dtype=v.dtype,
-            seed=cfg.seed,
-        )
-    raise ValueError(f"backend: unknown backend {cfg.backend!r}")

@@ -1,4 +1,5 @@
-"""Rollout backends: G sampled responses per prompt with the behaviour log-probs (see CONTRACT.md).
+"""The transformers rollout backend: G sampled responses per prompt with the behaviour log-probs
+(see CONTRACT.md and `llm.rollout.base`).
 
 `HFGenerateBackend` samples with transformers' `model.generate` (CPU or GPU); the vLLM backend of
 the GPU issue implements the same `RolloutBackend` protocol. Shapes: B prompts, G responses per
@@ -22,96 +23,15 @@ Sources read (transformers 5.23, the installed version; the API is the same sinc
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from llm.tiny import check_prompts
-
-
-@dataclass
-class RolloutBatch:
-    """B prompts with G sampled responses each; every tensor on CPU.
-
-    Positions `t >= T_bg` of a response (after its first EOS, or all of them past the longest
-    response) hold `pad_token_id`, mask 0, log-prob 0, entropy 0, candidate ids `pad_token_id` and
-    candidate log-probs 0. T is the longest response of the batch (at most `max_new_tokens`).
-    """
-
-    prompts: list[str]  # B prompt texts
-    prompt_ids: torch.LongTensor  # (B, P) left-padded
-    prompt_mask: torch.Tensor  # (B, P) 1.0 on prompt tokens
-    response_ids: torch.LongTensor  # (B, G, T) right-padded with pad_token_id
-    response_mask: torch.Tensor  # (B, G, T) 1.0 on generated tokens up to and including EOS
-    logp: torch.Tensor  # (B, G, T) log-prob of each sampled token under the sampler (behaviour)
-    texts: list[list[str]]  # (B, G) decoded responses (special tokens skipped)
-    cand_ids: torch.LongTensor | None = None  # (B, G, T, N) the sampler's top-N ids, rank 1 first
-    cand_logp: torch.Tensor | None = None  # (B, G, T, N) their log-probs under the sampler
-    entropy: torch.Tensor | None = None  # (B, G, T) the sampler's token entropy
-
-    @property
-    def group_size(self) -> int:
-        """G."""
-        return self.response_ids.shape[1]
-
-
-@runtime_checkable
-class RolloutBackend(Protocol):
-    """Samples G responses per prompt and reports the sampler's (behaviour policy's) log-probs."""
-
-    def generate(
-        self,
-        prompts: list[str],
-        group_size: int,
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        top_n: int = 0,
-        want_entropy: bool = False,
-        want_logprobs: bool = True,
-        generator: torch.Generator | None = None,
-    ) -> RolloutBatch: ...
-
-    def sync_weights(self, model: torch.nn.Module) -> None: ...
-
-
-def stop_token_ids(tokenizer: Any, model_path: str | os.PathLike[str] | None = None) -> list[int]:
-    """The ids that end a response, the same for both backends: the tokenizer's EOS id first,
-    then the `eos_token_id`s of the model folder's ``generation_config.json`` (an int or a list;
-    Qwen2.5-Instruct names 151645 and 151643), without repeats.
-
-    vLLM stops on both by itself (vllm/sampling_params.py, `SamplingParams.
-    update_from_generation_config` adds the generation config's EOS ids to `stop_token_ids`), while
-    transformers' `generate` stops on the `eos_token_id` it is given; both backends pass this list.
-
-    Args:
-        tokenizer: anything with `eos_token_id`.
-        model_path: the model folder (None, or a folder without ``generation_config.json``: the
-            tokenizer's EOS only).
-
-    Raises:
-        ValueError: the tokenizer has no EOS id.
-        OSError: ``generation_config.json`` exists but cannot be read (transformers'
-            `GenerationConfig.from_pretrained`).
-    """
-    if tokenizer.eos_token_id is None:
-        raise ValueError("tokenizer: expected eos_token_id to be set")
-    ids = [int(tokenizer.eos_token_id)]
-    if model_path and (Path(model_path) / "generation_config.json").is_file():
-        from transformers import GenerationConfig
-
-        eos = GenerationConfig.from_pretrained(str(model_path)).eos_token_id
-        for i in [] if eos is None else [eos] if isinstance(eos, int) else eos:
-            if int(i) not in ids:
-                ids.append(int(i))
-    return ids
+from llm.model.tokens import check_prompts
+from llm.rollout.base import RolloutBatch, response_mask_from_eos, stop_token_ids
 
 
 class HFGenerateBackend:
@@ -133,7 +53,7 @@ class HFGenerateBackend:
     """
 
     #: The sampler IS the training policy (same module, same logits): its log-probs, entropies and
-    #: top-N candidates are pi_old's (`llm.behaviour.sampler_is_behaviour`). A wrapper that passes
+    #: top-N candidates are pi_old's (`llm.train.behaviour.sampler_is_behaviour`). A wrapper that passes
     #: the rollout through unchanged may forward this flag; one that edits it must not.
     samples_from_policy = True
 
@@ -188,7 +108,7 @@ class HFGenerateBackend:
             ValueError: empty `prompts`, `group_size < 1`, `max_new_tokens < 1`,
                 `temperature <= 0`, `top_p` not in (0, 1], `top_n` not in [0, V], or `top_n > 0`
                 or `want_entropy` without `want_logprobs`.
-            UnrepresentableNumberError, PromptTooLongError (`llm.tiny.check_prompts`): a prompt
+            UnrepresentableNumberError, PromptTooLongError (`llm.model.tokens.check_prompts`): a prompt
                 states a number a word-level tokenizer cannot represent, or its tokens plus
                 `max_new_tokens` exceed the model's `max_position_embeddings`.
         """
@@ -316,22 +236,6 @@ def _stop_ids_of(model: Any, tokenizer: Any) -> list[int]:
     memory has none: the tokenizer's EOS)."""
     path = getattr(model, "name_or_path", None) or None
     return stop_token_ids(tokenizer, path if path and Path(path).is_dir() else None)
-
-
-def response_mask_from_eos(
-    response_ids: torch.Tensor, eos_token_id: int | Sequence[int]
-) -> torch.Tensor:
-    """`(..., T)` bool: True up to and including the first stop id (`eos_token_id`, one id or
-    several) of each row (all True when there is none, a truncated response). Works when the pad
-    id is a stop id."""
-    stops = torch.as_tensor(
-        [eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id),
-        dtype=response_ids.dtype,
-        device=response_ids.device,
-    )
-    is_eos = torch.isin(response_ids, stops).long()
-    eos_before = torch.cumsum(is_eos, dim=-1) - is_eos  # EOS strictly before t
-    return eos_before == 0
 
 
 def _entropy(logprobs: torch.Tensor) -> torch.Tensor:

@@ -28,8 +28,8 @@ import torch
 
 import shaping
 from llm.config import TrainConfig
-from llm.distributed import autocast_precision
-from llm.forward import PolicyOutputs, Rows, build_rows, forward_all, sampled_rank
+from llm.model.forward import PolicyOutputs, Rows, build_rows, forward_all, sampled_rank
+from llm.run.distributed import autocast_precision
 
 __all__ = [
     "GRAD_KEYS",
@@ -44,7 +44,7 @@ Tensor = torch.Tensor
 
 GRAD_KEYS = ("logp", "entropy", "cand_logp")
 """Batch keys of the current policy, differentiable: the update recomputes them
-(`llm.update.accumulate_gradients`), the behaviour batch never holds them."""
+(`llm.train.update.accumulate_gradients`), the behaviour batch never holds them."""
 
 
 @dataclass
@@ -52,7 +52,7 @@ class BehaviourBatch:
     """One step's rollout as seen by the behaviour policy pi_old.
 
     Attributes:
-        rows: the R = B * G prompt + response rows (`llm.forward.Rows`).
+        rows: the R = B * G prompt + response rows (`llm.model.forward.Rows`).
         old: the behaviour forward pass per row: log-probs, entropy, top-N candidates, and the
             prompt log-probs when the method needs them.
         fixed: the no-grad shaping batch, ``rewards (B, G)``, ``mask (B, G, T)``,
@@ -201,7 +201,7 @@ def behaviour_batch(
     Args:
         policy: the policy that sampled `roll` (pi_old; the update has not moved it yet).
         ref_model: the frozen base model when the method needs ``logp_ref``, else None.
-        roll: an `llm.rollout.RolloutBatch` of B prompts x G responses of T tokens.
+        roll: an `llm.rollout.base.RolloutBatch` of B prompts x G responses of T tokens.
         rewards: (B, G) float32 on the training device.
         needs: ``shaping.METHODS[cfg.method].needs_for(**cfg.method_hyper())``.
         diversity: (B, G) DSDR diversity scores when the method needs them.

@@ -32,7 +32,7 @@ Rollouts are shared the same way: each rank samples its share of every mini-batc
 Sources: torch docs "Getting Started with Fully Sharded Data Parallel (FSDP2)" and
 `torch.distributed.fsdp.fully_shard` (``mp_policy``, ``reshard_after_forward``,
 `MixedPrecisionPolicy`, FSDPModule.set_requires_gradient_sync); DDP docs
-(`no_sync`). Checkpoints (`llm.checkpoint`): full state dicts on rank 0 for one process and DDP,
+(`no_sync`). Checkpoints (`llm.run.checkpoint`): full state dicts on rank 0 for one process and DDP,
 sharded `torch.distributed.checkpoint` save/load under FSDP2 (each rank writes and reads its shard).
 """
 
@@ -211,7 +211,7 @@ def wrap_reference(
     time and frees it after use, the root's embedding and head included: ``reshard_after_forward
     = True`` everywhere, as no backward comes to free them), else `model` unchanged (one process,
     DDP: a frozen model needs no wrapper). Its weights keep their dtype (bf16 unless the run is
-    fp32: `llm.models.load_policy_and_reference`), so no mixed-precision policy is needed; bf16
+    fp32: `llm.model.load.load_policy_and_reference`), so no mixed-precision policy is needed; bf16
     weights run without autocast (`autocast_precision`), exactly as the bf16-mixed policy does.
     None stays None.
 
@@ -233,7 +233,7 @@ def _all_bf16(model: torch.nn.Module) -> bool:
 
 
 def autocast_precision(model: torch.nn.Module, precision: str) -> str:
-    """The ``precision`` to pass to `llm.forward.policy_forward` for `model`: ``"fp32"`` (no
+    """The ``precision`` to pass to `llm.model.forward.policy_forward` for `model`: ``"fp32"`` (no
     autocast) when `model` is FSDP2-sharded by `wrap_policy` / `wrap_reference` and gathers bf16
     parameters (its mixed-precision policy or bf16 weights already make it compute in bf16;
     autocast would only add a cached bf16 copy of each weight), else `precision` unchanged."""
@@ -359,7 +359,7 @@ def generate_shared(
     group_size: int,
     **sampling: Any,
 ) -> Any:
-    """This rank's rollouts from `backend` (an `llm.rollout.RolloutBackend`), generated alone
+    """This rank's rollouts from `backend` (an `llm.rollout.base.RolloutBackend`), generated alone
     (``share = 1``) or by its group of `share` consecutive ranks together (vLLM tensor
     parallelism: every rank of an engine's group must submit the same requests, as TRL's colocate
     mode gathers them).

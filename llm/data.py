@@ -7,18 +7,16 @@ The trainer and `llm eval` look the task up by ``cfg.task``; this module only tu
 from __future__ import annotations
 
 import os
-import re
 import warnings
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from llm.config import TrainConfig
+from llm.model.tiny import TinyConfig, tiny_problems
+from llm.model.tokens import check_vocabulary
 from llm.tasks import TASKS, Problem
-
-if TYPE_CHECKING:
-    from llm.config import TrainConfig
 
 __all__ = [
     "Problem",
@@ -30,44 +28,6 @@ __all__ = [
 ]
 
 # A whitespace-delimited run of digits: a number the prompt states as its own word.
-_NUMBER_WORD = re.compile(r"(?<!\S)\d+(?!\S)")
-
-
-def check_vocabulary(prompts: Sequence[str], tokenizer: Any, where: str) -> None:
-    """Refuse prompts that state a number the tokenizer would turn into its unknown token.
-
-    A word-level tokenizer (the tiny model's, `llm.tiny.build_tokenizer`, knows 0..100) maps any
-    other number to ``<unk>``, so the model would be asked an unreadable question and score 0 with
-    no warning; byte-level tokenizers never produce an unknown token and always pass. Only the
-    distinct number words are encoded, so the check is cheap on large sets.
-
-    Args:
-        prompts: the prompt texts, in problem order.
-        tokenizer: a Hugging Face tokenizer (``__call__``, ``unk_token_id``).
-        where: what the problems come from, for the message (e.g. a file or a config table).
-
-    Raises:
-        ValueError: names `where`, the first prompt's index and the numbers it cannot encode.
-    """
-    unk = getattr(tokenizer, "unk_token_id", None)
-    if unk is None or not prompts:
-        return
-    words = sorted({w for p in prompts for w in _NUMBER_WORD.findall(p)}, key=lambda w: (len(w), w))
-    if not words:
-        return
-    ids = tokenizer(words, add_special_tokens=False)["input_ids"]
-    unknown = {w for w, seq in zip(words, ids, strict=True) if unk in seq}
-    if not unknown:
-        return
-    for i, p in enumerate(prompts):
-        bad = [w for w in _NUMBER_WORD.findall(p) if w in unknown]
-        if bad:
-            raise ValueError(
-                f"{where}: problem {i}: the number(s) {sorted({int(w) for w in bad})} are not in the "
-                f"model's vocabulary and would become {tokenizer.unk_token!r} (prompt {p[:80]!r}); "
-                "keep numbers within the model's vocabulary (the tiny model knows 0..100: lower "
-                "data.max_number / data.max_target) or use a model whose tokenizer covers them"
-            )
 
 
 def _where(cfg: TrainConfig, table: str, path: str = "") -> str:
@@ -102,7 +62,7 @@ def _from_file(cfg: TrainConfig, path: str) -> list[Problem]:
 
 
 def load_train_problems(cfg: TrainConfig, tokenizer: Any = None) -> list[Problem]:
-    """The training problems of ``cfg.data``: llm.tiny's train stream (tasks with ``tiny_data``),
+    """The training problems of ``cfg.data``: llm.model.tiny's train stream (tasks with ``tiny_data``),
     a local file (``TASKS[cfg.task].load``), or generated with ``data.seed``
     (``TASKS[cfg.task].generate``). With a `tokenizer`, their prompts in ``cfg.template`` are
     checked by `check_vocabulary`.
@@ -115,8 +75,6 @@ def load_train_problems(cfg: TrainConfig, tokenizer: Any = None) -> list[Problem
     d = cfg.data
     task = TASKS[cfg.task]
     if d.source == "tiny":
-        from llm.tiny import TinyConfig, tiny_problems
-
         problems = tiny_problems(TinyConfig(), "train", d.n_problems)
     elif d.source == "file":
         problems = _from_file(cfg, d.path)
@@ -136,8 +94,6 @@ def load_eval_sets(cfg: TrainConfig) -> dict[str, list[Problem]]:
     ``eval.n_problems``)."""
     e = cfg.eval
     if e.source == "tiny":
-        from llm.tiny import TinyConfig, tiny_problems
-
         return {"heldout": tiny_problems(TinyConfig(), "heldout", e.n_problems)}
     if e.source == "generate":
         return {"heldout": TASKS[cfg.task].generate(e.n_problems, e.seed, cfg.data)}

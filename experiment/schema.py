@@ -1,0 +1,383 @@
+"""Options declared once: dataclass fields whose metadata carries their documentation and rules.
+
+Each field is declared with `option` or ``field(default_factory=..., metadata=meta(...))`` (TRL's
+``field(metadata={"help": ...})`` pattern, as in trl/trainer/grpo_config.py): its default, help
+text, choices and bounds live in that one place. A root dataclass holds scalar and list fields,
+free tables (``dict`` fields, e.g. a method's ``[hyper]``) and one-level sub-tables (fields with
+``metadata={"table": True}`` whose type is another such dataclass).
+
+On that metadata, one engine: `check_fields` (one validation loop, errors naming the field),
+`describe` (every key with its default, help and accepted values), `from_dict` (a dataclass tree
+from a parsed TOML document, unknown keys named), `parse_value` and `apply_overrides` (the
+``--set KEY=VALUE`` of a command line), `toml_value` (writing values back). Every error is a
+``ValueError`` whose message names the key.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import difflib
+import math
+import re
+import tomllib
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import field
+from typing import Any
+
+__all__ = [
+    "NOUNS",
+    "apply_overrides",
+    "check_fields",
+    "default_of",
+    "describe",
+    "field_docs",
+    "from_dict",
+    "meta",
+    "option",
+    "options",
+    "parse_value",
+    "require",
+    "rule_text",
+    "tables",
+    "toml_value",
+    "value_ok",
+]
+
+
+def meta(
+    help: str,
+    *,
+    choices: Sequence[str] | Callable[[], Sequence[str]] = (),
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+    lt: float | None = None,
+    length: tuple[int, int | None] | None = None,
+    pattern: str | None = None,
+    expect: str = "",
+) -> dict[str, Any]:
+    """The metadata of a config field: its documentation and the rules `check_fields` applies.
+
+    Args:
+        help: one-sentence documentation (whitespace is collapsed).
+        choices: the allowed strings, or a function giving them when validating (a registry).
+        ge, gt, le, lt: bounds of a number, or of every element of a list of numbers.
+        length: ``(min, max)`` number of elements of a list (``max`` None: unbounded), or
+            characters of a string.
+        pattern: a regular expression a string must match in full.
+        expect: what the field accepts, in words, where the rules above do not say it well.
+    """
+    return {
+        "help": " ".join(help.split()),
+        "choices": choices,
+        "ge": ge,
+        "gt": gt,
+        "le": le,
+        "lt": lt,
+        "length": length,
+        "pattern": pattern,
+        "expect": expect,
+    }
+
+
+def option(default: Any, help: str, **rules: Any) -> Any:
+    """A dataclass field with an immutable `default` and ``metadata=meta(help, **rules)``; list
+    and table fields use ``field(default_factory=..., metadata=meta(...))`` directly."""
+    return field(default=default, metadata=meta(help, **rules))
+
+
+# ---------------------------------------------------------------------------------------------
+# The fields of a dataclass tree
+
+
+def tables(cls: type) -> dict[str, type]:
+    """The one-level sub-tables of the dataclass `cls`: ``{field name: dataclass}``, in
+    declaration order (fields with ``metadata["table"]``)."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.metadata.get("table")}
+
+
+def options(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
+    """(field, resolved type) of every field of `cls` but the sub-tables, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if not f.metadata.get("table")]
+
+
+def _free_tables(cls: type) -> list[str]:
+    """The ``dict`` fields of `cls` (free tables whose keys the dataclass does not declare)."""
+    return [f.name for f, hint in options(cls) if typing.get_origin(hint) is dict]
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The help text of each field of the dataclass `cls` (``metadata["help"]``; '' if none)."""
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
+
+
+def default_of(f: dataclasses.Field[Any]) -> Any:
+    """The default value of the dataclass field `f` (its factory called, if it has one)."""
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return f.default
+
+
+# ---------------------------------------------------------------------------------------------
+# Rules in words and the validation of one value
+
+
+def _choices(meta: Mapping[str, Any]) -> tuple[str, ...]:
+    choices = meta.get("choices") or ()
+    return tuple(choices() if callable(choices) else choices)
+
+
+def _fmt(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else repr(float(x))
+
+
+def _bounds_text(meta: Mapping[str, Any]) -> str:
+    lo = (meta.get("ge"), "[") if meta.get("ge") is not None else (meta.get("gt"), "(")
+    hi = (meta.get("le"), "]") if meta.get("le") is not None else (meta.get("lt"), ")")
+    if lo[0] is not None and hi[0] is not None:
+        return f" in {lo[1]}{_fmt(lo[0])}, {_fmt(hi[0])}{hi[1]}"
+    if lo[0] is not None:
+        return f" {'>=' if lo[1] == '[' else '>'} {_fmt(lo[0])}"
+    if hi[0] is not None:
+        return f" {'<=' if hi[1] == ']' else '<'} {_fmt(hi[0])}"
+    return ""
+
+
+NOUNS = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
+"""The scalar types an option may have, each with its name in the error messages."""
+_PLURALS = {bool: "booleans", int: "integers", float: "finite numbers", str: "strings"}
+
+
+def rule_text(hint: Any, meta: Mapping[str, Any]) -> str:
+    """What a field accepts, in words (e.g. 'an integer >= 2'): the errors' and --describe's text."""
+    if meta.get("expect"):
+        return meta["expect"]
+    if typing.get_origin(hint) is dict:
+        return "a table"
+    if typing.get_origin(hint) is list:
+        (elem,) = typing.get_args(hint)
+        n_min, n_max = meta.get("length") or (0, None)
+        if n_min == n_max:
+            head = f"a list of {n_min}"
+        else:
+            head = "a non-empty list of" if n_min >= 1 else "a list of"
+            head += f" at most {n_max}" if n_max is not None else ""
+        return f"{head} {_PLURALS[elem]}{_bounds_text(meta)}"
+    if _choices(meta):
+        return f"one of {list(_choices(meta))}"
+    if meta.get("pattern"):
+        return f"a string matching {meta['pattern']!r}"
+    if hint is str and (meta.get("length") or (0,))[0] >= 1:
+        return "a non-empty string"
+    return NOUNS[hint] + _bounds_text(meta)
+
+
+def _scalar_ok(value: Any, hint: Any, meta: Mapping[str, Any]) -> bool:
+    if hint is bool or hint is str:
+        return isinstance(value, hint)
+    # bool is an int subclass, and an integer is a valid float (TOML writes 1e-4 but also 0).
+    numeric = (int, float) if hint is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, numeric):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return not (
+        (meta.get("ge") is not None and value < meta["ge"])
+        or (meta.get("gt") is not None and value <= meta["gt"])
+        or (meta.get("le") is not None and value > meta["le"])
+        or (meta.get("lt") is not None and value >= meta["lt"])
+    )
+
+
+def value_ok(value: Any, hint: Any, meta: Mapping[str, Any]) -> bool:
+    """Whether `value` has the type `hint` and obeys the rules in `meta` (see `meta`)."""
+    if typing.get_origin(hint) is dict:
+        return isinstance(value, dict)
+    if typing.get_origin(hint) is list:
+        (elem,) = typing.get_args(hint)
+        n_min, n_max = meta.get("length") or (0, None)
+        return (
+            isinstance(value, list)
+            and n_min <= len(value)
+            and (n_max is None or len(value) <= n_max)
+            and all(_scalar_ok(v, elem, meta) for v in value)
+        )
+    if hint is str and isinstance(value, str):
+        n_min, n_max = meta.get("length") or (0, None)
+        choices, pattern = _choices(meta), meta.get("pattern")
+        return (
+            n_min <= len(value)
+            and (n_max is None or len(value) <= n_max)
+            and (not choices or value in choices)
+            and (pattern is None or re.fullmatch(pattern, value) is not None)
+        )
+    return _scalar_ok(value, hint, meta)
+
+
+def require(ok: bool, name: str, value: object, expect: str) -> None:
+    """Raise ``ValueError("NAME: expected EXPECT, got VALUE")`` unless `ok`."""
+    if not ok:
+        raise ValueError(f"{name}: expected {expect}, got {value!r}")
+
+
+def check_fields(root: Any) -> None:
+    """Check every field of the dataclass instance `root` and of its sub-tables against its
+    metadata (type, choices, bounds, length, pattern; see `meta`).
+
+    Raises:
+        ValueError: the first invalid field, named (``TABLE.NAME`` in a sub-table) with its value.
+    """
+    subs = tables(type(root))
+    for prefix, obj in (("", root), *((f"{n}.", getattr(root, n)) for n in subs)):
+        for f, hint in options(type(obj)):
+            value = getattr(obj, f.name)
+            require(
+                value_ok(value, hint, f.metadata),
+                prefix + f.name,
+                value,
+                rule_text(hint, f.metadata),
+            )
+
+
+def describe(root: type | Any) -> str:
+    """Every key of the dataclass tree `root` (a type or an instance) with its default (as TOML),
+    documentation and accepted values, one line each: top-level keys, then ``TABLE.NAME`` ones."""
+    cls = root if isinstance(root, type) else type(root)
+    lines = []
+    for prefix, sub in (("", cls), *((f"{n}.", c) for n, c in tables(cls).items())):
+        for f, hint in options(sub):
+            rule = rule_text(hint, f.metadata)
+            help_ = f.metadata.get("help", "")
+            lines.append(f"{prefix}{f.name} = {toml_value(default_of(f))}  # {help_} ({rule})")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building from a parsed document, --set overrides
+
+
+def _build(cls: type, table: Mapping[str, Any], where: str) -> Any:
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(table) - set(known))
+    if unknown:
+        raise ValueError(f"{where}unknown key(s) {unknown}; known: {sorted(known)}")
+    return cls(**table)
+
+
+def from_dict(cls: type, raw: Mapping[str, Any]) -> Any:
+    """An instance of the dataclass `cls` from a parsed TOML document (not yet validated: call
+    `check_fields`). Sub-tables are built as their dataclasses; free tables stay dicts.
+
+    Raises:
+        ValueError: a table that is not a table, or an unknown key (named with its table).
+    """
+    raw = dict(raw)
+    subs = tables(cls)
+    parts = {name: raw.pop(name, {}) for name in subs}
+    free = [(name, raw.get(name, {})) for name in _free_tables(cls)]
+    for name, table in (*parts.items(), *free):
+        if not isinstance(table, dict):
+            raise ValueError(f"{name}: expected a table, got {table!r}")
+    obj = _build(cls, raw, "")
+    for name, sub in subs.items():
+        setattr(obj, name, _build(sub, parts[name], f"{name}: "))
+    return obj
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: a TOML literal (``3e-4``, ``true``, ``"grpo"``, ``[1, 8]``,
+    ``{seed = 3}``, ``inf``), else `text` itself as a string (so ``method=ds_grpo`` works)."""
+    try:
+        doc = tomllib.loads(f"v = {text}")
+    except tomllib.TOMLDecodeError:
+        return text
+    return doc["v"] if doc.keys() == {"v"} else text
+
+
+def _check_override_key(cls: type, key: str, pair: str) -> None:
+    *path, name = key.split(".")
+    subs, free = tables(cls), _free_tables(cls)
+    if not path:
+        known = [f.name for f in dataclasses.fields(cls)]
+    elif len(path) == 1 and path[0] in free:
+        return  # a free table's names are checked by the caller's validation
+    elif len(path) == 1 and path[0] in subs:
+        known = [f.name for f in dataclasses.fields(subs[path[0]])]
+    else:
+        raise ValueError(
+            f"--set {pair}: unknown key {key!r}; dotted keys are TABLE.NAME with TABLE one of "
+            f"{[*free, *subs]}"
+        )
+    if name not in known:
+        close = difflib.get_close_matches(name, known, n=3)
+        hint = f"did you mean {close}?" if close else f"known: {known}"
+        raise ValueError(f"--set {pair}: unknown key {key!r}; {hint} (see --describe)")
+
+
+def apply_overrides(
+    cls: type,
+    raw: Mapping[str, Any],
+    pairs: Iterable[str],
+    *,
+    example: str = "name=3 or table.name=3",
+) -> dict[str, Any]:
+    """A copy of the parsed document `raw` (of the dataclass `cls`) with each ``KEY=VALUE`` of
+    `pairs` applied in order.
+
+    KEY is a top-level field of `cls` or ``TABLE.NAME`` (a sub-table's field, or any name of a
+    free table); VALUE is parsed by `parse_value`. A table value (``data={seed = 3}``) is merged
+    into the table. Values are checked later (`from_dict`, `check_fields`). `example` shows a
+    valid pair in the error of a pair without ``=``.
+
+    Raises:
+        ValueError: a pair without ``=``, or an unknown key (the message names the pair and
+            suggests close names).
+    """
+    out = copy.deepcopy(dict(raw))
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--set {pair!r}: expected KEY=VALUE (e.g. {example})")
+        _check_override_key(cls, key, pair)
+        value = parse_value(text.strip())
+        *path, name = key.split(".")
+        target = out
+        for t in path:
+            target = target.setdefault(t, {})
+            if not isinstance(target, dict):
+                raise ValueError(f"--set {pair}: [{t}] of the config is {target!r}, not a table")
+        if isinstance(value, dict) and isinstance(target.get(name), dict):
+            target[name] = {**target[name], **value}
+        else:
+            target[name] = value
+    return out
+
+
+def toml_value(v: object) -> str:
+    """`v` (bool, int, finite float, str, list, tuple or dict of those) as a TOML literal.
+
+    Raises:
+        ValueError: a non-finite float or another type.
+    """
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"cannot write non-finite float {v!r} to TOML")
+        return repr(v)
+    if isinstance(v, str):
+        # JSON string escapes are valid TOML basic-string escapes for these characters.
+        escaped = v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return f'"{escaped}"'
+    if isinstance(v, list | tuple):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
+    raise ValueError(f"cannot write {type(v).__name__} {v!r} to TOML")

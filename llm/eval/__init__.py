@@ -1,0 +1,1 @@
+"""Evaluation: held-out pass@k and diversity (`heldout`), embeddings and Self-BLEU helpers (`diversity`)."""

@@ -1,0 +1,1 @@
+"""Training: the loop (`trainer`), the behaviour policy batch (`behaviour`), the policy update (`update`)."""
