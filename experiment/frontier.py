@@ -44,11 +44,14 @@ diversity per unit of correctness and GRPO's own trade-off as the baseline: issu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
+
+from theory.measures import pass_at_k
 
 STATUSES = ("inside", "below", "above")
 
@@ -434,3 +437,70 @@ def curve_lift(
     half = float(stats.norm.ppf(0.5 + level / 2)) * lifts.std(axis=0, ddof=1)
     return LiftResult(models, ref, px, py, est, status, est - half, est + half, inside,
                       float(level), num_resamples)  # fmt: skip
+
+
+MEASURES = ("pass_at_k", "distinct_correct")
+"""The diversity axes: pass@k at the largest k, and distinct correct solutions per problem."""
+
+
+def gains_from_counts(
+    base: Mapping[str, Any],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    seeds: Sequence[int],
+    measure: str,
+    k: int,
+    reference: str,
+) -> tuple[np.ndarray, np.ndarray, Models, list[dict[str, Any]]]:
+    """Per-problem gains over the base model, in this module's layout, from evaluation counts.
+
+    Args:
+        base: the base model's record: ``n`` samples per problem, ``correct`` `(P,)` counts,
+            ``distinct`` `(P,)` distinct correct solutions.
+        records: one per (model, seed): ``label``, ``params``, ``setting``, ``step``, ``seed`` and
+            the counts as `base`.
+        measure: ``"pass_at_k"`` (the unbiased estimator at `k`, `theory.measures.pass_at_k`) or
+            ``"distinct_correct"``.
+        reference: the label the base model is filed under (its step 0 starts every path).
+
+    Returns:
+        ``(x, y, models, rows)``: `x` `(M, S, P)` pass@1 gains (correct / n minus the base's),
+        `y` `(M, S, P)` gains in `measure`, the `Models` and one ``{"label", "params",
+        "setting", "step"}`` per model (the base first, repeated over seeds).
+
+    Raises:
+        ValueError: an unknown `measure`, or a model missing some seed (both named).
+    """
+    if measure not in MEASURES:
+        raise ValueError(f"measure: expected one of {MEASURES}, got {measure!r}")
+
+    def per_problem(m: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        c = np.asarray(m["correct"], dtype=np.float64)
+        if measure == "pass_at_k":
+            y = np.array([pass_at_k(m["n"], int(ci), k) for ci in c])
+        else:
+            y = np.asarray(m["distinct"], dtype=np.float64)
+        return c / m["n"], y
+
+    bx, by = per_problem(base)
+    groups: dict[tuple[str, str, int], dict[int, Mapping[str, Any]]] = {}
+    rows = [{"label": reference, "params": {}, "setting": "base", "step": 0}]
+    for m in records:
+        key = (m["label"], m["setting"], m["step"])
+        if key not in groups:
+            groups[key] = {}
+            rows.append({"label": m["label"], "params": m["params"], "setting": m["setting"],
+                         "step": m["step"]})  # fmt: skip
+        groups[key][m["seed"]] = m
+    x, y = np.zeros((2, len(rows), len(seeds), len(bx)))
+    for i, row in enumerate(rows[1:], start=1):
+        per_seed = groups[(row["label"], row["setting"], row["step"])]
+        for j, seed in enumerate(seeds):
+            if seed not in per_seed:
+                raise ValueError(
+                    f"{row['label']} {row['setting']} step {row['step']}: no seed {seed}"
+                )
+            px, py = per_problem(per_seed[seed])
+            x[i, j], y[i, j] = px - bx, py - by
+    models = Models(*([r[f] for r in rows] for f in ("label", "setting", "step")))
+    return x, y, models, rows

@@ -39,8 +39,7 @@ __all__ = [
 RESULTS_SCHEMA = "sharpening.sweep/1"
 """The version of the results.json schema (bumped when a required key changes meaning)."""
 
-MEASURES = ("pass_at_k", "distinct_correct")
-"""The diversity axes: pass@k at the largest k, and distinct correct solutions per problem."""
+MEASURES = frontier.MEASURES
 
 #: One colour per method, shared by every figure so a method looks the same everywhere.
 METHOD_COLORS = {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 
 __all__ = [
     "read_json",
+    "read_toml",
     "save_npz",
     "write_json",
     "write_lines",
@@ -60,6 +62,19 @@ def write_json(path: PathLike, data: Any, *, indent: int | None = 2, **dump_kwar
     """Write `data` as JSON (``indent`` 2, a final newline) to `path` atomically; returns the path.
     `dump_kwargs` go to `json.dumps` (e.g. ``sort_keys=True``)."""
     return write_text(path, json.dumps(data, indent=indent, **dump_kwargs) + "\n")
+
+
+def read_toml(path: PathLike) -> dict[str, Any]:
+    """The parsed TOML file.
+
+    Raises:
+        ValueError: invalid TOML (the message names the file).
+        OSError: the file cannot be read.
+    """
+    try:
+        return tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: invalid TOML: {e}") from None
 
 
 def read_json(path: PathLike) -> Any:

@@ -25,7 +25,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -179,13 +183,37 @@ def _reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _format_results(results: Mapping[str, Any]) -> str:
+    """A one-line-per-setting text summary (last checkpoint, mean over seeds) for the terminal."""
+    s = results["settings"]
+    last = s["checkpoints"][-1]
+    kmax = str(s["eval"]["ks"][-1])
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for m in results["models"]:
+        if m["step"] in (0, last):
+            key = m["label"] + (f" {m['params']}" if m["params"] else "")
+            rows.setdefault(key, []).append(m)
+    lines = [f"{'model':48s} pass@1  pass@{kmax:<4s} distinct correct"]
+    for key, ms in rows.items():
+        p1 = np.mean([m["pass1"] for m in ms])
+        pk = np.mean([m["pass_at_k"][kmax] for m in ms])
+        dc = np.mean([m["distinct_correct"] for m in ms])
+        lines.append(f"{key[:48]:48s} {p1:.3f}  {pk:.3f}     {dc:.2f}")
+    r = results["reused"]
+    lines.append(
+        f"reused {r['runs']} of {r['of']} runs and {r['evals']} of {r['evals_of']} evaluations; "
+        f"{results['timings_seconds']['total']:.0f} s"
+    )
+    return "\n".join(lines)
+
+
 def _sweep(args: argparse.Namespace) -> int:
-    from llm.sweep import format_results, load_sweep, run_sweep
+    from llm.sweep import load_sweep, run_sweep
 
     spec = load_sweep(args.config, args.sets)
     out = args.out or str(Path("runs") / "sweeps" / Path(args.config).stem)
     results = run_sweep(spec, out, workers=args.workers)
-    print(format_results(results))
+    print(_format_results(results))
     print(f"wrote {out}/results.json")
     return 0
 

@@ -33,17 +33,26 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
 import numpy as np
 
 import numerics
+import shaping
 from experiment.store import write_json
-from llm.sweep import SweepSpec, setting_name
+from llm.eval.frontier import setting_name, write_reports
+from llm.model.tiny import TinyConfig, ensure_base_model
+from llm.sweep import SweepSpec, run_sweep, sweep_from_dict
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -64,8 +73,6 @@ DEFAULT_METHODS: tuple[str, ...] = ("grpo", "ds_grpo", "entropy_bonus", "casp", 
 
 
 def _quick_tiny() -> Any:
-    from llm.model.tiny import TinyConfig
-
     # Same problem distribution (so the same held-out problems), a model that builds in seconds.
     return TinyConfig(
         hidden_size=32,
@@ -141,8 +148,6 @@ class ReproduceSettings:
 def _spec(s: ReproduceSettings, base_dir: Path) -> SweepSpec:
     """The sweep file with the settings' overrides: base config and model, methods, seeds,
     steps (checkpoints: thirds of the steps), evaluation sizes."""
-    import shaping
-    from llm.sweep import sweep_from_dict
 
     unknown = [m for m in s.methods if m not in shaping.METHODS]
     if unknown:
@@ -289,11 +294,6 @@ def results_table(summary: Mapping[str, Any]) -> str:
 def plot_summary(summary: Mapping[str, Any], settings: Mapping[str, Any], path: Any) -> None:
     """pass@k vs k (left) and pass@k minus the base model's (right) at the last checkpoint, one
     colour per method, lighter for weaker coefficients (bars: range over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     base = summary["base"]["pass_at_k"]
     ks = [int(k) for k in base]
@@ -345,10 +345,6 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
     Raises:
         ValueError: an unknown method, or an invalid config or sweep (naming the key).
     """
-    import time
-
-    from llm.model.tiny import TinyConfig, ensure_base_model
-    from llm.sweep import run_sweep, write_reports
 
     s = settings.resolved()
     assert s.figures is not None

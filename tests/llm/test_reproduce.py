@@ -12,7 +12,8 @@ import pytest
 
 from llm.__main__ import main
 from llm.reproduce import DEFAULT_SWEEP, ReproduceSettings, results_table
-from llm.sweep import RUN_MARKER, load_sweep
+from llm.run.jobs import RUN_MARKER
+from llm.sweep import load_sweep
 
 METHODS = ("grpo", "ds_grpo")
 # configs/sweep_countdown_tiny.toml: grpo {default, kl_coef=0.1}, ds_grpo x 3 coefficients

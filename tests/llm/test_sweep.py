@@ -13,10 +13,10 @@ import pytest
 
 from experiment.spec import apply_sets
 from llm.__main__ import main
+from llm.eval.frontier import frontier_arrays
+from llm.run.jobs import RUN_MARKER, weights_sha
 from llm.sweep import (
-    RUN_MARKER,
     _run_raw,
-    frontier_arrays,
     load_sweep,
     run_name,
     run_sweep,
@@ -188,7 +188,7 @@ def _base(tmp_path: Path) -> dict:
         ({"seeds": [0, 0]}, "seeds"),
         ({"checkpoints": [3]}, "checkpoints"),
         ({"checkpoints": 5}, "checkpoints"),
-        ({"eval": {"problems": 0}}, "eval.problems"),
+        ({"eval": {"problems": -1}}, "eval.problems"),
         ({"eval": {"ks": [32]}}, "eval.ks"),
         ({"eval": {"n": 3}}, "eval: unknown key(s) ['n']"),
         ({"train": {"lr": -1.0}}, "train: lr"),
@@ -276,7 +276,6 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(swept):
     """A run killed after its first checkpoint continues from it (not from scratch) and ends
     with the weights of the uninterrupted run."""
     from llm.config import config_from_dict
-    from llm.sweep import weights_sha
     from llm.train.trainer import train
 
     root, config, out = swept

@@ -1,0 +1,97 @@
+"""The frontier of an LLM sweep's evaluations (`llm.sweep`): per-problem gains over the base model
+from the stored counts, lifts at matched pass@1 over the reference curve
+(`experiment.report.lift_analysis`), the lift tables and the frontier figure (`write_reports`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiment import frontier, report
+
+__all__ = ["frontier_analysis", "frontier_arrays", "lift_intro", "setting_name", "write_reports"]
+
+
+def setting_name(params: Mapping[str, Any]) -> str:
+    """``"k=v,k=v"`` (``"default"`` for no parameters): a model's setting label."""
+    return ",".join(f"{k}={v}" for k, v in params.items()) or "default"
+
+
+def frontier_arrays(
+    results: Mapping[str, Any], measure: str
+) -> tuple[np.ndarray, np.ndarray, Any, list[dict[str, Any]]]:
+    """The per-problem gains over the base model of a sweep's results in `experiment.frontier`'s
+    layout (`experiment.frontier.gains_from_counts`: the base model is the first reference
+    label's step 0, models are (label, setting, step), seeds as the sweep's).
+
+    Raises:
+        ValueError: an unknown `measure`, or a model missing some seed.
+    """
+    s = results["settings"]
+    base = next(m for m in results["models"] if m["label"] == "base")
+    records = [{**m, "setting": setting_name(m["params"])} for m in results["models"]
+               if m["label"] != "base"]  # fmt: skip
+    return frontier.gains_from_counts(
+        base, records, seeds=s["seeds"], measure=measure, k=int(s["eval"]["ks"][-1]),
+        reference=s["reference"][0],
+    )  # fmt: skip
+
+
+def frontier_analysis(
+    results: Mapping[str, Any], *, num_resamples: int = 1000, level: float = 0.95, seed: int = 0
+) -> dict[str, Any]:
+    """Lift at matched pass@1 of every model over the reference labels' upper envelope, for each
+    measure of `experiment.report.MEASURES` (`experiment.report.lift_analysis`: paired bootstrap
+    over training seeds and problems, bootstrap intervals of every point).
+
+    Returns:
+        ``{measure: section}`` of `lift_analysis`; gains over the base model (x: pass@1, y: the
+        measure), NaN written as null.
+    """
+    s = results["settings"]
+    out: dict[str, Any] = {}
+    for measure in report.MEASURES:
+        x, y, models, rows = frontier_arrays(results, measure)
+        k = int(s["eval"]["ks"][-1]) if measure == "pass_at_k" else None
+        out[measure], _ = report.lift_analysis(
+            x, y, models, rows, s["reference"], k=k, num_resamples=num_resamples, level=level,
+            seed=seed,
+        )  # fmt: skip
+    return out
+
+
+def lift_intro(results: Mapping[str, Any]) -> str:
+    """The paragraph above the lift tables (`experiment.report.lift_markdown`): the reference,
+    the paired evaluation design, the seeds and the CI."""
+    s = results["settings"]
+    ev = s["eval"]
+    return (
+        f"Lift at matched pass@1 over the upper envelope of `{', '.join(s['reference'])}` (all "
+        "its settings and checkpoints, and the base model at step 0), gains over the base model. "
+        f"Paired evaluation: {ev['problems']} problems ({ev['source']}) × {ev['samples']} "
+        "samples, "
+        f"sampling seed {ev['seed']} for every model; training seeds {s['seeds']}; "
+        "CI: percentile bootstrap over seeds and problems. n/a: the model's pass@1 lies outside "
+        "the reference's range (no extrapolation); inside: fraction of bootstrap replicates "
+        "inside it."
+    )
+
+
+def write_reports(results: Mapping[str, Any], frontier_png: Path, lifts_md: Path) -> str:
+    """Write the frontier figure and the lift tables (`experiment.report`); returns the tables."""
+    s = results["settings"]
+    ev = s["eval"]
+    level = next(iter(results["frontier"].values()))["level"]
+    report.plot_frontier(
+        results["frontier"], frontier_png, labels=s["labels"], reference=s["reference"],
+        title=f"frontiers: {ev['problems']} problems × {ev['samples']} samples (paired), seeds "
+        f"{s['seeds']}, checkpoints {s['checkpoints']}; bars: {round(100 * level)}% "
+        "bootstrap CIs of the envelope vertices",
+    )  # fmt: skip
+    text = report.lift_markdown(results["frontier"], lift_intro(results))
+    lifts_md.write_text(text, encoding="utf-8")
+    return text

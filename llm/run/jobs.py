@@ -1,0 +1,360 @@
+"""The runs of an LLM sweep (`llm.sweep`): one `Job` trains a run, or reuses a finished one whose
+resolved config, base weights and numeric settings match, resumes an unfinished one from its
+newest checkpoint, evaluates each asked checkpoint on the paired problems (reusing evaluations
+whose settings match), and prunes the evaluated intermediate checkpoints; `map_jobs` runs jobs in
+worker processes (spawned, one torch thread each).
+
+Files of a run folder: ``sweep_run.json`` (`RUN_MARKER`: the base weights' hash, whether training
+finished, each checkpoint's evaluation with its settings); the base model's evaluation goes to
+``OUT/base_eval.json`` (`BASE_EVAL`).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers.utils import logging as hf_logging
+
+import numerics
+from experiment.store import read_json, read_toml, write_json
+from llm.config import config_from_dict, config_to_toml
+from llm.eval.diversity import load_encoder
+from llm.eval.heldout import evaluate
+from llm.model.load import load_model_and_tokenizer
+from llm.rollout.backend import make_backend
+from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint
+from llm.run.folder import read_metrics
+from llm.train.trainer import train
+from theory.measures import pass_at_k
+
+__all__ = [
+    "BASE_EVAL",
+    "RUN_MARKER",
+    "Job",
+    "collect",
+    "default_workers",
+    "eval_key",
+    "evaluate_model",
+    "map_jobs",
+    "problem_dict",
+    "run_job",
+    "weights_sha",
+    "with_passk",
+]
+
+RUN_MARKER = "sweep_run.json"
+BASE_EVAL = "base_eval.json"
+
+
+def weights_sha(folder: str | os.PathLike[str]) -> str:
+    """sha256 over a model folder's ``*.safetensors`` files (identifies the weights).
+
+    Raises:
+        FileNotFoundError: the folder holds no ``*.safetensors`` file.
+    """
+    h = hashlib.sha256()
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{folder}: no *.safetensors weights")
+    for f in files:
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def default_workers() -> int:
+    """One worker per core this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def _quiet_worker() -> None:
+    """One torch thread (see `llm.reproduce`) and no per-checkpoint loading bars."""
+    torch.set_num_threads(1)
+    hf_logging.disable_progress_bar()
+
+
+def map_jobs(
+    fn: Callable[[Any], Any],
+    jobs: Sequence[Any],
+    *,
+    workers: int,
+    progress: bool,
+    desc: str,
+    name: Callable[[Any], str],
+) -> list[Any]:
+    """`fn` over `jobs` (results in job order) with a tqdm bar over finished jobs; inline when
+    ``workers <= 1``, else in `workers` spawned processes."""
+    results: list[Any] = [None] * len(jobs)
+    bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="run")
+    if workers <= 1 or len(jobs) <= 1:
+        for i, job in enumerate(jobs):
+            bar.set_postfix_str(name(job))
+            results[i] = fn(job)
+            bar.update(1)
+    else:
+        # spawn, not fork: a forked child inherits torch's thread pools and can deadlock.
+        ctx = multiprocessing.get_context("spawn")
+        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+            try:
+                for fut in cf.as_completed(futures):
+                    i = futures[fut]
+                    results[i] = fut.result()
+                    bar.set_postfix_str(name(jobs[i]))
+                    bar.update(1)
+            except BaseException:
+                # Fail fast: without this the pool's exit would run every queued job first.
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
+    bar.close()
+    return results
+
+
+@dataclass
+class Job:
+    """One job of a sweep: a run to train (or reuse) and the checkpoints to evaluate."""
+
+    name: str
+    setting: Any  # the sweep's `Setting` of this run (None: the base model)
+    seed: int
+    raw: dict[str, Any]
+    out: str
+    base_sha: str
+    steps: list[int]
+    problems: list[Any]
+    eval_key: dict[str, Any]
+    progress: bool
+
+
+def evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[str, Any]) -> dict:
+    """One model's evaluation record on the paired problems: per-problem correct counts and
+    distinct correct solutions, accuracy, Self-BLEU (pass@k follows from the counts,
+    `with_passk`)."""
+
+    model, tokenizer = load_model_and_tokenizer(model_path, "cpu")
+    backend = make_backend(cfg, model, tokenizer)
+    n = ev["samples"]
+    common = {
+        "n": n,
+        "template": cfg.template,
+        "max_new_tokens": cfg.eval.max_new_tokens or cfg.max_new_tokens,
+        "temperature": cfg.eval.temperature,
+        "top_p": cfg.eval.top_p,
+        "top_k": cfg.eval.top_k,
+        "seed": ev["seed"],
+    }
+    if ev["semantic"]:
+        common["encoder"] = load_encoder("cpu")
+    start = time.perf_counter()
+    r = evaluate(backend, cfg.task, problems, distinct=cfg.distinct, **common)
+    distinct = [p["distinct_correct"] for p in r["per_problem"]]
+    correct = [int(p["correct"]) for p in r["per_problem"]]
+    return {
+        "accuracy": float(np.mean(correct) / n),
+        "distinct_correct": float(np.mean(distinct)),
+        "self_bleu": r.get("self_bleu"),
+        "semantic_cosine_correct": r.get("semantic_cosine_correct"),
+        "n": n,
+        "correct": correct,
+        "distinct": [int(d) for d in distinct],
+        "eval_seconds": round(time.perf_counter() - start, 2),
+    }
+
+
+def _eval_base(job: Job) -> dict[str, Any]:
+
+    _quiet_worker()
+    cfg = config_from_dict(job.raw)
+    path = Path(job.out) / BASE_EVAL
+    key = {**job.eval_key, "weights_sha256": job.base_sha}
+    cached = read_json(path)
+    if cached is not None and cached.get("eval") == key:
+        return {"models": {0: cached["result"]}, "reused_run": False, "reused_evals": 1}
+    result = evaluate_model(cfg, Path(cfg.model_path), job.problems, job.eval_key)
+    write_json(path, {"eval": key, "result": result})
+    return {"models": {0: result}, "reused_run": False, "reused_evals": 0}
+
+
+def _checkpoint_dir(out: Path, step: int) -> Path:
+
+    return out / CHECKPOINTS / f"step_{step:06d}"
+
+
+def _train(job: Job, cfg: Any) -> tuple[dict[str, Any], bool]:
+    """Train `job`'s run unless a finished matching one exists (`llm.reproduce`'s resume rule);
+    returns (its marker, whether it was reused)."""
+
+    out = Path(job.out)
+    marker_path = out / RUN_MARKER
+    marker = read_json(marker_path)
+    saved = out / "config.toml"
+    same = (
+        marker is not None
+        and marker.get("base_sha") == job.base_sha
+        and marker.get("numerics") == numerics.tag()
+        and saved.is_file()
+        and config_to_toml(config_from_dict(read_toml(saved))) == config_to_toml(cfg)
+    )
+    ckpt = latest_checkpoint(out) if same else None
+    if (
+        same
+        and marker.get("finished")
+        and ckpt is not None
+        and ckpt.name == f"step_{cfg.steps:06d}"
+    ):
+        return marker, True
+    if out.exists() and (not same or ckpt is None):
+        # A run of another config or base model (its checkpoints are not this run's), or one
+        # killed before its first checkpoint: a fresh start needs an empty folder.
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    prior = float(marker.get("train_seconds", 0.0)) if same and marker else 0.0
+    evals = marker.get("evals", {}) if same and marker else {}
+    marker = {
+        "base_sha": job.base_sha,
+        "numerics": numerics.tag(),
+        "finished": False,
+        "train_seconds": prior,
+        "evals": evals,
+    }
+    write_json(marker_path, marker)
+    start = time.perf_counter()
+    train(cfg, out, resume=ckpt is not None, progress=job.progress)
+    marker["train_seconds"] = round(prior + time.perf_counter() - start, 1)
+    rewards = [m["charts/reward_mean"] for m in read_metrics(out / "metrics.jsonl")]
+    tail = max(1, len(rewards) // 10)
+    marker["train_reward_first"] = float(np.mean(rewards[:tail]))
+    marker["train_reward_last"] = float(np.mean(rewards[-tail:]))
+    marker["finished"] = True
+    write_json(marker_path, marker)
+    return marker, False
+
+
+def run_job(job: Job) -> dict[str, Any]:
+    """Train (or reuse) one run and evaluate (or reuse) each of its checkpoints; runs in a
+    worker process. Returns ``{"models": {step: record}, "reused_run", "reused_evals",
+    "train_seconds"}``."""
+
+    if job.setting is None:
+        return _eval_base(job)
+    _quiet_worker()
+    cfg = config_from_dict(job.raw)
+    out = Path(job.out)
+    marker, reused = _train(job, cfg)
+
+    def missing(m: dict[str, Any]) -> list[int]:
+        ev = m.get("evals", {})
+        return [s for s in job.steps if ev.get(str(s), {}).get("eval") != job.eval_key]
+
+    if any(not _checkpoint_dir(out, s).is_dir() for s in missing(marker)):
+        # An evaluation asked of a checkpoint deleted after an earlier evaluation: train again.
+        shutil.rmtree(out)
+        marker, reused = _train(job, cfg)
+    todo = missing(marker)
+    _quiet_worker()  # train() set the config's thread count; evaluation uses one thread too
+    for step in todo:
+        path = _checkpoint_dir(out, step)
+        result = evaluate_model(cfg, path, job.problems, job.eval_key)
+        result["weights_sha256"] = weights_sha(path)
+        marker["evals"][str(step)] = {"eval": job.eval_key, "result": result}
+        write_json(out / RUN_MARKER, marker)
+    _prune(out, cfg.steps)
+    return {
+        "models": {s: marker["evals"][str(s)]["result"] for s in job.steps},
+        "reused_run": reused,
+        "reused_evals": len(job.steps) - len(todo),
+        "train_seconds": marker.get("train_seconds"),
+        "train_reward_first": marker.get("train_reward_first"),
+        "train_reward_last": marker.get("train_reward_last"),
+    }
+
+
+def _prune(out: Path, last: int) -> None:
+    """Keep only the last checkpoint of a finished, evaluated run (it holds the optimizer state
+    a longer rerun resumes from)."""
+
+    keep = _checkpoint_dir(out, last)
+    for p in (out / CHECKPOINTS).glob("*"):
+        if p != keep and p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def with_passk(record: Mapping[str, Any], ks: Sequence[int]) -> dict[str, Any]:
+    """`record` with ``pass_at_k`` (unbiased estimator of Chen et al. 2021,
+    `theory.measures.pass_at_k`, averaged over problems) for every k of `ks`, and ``pass1``."""
+
+    n, correct = record["n"], record["correct"]
+    passk = {str(k): float(np.mean([pass_at_k(n, c, k) for c in correct])) for k in ks}
+    return {"pass_at_k": passk, "pass1": passk["1"], **record}
+
+
+def problem_dict(p: Any) -> dict[str, Any]:
+    """A problem as a JSON-able dict (tuples as lists)."""
+    d = dataclasses.asdict(p) if dataclasses.is_dataclass(p) else {"problem": str(p)}
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+
+
+def eval_key(
+    ev: Mapping[str, Any], base_cfg: Any, problems: Sequence[Any], source: str
+) -> dict[str, Any]:
+    """What identifies an evaluation: its settings, the problems' hash, the base config's sampling
+    settings and the numeric settings (an evaluation under others is not reused). ``ks`` is not
+    part of it: pass@k for any k follows from the stored correct counts."""
+    return {
+        **{k: v for k, v in ev.items() if k != "ks"},
+        "source": source,
+        "problems_sha256": hashlib.sha256(
+            json.dumps([problem_dict(p) for p in problems], sort_keys=True).encode()
+        ).hexdigest(),
+        "temperature": base_cfg.eval.temperature,
+        "top_p": base_cfg.eval.top_p,
+        "top_k": base_cfg.eval.top_k,
+        "max_new_tokens": base_cfg.eval.max_new_tokens or base_cfg.max_new_tokens,
+        "template": base_cfg.template,
+        "distinct": base_cfg.distinct,
+        "numerics": numerics.tag(),
+    }
+
+
+def collect(
+    jobs: Sequence[Job], outcomes: Sequence[Mapping[str, Any]], ks: Sequence[int]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The results' ``models`` (the base model once, then one record per run and evaluated
+    step, with pass@k for every k of `ks`) and ``runs`` (one record per trained run), from the
+    jobs (the base model's first) and their outcomes (`run_job`)."""
+    base = with_passk(outcomes[0]["models"][0], ks)
+    models = [{"label": "base", "method": None, "params": {}, "seed": None, "step": 0,
+               "run": None, **base}]  # fmt: skip
+    runs = []
+    for job, res in zip(jobs[1:], outcomes[1:], strict=True):
+        assert job.setting is not None
+        s = job.setting
+        runs.append(
+            {"run": job.name, "label": s.label, "method": s.method, "params": s.params,
+             "seed": job.seed, "train_seconds": res["train_seconds"], "reused": res["reused_run"],
+             "train_reward_first": res["train_reward_first"],
+             "train_reward_last": res["train_reward_last"]}
+        )  # fmt: skip
+        for step in job.steps:
+            models.append(
+                {"label": s.label, "method": s.method, "params": s.params, "seed": job.seed,
+                 "step": step, "run": job.name, **with_passk(res["models"][step], ks)}
+            )  # fmt: skip
+    return models, runs
