@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import shaping
+from experiment.schema import describe as describe_options
 from experiment.schema import parse_value
 
 __all__ = [
@@ -41,7 +42,7 @@ __all__ = [
     "METHOD_KEYS",
     "MethodEntry",
     "apply_sets",
-    "describe_common",
+    "describe",
     "move_keys",
     "parse_checkpoints",
     "parse_methods",
@@ -71,9 +72,14 @@ _HELP = {
 }
 
 
-def describe_common() -> list[tuple[str, str]]:
-    """``(key, help)`` of every shared sweep key, for a leg's ``--describe``."""
-    return list(_HELP.items())
+def describe(tables: Mapping[str, type], extra: Sequence[tuple[str, str]] = ()) -> str:
+    """Every key of a sweep file, one line each (``--describe`` of both drivers): the shared keys,
+    a leg's `extra` ``(key, help)`` pairs, then each leg table's keys (`experiment.schema` options
+    of the dataclass `tables[name]`) as ``name.key = default  # help (accepted values)``."""
+    lines = [f"{key}  # {help_}" for key, help_ in (*_HELP.items(), *extra)]
+    for name, cls in tables.items():
+        lines += [f"{name}.{line}" for line in describe_options(cls).splitlines()]
+    return "\n".join(lines)
 
 
 def renamed(old: str, new: str) -> None:

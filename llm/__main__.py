@@ -208,8 +208,13 @@ def _format_results(results: Mapping[str, Any]) -> str:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from llm.sweep import load_sweep, run_sweep
+    from llm.sweep import describe, load_sweep, run_sweep
 
+    if args.describe:
+        print(describe())
+        return 0
+    if args.config is None:
+        raise ValueError("sweep: --config FILE is required (see --describe)")
     spec = load_sweep(args.config, args.sets)
     out = args.out or str(Path("runs") / "sweeps" / Path(args.config).stem)
     results = run_sweep(spec, out, workers=args.workers)
@@ -316,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     rp.set_defaults(func=_reproduce)
 
     sw = sub.add_parser("sweep", help="a grid of methods x settings x seeds, paths, frontier")
-    sw.add_argument("--config", required=True, help="sweep TOML (configs/sweep_*.toml)")
+    sw.add_argument("--config", help="sweep TOML (configs/sweep_*.toml; see --describe)")
+    sw.add_argument("--describe", action="store_true", help="print every sweep key and exit")
     sw.add_argument(
         "--set", dest="sets", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
         help="override sweep keys: seeds=[0] train.steps=20 eval.problems=8 (TOML literals)",

@@ -40,6 +40,9 @@ from experiment.spec import (
     parse_reference,
     parse_seeds,
 )
+from experiment.spec import (
+    describe as describe_keys,
+)
 from experiment.store import read_toml, write_json
 from llm.config import TrainConfig, config_from_dict
 from llm.data import load_eval_sets
@@ -52,6 +55,7 @@ from llm.run.jobs import eval_key as jobs_eval_key
 __all__ = [
     "Setting",
     "SweepSpec",
+    "describe",
     "load_sweep",
     "run_name",
     "run_sweep",
@@ -252,6 +256,15 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         eval=evald,
         doc=copy.deepcopy(dict(doc)),
     )
+
+
+def describe() -> str:
+    """Every key of an LLM sweep file with its help (``python -m llm sweep --describe``)."""
+    return describe_keys(
+        {"eval": SweepEval},
+        [("base", "the train config every run starts from (a path relative to the sweep file)"),
+         ("train", "a table of overrides of the base config for every run (steps, lr, ...)")],
+    )  # fmt: skip
 
 
 def load_sweep(path: str | os.PathLike[str], sets: Iterable[str] = ()) -> SweepSpec:

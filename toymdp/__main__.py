@@ -32,7 +32,8 @@ def _main(argv: list[str]) -> int:
     fig.add_argument("--list", action="store_true", help="list the experiments and exit")
     fig.add_argument("--pdf", action="store_true", help="also write each figure as PDF")
     sw = sub.add_parser("sweep", help="hyper-parameter sweep: results.json, frontier, lift table")
-    sw.add_argument("--config", type=Path, required=True, help="sweep TOML (see configs/toy/)")
+    sw.add_argument("--config", type=Path, help="sweep TOML (see configs/toy/ and --describe)")
+    sw.add_argument("--describe", action="store_true", help="print every sweep key and exit")
     sw.add_argument(
         "--out", type=Path, default=None, help="output folder (default runs/toy_sweep/<stem>)"
     )
@@ -74,8 +75,13 @@ def _main(argv: list[str]) -> int:
 
 
 def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from toymdp.sweep import sweep
+    from toymdp.sweep import describe, sweep
 
+    if args.describe:
+        print(describe())
+        return 0
+    if args.config is None:
+        parser.error("sweep: --config FILE is required (see --describe)")
     if not args.config.is_file():
         parser.error(f"--config: no such file {str(args.config)!r}")
     try:

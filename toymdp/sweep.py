@@ -42,7 +42,15 @@ from experiment import frontier, report, spec, store
 from toymdp import train as T
 from toymdp.env import TreeEnv
 from toymdp.figures import _enable_jax_cache, code_hash
-from toymdp.sweep_spec import EnvSpec, TrainSpec, _int_list, environments, parse_env, parse_train
+from toymdp.sweep_spec import (
+    TABLES,
+    EnvSpec,
+    TrainSpec,
+    environments,
+    parse_env,
+    parse_table,
+    parse_train,
+)
 
 METRICS = (
     "correctness",
@@ -109,15 +117,16 @@ def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
     for m in methods:
         if "lr" in m.fixed:
             raise ValueError(f"methods[{m.label}].fixed.lr: set lr in [train] or sweep it")
-    fr = doc.get("frontier", {})
-    if not isinstance(fr, Mapping) or set(fr) - {"num_resamples"}:
-        raise ValueError("[frontier] may hold only `num_resamples`")
-    num_resamples = fr.get("num_resamples", 2000)
-    _int_list("frontier.num_resamples", (num_resamples,), 1)
+    num_resamples = parse_table("frontier", doc.get("frontier", {})).num_resamples
     return SweepConfig(
         env, tr, methods, spec.parse_reference(doc.get("reference"), methods),
         spec.parse_seeds(doc.get("seeds", [0, 1, 2, 3])), (0, *checkpoints), num_resamples, raw,
     )  # fmt: skip
+
+
+def describe() -> str:
+    """Every key of a toy sweep file with its help (``python -m toymdp sweep --describe``)."""
+    return spec.describe(TABLES)
 
 
 def load_config(path: Path) -> SweepConfig:

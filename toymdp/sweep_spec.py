@@ -5,22 +5,28 @@ dataset with its constants as arguments, or a single prompt) and ``[train]`` (`T
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from experiment import schema
+from experiment.schema import meta, option
 from theory import trees
 from toymdp.env import TreeEnv
 from toymdp.train import OPTIMIZERS
 
 __all__ = [
     "KINDS",
+    "TABLES",
     "EnvSpec",
+    "FrontierSpec",
     "TrainSpec",
     "environments",
     "parse_env",
+    "parse_table",
     "parse_train",
     "popularity_dataset",
     "single_prompt",
@@ -31,49 +37,43 @@ KINDS = ("dataset", "single")
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """`[env]`: the environment and its draws (module docstring)."""
+    """``[env]``: the environment and its draws (module docstring)."""
 
-    kind: str = "dataset"
-    num_actions: int = 4
-    depth: int = 3
-    draws: tuple[int, ...] = (0,)
-    skew: float = 1.0
-    base_correctness: float | None = None
-    multiplicities: tuple[int, ...] = (1, 2, 4, 8, 16)
-    per_size: int = 8
-    zipf: float = 1.0
-    correct: tuple[str, ...] | None = None
-    correct_size: int | None = None
-
-
-def _fields(section: str, table: object, cls: type) -> dict[str, Any]:
-    if not isinstance(table, Mapping):
-        raise ValueError(f"[{section}] must be a table, got {type(table).__name__}")
-    known = set(cls.__dataclass_fields__)
-    unknown = sorted(set(table) - known)
-    if unknown:
-        raise ValueError(f"{section}: unknown key(s) {unknown}; known: {sorted(known)}")
-    out = dict(table)
-    for name, value in out.items():
-        default = cls.__dataclass_fields__[name].default
-        if isinstance(value, list):
-            out[name] = tuple(value)
-        elif isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-            out[name] = float(value)
-    return out
+    kind: str = option("dataset", "dataset (multi-prompt, half held out) or single (one prompt)",
+                       choices=KINDS)  # fmt: skip
+    num_actions: int = option(4, "V: actions per node", ge=2)
+    depth: int = option(3, "H: tree depth", ge=1)
+    draws: list[int] = field(default_factory=lambda: [0], metadata=meta(
+        "environment draw seeds (a dataset or a tree per seed)", ge=0, length=(1, None)))  # fmt: skip
+    skew: float = option(1.0, "base logits ~ Normal(0, skew^2); 0 = uniform base policy", ge=0)
+    base_correctness: float = option(
+        0.0, "tilt every prompt's base correctness to this value (0 = no tilt)", ge=0, lt=1
+    )
+    multiplicities: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16], metadata=meta(
+        "dataset: correct-set sizes, each <= M = V^H", ge=1, length=(1, None)))  # fmt: skip
+    per_size: int = option(8, "dataset: training and held-out prompts per multiplicity", ge=1)
+    zipf: float = option(1.0, "dataset: Zipf exponent of the trajectories' popularity", ge=0)
+    correct: list[str] = field(default_factory=list, metadata=meta(
+        "single: the correct trajectories by label (e.g. 'ABC'), or give correct_size"))  # fmt: skip
+    correct_size: int = option(0, "single: a random correct set of this size (0 = use correct)",
+                               ge=0)  # fmt: skip
 
 
-def _int_list(where: str, values: object, minimum: int) -> None:
-    if not isinstance(values, tuple) or not values:
-        raise ValueError(f"{where} must be a non-empty list of integers, got {values!r}")
-    for v in values:
-        if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-            raise ValueError(f"{where} must hold integers >= {minimum}, got {v!r}")
-
-
-def _check_type(where: str, value: object, kind: type | tuple) -> None:
-    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        raise ValueError(f"{where} has the wrong type: {value!r}")
+def _build(cls: type, section: str, table: object) -> Any:
+    """`cls` from a TOML table, checked by `experiment.schema` (errors name ``section.key``);
+    integers given for float options become floats."""
+    try:
+        obj = schema.from_dict(cls, table if isinstance(table, Mapping) else {"": table})
+        schema.check_fields(obj)
+    except ValueError as err:
+        text = str(err)
+        raise ValueError(
+            f"{section}: {text}" if text.startswith("unknown") else f"{section}.{text}"
+        ) from None
+    floats = {
+        f.name: float(getattr(obj, f.name)) for f, hint in schema.options(cls) if hint is float
+    }
+    return dataclasses.replace(obj, **floats)
 
 
 def parse_env(table: object) -> EnvSpec:
@@ -82,48 +82,32 @@ def parse_env(table: object) -> EnvSpec:
     Raises:
         ValueError: naming ``env.<key>`` and the bad value.
     """
-    env = EnvSpec(**_fields("env", table, EnvSpec))
-    if env.kind not in KINDS:
-        raise ValueError(f"env.kind must be one of {list(KINDS)}, got {env.kind!r}")
-    for name in ("num_actions", "depth", "per_size"):
-        _int_list(f"env.{name}", (getattr(env, name),), 1)
-    if env.num_actions < 2:
-        raise ValueError(f"env.num_actions must be >= 2, got {env.num_actions}")
-    _int_list("env.draws", env.draws, 0)
-    _int_list("env.multiplicities", env.multiplicities, 1)
+    env = _build(EnvSpec, "env", table)
     m = env.num_actions**env.depth
     if max(env.multiplicities) > m:
-        raise ValueError(f"env.multiplicities must be <= M = {m}, got {env.multiplicities}")
-    _check_type("env.skew", env.skew, float)
-    if env.skew < 0:
-        raise ValueError(f"env.skew must be >= 0, got {env.skew}")
-    bc = env.base_correctness
-    if bc is not None and (
-        isinstance(bc, bool) or not isinstance(bc, int | float) or not 0 < bc < 1
-    ):
-        raise ValueError(f"env.base_correctness must be in (0, 1), got {env.base_correctness!r}")
-    if env.kind == "single" and (env.correct is None) == (env.correct_size is None):
+        raise ValueError(f"env.multiplicities: expected sizes <= M = {m}, got {env.multiplicities}")
+    if env.kind == "single" and bool(env.correct) == bool(env.correct_size):
         raise ValueError("env: a single prompt needs exactly one of `correct` or `correct_size`")
-    if env.correct_size is not None and not 1 <= env.correct_size <= m:
-        raise ValueError(f"env.correct_size must be in [1, M = {m}], got {env.correct_size!r}")
-
+    if env.correct_size > m:
+        raise ValueError(f"env.correct_size: expected at most M = {m}, got {env.correct_size}")
     return env
 
 
 @dataclass(frozen=True)
 class TrainSpec:
-    """`[train]`: training and evaluation (module docstring)."""
+    """``[train]``: training and evaluation (module docstring)."""
 
-    optimizer: str = "adam"
-    lr: float = 0.1
-    updates: int = 100
-    group_size: int = 8
-    epochs: int = 1
-    kl_coef: float = 0.0
-    seed: int = 0
-    pass_k: tuple[int, ...] = (1, 4, 16, 64)
-    distinct_k: int = 16
-    fast_compile: bool = False
+    optimizer: str = option("adam", "the optimizer", choices=OPTIMIZERS)
+    lr: float = option(0.1, "learning rate (a grid may sweep it)", gt=0)
+    updates: int = option(100, "U: policy updates", ge=1)
+    group_size: int = option(8, "G: responses per prompt", ge=1)
+    epochs: int = option(1, "mu: passes over each batch", ge=1)
+    kl_coef: float = option(0.0, "default of every method's kl_coef (a grid may sweep it)", ge=0)
+    seed: int = option(0, "root of the training keys (seeds index its split)", ge=0)
+    pass_k: list[int] = field(default_factory=lambda: [1, 4, 16, 64], metadata=meta(
+        "k of the exact pass@k", ge=1, length=(1, None)))  # fmt: skip
+    distinct_k: int = option(16, "K of the expected distinct correct responses", ge=1)
+    fast_compile: bool = option(False, "XLA's fast compile options (smoke tests)")
 
 
 def parse_train(table: object) -> TrainSpec:
@@ -132,19 +116,27 @@ def parse_train(table: object) -> TrainSpec:
     Raises:
         ValueError: naming ``train.<key>`` and the bad value.
     """
-    tr = TrainSpec(**_fields("train", table, TrainSpec))
-    if tr.optimizer not in OPTIMIZERS:
-        raise ValueError(f"train.optimizer must be one of {list(OPTIMIZERS)}, got {tr.optimizer!r}")
-    for name in ("updates", "group_size", "epochs", "distinct_k"):
-        _int_list(f"train.{name}", (getattr(tr, name),), 1)
-    _int_list("train.seed", (tr.seed,), 0)
-    _int_list("train.pass_k", tr.pass_k, 1)
-    for name in ("lr", "kl_coef"):
-        if isinstance(getattr(tr, name), bool) or not isinstance(getattr(tr, name), float):
-            raise ValueError(f"train.{name} has the wrong type: {getattr(tr, name)!r}")
-    if tr.lr <= 0:
-        raise ValueError(f"train.lr must be > 0, got {tr.lr}")
-    return tr
+    return _build(TrainSpec, "train", table)
+
+
+@dataclass(frozen=True)
+class FrontierSpec:
+    """``[frontier]``: the lift analysis."""
+
+    num_resamples: int = option(2000, "bootstrap resamples of the lift intervals", ge=1)
+
+
+TABLES = {"env": EnvSpec, "train": TrainSpec, "frontier": FrontierSpec}
+"""The toy's own sweep tables, by name."""
+
+
+def parse_table(name: str, table: object) -> Any:
+    """Validate the toy table `name` of `TABLES` (``env`` also checks its cross-field rules).
+
+    Raises:
+        ValueError: naming ``name.<key>`` and the bad value.
+    """
+    return parse_env(table) if name == "env" else _build(TABLES[name], name, table)
 
 
 def _tilt(log_pb: np.ndarray, correct: np.ndarray, target: float) -> np.ndarray:
@@ -174,7 +166,7 @@ def popularity_dataset(rng: np.random.Generator, spec: EnvSpec) -> TreeEnv:
     log_pb = trees.trajectory_log_probs(
         np.stack([trees.random_base_logits(rng, v, h, spec.skew) for _ in sizes]), v, h
     )
-    if spec.base_correctness is not None and not correct.all():
+    if spec.base_correctness and not correct.all():
         log_pb = _tilt(log_pb, correct, float(spec.base_correctness))
     base = trees.logits_from_log_probs(log_pb, v, h)
     train = np.arange(sizes.size) < sizes.size // 2
@@ -186,7 +178,7 @@ def single_prompt(rng: np.random.Generator, spec: EnvSpec) -> TreeEnv:
     v, h = spec.num_actions, spec.depth
     m = trees.num_trajectories(v, h)
     correct = np.zeros((1, m), dtype=bool)
-    if spec.correct is not None:
+    if spec.correct:
         labels = {lab: i for i, lab in enumerate(trees.trajectory_labels(v, h))}
         for item in spec.correct:
             if item not in labels:
@@ -199,7 +191,7 @@ def single_prompt(rng: np.random.Generator, spec: EnvSpec) -> TreeEnv:
         trees.random_base_logits(rng, v, h, spec.skew) if spec.skew > 0 else np.zeros((n_int, v))
     )
     log_pb = trees.trajectory_log_probs(logits[None], v, h)
-    if spec.base_correctness is not None and not correct.all():
+    if spec.base_correctness and not correct.all():
         log_pb = _tilt(log_pb, correct, float(spec.base_correctness))
     base = trees.logits_from_log_probs(log_pb, v, h)
     return TreeEnv(v, h, correct, base, np.ones(1, dtype=bool))

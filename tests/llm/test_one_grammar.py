@@ -13,6 +13,9 @@ import pytest
 from experiment import report
 from experiment.spec import parse_methods, parse_reference
 from llm.__main__ import main as llm_main
+from llm.config import load_config
+from llm.sweep import load_sweep
+from toymdp import sweep as toy_sweep
 from toymdp.__main__ import main as toy_main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -153,3 +156,29 @@ def test_every_sweep_config_uses_the_grammar_without_old_keys(path):
         warnings.simplefilter("error", FutureWarning)
         entries = parse_methods(doc["methods"])
     assert parse_reference(doc.get("reference"), entries)
+
+
+TRAIN_CONFIGS = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswith("sweep"))
+
+
+@pytest.mark.parametrize("path", TRAIN_CONFIGS + SWEEPS, ids=lambda p: p.name)
+def test_every_config_validates_through_the_schema(path):
+    """Train configs through `llm.config` (declared with `experiment.schema` options), sweep files
+    through their driver (the shared grammar plus `experiment.schema`-declared tables)."""
+    if path in TRAIN_CONFIGS:
+        load_config(path)
+    elif path.parent.name == "toy":
+        toy_sweep.load_config(path)
+    else:
+        load_sweep(path)
+
+
+def test_both_sweep_commands_describe_every_key(capsys):
+    assert toy_main(["sweep", "--describe"]) == 0
+    toy = capsys.readouterr().out
+    assert llm_main(["sweep", "--describe"]) == 0
+    llm = capsys.readouterr().out
+    for text in (toy, llm):
+        assert "methods.zip  # " in text and "checkpoints  # " in text
+    assert "env.num_actions = 4  # " in toy and "frontier.num_resamples" in toy
+    assert "eval.samples = 0  # " in llm and "base  # " in llm

@@ -82,8 +82,11 @@ def test_two_run_sweep_writes_results_frontier_and_lifts(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
-        (('kind = "dataset"', 'kind = "forest"'), "env.kind must be one of"),
-        (("updates = 3", "updates = 0"), "train.updates must hold integers >= 1"),
+        (
+            ('kind = "dataset"', 'kind = "forest"'),
+            r"env.kind: expected one of \['dataset', 'single'\]",
+        ),
+        (("updates = 3", "updates = 0"), "train.updates: expected an integer >= 1"),
         (
             ("checkpoints = [1]", "checkpoints = [9]"),
             r"checkpoints: expected steps in \[0, steps = 3\]",
