@@ -30,16 +30,39 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from transformers.utils import logging as hf_logging
+
+from llm.config import apply_overrides, check_model_path, config_from_dict, load_config
+from llm.config import describe as describe_config
+from llm.data import check_data_file, load_eval_sets
+from llm.eval.diversity import load_encoder
+from llm.eval.heldout import evaluate, write_eval
+from llm.model.gguf import find_package_gguf, import_gguf
+from llm.model.load import load_model_and_tokenizer
+from llm.model.tiny import TinyConfig, tiny_problems
+from llm.reproduce import (
+    DEFAULT_CONFIG,
+    DEFAULT_METHODS,
+    ReproduceSettings,
+    format_summary,
+    parse_seeds,
+    reproduce,
+)
+from llm.rollout.backend import make_backend
+from llm.run.checkpoint import latest_checkpoint
+from llm.run.distributed import check_device
+from llm.sweep import describe as describe_sweep
+from llm.sweep import load_sweep, run_sweep
+from llm.tasks import TASKS
+from llm.train.trainer import train
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _train(args: argparse.Namespace) -> int:
-    from llm.config import check_model_path, describe, load_config
-    from llm.train.trainer import train
 
     if args.describe:
-        print(describe())
+        print(describe_config())
         return 0
     if args.config is None:
         raise ValueError("train: --config FILE is required (see --describe)")
@@ -63,14 +86,6 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from llm.config import apply_overrides, config_from_dict, load_config
-    from llm.data import check_data_file, load_eval_sets
-    from llm.eval.heldout import evaluate, write_eval
-    from llm.model.load import load_model_and_tokenizer
-    from llm.rollout.backend import make_backend
-    from llm.run.checkpoint import latest_checkpoint
-    from llm.run.distributed import check_device
-    from llm.tasks import TASKS
 
     if args.config:
         cfg = load_config(args.config, sets=args.sets)
@@ -97,7 +112,6 @@ def _eval(args: argparse.Namespace) -> int:
             raise ValueError(
                 f"--heldout: llm.model.tiny's held-out problems are not {cfg.task} problems"
             )
-        from llm.model.tiny import TinyConfig, tiny_problems
 
         sets = {"": tiny_problems(TinyConfig(), "heldout", args.heldout)}
     else:
@@ -108,8 +122,6 @@ def _eval(args: argparse.Namespace) -> int:
     model, tokenizer = load_model_and_tokenizer(model_path, cfg.device, cfg.precision)
     encoder = None
     if not args.no_semantic:
-        from llm.eval.diversity import load_encoder
-
         encoder = load_encoder(cfg.device)
     backend = make_backend(cfg, model, tokenizer)
     common = {
@@ -143,7 +155,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _import_gguf(args: argparse.Namespace) -> int:
-    from llm.model.gguf import find_package_gguf, import_gguf
 
     src = find_package_gguf(args.package) if args.package else Path(args.gguf)
     print(f"{import_gguf(src, args.out, args.dtype)}: imported {src}")
@@ -151,14 +162,6 @@ def _import_gguf(args: argparse.Namespace) -> int:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from llm.reproduce import (
-        DEFAULT_CONFIG,
-        DEFAULT_METHODS,
-        ReproduceSettings,
-        format_summary,
-        parse_seeds,
-        reproduce,
-    )
 
     settings = ReproduceSettings(
         out_runs=args.out_runs,
@@ -208,10 +211,9 @@ def _format_results(results: Mapping[str, Any]) -> str:
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from llm.sweep import describe, load_sweep, run_sweep
 
     if args.describe:
-        print(describe())
+        print(describe_sweep())
         return 0
     if args.config is None:
         raise ValueError("sweep: --config FILE is required (see --describe)")
@@ -332,12 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     sw.set_defaults(func=_sweep)
 
     args = parser.parse_args(argv)
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # per-checkpoint bars would break tqdm's line
-    except ImportError:
-        pass
+    hf_logging.disable_progress_bar()  # per-checkpoint bars would break tqdm's line
     try:
         return args.func(args)
     except Exception as e:

@@ -10,8 +10,10 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import numerics
+from theory.checks import CHECKERS, run_checks
 
 
 def _table(rows: list[dict]) -> str:
@@ -47,8 +49,6 @@ def _main(argv: list[str]) -> int:
     check.add_argument("--list", action="store_true", help="list the checkers and exit")
     args = parser.parse_args(argv)
 
-    from theory.checks import CHECKERS, run_checks
-
     if args.list:
         for name, chk in CHECKERS.items():
             print(f"{name:<28} {chk.source:<34} {chk.claim}")
@@ -66,8 +66,6 @@ def _main(argv: list[str]) -> int:
     for row in rows:
         row["numerics"] = numerics.tag()  # "native (...)": not byte-comparable across machines
     if args.out:
-        from pathlib import Path
-
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(out.suffix + ".tmp")

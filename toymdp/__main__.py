@@ -15,6 +15,11 @@ import sys
 import time
 from pathlib import Path
 
+from toymdp.experiments import EXPERIMENTS, _plot
+from toymdp.figures import make_figures
+from toymdp.sweep import sweep
+from toymdp.sweep_spec import describe
+
 
 def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m toymdp", description=__doc__)
@@ -44,9 +49,6 @@ def _main(argv: list[str]) -> int:
     if args.command == "sweep":
         return _sweep(parser, args)
 
-    from toymdp.experiments import EXPERIMENTS
-    from toymdp.figures import make_figures
-
     if args.list:
         for exp in sorted(EXPERIMENTS.values(), key=lambda e: e.order):
             print(f"{exp.order}. {exp.name:<14} {exp.title}")
@@ -55,8 +57,6 @@ def _main(argv: list[str]) -> int:
     if unknown:
         parser.error(f"unknown experiment(s) {unknown}; known: {sorted(EXPERIMENTS)}")
     if args.pdf:
-        from toymdp.experiments import _plot
-
         _plot.FORMATS = ["png", "pdf"]
     start = time.perf_counter()
     doc = make_figures(
@@ -75,8 +75,6 @@ def _main(argv: list[str]) -> int:
 
 
 def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from toymdp.sweep import describe, sweep
-
     if args.describe:
         print(describe())
         return 0

@@ -9,7 +9,6 @@ file; timings go to `OUT/timings.json`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -17,24 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 import numerics
 from experiment import store
-
-_PACKAGES = ("numerics", "theory", "shaping", "experiment", "toymdp")
-
-
-def code_hash() -> str:
-    """SHA-256 (first 12 hex digits) of every `.py` file of the packages the results depend on and
-    of the numeric settings they were computed under (`numerics.tag()`: pinned or native)."""
-    root = Path(__file__).resolve().parent.parent
-    digest = hashlib.sha256()
-    for pkg in _PACKAGES:
-        for path in sorted((root / pkg).rglob("*.py")):
-            digest.update(str(path.relative_to(root)).encode())
-            digest.update(path.read_bytes())
-    digest.update(numerics.tag().encode())
-    return digest.hexdigest()[:12]
+from toymdp.engine import code_hash, enable_jax_cache
+from toymdp.experiments import EXPERIMENTS
 
 
 def _to_arrays(results: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -79,10 +66,6 @@ def make_figures(
     Raises:
         ValueError: an unknown experiment name (the message lists the known ones).
     """
-    from tqdm import tqdm
-
-    from toymdp.experiments import EXPERIMENTS
-
     ordered = sorted(EXPERIMENTS.values(), key=lambda e: e.order)
     if only:
         unknown = [n for n in only if n not in EXPERIMENTS]
@@ -92,7 +75,7 @@ def make_figures(
     out.mkdir(parents=True, exist_ok=True)
     cache = out / ".cache"
     cache.mkdir(exist_ok=True)
-    _enable_jax_cache(cache / "jax")
+    enable_jax_cache(cache / "jax")
     tag = f"{'quick' if quick else 'full'}-s{seed}-{code_hash()}"
     summary_path = out / "summary.json"
     summary: dict[str, Any] = {}
@@ -131,11 +114,3 @@ def make_figures(
     store.write_text(summary_path, json.dumps(doc, indent=2, sort_keys=True) + "\n")
     store.write_text(out / "timings.json", json.dumps(timings, indent=2) + "\n")
     return doc
-
-
-def _enable_jax_cache(path: Path) -> None:
-    """Persist compiled XLA programs between runs (compilation dominates a small experiment)."""
-    import jax
-
-    jax.config.update("jax_compilation_cache_dir", str(path))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)

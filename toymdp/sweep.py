@@ -23,34 +23,21 @@ every draw). Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
-import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jax
 import numpy as np
 from tqdm import tqdm
 
 import numerics
-import shaping
 from experiment import frontier, report, spec, store
 from toymdp import train as T
+from toymdp.engine import code_hash, enable_jax_cache, run_over_draws
 from toymdp.env import TreeEnv
-from toymdp.figures import _enable_jax_cache, code_hash
-from toymdp.sweep_spec import (
-    TABLES,
-    EnvSpec,
-    TrainSpec,
-    environments,
-    parse_env,
-    parse_table,
-    parse_train,
-)
+from toymdp.sweep_spec import SweepConfig, environments, is_data, load_config
 
 METRICS = (
     "correctness",
@@ -60,89 +47,6 @@ METRICS = (
     "kl_to_base",
     "entropy",
 )
-TOP_KEYS = (*spec.COMMON_KEYS, "env", "train", "frontier")
-
-
-@dataclass(frozen=True)
-class SweepConfig:
-    """A parsed, validated sweep configuration (`parse_config`)."""
-
-    env: EnvSpec
-    train: TrainSpec
-    methods: tuple[spec.MethodEntry, ...]
-    reference: tuple[str, ...]
-    seeds: tuple[int, ...] = (0,)
-    eval_steps: tuple[int, ...] = ()  # step 0 (the base policy) and the checkpoints
-    num_resamples: int = 2000
-    raw: Mapping[str, Any] = field(default_factory=dict)
-
-    def digest(self) -> str:
-        """SHA-256 (12 hex digits) of the configuration's canonical JSON."""
-        text = json.dumps(self.raw, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def _is_data(method: str, name: str) -> bool:
-    """Whether `name` is traced (swept as data): the learning rate and float hyper-parameters."""
-    default = shaping.METHODS[method].defaults.get(name)
-    return name == "lr" or (isinstance(default, float) and name not in T._STATIC)
-
-
-def _check_key(method: str, key: str, where: str) -> None:
-    known = {"lr", *shaping.METHODS[method].defaults}
-    if key not in known:
-        raise ValueError(
-            f"{where}.{key}: unknown hyper-parameter for {method!r}; known: {sorted(known)}"
-        )
-
-
-def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
-    """Validate a TOML document (a dict) into a `SweepConfig`.
-
-    Raises:
-        ValueError: naming the section and key of the first bad value.
-    """
-    unknown = sorted(set(doc) - set(TOP_KEYS))
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown}; known: {sorted(TOP_KEYS)}")
-    raw, doc = dict(doc), spec.move_keys(doc, {"train.seeds": "seeds",
-                                               "train.eval_steps": "checkpoints",
-                                               "frontier.reference": "reference"})  # fmt: skip
-    if isinstance(doc.get("seeds"), int) and not isinstance(doc["seeds"], bool):
-        doc["seeds"] = list(range(doc["seeds"]))  # the old train.seeds was a count
-    env = parse_env(doc.get("env", {}))
-    tr = parse_train(doc.get("train", {}))
-    checkpoints = spec.parse_checkpoints(doc.get("checkpoints", 4), tr.updates)
-    methods = spec.parse_methods(doc.get("methods"), _check_key)
-    for m in methods:
-        if "lr" in m.fixed:
-            raise ValueError(f"methods[{m.label}].fixed.lr: set lr in [train] or sweep it")
-    num_resamples = parse_table("frontier", doc.get("frontier", {})).num_resamples
-    return SweepConfig(
-        env, tr, methods, spec.parse_reference(doc.get("reference"), methods),
-        spec.parse_seeds(doc.get("seeds", [0, 1, 2, 3])), (0, *checkpoints), num_resamples, raw,
-    )  # fmt: skip
-
-
-def describe() -> str:
-    """Every key of a toy sweep file with its help (``python -m toymdp sweep --describe``)."""
-    return spec.describe(TABLES)
-
-
-def load_config(path: Path) -> SweepConfig:
-    """Read and validate a sweep TOML file.
-
-    Raises:
-        ValueError: naming the file and the bad key (TOML syntax errors included).
-    """
-    try:
-        doc = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
-        raise ValueError(f"{path}: invalid TOML: {err}") from None
-    try:
-        return parse_config(doc)
-    except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
 
 
 @dataclass(frozen=True)
@@ -163,7 +67,7 @@ class Run:
 def all_rows(cfg: SweepConfig) -> list[Run]:
     """Every row of the sweep, entries in config order, settings in `MethodEntry.points` order."""
     return [
-        Run(m.label, m.method, dict(p), {k: v for k, v in p.items() if not _is_data(m.method, k)})
+        Run(m.label, m.method, dict(p), {k: v for k, v in p.items() if not is_data(m.method, k)})
         for m in cfg.methods
         for p in m.points
     ]
@@ -193,35 +97,14 @@ def run_program(
     Returns:
         `{metric: (N rows, D draws, R seeds, T eval steps, P[, k])}` per-prompt exact metrics.
     """
-    from toymdp.experiments.bias import run_compiled
-    from toymdp.experiments.methods import train_over_envs
-
     config = _train_config(cfg, envs[0], entry, runs[0].static)
     settings = T.stack_settings([
         T.default_settings(config, **{k: float(v) for k, v in r.values.items() if k not in r.static})
         for r in runs
     ])  # fmt: skip
     keys = T.seed_keys(cfg.train.seed, max(cfg.seeds) + 1)[np.asarray(cfg.seeds)]
-    steps = np.asarray(cfg.eval_steps)
-    train = jax.vmap(train_over_envs(config), (None, None, None, 0))  # seeds
-    train = jax.vmap(train, (None, None, 0, None))  # settings
-    train = jax.vmap(train, (0, 0, None, None))  # draws
-    base = np.stack([e.base_logits for e in envs]).astype(np.float32)
-    correct = np.stack([e.correct for e in envs])
-
-    def program(settings: T.Settings, keys: jax.Array) -> dict[str, jax.Array]:
-        exact = train(base, correct, settings, keys)["exact"]  # (D, N, R, U + 1, P, ...)
-        out = {k: exact[k][:, :, :, steps] for k in METRICS}
-        out["distinct_correct"] = out["distinct_correct"][..., 0]
-        return out
-
-    if cfg.train.fast_compile:
-        out = jax.tree.map(
-            np.asarray, jax.jit(program, compiler_options=T.FAST_COMPILE)(settings, keys)
-        )
-    else:
-        out = run_compiled(program, settings, keys)
-    return {k: np.swapaxes(v, 0, 1).astype(np.float32) for k, v in out.items()}
+    return run_over_draws(config, envs, settings, keys, cfg.eval_steps, METRICS,
+                          fast_compile=cfg.train.fast_compile)  # fmt: skip
 
 
 def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict[str, Any]:
@@ -364,7 +247,7 @@ def sweep(
     out = Path(out) if out is not None else Path("runs/toy_sweep") / Path(config_path).stem
     cache = out / ".cache"
     cache.mkdir(parents=True, exist_ok=True)
-    _enable_jax_cache(cache / "jax")
+    enable_jax_cache(cache / "jax")
     path = cache / f"sweep-{code_hash()}-{cfg.digest()}.npz"
     start = time.perf_counter()
     cached = use_cache and path.exists()

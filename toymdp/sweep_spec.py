@@ -1,20 +1,26 @@
-"""The toy's own sweep tables (`python -m toymdp sweep`; the shared keys are `experiment.spec`'s):
-``[env]`` (`EnvSpec`) with one environment per draw seed (`environments`: figure 6's popularity
-dataset with its constants as arguments, or a single prompt) and ``[train]`` (`TrainSpec`).
+"""The configuration of `python -m toymdp sweep` (`SweepConfig`, `load_config`): the keys both
+drivers share (`experiment.spec`) and the toy's own tables, declared with `experiment.schema`
+options: ``[env]`` (`EnvSpec`, one environment per draw seed: figure 6's popularity dataset with
+its constants as arguments, or a single prompt), ``[train]`` (`TrainSpec`), ``[frontier]``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from experiment import schema
+import shaping
+from experiment import schema, spec, store
 from experiment.schema import meta, option
 from theory import trees
+from toymdp import train as T
 from toymdp.env import TreeEnv
 from toymdp.train import OPTIMIZERS
 
@@ -23,8 +29,13 @@ __all__ = [
     "TABLES",
     "EnvSpec",
     "FrontierSpec",
+    "SweepConfig",
     "TrainSpec",
+    "describe",
     "environments",
+    "is_data",
+    "load_config",
+    "parse_config",
     "parse_env",
     "parse_table",
     "parse_train",
@@ -127,7 +138,7 @@ class FrontierSpec:
 
 
 TABLES = {"env": EnvSpec, "train": TrainSpec, "frontier": FrontierSpec}
-"""The toy's own sweep tables, by name."""
+"""The toy sweep's configuration: the shared keys (`experiment.spec`) and, by name."""
 
 
 def parse_table(name: str, table: object) -> Any:
@@ -201,3 +212,85 @@ def environments(spec: EnvSpec) -> list[TreeEnv]:
     """One environment per draw seed (`spec.draws`)."""
     build = popularity_dataset if spec.kind == "dataset" else single_prompt
     return [build(np.random.default_rng(d), spec) for d in spec.draws]
+
+
+TOP_KEYS = (*spec.COMMON_KEYS, "env", "train", "frontier")
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """A parsed, validated sweep configuration (`parse_config`)."""
+
+    env: EnvSpec
+    train: TrainSpec
+    methods: tuple[spec.MethodEntry, ...]
+    reference: tuple[str, ...]
+    seeds: tuple[int, ...] = (0,)
+    eval_steps: tuple[int, ...] = ()  # step 0 (the base policy) and the checkpoints
+    num_resamples: int = 2000
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def digest(self) -> str:
+        """SHA-256 (12 hex digits) of the configuration's canonical JSON."""
+        text = json.dumps(self.raw, sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def is_data(method: str, name: str) -> bool:
+    """Whether `name` is traced (swept as data): the learning rate and float hyper-parameters."""
+    default = shaping.METHODS[method].defaults.get(name)
+    return name == "lr" or (isinstance(default, float) and name not in T._STATIC)
+
+
+def _check_key(method: str, key: str, where: str) -> None:
+    known = {"lr", *shaping.METHODS[method].defaults}
+    if key not in known:
+        raise ValueError(
+            f"{where}.{key}: unknown hyper-parameter for {method!r}; known: {sorted(known)}"
+        )
+
+
+def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
+    """Validate a TOML document (a dict) into a `SweepConfig`.
+
+    Raises:
+        ValueError: naming the section and key of the first bad value.
+    """
+    unknown = sorted(set(doc) - set(TOP_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; known: {sorted(TOP_KEYS)}")
+    raw, doc = dict(doc), spec.move_keys(doc, {"train.seeds": "seeds",
+                                               "train.eval_steps": "checkpoints",
+                                               "frontier.reference": "reference"})  # fmt: skip
+    if isinstance(doc.get("seeds"), int) and not isinstance(doc["seeds"], bool):
+        doc["seeds"] = list(range(doc["seeds"]))  # the old train.seeds was a count
+    env = parse_env(doc.get("env", {}))
+    tr = parse_train(doc.get("train", {}))
+    checkpoints = spec.parse_checkpoints(doc.get("checkpoints", 4), tr.updates)
+    methods = spec.parse_methods(doc.get("methods"), _check_key)
+    for m in methods:
+        if "lr" in m.fixed:
+            raise ValueError(f"methods[{m.label}].fixed.lr: set lr in [train] or sweep it")
+    num_resamples = parse_table("frontier", doc.get("frontier", {})).num_resamples
+    return SweepConfig(
+        env, tr, methods, spec.parse_reference(doc.get("reference"), methods),
+        spec.parse_seeds(doc.get("seeds", [0, 1, 2, 3])), (0, *checkpoints), num_resamples, raw,
+    )  # fmt: skip
+
+
+def describe() -> str:
+    """Every key of a toy sweep file with its help (``python -m toymdp sweep --describe``)."""
+    return spec.describe(TABLES)
+
+
+def load_config(path: Path) -> SweepConfig:
+    """Read and validate a sweep TOML file.
+
+    Raises:
+        ValueError: naming the file and the bad key (TOML syntax errors included).
+    """
+    doc = store.read_toml(path)
+    try:
+        return parse_config(doc)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None

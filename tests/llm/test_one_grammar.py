@@ -15,7 +15,7 @@ from experiment.spec import parse_methods, parse_reference
 from llm.__main__ import main as llm_main
 from llm.config import load_config
 from llm.sweep import load_sweep
-from toymdp import sweep as toy_sweep
+from toymdp import sweep_spec as toy_spec
 from toymdp.__main__ import main as toy_main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -168,7 +168,7 @@ def test_every_config_validates_through_the_schema(path):
     if path in TRAIN_CONFIGS:
         load_config(path)
     elif path.parent.name == "toy":
-        toy_sweep.load_config(path)
+        toy_spec.load_config(path)
     else:
         load_sweep(path)
 

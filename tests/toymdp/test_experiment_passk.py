@@ -13,7 +13,7 @@ import pytest
 import shaping
 from experiment import frontier
 from theory import trees
-from toymdp import sweep
+from toymdp import sweep, sweep_spec
 from toymdp.experiments import passk
 
 
@@ -36,7 +36,7 @@ def test_toy_dataset_fixes_multiplicity_and_base_correctness() -> None:
 def test_full_sweep_meets_the_issue_requirements() -> None:
     """Issue 11: every method of figure 5, >= 4 values each, >= 3 draws, >= 4 seeds, base
     pass@64 <= 0.8, GRPO's reference with a kl_coef sweep and another learning rate."""
-    cfg = sweep.parse_config(passk.sweep_doc(False, 0))
+    cfg = sweep_spec.parse_config(passk.sweep_doc(False, 0))
     rows = passk.method_rows(cfg, False)
     assert {r.label for r in rows} == set(shaping.METHODS)
     for name in shaping.METHODS:
@@ -63,7 +63,7 @@ def test_family_rows_are_their_methods(row: tuple) -> None:
 
 
 def test_shapes_and_base_point(results: dict[str, np.ndarray]) -> None:
-    cfg = sweep.parse_config(passk.sweep_doc(True, 0))
+    cfg = sweep_spec.parse_config(passk.sweep_doc(True, 0))
     n, d, r, t = (
         len(sweep.all_rows(cfg)),
         len(cfg.env.draws),

@@ -105,7 +105,7 @@ def test_two_run_sweep_writes_results_frontier_and_lifts(tmp_path, capsys):
 def test_bad_config_names_the_key(tmp_path, edit, message):
     path = _write(tmp_path, TINY.replace(*edit))
     with pytest.raises(ValueError, match=message):
-        S.load_config(path)
+        D.load_config(path)
 
 
 def test_cli_reports_config_errors(tmp_path, capsys):
@@ -124,8 +124,8 @@ def test_old_keys_give_the_same_config_with_a_message(tmp_path):
         .replace("num_resamples = 50", 'num_resamples = 50\nreference = ["grpo"]')
     )
     with pytest.warns(FutureWarning, match="train.seeds is renamed seeds"):
-        a = S.load_config(_write(tmp_path, old))
-    b = S.load_config(_write(tmp_path, TINY, "new.toml"))
+        a = D.load_config(_write(tmp_path, old))
+    b = D.load_config(_write(tmp_path, TINY, "new.toml"))
     assert (a.seeds, a.eval_steps, a.reference) == (b.seeds, b.eval_steps, b.reference)
     assert a.methods == b.methods
 
@@ -140,7 +140,7 @@ def test_expand_grid_zip_and_static_values():
             }
         ]
     )
-    cfg = S.SweepConfig(None, None, entries, ("casp",))
+    cfg = D.SweepConfig(None, None, entries, ("casp",))
     rows = S.all_rows(cfg)
     assert len(rows) == 2 * 2 * 2
     assert rows[0].values == {"top_n": 2, "alpha": 0.1, "quantile": 0.5, "lam_top1": 1.0}

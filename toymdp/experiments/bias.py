@@ -32,7 +32,6 @@ without KL sharpens (`V` grows); (d) correctness over training.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +43,7 @@ from scipy.special import logsumexp
 from theory import optimum, trees
 from theory.measures import normalized_variance
 from toymdp import train as T
+from toymdp.engine import run_compiled
 from toymdp.env import TreeEnv
 from toymdp.experiments._plot import save
 from toymdp.experiments._registry import register
@@ -63,23 +63,6 @@ SIZES: dict[bool, dict[str, int]] = {
     False: {"draws": 48, "exact_updates": 300, "rl_updates": 600, "seeds": 8},
     True: {"draws": 8, "exact_updates": 100, "rl_updates": 60, "seeds": 2},
 }
-
-#: XLA options for these small programs: the fast-compile level of `toymdp.train.FAST_COMPILE`
-#: plus the classic (non-"fusion emitter") CPU code generator, which compiles the simulator's
-#: scan about 3x faster here (0.25 s instead of 0.75 s for one method) at equal run time.
-COMPILE_OPTIONS: dict[str, Any] = {**T.FAST_COMPILE, "xla_cpu_use_fusion_emitters": False}
-
-
-def run_compiled(fn: Callable, *args: Any) -> Any:
-    """`jax.jit(fn)(*args)` with `COMPILE_OPTIONS` (falling back to `T.FAST_COMPILE` on an XLA
-    build that lacks the code-generator option), as NumPy arrays."""
-    try:
-        out = jax.jit(fn, compiler_options=COMPILE_OPTIONS)(*args)
-    except Exception as err:  # XLA reports an unknown option as a runtime error
-        if "compile option" not in str(err):
-            raise
-        out = jax.jit(fn, compiler_options=T.FAST_COMPILE)(*args)
-    return jax.tree.map(np.asarray, out)
 
 
 def random_trees(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

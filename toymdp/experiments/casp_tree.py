@@ -42,6 +42,7 @@ import numpy as np
 from theory import trees
 from toymdp import policy
 from toymdp import train as T
+from toymdp.engine import train_over_envs
 from toymdp.env import casp_env
 from toymdp.experiments import _plot
 from toymdp.experiments._registry import Results, register
@@ -166,8 +167,6 @@ def run(quick: bool, seed: int) -> dict[str, np.ndarray]:
     over seeds); ``base_prob`` `(M,)` (skewed base); ``correct`` `(M,)`; ``labels`` `(M,)` str;
     scalars ``num_updates``, ``group_size``, ``skew``, ``num_seeds``.
     """
-    from toymdp.experiments.methods import train_over_envs
-
     rows = variants(quick)
     groups = list(dict.fromkeys((_program(r[0]), r[3]) for r in rows))
     num_seeds, num_updates = (4, 40) if quick else (8, 120)

@@ -28,8 +28,7 @@ A test checks it against `make_train` on the environment itself.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +38,11 @@ import numpy as np
 
 import shaping
 from toymdp import train as T
+from toymdp.engine import run_compiled, train_over_envs
 from toymdp.env import TreeEnv, multi_prompt_env
 from toymdp.experiments import passk
 from toymdp.experiments._plot import METHOD_COLORS, save
 from toymdp.experiments._registry import register
-from toymdp.experiments.bias import run_compiled
 
 NUM_ACTIONS, DEPTH, NUM_PROMPTS, NUM_HELDOUT, CORRECT_SIZE = 3, 3, 8, 2, 6
 SHARED_SIZES = {"random trees": 0, "multi-prompt toy": 2}
@@ -87,29 +86,6 @@ def environments(rng: np.random.Generator) -> list[TreeEnv]:
         multi_prompt_env(rng, shared_size=shared, sharing="factored", **sizes)
         for shared in SHARED_SIZES.values()
     ]
-
-
-def train_over_envs(config: T.TrainConfig) -> Callable:
-    """`train(base_logits, correct, settings, key)`: `make_train` with the environment as data.
-
-    `make_train(config)` reads `config.env.base_logits` and `.correct` once, as arrays, and
-    everything else (sizes, `train_prompts`, `sharing`) as static values. Tracing it with those
-    two arrays replaced by the traced arguments gives one program for every environment that
-    shares `config.env`'s static fields (vmap it over environments).
-
-    Args (of the returned function):
-        base_logits: `(P, N_int, V)`; correct: `(P, M)` bool; settings, key: as `make_train`.
-    """
-
-    def train(base_logits: jax.Array, correct: jax.Array, settings: T.Settings, key: jax.Array):
-        env = copy.copy(config.env)
-        object.__setattr__(env, "base_logits", base_logits)
-        object.__setattr__(env, "correct", correct)
-        traced = copy.copy(config)
-        object.__setattr__(traced, "env", env)
-        return T.make_train(traced)(settings, key)
-
-    return train
 
 
 def _prompt_means(x: jax.Array, train_prompts: np.ndarray) -> jax.Array:

@@ -43,6 +43,7 @@ import numpy as np
 
 from experiment import frontier
 from theory import trees
+from toymdp import sweep, sweep_spec
 from toymdp import train as T
 from toymdp.env import TreeEnv
 from toymdp.experiments._plot import METHOD_COLORS, save
@@ -281,8 +282,6 @@ def sweep_doc(quick: bool, seed: int) -> dict:
 def method_rows(cfg: Any, quick: bool) -> list:
     """`toymdp.sweep.all_rows(cfg)` with the `FAMILY` rows relabelled by their method (GRPO,
     DS-GRPO, ..., entropy penalty) and their own coefficients."""
-    from toymdp import sweep
-
     rows, out, j = sweep.all_rows(cfg), [], 0
     for r in rows:
         if r.label == FAMILY_LABEL:
@@ -301,9 +300,7 @@ def run(quick: bool, seed: int) -> dict[str, np.ndarray]:
         ``quick``, ``seed`` (to rebuild the configuration), ``row_order`` `(N,)`,
         ``train_prompts`` `(P,)`, and per `toymdp.sweep.METRICS` name `(N, D, R, T, P[, k])`.
     """
-    from toymdp import sweep
-
-    cfg = sweep.parse_config(sweep_doc(quick, seed))
+    cfg = sweep_spec.parse_config(sweep_doc(quick, seed))
     res = sweep.run_sweep(cfg, progress=False)
     out = {k: np.asarray(v) for k, v in res.items() if k != "rows"}
     return {"quick": np.asarray(quick), "seed": np.asarray(seed), **out}
@@ -315,12 +312,10 @@ _ANALYSES: dict[tuple, tuple] = {}
 def analysis(results: dict[str, np.ndarray]) -> tuple[Any, dict[str, Any], list[str]]:
     """`(config, toymdp.sweep.analyse(...), method labels)` of figure 6's results, GRPO's rows
     as the reference (memoized: the plot and the summary share one bootstrap)."""
-    from toymdp import sweep
-
     key = (bool(results["quick"]), int(results["seed"]), results["correctness"].tobytes())
     if key not in _ANALYSES:
         quick = bool(results["quick"])
-        cfg = sweep.parse_config(sweep_doc(quick, int(results["seed"])))
+        cfg = sweep_spec.parse_config(sweep_doc(quick, int(results["seed"])))
         rows = method_rows(cfg, quick)
         cfg = dataclasses.replace(cfg, reference=("grpo",))
         res = dict(results)
