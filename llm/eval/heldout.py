@@ -31,8 +31,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
 import numpy as np
 import torch
+from sacrebleu.metrics import BLEU
 
 from llm.eval.diversity import embed
 from llm.model.tokens import check_vocabulary
@@ -69,7 +72,6 @@ def self_bleu(texts: Sequence[str]) -> float | None:
     """Mean sentence BLEU in [0, 1] of each text against all the others (None if < 2 texts)."""
     if len(texts) < 2:
         return None
-    from sacrebleu.metrics import BLEU
 
     bleu = BLEU(effective_order=True)
     scores = [
@@ -311,10 +313,8 @@ def write_eval(
 
 def plot_pass_at_k(data: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """pass@k against k (log2 axis), one line per label of an eval.json mapping."""
-    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     markers = itertools.cycle("osD^v<>")

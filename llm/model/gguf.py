@@ -29,6 +29,7 @@ from importlib import metadata
 from pathlib import Path
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 __all__ = ["DTYPES", "find_package_gguf", "import_gguf"]
 
@@ -79,7 +80,6 @@ def import_gguf(
         ValueError: `dtype` not in `DTYPES`, or `out` exists and is not an empty folder.
         ImportError: the `gguf` package is missing (``pip install gguf``).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     src = Path(gguf)
     dst = Path(out)

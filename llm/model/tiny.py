@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from tqdm.auto import tqdm
 from transformers import (
     AutoModelForCausalLM,
@@ -178,7 +179,6 @@ def build_tokenizer(max_number: int = TinyConfig.max_target) -> PreTrainedTokeni
     Raises:
         ValueError: `max_number < 0`.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
     if max_number < 0:
         raise ValueError(f"max_number: expected >= 0, got {max_number}")

@@ -14,6 +14,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from tokenizers import models
+
 __all__ = [
     "PromptTooLongError",
     "UnrepresentableNumberError",
@@ -41,7 +43,6 @@ def representable_numbers(tokenizer: Any) -> tuple[int, int] | None:
     `None` for any other tokenizer (byte-level BPE never produces an unknown token). The tiny
     vocabulary holds every number `0..max_number`, so the range is all there is to know.
     """
-    from tokenizers import models
 
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not isinstance(backend.model, models.WordLevel):

@@ -41,6 +41,19 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed.checkpoint as dcp
+from safetensors import safe_open
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    get_state_dict,
+    set_optimizer_state_dict,
+    set_state_dict,
+)
+from torch.distributed.fsdp import FSDPModule
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from llm.config import TrainConfig, config_to_toml, load_config
 from llm.run.distributed import DistInfo, unwrap
@@ -144,7 +157,6 @@ def _rng_file(ckpt: Path, rank: int) -> Path:
 def _check_weights(ckpt: Path) -> None:
     """Read ``config.json`` and every safetensors header and tensor slice of `ckpt` (a truncated
     file fails here, not mid-training)."""
-    from safetensors import safe_open
 
     json.loads((ckpt / "config.json").read_text(encoding="utf-8"))
     weights = sorted(ckpt.glob("*.safetensors"))
@@ -160,7 +172,6 @@ def _check_sharded(ckpt: Path, state: dict[str, Any]) -> None:
     """Check the parts of a sharded checkpoint: the COMPLETE marker, the DCP metadata, that every
     shard file it names is there and long enough for every byte range it lists, and each rank's
     RNG file."""
-    from torch.distributed.checkpoint import FileSystemReader
 
     marker = json.loads((ckpt / COMPLETE_FILE).read_text(encoding="utf-8"))
     if marker.get("step") != state["step"]:
@@ -237,7 +248,6 @@ def find_resume_checkpoint(out_dir: str | os.PathLike[str], steps: int) -> Path 
 
 
 def _is_fsdp2(policy: torch.nn.Module) -> bool:
-    from torch.distributed.fsdp import FSDPModule
 
     return isinstance(policy, FSDPModule)
 
@@ -246,7 +256,6 @@ def _full_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The full (unsharded) weights gathered to rank 0's CPU memory (other ranks get ``{}``):
     ``full_state_dict`` with ``cpu_offload`` keeps them on rank 0 only (StateDictOptions docs).
     Collective: every rank calls it."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True)
     state = get_model_state_dict(policy, options=options)
@@ -304,11 +313,6 @@ def _save_full(
 ) -> None:
     model_state, optim_state = None, optimizer.state_dict()
     if info.enabled:
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_optimizer_state_dict,
-        )
-
         model_state = _full_weights(policy)
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         optim_state = get_optimizer_state_dict(policy, optimizer, options=options)
@@ -340,8 +344,6 @@ def _save_sharded(
     info: DistInfo,
     export: bool,
 ) -> None:
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
 
     if info.is_main:
         if tmp.exists():
@@ -386,8 +388,6 @@ def _load_sharded(
             "parallel = fsdp2 (or turn it into a model folder with "
             "llm.run.checkpoint.export_checkpoint)"
         )
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
     model_state, optim_state = get_state_dict(policy, optimizer)
     state = {"model": model_state, "optimizer": optim_state}
@@ -405,8 +405,6 @@ def export_checkpoint(ckpt: str | os.PathLike[str], out: str | os.PathLike[str])
     Raises:
         ValueError: `ckpt` is not a sharded checkpoint.
     """
-    import torch.distributed.checkpoint as dcp
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     ckpt, out = Path(ckpt), Path(out)
     if not is_sharded_checkpoint(ckpt):
@@ -440,7 +438,6 @@ def load_optimizer_state(
     if not info.enabled:
         optimizer.load_state_dict(state["optimizer"])
         return
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
     set_optimizer_state_dict(
         policy,

@@ -48,6 +48,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
 
 __all__ = [
     "DistInfo",
@@ -156,7 +158,6 @@ def _shard(
     the root, in place. ``reshard_after_forward=None`` is torch's default: True for the layers,
     False for the root (its embedding and head stay gathered until the backward frees them);
     True also reshards the root after its forward (a model that is never back-propagated)."""
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     kw = {
         "mp_policy": mp_policy or MixedPrecisionPolicy(),
@@ -188,11 +189,8 @@ def wrap_policy(
         return model
     kind = _parallel_kind(info, parallel)
     if kind == "ddp":
-        from torch.nn.parallel import DistributedDataParallel
-
         ids = [info.local_rank] if info.device.startswith("cuda") else None
         return DistributedDataParallel(model, device_ids=ids)
-    from torch.distributed.fsdp import MixedPrecisionPolicy
 
     mp_policy = None
     if precision == "bf16-mixed":

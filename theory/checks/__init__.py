@@ -3,6 +3,8 @@
 Importing this package imports every checker module, which registers its checkers.
 """
 
+from tqdm import tqdm
+
 from theory.checks import bias_and_optima, casp, dsdr, progrpo, theorem_3_4  # noqa: F401  (registration)
 from theory.checks._registry import CHECKERS, Checker, CheckResult, checker_rng, register
 
@@ -18,7 +20,6 @@ def run_checks(
     Raises:
         ValueError: an unknown checker name (the message lists the known ones), or `trials < 1`.
     """
-    from tqdm import tqdm
 
     if trials is not None and trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials!r}")

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 plt.rcParams.update(
     {
@@ -67,7 +68,6 @@ def save(fig: plt.Figure, out_dir: Path, stem: str) -> list[Path]:
 
 def mean_and_spread(x: object, axis: int = 0) -> tuple[object, object]:
     """Mean and standard deviation over `axis` (the seeds axis, by convention)."""
-    import numpy as np
 
     arr = np.asarray(x, dtype=np.float64)
     return arr.mean(axis=axis), arr.std(axis=axis)

@@ -37,7 +37,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.colors import LogNorm
+from matplotlib.patches import Rectangle
 
 from theory import trees
 from toymdp import policy
@@ -388,9 +391,6 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
     """`fig1_casp_tree`: (a) accuracy vs modes covered per method at the main setting, (b, c) the
     most modes each method keeps at accuracy ≥ 0.99 over base skew × optimizer × lr, (d) every
     grid setting's accuracy against modes, (e) modes over training, (f) policy maps."""
-    import matplotlib.pyplot as plt
-    from matplotlib.colors import LogNorm
-    from matplotlib.patches import Rectangle
 
     methods = [m for m in dict.fromkeys(results["variant/method"].tolist())]
     focal = [m for m in FOCAL if m in methods]
