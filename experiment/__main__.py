@@ -11,6 +11,7 @@ import json
 import sys
 
 from experiment import calibration as C
+from experiment import cli
 
 PROCEDURES = {"curve": C.curve_procedure, "envelope": C.bootstrap_procedure}
 
@@ -34,7 +35,12 @@ def _table(name: str, out: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point; returns the exit status (2 with a one-line error on bad arguments)."""
+    """Entry point; returns the exit status: an error prints one line and returns 2
+    (`experiment.cli.run`)."""
+    return cli.run(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiment", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     cal = sub.add_parser("calibrate", help="bias, coverage, false verdicts and power by simulation")

@@ -59,7 +59,7 @@ METHOD_COLORS = {
     "w_reinforce": "#c49c94",
     "psr": "#dbdb8d",
     "nsr": "#9edae5",
-    "kl_cov": "#f7b6d2",
+    "base": "#000000",
 }
 
 _MODEL_KEYS = {

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 from transformers.utils import logging as hf_logging
 
+from experiment import cli
 from llm.config import apply_overrides, check_model_path, config_from_dict, load_config
 from llm.config import describe as describe_config
 from llm.data import check_data_file, load_eval_sets
@@ -237,20 +238,13 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
-    # ValueError and OSError messages are written for users; other types need their name.
-    if isinstance(e, ValueError | OSError) and text:
-        return text
-    return f"{type(e).__name__}: {text}" if text else type(e).__name__
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status: an error prints one line to stderr and returns 2
-    (``--debug`` anywhere in `argv` lets it propagate with its traceback)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
-    argv = [a for a in argv if a != "--debug"]
+    (``--debug`` anywhere in `argv` lets it propagate with its traceback; `experiment.cli.run`)."""
+    return cli.run(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m llm", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -335,13 +329,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     hf_logging.disable_progress_bar()  # per-checkpoint bars would break tqdm's line
-    try:
-        return args.func(args)
-    except Exception as e:
-        if debug:
-            raise
-        print(f"error: {_one_line(e)} (--debug shows the traceback)", file=sys.stderr)
-        return 2
+    return args.func(args)
 
 
 if __name__ == "__main__":

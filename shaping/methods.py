@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -39,6 +40,7 @@ Array = Any
 Batch = Mapping[str, Array]
 
 __all__ = [
+    "COMMON_BOUNDS",
     "COMMON_DEFAULTS",
     "METHODS",
     "Extra",
@@ -115,6 +117,8 @@ class Method:
         doc: the formula as implemented, one line (the docstring's first line).
         needs_fn: ``needs_fn(filled hyper) -> frozenset`` when the needs depend on settings.
         function: the decorated function itself.
+        bounds: ``{hyper-parameter: bound}`` checked on every call (``">= 0"``, ``"in (0, 1]"``):
+            `COMMON_BOUNDS` and those given to `register`.
     """
 
     name: str
@@ -128,6 +132,7 @@ class Method:
         default=None, repr=False, compare=False
     )
     function: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
+    bounds: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def needs_for(self, **hyper: object) -> frozenset[str]:
         """Batch keys (beyond rewards/mask/logp/logp_old) needed with these hyper-parameters.
@@ -151,8 +156,10 @@ METHODS: Mapping[str, Method] = MappingProxyType(_REGISTRY)
 Needs = Iterable[str] | Callable[[Mapping[str, object]], Iterable[str]]
 
 
-def register(name: str | Method, *, needs: Needs = ()) -> Any:
-    """Register a method: ``@register("name", needs=...)`` over its function.
+def register(
+    name: str | Method, *, needs: Needs = (), bounds: Mapping[str, str] | None = None
+) -> Any:
+    """Register a method: ``@register("name", needs=..., bounds=...)`` over its function.
 
     The decorated function takes the batch and keyword-only hyper-parameters, each with a
     default, and returns `Shaping` or the (B, G) advantages. Its docstring must have a
@@ -165,16 +172,20 @@ def register(name: str | Method, *, needs: Needs = ()) -> Any:
         name: the registry key (or a `Method`).
         needs: batch keys needed beyond rewards/mask/logp/logp_old: a set, or a function of the
             filled hyper-parameters returning one (when they depend on settings).
+        bounds: the bound of each numeric hyper-parameter of the function: ``">= 0"``,
+            ``"> 0"`` or ``"in [a, b]"`` with any brackets (checked on every call; the common
+            loss coefficients' are `COMMON_BOUNDS`).
 
     Raises:
-        ValueError: a method of that name is already registered, or the function has a
-            parameter without a default, or no ``Source:`` in its docstring.
+        ValueError: a method of that name is already registered, the function has a parameter
+            without a default, no ``Source:`` in its docstring, or a bound that is not one of
+            its parameters or not in the accepted form.
     """
     if isinstance(name, Method):
         return _add(name)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _add(_method(name, fn, needs))
+        _add(_method(name, fn, needs, MappingProxyType(dict(bounds or {}))))
         return fn
 
     return decorate
@@ -220,7 +231,12 @@ def _docstring_parts(name: str, fn: Callable[..., Any]) -> tuple[str, str]:
     raise ValueError(f"method {name!r}: the docstring of {fn.__name__} needs a 'Source:' paragraph")
 
 
-def _method(name: str, fn: Callable[..., Any], needs: Needs) -> Method:
+def _method(
+    name: str,
+    fn: Callable[..., Any],
+    needs: Needs,
+    bounds: Mapping[str, str] = MappingProxyType({}),
+) -> Method:
     own: dict[str, object] = {}
     for p in list(inspect.signature(fn).parameters.values())[1:]:
         if p.kind is not inspect.Parameter.KEYWORD_ONLY or p.default is inspect.Parameter.empty:
@@ -230,13 +246,19 @@ def _method(name: str, fn: Callable[..., Any], needs: Needs) -> Method:
             )
         own[p.name] = p.default
     defaults = MappingProxyType({**COMMON_DEFAULTS, **own})
+    unknown = sorted(set(bounds) - set(own))
+    if unknown:
+        raise ValueError(f"method {name!r}: bounds for {unknown}, which are not its parameters")
+    all_bounds = MappingProxyType({**COMMON_BOUNDS, **bounds})
+    for text in all_bounds.values():
+        _bound_rule(text)  # a bad bound fails at registration, not at the first call
     doc, source = _docstring_parts(name, fn)
     needs_fn = needs if callable(needs) else None
     fixed = frozenset() if callable(needs) else frozenset(needs)
 
     def shaping_of(batch: Batch, hyper: Mapping[str, object]) -> tuple[dict, Shaping]:
         h = _fill(name, defaults, hyper)
-        _validate(name, h, batch)
+        _validate(name, h, batch, all_bounds)
         check_batch(name, batch)
         out = fn(batch, **{k: h[k] for k in own})
         return h, out if isinstance(out, Shaping) else Shaping(advantages=out)
@@ -269,6 +291,7 @@ def _method(name: str, fn: Callable[..., Any], needs: Needs) -> Method:
         doc=doc,
         needs_fn=(lambda h: frozenset(needs_fn(h))) if needs_fn is not None else None,
         function=fn,
+        bounds=all_bounds,
     )
 
 
@@ -281,51 +304,32 @@ def _concrete(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _nonneg(v: object) -> bool:
-    return v >= 0
+COMMON_BOUNDS: Mapping[str, str] = MappingProxyType(
+    {"eps_low": "in [0, 1]", "eps_high": ">= 0", "kl_coef": ">= 0", "entropy_coef": ">= 0"}
+)
+"""Bounds of `COMMON_DEFAULTS` (a method's own are declared at its `register`)."""
+_BOUND = re.compile(r"(>=|>) (\S+)|in ([\[(])(\S+), (\S+)([\])])")
 
 
-def _positive(v: object) -> bool:
-    return v > 0
+def _bound_rule(text: str) -> Callable[[Any], bool]:
+    """The predicate of a bound written ``">= 0"``, ``"> 0"`` or ``"in [0, 1)"`` (any brackets).
+
+    Raises:
+        ValueError: any other text (a bad `register(..., bounds=...)`).
+    """
+    m = _BOUND.fullmatch(text)
+    if m is None:
+        raise ValueError(
+            f"bounds: expected '>= a', '> a' or 'in [a, b]' (any brackets), got {text!r}"
+        )
+    if m.group(1):
+        lo = float(m.group(2))
+        return (lambda v: v >= lo) if m.group(1) == ">=" else (lambda v: v > lo)
+    lo, hi = float(m.group(4)), float(m.group(5))
+    left_closed, right_closed = m.group(3) == "[", m.group(6) == "]"
+    return lambda v: (v >= lo if left_closed else v > lo) and (v <= hi if right_closed else v < hi)
 
 
-def _unit(v: object) -> bool:
-    return 0 <= v <= 1
-
-
-def _open_unit(v: object) -> bool:
-    return 0 < v < 1
-
-
-def _half_open_unit(v: object) -> bool:
-    return 0 < v <= 1
-
-
-_NUMERIC_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "eps_low": (_unit, "in [0, 1]"),
-    "eps_high": (_nonneg, ">= 0"),
-    "kl_coef": (_nonneg, ">= 0"),
-    "entropy_coef": (_nonneg, ">= 0"),
-    "eps": (_nonneg, ">= 0"),
-    "gamma_p": (_nonneg, ">= 0"),
-    "gamma_n": (_nonneg, ">= 0"),
-    "eta": (_nonneg, ">= 0"),
-    "eta_pos": (_nonneg, ">= 0"),
-    "eta_neg": (_nonneg, ">= 0"),
-    "lam": (_nonneg, ">= 0"),
-    "sigma": (_nonneg, ">= 0"),
-    "tau": (_positive, "> 0"),
-    "lam_loc": (_nonneg, ">= 0"),
-    "low_frac": (_half_open_unit, "in (0, 1]"),
-    "quantile": (_open_unit, "in (0, 1)"),
-    "lam_top1": (_positive, "> 0"),
-    "beta_rank": (_nonneg, ">= 0"),
-}
-# `alpha` means different things in ProGRPO (any nonnegative weight) and CaSP (a mixture weight).
-_ALPHA_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "progrpo": (_nonneg, ">= 0"),
-    "casp": (_unit, "in [0, 1]"),
-}
 _CHOICES: dict[str, tuple[object, ...]] = {
     "loss_agg": core.AGG_MODES,
     "std_correction": (0, 1),
@@ -344,7 +348,7 @@ def _fill(name: str, defaults: Mapping[str, object], hyper: Mapping[str, object]
     return {**defaults, **hyper}
 
 
-def _validate(name: str, h: Mapping[str, object], batch: Batch) -> None:
+def _validate(name: str, h: Mapping[str, object], batch: Batch, bounds: Mapping[str, str]) -> None:
     for key, value in h.items():
         if key in _CHOICES:
             if isinstance(value, bool) or value not in _CHOICES[key]:
@@ -364,9 +368,9 @@ def _validate(name: str, h: Mapping[str, object], batch: Batch) -> None:
             if _concrete(value) and (value < 1 or value != int(value)):
                 raise ValueError(f"{name}: k must be an integer >= 1, got {value!r}")
             continue
-        rule = _ALPHA_RULES.get(name) if key == "alpha" else _NUMERIC_RULES.get(key)
-        if rule is not None and _concrete(value) and not rule[0](value):
-            raise ValueError(f"{name}: {key} must be {rule[1]}, got {value!r}")
+        bound = bounds.get(key)
+        if bound is not None and _concrete(value) and not _bound_rule(bound)(value):
+            raise ValueError(f"{name}: {key} must be {bound}, got {value!r}")
     if "max_response_length" in h and "mask" in batch:
         t = batch["mask"].shape[-1]
         if h["loss_agg"] == "seq-mean-token-sum-norm" and h["max_response_length"] < t:
@@ -486,7 +490,7 @@ def _grpo_of(r: Array, std_correction: int, eps: float) -> Array:
     return core.grpo_advantages(r, std_correction=std_correction, eps=eps)
 
 
-@register("grpo")
+@register("grpo", bounds={"eps": ">= 0"})
 def grpo(batch: Batch, *, std_correction: int = 1, eps: float = 1e-6) -> Array:
     """GRPO: ``A = (r - mean_G r) / (std_G r + eps)``, clipped surrogate, optional k3 KL.
 
@@ -532,7 +536,7 @@ def _ds(name: str, batch: Batch, gamma_p: Any, gamma_n: Any, h: Mapping[str, Any
     return a - gamma_p * c * ell + gamma_n * (1.0 - c) * ell
 
 
-@register("ds_grpo")
+@register("ds_grpo", bounds={"eps": ">= 0", "gamma_p": ">= 0", "gamma_n": ">= 0"})
 def ds_grpo(
     batch: Batch,
     *,
@@ -557,7 +561,7 @@ def ds_grpo(
     return _ds("ds_grpo", batch, gamma_p, gamma_n, h)
 
 
-@register("ds_grpo_pos")
+@register("ds_grpo_pos", bounds={"eps": ">= 0", "gamma_p": ">= 0"})
 def ds_grpo_pos(
     batch: Batch,
     *,
@@ -579,7 +583,7 @@ def ds_grpo_pos(
     return _ds("ds_grpo_pos", batch, gamma_p, 0.0, h)
 
 
-@register("ds_grpo_neg")
+@register("ds_grpo_neg", bounds={"eps": ">= 0", "gamma_n": ">= 0"})
 def ds_grpo_neg(
     batch: Batch,
     *,
@@ -618,7 +622,7 @@ def _entropy_needs(h: Mapping[str, object]) -> frozenset[str]:
     return frozenset({"entropy"}) if h["form"] == "token" else frozenset()
 
 
-@register("entropy_bonus", needs=_entropy_needs)
+@register("entropy_bonus", needs=_entropy_needs, bounds={"eps": ">= 0", "eta": ">= 0"})
 def entropy_bonus(
     batch: Batch,
     *,
@@ -643,7 +647,7 @@ def entropy_bonus(
     return _entropy_shaping("entropy_bonus", +1.0, batch, eta, form, h)
 
 
-@register("entropy_penalty", needs=_entropy_needs)
+@register("entropy_penalty", needs=_entropy_needs, bounds={"eps": ">= 0", "eta": ">= 0"})
 def entropy_penalty(
     batch: Batch,
     *,
@@ -667,7 +671,9 @@ def entropy_penalty(
     return _entropy_shaping("entropy_penalty", -1.0, batch, eta, form, h)
 
 
-@register("diff_entropy", needs={"entropy"})
+@register(
+    "diff_entropy", needs={"entropy"}, bounds={"eps": ">= 0", "eta_pos": ">= 0", "eta_neg": ">= 0"}
+)
 def diff_entropy(
     batch: Batch,
     *,
@@ -708,7 +714,11 @@ def _dsdr_weights(s: Array, correct: Array, tau: Any) -> Array:
     return core._safe_divide(xp, e, total)
 
 
-@register("dsdr", needs={"diversity"})
+@register(
+    "dsdr",
+    needs={"diversity"},
+    bounds={"eps": ">= 0", "lam": ">= 0", "sigma": ">= 0", "tau": "> 0", "lam_loc": ">= 0"},
+)
 def dsdr(
     batch: Batch,
     *,
@@ -763,7 +773,11 @@ def _progrpo_needs(h: Mapping[str, object]) -> frozenset[str]:
     )
 
 
-@register("progrpo", needs=_progrpo_needs)
+@register(
+    "progrpo",
+    needs=_progrpo_needs,
+    bounds={"eps": ">= 0", "alpha": ">= 0", "low_frac": "in (0, 1]"},
+)
 def progrpo(
     batch: Batch,
     *,
@@ -806,7 +820,11 @@ def progrpo(
     return a + xp.where(mixed, alpha * (ref - conf), xp.zeros_like(a))
 
 
-@register("casp", needs={"entropy", "sampled_rank", "cand_logp"})
+@register(
+    "casp",
+    needs={"entropy", "sampled_rank", "cand_logp"},
+    bounds={"eps": ">= 0", "alpha": "in [0, 1]", "quantile": "in (0, 1)", "lam_top1": "> 0"},
+)
 def casp(
     batch: Batch,
     *,
@@ -853,7 +871,7 @@ def _mixed(r: Array) -> Array:
     return xp.broadcast_to(mixed, r.shape)
 
 
-@register("unlikeliness")
+@register("unlikeliness", bounds={"eps": ">= 0", "beta_rank": ">= 0"})
 def unlikeliness(
     batch: Batch,
     *,
@@ -902,7 +920,7 @@ def passk(batch: Batch, *, k: int = 4) -> Array:
     return core.passk_advantages(_rewards("passk", batch), k=k)
 
 
-@register("w_reinforce")
+@register("w_reinforce", bounds={"lam": ">= 0"})
 def w_reinforce(batch: Batch, *, lam: float = 0.1) -> Array:
     """W-REINFORCE: ``A = +lam`` on correct, ``-1`` on incorrect responses; no normalization.
 

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from experiment import cli
 from toymdp.experiments import EXPERIMENTS, _plot
 from toymdp.figures import make_figures
 from toymdp.sweep import sweep
@@ -100,19 +101,7 @@ def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status: an error prints one line to stderr and returns 2
     (``--debug`` anywhere in `argv` lets it propagate with its traceback)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in argv
-    try:
-        return _main([a for a in argv if a != "--debug"])
-    except Exception as e:
-        if debug:
-            raise
-        text = " ".join(str(e).split())
-        what = (
-            text if isinstance(e, ValueError | OSError) and text else f"{type(e).__name__}: {text}"
-        )
-        print(f"error: {what} (--debug shows the traceback)", file=sys.stderr)
-        return 2
+    return cli.run(_main, argv)
 
 
 if __name__ == "__main__":

@@ -175,13 +175,31 @@ def test_register_requires_defaults_and_a_source():
         def no_source(batch, *, beta: float = 0.1):
             """X."""
 
-    assert "no_default" not in shaping.METHODS and "no_source" not in shaping.METHODS
+    with pytest.raises(ValueError, match="bounds for \\['beta'\\]"):
+
+        @shaping.register("bad_bounds", bounds={"beta": ">= 0"})
+        def bad_bounds(batch, *, scale: float = 0.1):
+            """X.
+
+            Source: none
+            """
+
+    with pytest.raises(ValueError, match="bounds: expected"):
+
+        @shaping.register("bad_bound_text", bounds={"scale": "positive"})
+        def bad_bound_text(batch, *, scale: float = 0.1):
+            """X.
+
+            Source: none
+            """
+
+    assert not {"no_default", "no_source", "bad_bounds", "bad_bound_text"} & set(shaping.METHODS)
 
 
 def test_a_new_method_is_one_function():
     from shaping import methods
 
-    @shaping.register("half_grpo_test", needs={"diversity"})
+    @shaping.register("half_grpo_test", needs={"diversity"}, bounds={"scale": "in (0, 1]"})
     def half_grpo_test(batch, *, scale: float = 0.5, loss_agg: str = "seq-mean-token-mean"):
         """Half of GRPO's advantage times the diversity (a test method).
 
@@ -205,6 +223,9 @@ def test_a_new_method_is_one_function():
         want = 0.25 * batch["diversity"] * shaping.grpo_advantages(batch["rewards"])
         assert_close(m.advantages(batch, scale=0.25), want)
         assert np.isfinite(m.loss(batch)[0])
+        # Its bound is checked with no second place to edit (nor are the drivers' checks).
+        with pytest.raises(ValueError, match=r"half_grpo_test: scale must be in \(0, 1\], got 2"):
+            m.advantages(batch, scale=2.0)
         assert "`half_grpo_test`" in shaping.methods_table()
     finally:
         methods._REGISTRY.pop("half_grpo_test")

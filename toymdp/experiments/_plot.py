@@ -23,27 +23,6 @@ plt.rcParams.update(
     }
 )
 
-#: One colour per method, shared by every figure so a method looks the same everywhere.
-METHOD_COLORS = {
-    "grpo": "#1f77b4",
-    "dr_grpo": "#aec7e8",
-    "ds_grpo": "#d62728",
-    "ds_grpo_pos": "#ff9896",
-    "ds_grpo_neg": "#e377c2",
-    "entropy_bonus": "#2ca02c",
-    "entropy_penalty": "#98df8a",
-    "diff_entropy": "#bcbd22",
-    "dsdr": "#9467bd",
-    "progrpo": "#8c564b",
-    "casp": "#ff7f0e",
-    "unlikeliness": "#17becf",
-    "passk": "#7f7f7f",
-    "w_reinforce": "#c49c94",
-    "psr": "#dbdb8d",
-    "nsr": "#9edae5",
-    "base": "#000000",
-}
-
 
 #: File formats `save` writes; `python -m toymdp figures --pdf` adds "pdf" (PNG alone by default:
 #: PDF output costs about a third of the plotting time and is not tracked in git).

@@ -42,6 +42,7 @@ import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.patches import Rectangle
 
+from experiment.report import METHOD_COLORS
 from theory import trees
 from toymdp import policy
 from toymdp import train as T
@@ -379,10 +380,10 @@ def summary(results: Results) -> dict[str, Any]:
 # ---- figure -------------------------------------------------------------------------------------
 
 SERIES_COLORS = {
-    "GRPO": _plot.METHOD_COLORS["grpo"],
-    "GRPO + entropy": _plot.METHOD_COLORS["entropy_bonus"],
-    "DS-GRPO": _plot.METHOD_COLORS["ds_grpo"],
-    "CaSP (q 0.8)": _plot.METHOD_COLORS["casp"],
+    "GRPO": METHOD_COLORS["grpo"],
+    "GRPO + entropy": METHOD_COLORS["entropy_bonus"],
+    "DS-GRPO": METHOD_COLORS["ds_grpo"],
+    "CaSP (q 0.8)": METHOD_COLORS["casp"],
     "CaSP (q 0, no entropy mask)": "#ffbb78",
 }
 
@@ -394,7 +395,7 @@ def plot(results: Results, out_dir: Path) -> list[Path]:
 
     methods = [m for m in dict.fromkeys(results["variant/method"].tolist())]
     focal = [m for m in FOCAL if m in methods]
-    colors = _plot.METHOD_COLORS
+    colors = METHOD_COLORS
     fig = plt.figure(figsize=(14.5, 12.5))
     grid = fig.add_gridspec(3, 3, height_ratios=[1.0, 1.0, 1.25], hspace=0.5, wspace=0.3, top=0.93)
 

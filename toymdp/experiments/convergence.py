@@ -24,10 +24,11 @@ import jax
 import matplotlib.pyplot as plt
 import numpy as np
 
+from experiment.report import METHOD_COLORS
 from theory import trees
 from toymdp import train as T
 from toymdp.env import TreeEnv
-from toymdp.experiments._plot import METHOD_COLORS, save
+from toymdp.experiments._plot import save
 from toymdp.experiments._registry import register
 
 OBJECTIVES = T.OBJECTIVES  # ("kl", "entropy", "ds")

@@ -37,11 +37,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import shaping
+from experiment.report import METHOD_COLORS
 from toymdp import train as T
 from toymdp.engine import run_compiled, train_over_envs
 from toymdp.env import TreeEnv, multi_prompt_env
 from toymdp.experiments import passk
-from toymdp.experiments._plot import METHOD_COLORS, save
+from toymdp.experiments._plot import save
 from toymdp.experiments._registry import register
 
 NUM_ACTIONS, DEPTH, NUM_PROMPTS, NUM_HELDOUT, CORRECT_SIZE = 3, 3, 8, 2, 6

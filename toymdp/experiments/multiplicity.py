@@ -31,8 +31,9 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from experiment.report import METHOD_COLORS
 from toymdp.experiments import passk
-from toymdp.experiments._plot import METHOD_COLORS, mean_and_spread, save
+from toymdp.experiments._plot import mean_and_spread, save
 from toymdp.experiments._registry import register
 
 FIG7_METHODS = ("grpo", "entropy_bonus", "entropy_penalty", "ds_grpo")

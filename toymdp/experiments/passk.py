@@ -42,11 +42,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from experiment import frontier
+from experiment.report import METHOD_COLORS
 from theory import trees
 from toymdp import sweep, sweep_spec
 from toymdp import train as T
 from toymdp.env import TreeEnv
-from toymdp.experiments._plot import METHOD_COLORS, save
+from toymdp.experiments._plot import save
 from toymdp.experiments._registry import register
 
 NUM_ACTIONS, DEPTH = 4, 3

@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import FormatStrFormatter, LogLocator
 
+from experiment.report import METHOD_COLORS
 from theory import trees
 from theory.measures import correctness, divergence
 from theory.optimum import kl_regularized
@@ -32,7 +33,7 @@ from theory.theorem_3_4 import (
     family_min_correctness,
     search_witness,
 )
-from toymdp.experiments._plot import METHOD_COLORS, save
+from toymdp.experiments._plot import save
 from toymdp.experiments._registry import register
 
 ENT_COLOR, DS_COLOR = METHOD_COLORS["entropy_bonus"], METHOD_COLORS["ds_grpo"]
