@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_default_config_loads_and_round_trips(tmp_path):
     cfg = load_config(ROOT / "configs" / "countdown_tiny.toml")
-    assert cfg.method == "grpo" and cfg.group_size == 8
+    assert cfg.method == "grpo" and cfg.rollout.group_size == 8
     text = config_to_toml(cfg)
     again = config_from_dict(tomllib.loads(text))
     assert config_to_toml(again) == text
@@ -243,7 +243,7 @@ def test_load_config_with_a_bad_set_value_names_key_and_value(pair, match):
 def test_load_config_sets_then_keyword_overrides():
     path = ROOT / "configs" / "countdown_tiny.toml"
     cfg = load_config(path, sets=["lr=3e-4", "steps=2", "data.n_problems=7"])
-    assert (cfg.lr, cfg.steps, cfg.data.n_problems, cfg.data.source) == (3e-4, 2, 7, "tiny")
+    assert (cfg.optim.lr, cfg.steps, cfg.data.n_problems, cfg.data.source) == (3e-4, 2, 7, "tiny")
     assert load_config(path, sets=["steps=2"], steps=5).steps == 5  # --steps wins
     assert load_config(path, sets=["steps=2"], steps=None).steps == 2
 

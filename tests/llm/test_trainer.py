@@ -262,7 +262,7 @@ def test_behaviour_keys_follow_the_method_needs():
 @pytest.mark.parametrize("method", ["grpo", "casp", "progrpo", "dsdr"])
 def test_behaviour_batch_holds_what_the_method_needs(method, tiny_model_path):
     cfg = _config(tiny_model_path, method, kl_coef=0.01 if method == "grpo" else 0.0)
-    needs = shaping.METHODS[method].needs_for(**cfg.method_hyper())
+    needs = shaping.METHODS[method].needs_for(**cfg.loss_hyper)
     model, tok = load_model_and_tokenizer(tiny_model_path, "cpu")
     prompts = ["numbers 3 4 5 target 12", "numbers 2 7 target 9"]
     gen = torch.Generator().manual_seed(0)
@@ -286,7 +286,7 @@ def test_mini_batches_and_rollout_is_metrics(tiny_model_path, tmp_path):
         tiny_model_path, "grpo", prompts_per_step=4, prompts_per_update=2, inner_epochs=2,
         steps=1, entropy_coef=0.01, top_p=0.9,
     )  # fmt: skip
-    assert cfg.method_hyper()["entropy_coef"] == 0.01
+    assert cfg.loss_hyper["entropy_coef"] == 0.01
     (h,) = train(
         cfg, tmp_path, backend_factory=lambda c, m, t: PlantingBackend(m, t), progress=False
     )
@@ -311,7 +311,7 @@ def test_max_prompt_tokens_drops_long_prompts(tiny_model_path, tmp_path):
     )  # fmt: skip
     with pytest.warns(UserWarning, match="dropped"):
         train(cfg, tmp_path, backend_factory=lambda c, m, t: PlantingBackend(m, t), progress=False)
-    cfg.max_prompt_tokens = 3
+    cfg.rollout.max_prompt_tokens = 3
     with pytest.raises(ValueError, match="max_prompt_tokens"):
         train(cfg, tmp_path / "none", progress=False)
 
