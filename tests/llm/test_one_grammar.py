@@ -164,13 +164,16 @@ TRAIN_CONFIGS = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswit
 @pytest.mark.parametrize("path", TRAIN_CONFIGS + SWEEPS, ids=lambda p: p.name)
 def test_every_config_validates_through_the_schema(path):
     """Train configs through `llm.config` (declared with `experiment.schema` options), sweep files
-    through their driver (the shared grammar plus `experiment.schema`-declared tables)."""
-    if path in TRAIN_CONFIGS:
-        load_config(path)
-    elif path.parent.name == "toy":
-        toy_sweep.load_config(path)
-    else:
-        load_sweep(path)
+    through their driver (the shared grammar plus `experiment.schema`-declared tables), with no
+    old spelling (`FutureWarning`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        if path in TRAIN_CONFIGS:
+            load_config(path)
+        elif path.parent.name == "toy":
+            toy_sweep.load_config(path)
+        else:
+            load_sweep(path)
 
 
 def test_both_sweep_commands_describe_every_key(capsys):
