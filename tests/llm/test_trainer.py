@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import shaping
-from llm.config import config_from_dict
+from llm.config import MOVED_KEYS, config_from_dict
 from llm.data import data_indices
 from llm.model.forward import build_rows, policy_forward, sampled_rank
 from llm.model.load import load_model_and_tokenizer, load_tokenizer
@@ -67,20 +67,21 @@ class PlantingBackend:
 
 
 def _config(model_path: str, method: str, **over):
+    """A small run's config; `over` sets top-level keys, or a table's key by its name alone
+    (``inner_epochs=2`` is ``optim.inner_epochs``, `llm.config.MOVED_KEYS`)."""
     raw = {
         "model_path": model_path,
         "method": method,
-        "group_size": 4,
-        "prompts_per_step": 2,
         "steps": 2,
-        "max_new_tokens": 12,
-        "micro_batch_size": 3,
-        "top_n": 2,
-        "lr": 1e-2,
-        "tensorboard": False,
         "data": {"source": "generate", "n_problems": 8, "max_number": 9, "max_target": MAX_NUMBER},
-        **over,
+        "rollout": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 12, "top_n": 2},
+        "system": {"micro_batch_size": 3},
+        "optim": {"lr": 1e-2},
+        "run": {"tensorboard": False},
     }
+    for key, value in over.items():
+        table, _, name = MOVED_KEYS.get(key, key).rpartition(".")
+        (raw[table] if table else raw)[name] = value
     if method == "passk":
         raw.setdefault("hyper", {"k": 2})
     if method == "casp":
@@ -322,13 +323,11 @@ def test_math_task_runs_through_the_loop(tiny_model_path, tmp_path):
             "model_path": tiny_model_path,
             "task": "math",
             "template": "plain",
-            "group_size": 2,
-            "prompts_per_step": 2,
             "steps": 1,
-            "max_new_tokens": 4,
-            "tensorboard": False,
             "data": {"source": "generate", "n_problems": 4},
             "eval": {"source": "generate", "n_problems": 2},
+            "rollout": {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 4},
+            "run": {"tensorboard": False},
         }
     )
     (h,) = train(cfg, tmp_path, progress=False)
