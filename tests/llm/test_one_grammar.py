@@ -60,13 +60,16 @@ num_resamples = 50
 LLM_BASE = """
 model_path = "{model}"
 method = "grpo"
+steps = 2
+[rollout]
 group_size = 4
 prompts_per_step = 2
-steps = 2
 max_new_tokens = 12
-micro_batch_size = 8
 top_n = 2
+[optim]
 lr = 1e-2
+[system]
+micro_batch_size = 8
 [data]
 source = "generate"
 n_problems = 8
