@@ -15,7 +15,7 @@
 an FSDP2 run, whose checkpoints are sharded, the last step's Hugging Face export). `--config` gives
 eval the run's task, template, backend, max_new_tokens, distinct and data bounds (for
 `--generate`); without a problem source, eval reads the config's [eval] sets (one label per file).
-`--set` overrides any config key: ``--set lr=3e-4 data.seed=3 hyper.gamma_p=0.05`` (values are
+`--set` overrides any config key: ``--set optim.lr=3e-4 data.seed=3 hyper.gamma_p=0.05`` (values are
 TOML literals; a bare word is a string). An error prints one line, ``error: ...``, and exits 2;
 `--debug` anywhere on the command line shows its traceback instead.
 """
