@@ -139,20 +139,20 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
     torch.manual_seed(0)
     base = load_config(ROOT / config)
     groups = args.groups
-    sets = {
-        "prompts_per_step": groups,
-        "prompts_per_update": groups,
-        "device": args.device,
-        "backend": "transformers",
-    }
+    rollout = {"prompts_per_step": groups, "backend": "transformers"}
     if args.max_new_tokens:
-        sets["max_new_tokens"] = args.max_new_tokens
-    cfg = load_config(ROOT / config, **sets)
+        rollout["max_new_tokens"] = args.max_new_tokens
+    cfg = load_config(
+        ROOT / config,
+        rollout=rollout,
+        optim={"prompts_per_update": groups},
+        system={"device": args.device},
+    )
     name = args.shape or shape_of(base.model_path)
     shape = SHAPES[name]
-    g = cfg.group_size
-    p_len = args.prompt_tokens or cfg.max_prompt_tokens
-    t_len = cfg.max_new_tokens
+    g = cfg.rollout.group_size
+    p_len = args.prompt_tokens or cfg.rollout.max_prompt_tokens
+    t_len = cfg.rollout.max_new_tokens
     rows = groups * g
     device = args.device
     cuda = device.startswith("cuda")
@@ -160,9 +160,9 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
         "config": config,
         "model": name,
         "method": cfg.method,
-        "precision": cfg.precision,
-        "gradient_checkpointing": cfg.gradient_checkpointing,
-        "micro_batch_size": cfg.micro_batch_size,
+        "precision": cfg.system.precision,
+        "gradient_checkpointing": cfg.system.gradient_checkpointing,
+        "micro_batch_size": cfg.system.micro_batch_size,
         "rows": rows,
         "prompt_tokens": p_len,
         "response_tokens": t_len,
@@ -190,10 +190,10 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
     stage = "build"
     try:
         t0 = time.perf_counter()
-        dtype = torch.bfloat16 if cfg.precision == "bf16" else torch.float32
+        dtype = torch.bfloat16 if cfg.system.precision == "bf16" else torch.float32
         model = _build_model(shape, device, dtype, args.attn)
         model.eval()
-        if cfg.gradient_checkpointing:
+        if cfg.system.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         if args.compile:  # each decoder layer compiled (one graph serves all layers)
             for layer in model.model.layers:
@@ -203,7 +203,7 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
             ref = _build_model(
                 shape,
                 device,
-                torch.float32 if cfg.precision == "fp32" else torch.bfloat16,
+                torch.float32 if cfg.system.precision == "fp32" else torch.bfloat16,
                 args.attn,
             )
             ref.requires_grad_(False).eval()
@@ -226,7 +226,7 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
             texts=[[""] * g for _ in range(groups)],
         )
         rewards = (torch.rand(groups, g, generator=gen) > 0.5).float().to(device)
-        hyper = cfg.method_hyper()
+        hyper = cfg.loss_hyper
         needs = shaping.METHODS[cfg.method].needs_for(**hyper)
         diversity = torch.rand(groups, g, generator=gen).tolist() if "diversity" in needs else None
         optimizer, scheduler = make_optimizer(cfg, model)
@@ -277,8 +277,8 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
     result["behaviour_mfu"] = fwd / result["behaviour_s"] / peak
     result["update_mfu"] = 3 * fwd / result["update_s"] / peak
     per_row = (result["behaviour_s"] + result["update_s"]) / rows
-    result["step_rows"] = base.prompts_per_step * g
-    result["step_update_s_extrapolated"] = per_row * result["step_rows"] * base.inner_epochs
+    result["step_rows"] = base.rollout.prompts_per_step * g
+    result["step_update_s_extrapolated"] = per_row * result["step_rows"] * base.optim.inner_epochs
     return result
 
 

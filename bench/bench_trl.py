@@ -180,18 +180,19 @@ def make_config(args: Args, model_path: str) -> TrainConfig:
         SystemExit: a method other than GRPO, ``kl_coef > 0``, ``inner_epochs > 1``, a micro-batch
             that does not divide B * G, or (``--vllm``) a trainer without a vLLM backend.
     """
+    rollout = {n: getattr(args, n) for n in ("group_size", "prompts_per_step", "max_new_tokens")}
     overrides: dict[str, Any] = {
         "model_path": model_path,
         "build_base_model": False,
         "steps": args.steps,
-        "save_every": 0,  # only the last step is saved, after its time/step is taken
-        "tensorboard": False,
+        # only the last step is saved, after its time/step is taken
+        "run": {"save_every": 0, "tensorboard": False},
+        "rollout": {k: v for k, v in rollout.items() if v},
+        "system": {"micro_batch_size": args.micro_batch_size} if args.micro_batch_size else {},
     }
-    for name in ("group_size", "prompts_per_step", "micro_batch_size", "max_new_tokens"):
-        if getattr(args, name):
-            overrides[name] = getattr(args, name)
     if args.vllm:
-        overrides |= {"backend": "vllm", "device": "cuda"}
+        overrides["rollout"]["backend"] = "vllm"
+        overrides["system"]["device"] = "cuda"
     path = Path(args.config)
     if not path.is_absolute() and not path.exists():
         path = ROOT / path
@@ -201,49 +202,48 @@ def make_config(args: Args, model_path: str) -> TrainConfig:
         if args.vllm and "backend" in str(e):
             sys.exit(f"--vllm: this checkout's trainer has no vLLM backend yet ({e})")
         raise
-    # Keys that only some checkouts have, read with their neutral defaults.
-    task = getattr(cfg, "task", "countdown")
-    per_update = getattr(cfg, "prompts_per_update", 0) or cfg.prompts_per_step
-    entropy_coef = getattr(cfg, "entropy_coef", 0.0)
+    task = cfg.task
+    per_update = cfg.optim.prompts_per_update or cfg.rollout.prompts_per_step
+    entropy_coef = cfg.entropy_coef
     if (
         cfg.method != "grpo"
         or cfg.kl_coef != 0
-        or cfg.inner_epochs != 1
+        or cfg.optim.inner_epochs != 1
         or task != "countdown"
-        or per_update != cfg.prompts_per_step
+        or per_update != cfg.rollout.prompts_per_step
         or entropy_coef != 0
     ):
         sys.exit(
             "bench_trl compares GRPO on Countdown with kl_coef = 0, entropy_coef = 0, "
             "inner_epochs = 1 and one optimizer step per rollout; got "
             f"method={cfg.method!r}, kl_coef={cfg.kl_coef}, entropy_coef={entropy_coef}, "
-            f"inner_epochs={cfg.inner_epochs}, task={task!r}, prompts_per_update={per_update}"
+            f"inner_epochs={cfg.optim.inner_epochs}, task={task!r}, prompts_per_update={per_update}"
         )
     cfg.hyper = {**cfg.hyper, "eps": TRL_REWARD_EPS}
-    if hasattr(cfg, "rollout_is") and not args.vllm:
+    if not args.vllm:
         # TRL corrects for the sampler only with vLLM; on transformers rollouts the two agree.
-        cfg.rollout_is = "none"
+        cfg.rollout.rollout_is = "none"
     if args.vllm and hasattr(cfg, "vllm"):
         cfg.vllm.dtype = "auto"  # TRL's colocated engine loads the model's own dtype
     if args.threads:
-        cfg.num_threads = args.threads
+        cfg.system.num_threads = args.threads
     validate(cfg)
-    rows = cfg.prompts_per_step * cfg.group_size
-    if rows % cfg.micro_batch_size:
-        sys.exit(f"micro_batch_size ({cfg.micro_batch_size}) must divide B * G ({rows})")
+    rows = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    if rows % cfg.system.micro_batch_size:
+        sys.exit(f"micro_batch_size ({cfg.system.micro_batch_size}) must divide B * G ({rows})")
     return cfg
 
 
 def prompt_stream(cfg: TrainConfig) -> list[CountdownProblem]:
     """The problems our trainer consumes over ``cfg.steps`` steps, in order (B per step)."""
     problems = load_train_problems(cfg)
-    count = cfg.steps * cfg.prompts_per_step
+    count = cfg.steps * cfg.rollout.prompts_per_step
     return [problems[i] for i in data_indices(0, count, len(problems), cfg.data.seed)]
 
 
 def _threads(cfg: TrainConfig) -> None:
-    if cfg.num_threads > 0:
-        torch.set_num_threads(cfg.num_threads)
+    if cfg.system.num_threads > 0:
+        torch.set_num_threads(cfg.system.num_threads)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -329,8 +329,8 @@ def trl_config(cfg: TrainConfig, out_dir: str, *, vllm: bool) -> Any:
     """The `trl.GRPOConfig` equivalent to `cfg` (one optimizer step = B prompts x G responses)."""
     from trl import GRPOConfig
 
-    rows = cfg.prompts_per_step * cfg.group_size
-    accum = rows // cfg.micro_batch_size
+    rows = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    accum = rows // cfg.system.micro_batch_size
     kwargs: dict[str, Any] = {}
     if vllm:
         # The engine settings of our [vllm] table where this checkout has one.
@@ -345,25 +345,25 @@ def trl_config(cfg: TrainConfig, out_dir: str, *, vllm: bool) -> Any:
         if getattr(v, "max_model_len", None):
             kwargs["vllm_max_model_length"] = v.max_model_len
         # Ours: token-level truncated importance weight min(exp(logp_old - logp_vllm), cap).
-        rollout_is = getattr(cfg, "rollout_is", "none")
+        rollout_is = cfg.rollout.rollout_is
         kwargs["vllm_importance_sampling_correction"] = rollout_is == "truncate"
         if rollout_is == "truncate":
             kwargs["vllm_importance_sampling_mode"] = "token_truncate"
-            kwargs["vllm_importance_sampling_clip_max"] = cfg.rollout_is_cap
+            kwargs["vllm_importance_sampling_clip_max"] = cfg.rollout.rollout_is_cap
     return GRPOConfig(
         output_dir=out_dir,
         # Batching: micro-batches of our size, accumulated over one generation batch of B * G.
-        per_device_train_batch_size=cfg.micro_batch_size,
+        per_device_train_batch_size=cfg.system.micro_batch_size,
         gradient_accumulation_steps=accum,
         steps_per_generation=accum,
-        num_generations=cfg.group_size,
-        num_iterations=cfg.inner_epochs,
+        num_generations=cfg.rollout.group_size,
+        num_iterations=cfg.optim.inner_epochs,
         max_steps=cfg.steps,
         shuffle_dataset=False,
         # Sampling.
-        max_completion_length=cfg.max_new_tokens,
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
+        max_completion_length=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
         top_k=0,
         # Loss: GRPO clip 0.2, token-mean over the batch, group std (ddof 1) normalization, no KL.
         beta=cfg.kl_coef,
@@ -373,20 +373,20 @@ def trl_config(cfg: TrainConfig, out_dir: str, *, vllm: bool) -> Any:
         mask_truncated_completions=False,
         disable_dropout=True,
         # Optimizer.
-        learning_rate=cfg.lr,
+        learning_rate=cfg.optim.lr,
         lr_scheduler_type="constant",
-        warmup_steps=cfg.warmup_steps,
-        weight_decay=cfg.weight_decay,
-        adam_beta1=cfg.adam_betas[0],
-        adam_beta2=cfg.adam_betas[1],
+        warmup_steps=cfg.optim.warmup_steps,
+        weight_decay=cfg.optim.weight_decay,
+        adam_beta1=cfg.optim.adam_betas[0],
+        adam_beta2=cfg.optim.adam_betas[1],
         adam_epsilon=1e-8,
         optim="adamw_torch",
-        max_grad_norm=cfg.max_grad_norm,
+        max_grad_norm=cfg.optim.max_grad_norm,
         # Precision and device as ours (float32 by default; bf16-mixed = autocast in both).
         use_cpu=not vllm,
         bf16=_precision(cfg) == "bf16-mixed",
         fp16=False,
-        **_checkpointing(bool(getattr(cfg, "gradient_checkpointing", False))),
+        **_checkpointing(bool(cfg.system.gradient_checkpointing)),
         # No logging, saving or evaluation.
         report_to="none",
         logging_strategy="no",
@@ -416,13 +416,13 @@ def _checkpointing(on: bool) -> dict[str, bool]:
 
 
 def _precision(cfg: TrainConfig) -> str:
-    return str(getattr(cfg, "precision", "fp32"))
+    return cfg.system.precision
 
 
 def _load_model(cfg: TrainConfig) -> tuple[Any, Any]:
     # Checkouts with a `precision` key load bf16 weights for precision = "bf16".
     extra = [] if _precision(cfg) == "fp32" else [_precision(cfg)]
-    return load_model_and_tokenizer(cfg.model_path, cfg.device, *extra)
+    return load_model_and_tokenizer(cfg.model_path, cfg.system.device, *extra)
 
 
 def run_trl(cfg: TrainConfig, problems: list[CountdownProblem], *, vllm: bool) -> dict[str, Any]:
@@ -434,7 +434,7 @@ def run_trl(cfg: TrainConfig, problems: list[CountdownProblem], *, vllm: bool) -
 
     transformers.logging.set_verbosity_error()
     _threads(cfg)
-    g = cfg.group_size
+    g = cfg.rollout.group_size
     seen: list[str] = []
     rewards: list[float] = []
     lengths: list[float] = []
@@ -643,20 +643,20 @@ def run(args: Args) -> dict[str, Any]:
         "args": asdict(args),
         "config": {
             "model_path": cfg.model_path,
-            "group_size": cfg.group_size,
-            "prompts_per_step": cfg.prompts_per_step,
-            "micro_batch_size": cfg.micro_batch_size,
-            "max_new_tokens": cfg.max_new_tokens,
-            "temperature": cfg.temperature,
-            "top_p": cfg.top_p,
-            "top_n": cfg.top_n,
-            "lr": cfg.lr,
-            "max_grad_norm": cfg.max_grad_norm,
+            "group_size": cfg.rollout.group_size,
+            "prompts_per_step": cfg.rollout.prompts_per_step,
+            "micro_batch_size": cfg.system.micro_batch_size,
+            "max_new_tokens": cfg.rollout.max_new_tokens,
+            "temperature": cfg.rollout.temperature,
+            "top_p": cfg.rollout.top_p,
+            "top_n": cfg.rollout.top_n,
+            "lr": cfg.optim.lr,
+            "max_grad_norm": cfg.optim.max_grad_norm,
             "hyper": cfg.hyper,
             "precision": _precision(cfg),
-            "rollout_is": getattr(cfg, "rollout_is", "none"),
-            "device": cfg.device,
-            "backend": cfg.backend,
+            "rollout_is": cfg.rollout.rollout_is,
+            "device": cfg.system.device,
+            "backend": cfg.rollout.backend,
             "seed": cfg.seed,
         },
         "versions": {

@@ -295,7 +295,7 @@ def measured_vs_predicted() -> list[dict[str, Any]]:
     rows = []
     for r in bench_rows():
         cfg = load_config(ROOT / r["config"])
-        needs = shaping.METHODS[cfg.method].needs_for(**cfg.method_hyper())
+        needs = shaping.METHODS[cfg.method].needs_for(**cfg.loss_hyper)
         s = SHAPES[r["model"]]
         p = param_count(s)
         tokens = r["prompt_tokens"] + r["response_tokens"]

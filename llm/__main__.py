@@ -15,7 +15,7 @@
 an FSDP2 run, whose checkpoints are sharded, the last step's Hugging Face export). `--config` gives
 eval the run's task, template, backend, max_new_tokens, distinct and data bounds (for
 `--generate`); without a problem source, eval reads the config's [eval] sets (one label per file).
-`--set` overrides any config key: ``--set lr=3e-4 data.seed=3 hyper.gamma_p=0.05`` (values are
+`--set` overrides any config key: ``--set optim.lr=3e-4 data.seed=3 hyper.gamma_p=0.05`` (values are
 TOML literals; a bare word is a string). An error prints one line, ``error: ...``, and exits 2;
 `--debug` anywhere on the command line shows its traceback instead.
 """
@@ -119,16 +119,18 @@ def _eval(args: argparse.Namespace) -> int:
         sets = load_eval_sets(cfg)
         if len(sets) == 1:
             sets = {"": next(iter(sets.values()))}
-    check_device(cfg.device)
-    model, tokenizer = load_model_and_tokenizer(model_path, cfg.device, cfg.precision)
+    check_device(cfg.system.device)
+    model, tokenizer = load_model_and_tokenizer(model_path, cfg.system.device, cfg.system.precision)
     encoder = None
     if not args.no_semantic:
-        encoder = load_encoder(cfg.device)
+        encoder = load_encoder(cfg.system.device)
     backend = make_backend(cfg, model, tokenizer)
     common = {
         "n": args.n or cfg.eval.n_samples,
         "template": cfg.template,
-        "max_new_tokens": args.max_new_tokens or cfg.eval.max_new_tokens or cfg.max_new_tokens,
+        "max_new_tokens": args.max_new_tokens
+        or cfg.eval.max_new_tokens
+        or cfg.rollout.max_new_tokens,
         "top_k": cfg.eval.top_k,
         "temperature": args.temperature if args.temperature is not None else cfg.eval.temperature,
         "top_p": cfg.eval.top_p,
@@ -136,7 +138,7 @@ def _eval(args: argparse.Namespace) -> int:
         "encoder": encoder,
         # vLLM schedules as many prompts as max_responses_per_call allows; transformers'
         # generate pads per call.
-        "prompts_per_batch": 10**9 if cfg.backend == "vllm" else 8,
+        "prompts_per_batch": 10**9 if cfg.rollout.backend == "vllm" else 8,
         "max_responses_per_call": cfg.eval.max_responses_per_call,
     }
     for name, problems in sets.items():

@@ -1,17 +1,24 @@
-"""Training configuration: the declarations of `TrainConfig` and its tables, and the rules
-between fields.
+"""Training configuration: the declarations of `TrainConfig` and its tables, the rules between
+fields, and the loss coefficients resolved once (`loss_hyper`).
 
 Each field is declared once, with `experiment.schema.option` or ``field(default_factory=...,
 metadata=meta(...))``: its default, help text, choices and bounds live in that one place, and
 `experiment.schema` (one validation loop, `describe`, the ``--set`` parser) reads them.
 `validate` is that loop plus the cross-field rules of `_cross_field_rules` and the method's
 ``[hyper]`` check; `describe` (``python -m llm train --describe``) and the comments of the
-resolved config written to ``DIR/config.toml`` read the same metadata. A config file holds the
-top-level fields and four one-level tables: ``[hyper]`` (the method's hyper-parameters, names and
-types as in ``shaping.METHODS[method].defaults``), ``[data]`` (`DataConfig`), ``[eval]``
-(`EvalConfig`) and ``[vllm]`` (`VLLMConfig`). `apply_overrides` sets any key from ``key=value``
-strings (the ``--set`` of the command line). A bad value or an unknown key raises ``ValueError``
-naming it.
+resolved config written to ``DIR/config.toml`` read the same metadata.
+
+A config file holds a few top-level keys (task, model, method and its method-wide `kl_coef` /
+`entropy_coef`, steps, seed, prompt template and reward) and one-level tables by concern:
+``[hyper]`` (the method's hyper-parameters, names and types as in
+``shaping.METHODS[method].defaults``), ``[rollout]`` (`RolloutConfig`: B x G sampling and the
+behaviour pass), ``[optim]`` (`OptimConfig`: AdamW, schedule, inner epochs, mini-batches),
+``[system]`` (`SystemConfig`: device, precision, parallelism, micro-batches), ``[run]``
+(`RunConfig`: checkpoints and logs), ``[data]``, ``[eval]`` and ``[vllm]``. The keys of
+[rollout], [optim], [system] and [run] were top-level before: the flat spelling is accepted for
+one release with a `FutureWarning` (`MOVED_KEYS`). `apply_overrides` sets any key from
+``key=value`` strings (the ``--set`` of the command line). A bad value or an unknown key raises
+``ValueError`` naming it.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -33,8 +42,13 @@ from experiment.store import write_text
 from llm.tasks import TASKS
 
 __all__ = [
+    "MOVED_KEYS",
     "DataConfig",
     "EvalConfig",
+    "OptimConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "SystemConfig",
     "TrainConfig",
     "VLLMConfig",
     "apply_overrides",
@@ -43,7 +57,10 @@ __all__ = [
     "config_to_toml",
     "describe",
     "load_config",
+    "loss_hyper",
+    "new_key",
     "save_config",
+    "upgrade_keys",
     "validate",
 ]
 
@@ -164,6 +181,140 @@ class VLLMConfig:
 
 
 @dataclass
+class RolloutConfig:
+    """The rollout of a training step: B prompts x G sampled responses, and how pi_old's view of
+    them is obtained."""
+
+    group_size: int = option(
+        8,
+        "G: responses sampled per prompt (at least 2: a group of one has advantage 0)",
+        ge=2,
+    )
+    prompts_per_step: int = option(4, "B: prompts per training step", ge=1)
+    temperature: float = option(
+        1.0, "sampling temperature; the trainer's log-probs use logits / temperature as well", gt=0
+    )
+    top_p: float = option(1.0, "nucleus sampling threshold of the rollout backend", gt=0, le=1)
+    max_new_tokens: int = option(16, "longest response, in tokens", ge=1)
+    max_prompt_tokens: int = option(
+        0,
+        """training problems whose prompt is longer (in tokens) are dropped, as verl's
+        filter_overlong_prompts; 0 = keep all""",
+        ge=0,
+    )
+    top_n: int = option(
+        0,
+        "candidates tracked per token (Lambda^(n) metrics, CaSP); CaSP raises it to its own top_n",
+        ge=0,
+    )
+    backend: str = option(
+        "transformers",
+        "rollout backend: transformers (model.generate) or vllm (colocated engine, [vllm] table)",
+        choices=BACKENDS,
+    )
+    rollout_is: str = option(
+        "truncate",
+        """correction for sampler/trainer log-prob mismatch: truncate (per-token weight
+        min(exp(logp_old - logp_sampler), rollout_is_cap) on the surrogate, as TRL and verl) or none""",
+        choices=ROLLOUT_IS,
+    )
+    rollout_is_cap: float = option(
+        2.0, "upper bound of the truncated importance-sampling weight", ge=1
+    )
+    behaviour_pass: str = option(
+        "auto",
+        """how pi_old's log-probs, entropies and top-N candidates are obtained: auto (from the
+        sampler when it is exactly the policy: transformers backend, fp32, top_p = 1, one inner
+        epoch, no prompt log-probs needed; else a forward pass) or always (a forward pass, as TRL
+        and verl do)""",
+        choices=("auto", "always"),
+    )
+
+
+@dataclass
+class OptimConfig:
+    """The update of a training step: mu passes of AdamW steps over mini-batches of whole groups,
+    with a learning-rate schedule and gradient clipping."""
+
+    lr: float = option(
+        1e-4,
+        "AdamW learning rate (peak, after warm-up); at most 1 (larger steps are never meaningful "
+        "for AdamW, and near 1e38 its fp32 update overflows)",
+        gt=0,
+        le=MAX_LR,
+    )
+    weight_decay: float = option(0.0, "AdamW decoupled weight decay", ge=0)
+    adam_betas: list[float] = field(
+        default_factory=lambda: [0.9, 0.999],
+        metadata=meta("AdamW (beta1, beta2)", ge=0, lt=1, length=(2, 2)),
+    )
+    schedule: str = option(
+        "constant",
+        "learning-rate schedule after warm-up: constant, cosine (to 0) or linear (to 0)",
+        choices=SCHEDULES,
+    )
+    warmup_steps: int = option(0, "optimizer steps of linear warm-up from 0", ge=0)
+    max_grad_norm: float = option(
+        1.0, "global gradient-norm clip (0 = no clipping; the norm is still logged)", ge=0
+    )
+    inner_epochs: int = option(1, "mu: passes over each rollout batch (PPO epochs)", ge=1)
+    prompts_per_update: int = option(
+        0,
+        """prompts (whole groups) per optimizer step, verl's ppo_mini_batch_size: each inner epoch
+        takes rollout.prompts_per_step / prompts_per_update steps in data order (0 = all: one
+        step)""",
+        ge=0,
+    )
+
+
+@dataclass
+class SystemConfig:
+    """Where and how the computation runs; none of these changes the loss (up to rounding)."""
+
+    device: str = option(
+        "cpu",
+        "torch device of the policy (cpu, cuda, cuda:0, ...); under torchrun cuda means cuda:LOCAL_RANK",
+        pattern=r"cpu|cuda(:\d+)?",
+        expect="cpu, cuda or cuda:N",
+    )
+    precision: str = option(
+        "fp32",
+        "fp32; bf16-mixed (fp32 weights and optimizer, bf16 compute); bf16 (bf16 weights too)",
+        choices=PRECISIONS,
+    )
+    micro_batch_size: int = option(
+        8, "responses per forward/backward pass; gradients are accumulated over the batch", ge=1
+    )
+    gradient_checkpointing: bool = option(
+        False, "recompute activations in the backward pass (transformers' gradient checkpointing)"
+    )
+    parallel: str = option(
+        "auto",
+        "data parallelism under torchrun: ddp, fsdp2 (fully_shard) or auto (fsdp2 on CUDA, else ddp)",
+        choices=PARALLEL,
+    )
+    num_threads: int = option(
+        0, "torch CPU threads (torch.set_num_threads); 0 = leave torch's default", ge=0
+    )
+
+
+@dataclass
+class RunConfig:
+    """What the run folder records: checkpoints, metrics.jsonl and TensorBoard."""
+
+    save_every: int = option(
+        10,
+        "checkpoint every this many steps (the last step is always saved; 0 = only the last)",
+        ge=0,
+    )
+    log_every: int = option(1, "write metrics.jsonl / TensorBoard every this many steps", ge=1)
+    tensorboard: bool = option(
+        True,
+        "write TensorBoard events to DIR/tb (skipped with a warning if tensorboard is missing)",
+    )
+
+
+@dataclass
 class TrainConfig:
     """One RL fine-tuning run of a causal LM on Countdown or math with a `shaping.METHODS` method."""
 
@@ -191,65 +342,15 @@ class TrainConfig:
             "the method's hyper-parameters (the [hyper] table); unset ones take the method's defaults"
         ),
     )
-    group_size: int = option(
-        8,
-        "G: responses sampled per prompt (at least 2: a group of one has advantage 0)",
-        ge=2,
-    )
-    prompts_per_step: int = option(4, "B: prompts per training step", ge=1)
-    steps: int = option(20, "number of training steps (rollout + update rounds)", ge=1)
-    prompts_per_update: int = option(
-        0,
-        """prompts (whole groups) per optimizer step, verl's ppo_mini_batch_size: each inner epoch
-        takes prompts_per_step / prompts_per_update steps in data order (0 = all: one step)""",
-        ge=0,
-    )
-    inner_epochs: int = option(1, "mu: passes over each rollout batch (PPO epochs)", ge=1)
-    micro_batch_size: int = option(
-        8, "responses per forward/backward pass; gradients are accumulated over the batch", ge=1
-    )
-    lr: float = option(
-        1e-4,
-        "AdamW learning rate (peak, after warm-up); at most 1 (larger steps are never meaningful "
-        "for AdamW, and near 1e38 its fp32 update overflows)",
-        gt=0,
-        le=MAX_LR,
-    )
-    weight_decay: float = option(0.0, "AdamW decoupled weight decay", ge=0)
-    adam_betas: list[float] = field(
-        default_factory=lambda: [0.9, 0.999],
-        metadata=meta("AdamW (beta1, beta2)", ge=0, lt=1, length=(2, 2)),
-    )
-    schedule: str = option(
-        "constant",
-        "learning-rate schedule after warm-up: constant, cosine (to 0) or linear (to 0)",
-        choices=SCHEDULES,
-    )
-    warmup_steps: int = option(0, "optimizer steps of linear warm-up from 0", ge=0)
-    max_grad_norm: float = option(
-        1.0, "global gradient-norm clip (0 = no clipping; the norm is still logged)", ge=0
-    )
     kl_coef: float = option(
-        0.0, "k3 KL penalty to the frozen base model; > 0 loads a reference copy", ge=0
+        0.0, "k3 KL penalty to the frozen base model, any method; > 0 loads a reference copy", ge=0
     )
     entropy_coef: float = option(
         0.0, "token-entropy bonus of any method, verl's entropy_coeff (loss -= c * entropy)", ge=0
     )
-    temperature: float = option(
-        1.0, "sampling temperature; the trainer's log-probs use logits / temperature as well", gt=0
-    )
-    top_p: float = option(1.0, "nucleus sampling threshold of the rollout backend", gt=0, le=1)
-    max_new_tokens: int = option(16, "longest response, in tokens", ge=1)
-    max_prompt_tokens: int = option(
-        0,
-        """training problems whose prompt is longer (in tokens) are dropped, as verl's
-        filter_overlong_prompts; 0 = keep all""",
-        ge=0,
-    )
-    top_n: int = option(
-        0,
-        "candidates tracked per token (Lambda^(n) metrics, CaSP); CaSP raises it to its own top_n",
-        ge=0,
+    steps: int = option(20, "number of training steps (rollout + update rounds)", ge=1)
+    seed: int = option(
+        0, "seed of sampling, data order and initialization of anything random", ge=0, le=MAX_SEED
     )
     template: str = option(
         "compact",
@@ -267,95 +368,79 @@ class TrainConfig:
         "what makes two solutions different (llm.tasks.solution_key): commutative or ac",
         choices=DISTINCT,
     )
+    rollout: RolloutConfig = field(
+        default_factory=RolloutConfig,
+        metadata={"help": "sampling of a step's B x G responses", "table": True},
+    )
+    optim: OptimConfig = field(
+        default_factory=OptimConfig,
+        metadata={"help": "AdamW, its schedule and the update's mini-batches", "table": True},
+    )
+    system: SystemConfig = field(
+        default_factory=SystemConfig,
+        metadata={"help": "device, precision, parallelism, memory", "table": True},
+    )
+    run: RunConfig = field(
+        default_factory=RunConfig,
+        metadata={"help": "checkpoints and logs of the run folder", "table": True},
+    )
     data: DataConfig = field(
         default_factory=DataConfig, metadata={"help": "training problems", "table": True}
     )
     eval: EvalConfig = field(
         default_factory=EvalConfig, metadata={"help": "held-out evaluation", "table": True}
     )
-    seed: int = option(
-        0, "seed of sampling, data order and initialization of anything random", ge=0, le=MAX_SEED
-    )
-    save_every: int = option(
-        10,
-        "checkpoint every this many steps (the last step is always saved; 0 = only the last)",
-        ge=0,
-    )
-    log_every: int = option(1, "write metrics.jsonl / TensorBoard every this many steps", ge=1)
-    backend: str = option(
-        "transformers",
-        "rollout backend: transformers (model.generate) or vllm (colocated engine, [vllm] table)",
-        choices=BACKENDS,
-    )
     vllm: VLLMConfig = field(
         default_factory=VLLMConfig,
-        metadata={"help": "the vLLM engine's settings (used with backend = vllm)", "table": True},
-    )
-    rollout_is: str = option(
-        "truncate",
-        """correction for sampler/trainer log-prob mismatch: truncate (per-token weight
-        min(exp(logp_old - logp_sampler), rollout_is_cap) on the surrogate, as TRL and verl) or none""",
-        choices=ROLLOUT_IS,
-    )
-    rollout_is_cap: float = option(
-        2.0, "upper bound of the truncated importance-sampling weight", ge=1
-    )
-    behaviour_pass: str = option(
-        "auto",
-        """how pi_old's log-probs, entropies and top-N candidates are obtained: auto (from the
-        sampler when it is exactly the policy: transformers backend, fp32, top_p = 1, one inner
-        epoch, no prompt log-probs needed; else a forward pass) or always (a forward pass, as TRL
-        and verl do)""",
-        choices=("auto", "always"),
-    )
-    device: str = option(
-        "cpu",
-        "torch device of the policy (cpu, cuda, cuda:0, ...); under torchrun cuda means cuda:LOCAL_RANK",
-        pattern=r"cpu|cuda(:\d+)?",
-        expect="cpu, cuda or cuda:N",
-    )
-    precision: str = option(
-        "fp32",
-        "fp32; bf16-mixed (fp32 weights and optimizer, bf16 compute); bf16 (bf16 weights too)",
-        choices=PRECISIONS,
-    )
-    gradient_checkpointing: bool = option(
-        False, "recompute activations in the backward pass (transformers' gradient checkpointing)"
-    )
-    parallel: str = option(
-        "auto",
-        "data parallelism under torchrun: ddp, fsdp2 (fully_shard) or auto (fsdp2 on CUDA, else ddp)",
-        choices=PARALLEL,
-    )
-    tensorboard: bool = option(
-        True,
-        "write TensorBoard events to DIR/tb (skipped with a warning if tensorboard is missing)",
-    )
-    num_threads: int = option(
-        0, "torch CPU threads (torch.set_num_threads); 0 = leave torch's default", ge=0
+        metadata={
+            "help": "the vLLM engine's settings (with rollout.backend = vllm)",
+            "table": True,
+        },
     )
 
     @property
+    def loss_hyper(self) -> Mapping[str, Any]:
+        """The resolved keyword arguments of ``shaping.METHODS[method].loss`` (read-only): see
+        `loss_hyper`, the one place they are computed."""
+        return loss_hyper(self)
+
+    @property
     def n_candidates(self) -> int:
-        """Candidates N to compute per token: `top_n`, raised to the method's `top_n` for CaSP."""
-        needs = shaping.METHODS[self.method].needs_for(**self.method_hyper())
-        if "cand_logp" in needs:
-            return max(self.top_n, int(self.method_hyper().get("top_n", 0)))
-        return self.top_n
-
-    def method_hyper(self) -> dict[str, Any]:
-        """The keyword arguments of ``shaping.METHODS[method].loss``: `hyper` plus `kl_coef` and
-        `entropy_coef`."""
-        hyper = {**self.hyper, "kl_coef": self.kl_coef, "entropy_coef": self.entropy_coef}
-        # Dr. GRPO divides by a constant length: the generation budget, as TRL's
-        # max_completion_length (docs/formulas.md §2.2), unless [hyper] sets it.
-        if "max_response_length" in shaping.METHODS[self.method].defaults:
-            hyper.setdefault("max_response_length", self.max_new_tokens)
-        return hyper
+        """Candidates N to compute per token: `rollout.top_n`, raised to the method's `top_n` for
+        CaSP."""
+        hyper = self.loss_hyper
+        if "cand_logp" in shaping.METHODS[self.method].needs_for(**hyper):
+            return max(self.rollout.top_n, int(hyper.get("top_n", 0)))
+        return self.rollout.top_n
 
 
-_TABLES: dict[str, type] = schema.tables(TrainConfig)  # data, eval, vllm
+def loss_hyper(cfg: TrainConfig) -> Mapping[str, Any]:
+    """The keyword arguments of ``shaping.METHODS[cfg.method].loss`` and ``.needs_for``, resolved
+    once, read-only: the method's defaults, then ``[hyper]``, then the method-wide top-level
+    `kl_coef` and `entropy_coef`. Dr. GRPO's constant length divisor ``max_response_length`` is the
+    generation budget ``rollout.max_new_tokens`` (as TRL's max_completion_length,
+    docs/formulas.md §2.2) unless ``[hyper]`` sets it. The one place the loss coefficients are
+    resolved: the trainer, the behaviour pass, the update, validation and the benches read it
+    (``cfg.loss_hyper``)."""
+    defaults = shaping.METHODS[cfg.method].defaults
+    hyper = {**defaults, **cfg.hyper, "kl_coef": cfg.kl_coef, "entropy_coef": cfg.entropy_coef}
+    if "max_response_length" in defaults and "max_response_length" not in cfg.hyper:
+        hyper["max_response_length"] = cfg.rollout.max_new_tokens
+    return MappingProxyType(hyper)
+
+
+_TABLES: dict[str, type] = schema.tables(TrainConfig)  # rollout, optim, ..., vllm
 _METHOD_WIDE = ("kl_coef", "entropy_coef")  # top-level keys, not [hyper] entries
+
+MOVED_KEYS: dict[str, str] = {
+    f.name: f"{table}.{f.name}"
+    for table in ("rollout", "optim", "system", "run")
+    for f in dataclasses.fields(_TABLES[table])
+}
+"""Old flat key -> its table's key (``lr`` -> ``optim.lr``): every key of [rollout], [optim],
+[system] and [run] was top-level before these tables. The flat spelling is accepted for one
+release, with a `FutureWarning`, in config files, ``--set`` pairs, keyword overrides and a run
+folder's saved ``config.toml`` (`new_key`, `upgrade_keys`)."""
 
 
 def describe() -> str:
@@ -378,36 +463,78 @@ def describe() -> str:
 # Loading, --set overrides and validation
 
 
+def new_key(key: str) -> str:
+    """`key`, or its new ``TABLE.NAME`` spelling if it is an old flat key of `MOVED_KEYS` (with a
+    `FutureWarning` naming the new key)."""
+    if key not in MOVED_KEYS:
+        return key
+    warnings.warn(
+        f"{key} is now {MOVED_KEYS[key]}; the flat key is accepted until the next release",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return MOVED_KEYS[key]
+
+
+def upgrade_keys(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the parsed config `raw` with each old flat key of `MOVED_KEYS` moved into its
+    table (a `FutureWarning` each); a config in the current layout comes back equal.
+
+    Raises:
+        ValueError: both the old and the new spelling of a key are given.
+    """
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
+    for old in [k for k in out if k in MOVED_KEYS]:
+        table, _, name = new_key(old).partition(".")
+        target = out.setdefault(table, {})
+        if isinstance(target, dict):  # else `config_from_dict` names the bad [table]
+            if name in target:
+                raise ValueError(f"{old}: give {table}.{name} only ({old} is its old spelling)")
+            target[name] = out.pop(old)
+    return out
+
+
 def config_from_dict(raw: Mapping[str, Any]) -> TrainConfig:
-    """A validated `TrainConfig` from a parsed TOML document (`experiment.schema.from_dict`).
+    """A validated `TrainConfig` from a parsed TOML document (`experiment.schema.from_dict`), old
+    flat keys moved first (`upgrade_keys`).
 
     Raises:
         ValueError: an unknown key or an invalid value (the message names the field).
     """
-    cfg = schema.from_dict(TrainConfig, raw)
+    cfg = schema.from_dict(TrainConfig, upgrade_keys(raw))
     validate(cfg)
     return cfg
 
 
 def apply_overrides(raw: Mapping[str, Any], pairs: Iterable[str]) -> dict[str, Any]:
-    """A copy of the parsed config `raw` with each ``KEY=VALUE`` of `pairs` applied in order
-    (`experiment.schema.apply_overrides` over `TrainConfig`).
+    """A copy of the parsed config `raw` (old flat keys moved, `upgrade_keys`) with each
+    ``KEY=VALUE`` of `pairs` applied in order (`experiment.schema.apply_overrides` over
+    `TrainConfig`).
 
-    KEY is a top-level key (``lr``) or ``TABLE.NAME`` (``data.seed``, ``vllm.dtype``,
-    ``hyper.gamma_p``); VALUE is parsed by `experiment.schema.parse_value`. A table value
-    (``data={seed = 3}``) is merged into the table. Values are checked later, by `config_from_dict`.
+    KEY is a top-level key (``steps``) or ``TABLE.NAME`` (``optim.lr``, ``data.seed``,
+    ``hyper.gamma_p``); an old flat key (``lr``) is its table's key, with a `FutureWarning`.
+    VALUE is parsed by `experiment.schema.parse_value`. A table value (``data={seed = 3}``) is
+    merged into the table. Values are checked later, by `config_from_dict`.
 
     Raises:
         ValueError: a pair without ``=``, or an unknown key (the message names the pair).
     """
-    return schema.apply_overrides(TrainConfig, raw, pairs, example="lr=3e-4 or data.seed=3")
+    moved = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        moved.append(f"{new_key(key.strip())}{sep}{value}" if sep else pair)
+    return schema.apply_overrides(
+        TrainConfig, upgrade_keys(raw), moved, example="optim.lr=3e-4 or data.seed=3"
+    )
 
 
 def load_config(
     path: str | os.PathLike[str], *, sets: Iterable[str] = (), **overrides: Any
 ) -> TrainConfig:
     """Read a TOML config, apply the ``KEY=VALUE`` strings of `sets` (`apply_overrides`), then
-    `overrides` (top-level fields, e.g. ``steps=2``; None leaves a field alone), and validate.
+    `overrides` (top-level fields, e.g. ``steps=2``, or tables merged into the file's, e.g.
+    ``optim={"lr": 1e-3}``; an old flat key is its table's key; None leaves a field alone), and
+    validate.
 
     Raises:
         ValueError: invalid TOML, an unknown key or an invalid value (naming the field).
@@ -425,7 +552,14 @@ def load_config(
                 f"{path}: not a UTF-8 text file (a TOML config is text; byte {e.start})"
             ) from None
     raw = apply_overrides(raw, sets)
-    raw.update({k: v for k, v in overrides.items() if v is not None})
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        table, _, name = new_key(key).rpartition(".")
+        target = raw.setdefault(table, {}) if table else raw
+        if isinstance(value, dict) and isinstance(target.get(name), dict):
+            value = {**target[name], **value}  # a table is merged, as by --set
+        target[name] = value
     return config_from_dict(raw)
 
 
@@ -466,18 +600,22 @@ def _cross_field_rules(c: TrainConfig) -> None:
                 f"hyper.{key} = {c.hyper[key]!r}: set the top-level {key} instead"
                 + (" (it also loads the reference)" if key == "kl_coef" else "")
             )
+    per_step, per_update = c.rollout.prompts_per_step, c.optim.prompts_per_update
     require(
-        c.prompts_per_update == 0 or c.prompts_per_step % c.prompts_per_update == 0,
-        "prompts_per_update",
-        c.prompts_per_update,
-        f"0 or an integer dividing prompts_per_step ({c.prompts_per_step})",
+        per_update == 0 or per_step % per_update == 0,
+        "optim.prompts_per_update",
+        per_update,
+        f"0 or an integer dividing rollout.prompts_per_step ({per_step})",
     )
     task = TASKS[c.task]
     require(
         c.template in task.templates, "template", c.template, f"one of {task.templates} ({c.task})"
     )
-    if c.backend == "vllm":
-        require(c.device.startswith("cuda"), "device", c.device, "cuda with backend = vllm")
+    if c.rollout.backend == "vllm":
+        device = c.system.device
+        require(
+            device.startswith("cuda"), "system.device", device, "cuda with rollout.backend = vllm"
+        )
     d, e = c.data, c.eval
     if not task.tiny_data:
         require(d.source != "tiny", "data.source", d.source, f"generate or file (task = {c.task})")
@@ -508,7 +646,7 @@ def _cross_field_rules(c: TrainConfig) -> None:
 def _validate_hyper(c: TrainConfig) -> None:
     """Names and types of [hyper] against ``shaping.METHODS[method].defaults`` (a float default
     takes any finite number, an int default an integer, ...), then the method run once on a tiny
-    batch (B=1, G=group_size, T=2) so that shaping's own rules (ranges, ``k <= G``, ...) apply."""
+    batch (B=1, G=rollout.group_size, T=2) so that shaping's own rules (ranges, ``k <= G``, ...) apply."""
     method = shaping.METHODS[c.method]
     for key, value in c.hyper.items():
         if key not in method.defaults:
@@ -525,9 +663,10 @@ def _validate_hyper(c: TrainConfig) -> None:
                 f"{schema.rule_text(type(default), {})} (as {c.method}'s default {default!r})",
             )
     try:
-        needs = method.needs_for(**c.method_hyper())
-        batch = shaping.example_batch(needs, 1, c.group_size, 2, max(c.n_candidates, 1), np)
-        method.loss(batch, **c.method_hyper())
+        hyper = c.loss_hyper
+        needs = method.needs_for(**hyper)
+        g = c.rollout.group_size
+        method.loss(shaping.example_batch(needs, 1, g, 2, max(c.n_candidates, 1), np), **hyper)
     except ValueError as e:
         raise ValueError(f"hyper ({c.method}): {e}") from None
 
@@ -538,7 +677,8 @@ def _validate_hyper(c: TrainConfig) -> None:
 
 def config_to_toml(cfg: TrainConfig) -> str:
     """The resolved config as TOML: top-level keys, then [hyper] (with the method's defaults filled
-    in), [data], [eval] and [vllm]. `load_config` of the result gives back an equal config."""
+    in), then the tables of `TrainConfig` in declaration order ([rollout], [optim], [system], [run],
+    [data], [eval], [vllm]). `load_config` of the result gives back an equal config."""
     docs = schema.field_docs(TrainConfig)
     lines = ["# Resolved training config (llm/config.py documents every key)."]
     for f, _ in schema.options(TrainConfig):

@@ -132,16 +132,16 @@ def drop_long_prompts(problems: list[Problem], cfg: TrainConfig, tokenizer: Any)
     """
     prompts = [TASKS[cfg.task].prompt(p, cfg.template) for p in problems]
     lengths = [len(ids) for ids in tokenizer(prompts)["input_ids"]]
-    kept = [p for p, n in zip(problems, lengths, strict=True) if n <= cfg.max_prompt_tokens]
+    kept = [p for p, n in zip(problems, lengths, strict=True) if n <= cfg.rollout.max_prompt_tokens]
     if not kept:
         raise ValueError(
-            f"max_prompt_tokens: every prompt is longer than {cfg.max_prompt_tokens} tokens "
+            f"max_prompt_tokens: every prompt is longer than {cfg.rollout.max_prompt_tokens} tokens "
             f"(shortest {min(lengths)})"
         )
     if len(kept) < len(problems):
         warnings.warn(
             f"max_prompt_tokens: dropped {len(problems) - len(kept)} of {len(problems)} "
-            f"problems whose prompt is longer than {cfg.max_prompt_tokens} tokens",
+            f"problems whose prompt is longer than {cfg.rollout.max_prompt_tokens} tokens",
             stacklevel=2,
         )
     return kept

@@ -5,8 +5,9 @@ A sweep TOML (``configs/sweep_countdown_tiny.toml``) holds the grammar both driv
 ``grid``, ``zip`` or ``points``), ``base`` (the train config every run starts from, relative to
 the sweep file), ``[train]`` (its overrides for every run) and ``[eval]`` (`SweepEval`: every
 model on the same problems with the same sampling seed, so comparisons are paired). A setting's
-key is a hyper-parameter of the method (``gamma_p``), a train-config key (``lr``, ``kl_coef``) or
-a dotted one (``hyper.eta``, ``data.n_problems``). Every run is evaluated at every checkpoint, so
+key is a hyper-parameter of the method (``gamma_p``), a top-level train-config key (``kl_coef``)
+or a dotted one (``optim.lr``, ``hyper.eta``, ``data.n_problems``); a train-config key that moved
+into a table (``lr``, `llm.config.MOVED_KEYS`) goes there, with a `FutureWarning`. Every run is evaluated at every checkpoint, so
 each run is a path; the base model is step 0 of all.
 
 The runs go to worker processes (`llm.run.jobs`: reuse, resume and pruning of runs). Writes
@@ -44,7 +45,7 @@ from experiment.spec import (
     describe as describe_keys,
 )
 from experiment.store import read_toml, write_json
-from llm.config import TrainConfig, config_from_dict
+from llm.config import TrainConfig, config_from_dict, new_key, upgrade_keys
 from llm.data import load_eval_sets
 from llm.eval.frontier import frontier_analysis, write_reports
 from llm.eval.heldout import k_values
@@ -66,7 +67,7 @@ RESULTS = "results.json"
 
 _TOP_KEYS = {*COMMON_KEYS, "base", "train", "eval"}
 # Set per run by the sweep itself: a grid over them would break the paths or the pairing.
-_RESERVED = {"method", "seed", "steps", "save_every", "model_path", "build_base_model", "eval"}
+_RESERVED = {"method", "seed", "steps", "run.save_every", "model_path", "build_base_model", "eval"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,11 +140,12 @@ def _split_params(method: str, params: Mapping[str, Any], where: str) -> dict[st
     fields = {f.name for f in dataclasses.fields(TrainConfig)}
     hyper_names = set(shaping.METHODS[method].defaults)
     raw: dict[str, Any] = {}
-    for key, value in params.items():
+    for spelt, value in params.items():
+        key = new_key(spelt)  # an old flat key (lr) is its table's key (optim.lr)
         head = key.split(".")[0]
-        if head in _RESERVED:
+        if head in _RESERVED or key in _RESERVED:
             raise ValueError(
-                f"{where}.{key}: set by the sweep itself (see seeds, checkpoints, eval)"
+                f"{where}.{spelt}: set by the sweep itself (see seeds, checkpoints, eval)"
             )
         if "." in key:
             if head not in fields:
@@ -202,7 +204,7 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
     if not isinstance(train, dict):
         raise ValueError(f"train: expected a table of config overrides, got {train!r}")
     try:
-        base_raw = _merge(read_toml(base), train)
+        base_raw = _base_doc(base, train)
         base_cfg = config_from_dict(base_raw)
     except ValueError as e:
         raise ValueError(f"train: {e}") from None
@@ -263,7 +265,7 @@ def describe() -> str:
     return describe_keys(
         {"eval": SweepEval},
         [("base", "the train config every run starts from (a path relative to the sweep file)"),
-         ("train", "a table of overrides of the base config for every run (steps, lr, ...)")],
+         ("train", "a table of overrides of the base config for every run (steps, optim.lr, ...)")],
     )  # fmt: skip
 
 
@@ -293,17 +295,24 @@ def _run_raw(
     if out.get("method") != setting.method:
         out.pop("hyper", None)
     out = _merge(out, _split_params(setting.method, setting.params, where or setting.label))
-    out["method"] = setting.method
-    out["seed"] = seed
-    out["num_threads"] = 1
-    out["build_base_model"] = False
-    out["save_every"] = math.gcd(*checkpoints)
-    out["tensorboard"] = False
-    return out
+    per_run = {
+        "method": setting.method,
+        "seed": seed,
+        "build_base_model": False,
+        "system": {"num_threads": 1},
+        "run": {"save_every": math.gcd(*checkpoints), "tensorboard": False},
+    }
+    return _merge(out, per_run)
+
+
+def _base_doc(base: str | os.PathLike[str], train: Mapping[str, Any]) -> dict[str, Any]:
+    """The base config file with the sweep's [train] overrides, each in the current layout
+    (`llm.config.upgrade_keys`)."""
+    return _merge(upgrade_keys(read_toml(base)), upgrade_keys(train))
 
 
 def _base_raw(spec: SweepSpec) -> dict[str, Any]:
-    return _merge(read_toml(spec.base), spec.train)
+    return _base_doc(spec.base, spec.train)
 
 
 def run_name(setting: Setting, seed: int) -> str:
@@ -403,9 +412,9 @@ def run_sweep(
             "model_path": str(base_cfg.model_path),
             "base_weights_sha256": base_sha,
             "steps": spec.steps,
-            "lr": base_cfg.lr,
-            "group_size": base_cfg.group_size,
-            "prompts_per_step": base_cfg.prompts_per_step,
+            "lr": base_cfg.optim.lr,
+            "group_size": base_cfg.rollout.group_size,
+            "prompts_per_step": base_cfg.rollout.prompts_per_step,
             "checkpoints": spec.checkpoints,
             "seeds": spec.seeds,
             "reference": spec.reference,

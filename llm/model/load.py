@@ -60,20 +60,20 @@ def load_policy_and_reference(
     cfg: TrainConfig, path: str | os.PathLike[str], device: str
 ) -> tuple[Any, Any, Any | None]:
     """``(model, tokenizer, ref_model)``: the policy from `path` (a checkpoint or
-    ``cfg.model_path``) with activation checkpointing when ``cfg.gradient_checkpointing``, and the
+    ``cfg.model_path``) with activation checkpointing when ``cfg.system.gradient_checkpointing``, and the
     frozen base model as the KL reference when ``cfg.kl_coef > 0`` (else None), whole on this
     device (under FSDP2 the trainer then shards it: `llm.run.distributed.wrap_reference`).
 
     Raises:
         FileNotFoundError: a model folder does not exist.
     """
-    model, tokenizer = load_model_and_tokenizer(path, device, cfg.precision)
-    if cfg.gradient_checkpointing:
+    model, tokenizer = load_model_and_tokenizer(path, device, cfg.system.precision)
+    if cfg.system.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     ref_model = None
     if cfg.kl_coef > 0:
         # Frozen: no fp32 master copy needed, bf16 unless the run is fp32 throughout.
-        ref_precision = "fp32" if cfg.precision == "fp32" else "bf16"
+        ref_precision = "fp32" if cfg.system.precision == "fp32" else "bf16"
         ref_model, _ = load_model_and_tokenizer(cfg.model_path, device, ref_precision)
         ref_model.requires_grad_(False)
     return model, tokenizer, ref_model

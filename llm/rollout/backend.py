@@ -23,16 +23,16 @@ class RolloutBackendLike(Protocol):
 
 
 def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any) -> RolloutBackendLike:
-    """The rollout backend named by ``cfg.backend`` (vllm: `llm.rollout.vllm_engine.VLLMBackend` on the
+    """The rollout backend named by ``cfg.rollout.backend`` (vllm: `llm.rollout.vllm_engine.VLLMBackend` on the
     model folder ``cfg.model_path`` with the ``[vllm]`` settings; it needs CUDA and the `gpu`
     extra).
 
     Raises:
-        ValueError: an unknown ``cfg.backend``.
+        ValueError: an unknown ``cfg.rollout.backend``.
     """
-    if cfg.backend == "transformers":
+    if cfg.rollout.backend == "transformers":
         return HFGenerateBackend(model, tokenizer)
-    if cfg.backend == "vllm":
+    if cfg.rollout.backend == "vllm":
         v = cfg.vllm
         return VLLMBackend(
             cfg.model_path,
@@ -45,4 +45,4 @@ def make_backend(cfg: TrainConfig, model: Any, tokenizer: Any) -> RolloutBackend
             dtype=v.dtype,
             seed=cfg.seed,
         )
-    raise ValueError(f"backend: unknown backend {cfg.backend!r}")
+    raise ValueError(f"backend: unknown backend {cfg.rollout.backend!r}")

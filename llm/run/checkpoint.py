@@ -485,8 +485,12 @@ def restore_checkpoint(
     return state["step"], state["data_position"]
 
 
-OPTIMIZER_KEYS = ("lr", "weight_decay", "adam_betas", "max_grad_norm", "schedule", "warmup_steps")
-"""Keys that ``--resume --change-optimizer`` may change (`check_resume_config`)."""
+OPTIMIZER_KEYS = tuple(
+    f"optim.{k}"
+    for k in ("lr", "weight_decay", "adam_betas", "max_grad_norm", "schedule", "warmup_steps")
+)
+"""Keys that ``--resume --change-optimizer`` may change (`check_resume_config`): AdamW and its
+schedule, not the update's structure (``optim.inner_epochs``, ``optim.prompts_per_update``)."""
 
 CONFIG_CHANGES = "config_changes.jsonl"
 """One JSON line per accepted change of a resumed run's config: ``{"time", "changes": {key: [old,
@@ -497,8 +501,10 @@ def check_resume_config(
     cfg: TrainConfig, out_dir: Path, *, change_optimizer: bool = False
 ) -> dict[str, list[Any]]:
     """Check that `cfg` equals the run's saved ``config.toml`` except `steps` (no-op if none) and,
-    with `change_optimizer`, the `OPTIMIZER_KEYS`; returns the changed keys ``{key: [old, new]}``
-    (the caller records them in `CONFIG_CHANGES` and saves the new config).
+    with `change_optimizer`, the `OPTIMIZER_KEYS`; returns the changed keys ``{key: [old, new]}``,
+    a table's keys dotted (``optim.lr``; the caller records them in `CONFIG_CHANGES` and saves the
+    new config). A config saved before the [rollout]/[optim]/[system]/[run] tables is read with
+    its flat keys moved (`llm.config.MOVED_KEYS`).
 
     Raises:
         ValueError: a key differs that may not (the message names the keys and values).
@@ -508,7 +514,7 @@ def check_resume_config(
         return {}
     saved = load_config(saved_path, steps=cfg.steps)
     # Compared as written (config_to_toml resolves the method's hyper-parameter defaults).
-    old, new = tomllib.loads(config_to_toml(saved)), tomllib.loads(config_to_toml(cfg))
+    old, new = (_dotted(tomllib.loads(config_to_toml(c))) for c in (saved, cfg))
     changed = {
         k: [old.get(k), new.get(k)] for k in old.keys() | new.keys() if old.get(k) != new.get(k)
     }
@@ -525,6 +531,17 @@ def check_resume_config(
         )
         raise ValueError(f"--resume: the config differs from {saved_path}{hint}: {listed}")
     return changed
+
+
+def _dotted(doc: dict[str, Any]) -> dict[str, Any]:
+    """A parsed config with each table's keys as ``TABLE.NAME`` (``[hyper]`` stays one value)."""
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        if isinstance(v, dict) and k != "hyper":
+            out.update({f"{k}.{name}": x for name, x in v.items()})
+        else:
+            out[k] = v
+    return out
 
 
 class MetricsLogger:

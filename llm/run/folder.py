@@ -58,7 +58,7 @@ class NonFiniteError(FloatingPointError):
 
 NON_FINITE_ADVICE = (
     "the newest checkpoint is the last good state; continue it with a lower lr or max_grad_norm: "
-    "python -m llm train ... --resume --change-optimizer --set lr=..."
+    "python -m llm train ... --resume --change-optimizer --set optim.lr=..."
 )
 """The end of every `NonFiniteError` message."""
 

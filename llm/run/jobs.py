@@ -154,7 +154,7 @@ def evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[
     common = {
         "n": n,
         "template": cfg.template,
-        "max_new_tokens": cfg.eval.max_new_tokens or cfg.max_new_tokens,
+        "max_new_tokens": cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
         "temperature": cfg.eval.temperature,
         "top_p": cfg.eval.top_p,
         "top_k": cfg.eval.top_k,
@@ -326,7 +326,7 @@ def eval_key(
         "temperature": base_cfg.eval.temperature,
         "top_p": base_cfg.eval.top_p,
         "top_k": base_cfg.eval.top_k,
-        "max_new_tokens": base_cfg.eval.max_new_tokens or base_cfg.max_new_tokens,
+        "max_new_tokens": base_cfg.eval.max_new_tokens or base_cfg.rollout.max_new_tokens,
         "template": base_cfg.template,
         "distinct": base_cfg.distinct,
         "numerics": numerics.tag(),

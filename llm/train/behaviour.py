@@ -90,9 +90,9 @@ def _logp_ref(s: _Sources) -> Tensor:
     ref = forward_all(
         s.ref_model,
         s.batch.rows,
-        c.micro_batch_size,
-        temperature=c.temperature,
-        precision=autocast_precision(s.ref_model, c.precision),
+        c.system.micro_batch_size,
+        temperature=c.rollout.temperature,
+        precision=autocast_precision(s.ref_model, c.system.precision),
     )
     return ref.logp.reshape(s.batch.shape)
 
@@ -112,7 +112,7 @@ def _is_weight(s: _Sources) -> Tensor:
     f = s.batch.fixed
     assert s.batch.sampler_logp is not None  # fixed_keys asks for is_weight only with it
     return rollout_is_weight(
-        f["logp_old"], s.batch.sampler_logp, f["mask"], cap=s.cfg.rollout_is_cap
+        f["logp_old"], s.batch.sampler_logp, f["mask"], cap=s.cfg.rollout.rollout_is_cap
     )
 
 
@@ -161,11 +161,11 @@ def sampler_is_behaviour(cfg: TrainConfig, needs: Collection[str]) -> bool:
     iteration.
     """
     return (
-        cfg.behaviour_pass == "auto"
-        and cfg.backend == "transformers"
-        and cfg.precision == "fp32"
-        and cfg.top_p == 1.0
-        and cfg.inner_epochs == 1
+        cfg.rollout.behaviour_pass == "auto"
+        and cfg.rollout.backend == "transformers"
+        and cfg.system.precision == "fp32"
+        and cfg.rollout.top_p == 1.0
+        and cfg.optim.inner_epochs == 1
         and "prompt_logp" not in needs
     )
 
@@ -203,7 +203,7 @@ def behaviour_batch(
         ref_model: the frozen base model when the method needs ``logp_ref``, else None.
         roll: an `llm.rollout.base.RolloutBatch` of B prompts x G responses of T tokens.
         rewards: (B, G) float32 on the training device.
-        needs: ``shaping.METHODS[cfg.method].needs_for(**cfg.method_hyper())``.
+        needs: ``shaping.METHODS[cfg.method].needs_for(**cfg.loss_hyper)``.
         diversity: (B, G) DSDR diversity scores when the method needs them.
 
     Raises:
@@ -226,12 +226,12 @@ def behaviour_batch(
         old = forward_all(
             policy,
             rows,
-            cfg.micro_batch_size,
+            cfg.system.micro_batch_size,
             want_entropy=True,
             n_top=cfg.n_candidates,
             want_prompt="prompt_logp" in needs,
-            temperature=cfg.temperature,
-            precision=autocast_precision(policy, cfg.precision),
+            temperature=cfg.rollout.temperature,
+            precision=autocast_precision(policy, cfg.system.precision),
         )
     fixed = {
         "rewards": rewards,
@@ -244,7 +244,7 @@ def behaviour_batch(
     batch = BehaviourBatch(rows, old, fixed, sampler_logp)
     prompt_mask = roll.prompt_mask.to(device=device, dtype=torch.float32)
     sources = _Sources(cfg, batch, prompt_mask, ref_model, diversity)
-    use_is = cfg.rollout_is == "truncate" and sampler_logp is not None
+    use_is = cfg.rollout.rollout_is == "truncate" and sampler_logp is not None
     for key in fixed_keys(cfg.method, needs, is_weight=use_is):
         fixed[key] = PRODUCERS[key](sources)
     return batch

@@ -129,7 +129,7 @@ def train(
         llm.run.folder.NonFiniteError: a loss, gradient norm or parameter became NaN/inf (the
             newest checkpoint is then the last good state).
     """
-    info = init_distributed(cfg.device)
+    info = init_distributed(cfg.system.device)
     out = Path(out_dir)
     lock = RunLock(out) if info.is_main else None
     created = not out.exists()
@@ -194,8 +194,8 @@ def _train(
     model, tokenizer, ref_model = load_policy_and_reference(
         cfg, weights_folder(ckpt, cfg.model_path), info.device
     )
-    policy = wrap_policy(model, info, cfg.parallel, cfg.precision)
-    ref_model = wrap_reference(ref_model, info, cfg.parallel)
+    policy = wrap_policy(model, info, cfg.system.parallel, cfg.system.precision)
+    ref_model = wrap_reference(ref_model, info, cfg.system.parallel)
     backend = (backend_factory or make_backend)(cfg, model, tokenizer)
     optimizer, scheduler = make_optimizer(cfg, policy)
     # Loads a sharded (FSDP2) checkpoint's weights too, so the engine is synced after it.
@@ -204,9 +204,9 @@ def _train(
         backend.sync_weights(model)  # an engine with its own copy starts from cfg.model_path
 
     problems = load_train_problems(cfg, tokenizer)
-    if cfg.max_prompt_tokens > 0:
+    if cfg.rollout.max_prompt_tokens > 0:
         problems = drop_long_prompts(problems, cfg, tokenizer)
-    hyper = cfg.method_hyper()
+    hyper = cfg.loss_hyper
     needs = shaping.METHODS[cfg.method].needs_for(**hyper)
     encoder = None
     if "diversity" in needs:  # the sentence encoder loads only for DSDR
@@ -214,10 +214,12 @@ def _train(
     # Only a sampler that declares it draws from exactly pi_old can replace the behaviour pass.
     from_policy = getattr(backend, "samples_from_policy", False) is True
     sampler_stats = from_policy and sampler_is_behaviour(cfg, needs)
-    per_update = cfg.prompts_per_update or cfg.prompts_per_step
+    per_update = cfg.optim.prompts_per_update or cfg.rollout.prompts_per_step
 
     logger = (
-        MetricsLogger(out, tensorboard=cfg.tensorboard, start_step=start) if info.is_main else None
+        MetricsLogger(out, tensorboard=cfg.run.tensorboard, start_step=start)
+        if info.is_main
+        else None
     )
     history: list[dict[str, float]] = []
     last = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
@@ -229,8 +231,8 @@ def _train(
         for step in bar:
             # Rollout: this rank's share of the step's prompts, G responses each.
             t0 = time.perf_counter()
-            idx = data_indices(position, cfg.prompts_per_step, len(problems), cfg.data.seed)
-            position += cfg.prompts_per_step
+            idx = data_indices(position, cfg.rollout.prompts_per_step, len(problems), cfg.data.seed)
+            position += cfg.rollout.prompts_per_step
             batch_problems = [problems[i] for i in rank_share(idx, info, per_update)]
             roll = _rollout(backend, batch_problems, cfg, info, step, sampler_stats)
             t_roll = time.perf_counter()
@@ -266,10 +268,10 @@ def _train(
                 }
             )
             history.append({"step": step, **metrics})
-            if logger is not None and (step % cfg.log_every == 0 or step == cfg.steps):
+            if logger is not None and (step % cfg.run.log_every == 0 or step == cfg.steps):
                 logger.log(step, metrics)
             bar.set_postfix(reward=f"{metrics['charts/reward_mean']:.3f}")
-            if step == cfg.steps or (cfg.save_every and step % cfg.save_every == 0):
+            if step == cfg.steps or (cfg.run.save_every and step % cfg.run.save_every == 0):
                 state = (out, step, policy, tokenizer, optimizer, scheduler, position, info)
                 save_checkpoint(*state, last=step == cfg.steps)
     finally:
@@ -299,12 +301,12 @@ def _rollout(
             backend,
             prompts,
             info,
-            share=cfg.vllm.tensor_parallel_size if cfg.backend == "vllm" else 1,
+            share=cfg.vllm.tensor_parallel_size if cfg.rollout.backend == "vllm" else 1,
             seed_of=lambda rank: _step_seed(cfg.seed, step, rank),
-            group_size=cfg.group_size,
-            max_new_tokens=cfg.max_new_tokens,
-            temperature=cfg.temperature,
-            top_p=cfg.top_p,
+            group_size=cfg.rollout.group_size,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            temperature=cfg.rollout.temperature,
+            top_p=cfg.rollout.top_p,
             **({"top_n": cfg.n_candidates, "want_entropy": True} if sampler_stats else {}),
         )
     except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: a diverged policy
@@ -344,9 +346,9 @@ def _start_run(
         ValueError: the mini-batch is not divisible by the number of processes, or a resumed
             run's config differs from the saved one.
     """
-    per_update = cfg.prompts_per_update or cfg.prompts_per_step
+    per_update = cfg.optim.prompts_per_update or cfg.rollout.prompts_per_step
     if per_update % info.world_size:
-        name = "prompts_per_update" if cfg.prompts_per_update else "prompts_per_step"
+        name = "prompts_per_update" if cfg.optim.prompts_per_update else "prompts_per_step"
         raise ValueError(
             f"{name}: {per_update} is not divisible by the {info.world_size} processes (each "
             "rank takes whole groups of every mini-batch)"
@@ -364,8 +366,8 @@ def _start_run(
             ensure_base_model(cfg.model_path)
     if info.enabled:
         torch.distributed.barrier()
-    if cfg.num_threads > 0:
-        torch.set_num_threads(cfg.num_threads)
+    if cfg.system.num_threads > 0:
+        torch.set_num_threads(cfg.system.num_threads)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)  # noqa: NPY002 (seeds the legacy global RNG that libraries use)
     torch.manual_seed(cfg.seed)

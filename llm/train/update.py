@@ -175,7 +175,7 @@ def update_policy(
     info: DistInfo,
     step: int = 0,
 ) -> UpdateResult:
-    """``cfg.inner_epochs`` passes over the step's mini-batches, each ONE optimizer step
+    """``cfg.optim.inner_epochs`` passes over the step's mini-batches, each ONE optimizer step
     (`accumulate_gradients`, gradient-norm clipping, AdamW, the schedule).
 
     Mini-batches are whole groups (verl's ppo_mini_batch_size), in data order; this rank's share
@@ -185,14 +185,14 @@ def update_policy(
         llm.run.folder.NonFiniteError: the loss, the gradient norm or, after the step, a parameter
             is NaN/inf (`step` names the training step in the message).
     """
-    hyper = cfg.method_hyper()
+    hyper = cfg.loss_hyper
     needs = shaping.METHODS[cfg.method].needs_for(**hyper)
     b, g, _ = behaviour.shape
     rows, old, fixed = behaviour.rows, behaviour.old, behaviour.fixed
-    per_update = (cfg.prompts_per_update or cfg.prompts_per_step) // info.world_size
-    clip = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+    per_update = (cfg.optim.prompts_per_update or cfg.rollout.prompts_per_step) // info.world_size
+    clip = cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else float("inf")
     result = UpdateResult()
-    for epoch in range(cfg.inner_epochs):
+    for epoch in range(cfg.optim.inner_epochs):
         for start in range(0, b, per_update):
             stop = min(start + per_update, b)
             sub_rows = rows.slice(start * g, stop * g)
@@ -202,11 +202,11 @@ def update_policy(
                 current = forward_all(
                     policy,
                     sub_rows,
-                    cfg.micro_batch_size,
+                    cfg.system.micro_batch_size,
                     want_entropy="entropy" in needs,
                     cand_ids=old.cand_ids[start * g : stop * g] if "cand_logp" in needs else None,
-                    temperature=cfg.temperature,
-                    precision=autocast_precision(policy, cfg.precision),
+                    temperature=cfg.rollout.temperature,
+                    precision=autocast_precision(policy, cfg.system.precision),
                 )
             optimizer.zero_grad(set_to_none=True)
             loss, loss_metrics, _ = accumulate_gradients(
@@ -216,9 +216,9 @@ def update_policy(
                 current,
                 method=cfg.method,
                 hyper=hyper,
-                temperature=cfg.temperature,
-                micro_batch_size=cfg.micro_batch_size,
-                precision=autocast_precision(policy, cfg.precision),
+                temperature=cfg.rollout.temperature,
+                micro_batch_size=cfg.system.micro_batch_size,
+                precision=autocast_precision(policy, cfg.system.precision),
                 info=info,
             )
             grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
@@ -289,7 +289,9 @@ def step_metrics(
     if "is_weight" in full:
         w = full["is_weight"]
         metrics["charts/is_weight_mean"] = masked_mean(w, mask)
-        metrics["charts/is_weight_capped"] = masked_mean((w >= cfg.rollout_is_cap).float(), mask)
+        metrics["charts/is_weight_capped"] = masked_mean(
+            (w >= cfg.rollout.rollout_is_cap).float(), mask
+        )
     metrics["losses/loss"] = float(torch.stack(update.losses).mean())
     for k in update.loss_metrics[0]:
         metrics[f"losses/{k}"] = float(np.mean([float(m[k]) for m in update.loss_metrics]))
@@ -334,10 +336,10 @@ def make_optimizer(
     fused = bool(params) and all(p.is_cuda and not hasattr(p, "to_local") for p in params)
     optimizer = torch.optim.AdamW(
         params,
-        lr=cfg.lr,
-        betas=tuple(cfg.adam_betas),
-        weight_decay=cfg.weight_decay,
+        lr=cfg.optim.lr,
+        betas=tuple(cfg.optim.adam_betas),
+        weight_decay=cfg.optim.weight_decay,
         **({"fused": True} if fused else {}),
     )
-    total = cfg.steps * cfg.inner_epochs
-    return optimizer, make_scheduler(optimizer, cfg.schedule, cfg.warmup_steps, total)
+    total = cfg.steps * cfg.optim.inner_epochs
+    return optimizer, make_scheduler(optimizer, cfg.optim.schedule, cfg.optim.warmup_steps, total)

@@ -86,19 +86,18 @@ def main(
             "model_path": model,
             "method": method,
             "hyper": hyper,
-            "group_size": 4,
-            "prompts_per_step": 4,
-            "prompts_per_update": int(per_update),
             "steps": int(steps),
-            "micro_batch_size": 3,  # chunks straddle groups and ranks' row counts
-            "lr": 1e-3,
-            "max_new_tokens": 12,
-            "save_every": 1,
-            "tensorboard": False,
-            "num_threads": 1,
-            "parallel": parallel,
-            "rollout_is_cap": 1.2,
             "data": {"source": "generate", "n_problems": 8, "max_number": 9, "max_target": 30},
+            "rollout": {
+                "group_size": 4,
+                "prompts_per_step": 4,
+                "max_new_tokens": 12,
+                "rollout_is_cap": 1.2,
+            },
+            "optim": {"prompts_per_update": int(per_update), "lr": 1e-3},
+            # micro-batches of 3 straddle groups and ranks' row counts
+            "system": {"micro_batch_size": 3, "num_threads": 1, "parallel": parallel},
+            "run": {"save_every": 1, "tensorboard": False},
         }
     )
     problems = load_train_problems(cfg)

@@ -64,20 +64,23 @@ def _config(model: str, precision: str, parallel: str):
         {
             "model_path": model,
             "method": "grpo",
-            "group_size": 4,
-            "prompts_per_step": 4,
             "steps": 1,
-            "micro_batch_size": 3,  # 8 rows per rank: micro-batches of 3, 3 and 2
-            "lr": 1e-3,
             "kl_coef": 0.1,
-            "max_new_tokens": 12,
-            "save_every": 1,
-            "tensorboard": False,
-            "num_threads": 1,
-            "parallel": parallel,
-            "precision": precision,
-            "rollout_is_cap": 1.2,
             "data": {"source": "generate", "n_problems": 8, "max_number": 9, "max_target": 30},
+            "rollout": {
+                "group_size": 4,
+                "prompts_per_step": 4,
+                "max_new_tokens": 12,
+                "rollout_is_cap": 1.2,
+            },
+            "system": {
+                "micro_batch_size": 3,  # 8 rows per rank: micro-batches of 3, 3 and 2
+                "num_threads": 1,
+                "parallel": parallel,
+                "precision": precision,
+            },
+            "optim": {"lr": 1e-3},
+            "run": {"save_every": 1, "tensorboard": False},
         }
     )
 

@@ -30,13 +30,15 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_train_with_set_overrides_runs_and_records_them(tiny100, tmp_path):
     out = tmp_path / "run"
     argv = ["train", "--config", TINY, "--out", str(out),
-            "--set", "lr=3e-4", "steps=5", f"model_path={tiny100}", "build_base_model=false",
-            "group_size=2", "prompts_per_step=2", "max_new_tokens=4", "tensorboard=false",
-            "data.n_problems=8", "--steps", "1"]  # fmt: skip
-    assert main(argv) == 0
+            "--set", "optim.lr=3e-4", "steps=5", f"model_path={tiny100}", "build_base_model=false",
+            "rollout.group_size=2", "rollout.prompts_per_step=2", "run.tensorboard=false",
+            "max_new_tokens=4", "data.n_problems=8", "--steps", "1"]  # fmt: skip
+    with pytest.warns(FutureWarning, match=r"max_new_tokens is now rollout\.max_new_tokens"):
+        assert main(argv) == 0  # an old flat key still works, for one release
     with (out / "config.toml").open("rb") as f:
         cfg = tomllib.load(f)
-    assert cfg["lr"] == 3e-4 and cfg["group_size"] == 2 and cfg["data"]["n_problems"] == 8
+    assert cfg["optim"]["lr"] == 3e-4 and cfg["rollout"]["group_size"] == 2
+    assert cfg["rollout"]["max_new_tokens"] == 4 and cfg["data"]["n_problems"] == 8
     assert cfg["steps"] == 1  # --steps still works, and wins over --set steps=...
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
 
@@ -44,11 +46,11 @@ def test_train_with_set_overrides_runs_and_records_them(tiny100, tmp_path):
 @pytest.mark.parametrize(
     ("sets", "match"),
     [
-        (["group_size=1"], "group_size: expected an integer >= 2, got 1"),
+        (["rollout.group_size=1"], "rollout.group_size: expected an integer >= 2, got 1"),
         (["hyper.gamma_p=0.1", "method=ds_grpo", 'hyper.gamma_p="0.1"'], "got '0.1'"),
         (["seed=9223372036854775807"], "seed: expected an integer in"),
         (["colour=red"], "--set colour=red: unknown key 'colour'"),
-        (["lr=fast"], "lr: expected a finite number in (0, 1], got 'fast'"),
+        (["optim.lr=fast"], "optim.lr: expected a finite number in (0, 1], got 'fast'"),
     ],
 )
 def test_config_errors_are_one_line_and_exit_2(sets, match, tmp_path, capsys):
@@ -60,7 +62,16 @@ def test_config_errors_are_one_line_and_exit_2(sets, match, tmp_path, capsys):
 def test_debug_shows_the_traceback(tmp_path):
     with pytest.raises(ValueError, match="group_size"):
         main(
-            ["train", "--debug", "--config", TINY, "--out", str(tmp_path), "--set", "group_size=1"]
+            [
+                "train",
+                "--debug",
+                "--config",
+                TINY,
+                "--out",
+                str(tmp_path),
+                "--set",
+                "rollout.group_size=1",
+            ]
         )
 
 
@@ -86,7 +97,7 @@ def test_missing_config_file_and_eval_model_are_one_line(tmp_path, capsys):
 
 def test_eval_applies_set(tiny100, tmp_path, capsys):
     argv = ["eval", "--model", tiny100, "--heldout", "2", "--out", str(tmp_path), "--no-semantic",
-            "--set", "eval.n_samples=2", "max_new_tokens=4"]  # fmt: skip
+            "--set", "eval.n_samples=2", "rollout.max_new_tokens=4"]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "pass@2=" in out and "pass@4" not in out  # n from eval.n_samples = 2, not 16

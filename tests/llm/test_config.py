@@ -7,16 +7,17 @@ import math
 import re
 import tomllib
 import typing
+import warnings
 from pathlib import Path
 
 import pytest
 
+import shaping
+from experiment import schema
 from experiment.schema import parse_value
 from llm.config import (
-    DataConfig,
-    EvalConfig,
+    MOVED_KEYS,
     TrainConfig,
-    VLLMConfig,
     apply_overrides,
     check_model_path,
     config_from_dict,
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_default_config_loads_and_round_trips(tmp_path):
     cfg = load_config(ROOT / "configs" / "countdown_tiny.toml")
-    assert cfg.method == "grpo" and cfg.group_size == 8
+    assert cfg.method == "grpo" and cfg.rollout.group_size == 8
     text = config_to_toml(cfg)
     again = config_from_dict(tomllib.loads(text))
     assert config_to_toml(again) == text
@@ -40,23 +41,29 @@ def test_default_config_loads_and_round_trips(tmp_path):
 
 def test_describe_documents_every_key():
     text = describe()
-    for key in ("group_size", "inner_epochs", "data.source", "eval.n_samples", "kl_coef"):
+    for key in (
+        "rollout.group_size",
+        "optim.inner_epochs",
+        "data.source",
+        "eval.n_samples",
+        "kl_coef",
+    ):
         assert key in text
 
 
 @pytest.mark.parametrize(
     ("override", "name"),
     [
-        ({"group_size": 0}, "group_size"),
-        ({"prompts_per_step": 1.5}, "prompts_per_step"),
-        ({"lr": -1.0}, "lr"),
-        ({"schedule": "step"}, "schedule"),
-        ({"top_p": 0.0}, "top_p"),
-        ({"temperature": 0}, "temperature"),
+        ({"rollout": {"group_size": 0}}, "rollout.group_size"),
+        ({"rollout": {"prompts_per_step": 1.5}}, "rollout.prompts_per_step"),
+        ({"optim": {"lr": -1.0}}, "optim.lr"),
+        ({"optim": {"schedule": "step"}}, "optim.schedule"),
+        ({"rollout": {"top_p": 0.0}}, "rollout.top_p"),
+        ({"rollout": {"temperature": 0}}, "rollout.temperature"),
         ({"template": "chat"}, "template"),
         ({"method": "ppo"}, "method"),
-        ({"backend": "vllm"}, "backend"),
-        ({"adam_betas": [0.9]}, "adam_betas"),
+        ({"rollout": {"backend": "vllm"}}, "rollout.backend"),
+        ({"optim": {"adam_betas": [0.9]}}, "optim.adam_betas"),
         ({"steps": True}, "steps"),
         ({"colour": "red"}, "colour"),
         ({"data": {"source": "web"}}, "data.source"),
@@ -66,7 +73,7 @@ def test_describe_documents_every_key():
         ({"eval": {"n_samples": 0}}, "eval.n_samples"),
         ({"hyper": {"gamma": 1.0}, "method": "ds_grpo"}, "gamma"),
         ({"hyper": {"gamma_p": -1.0}, "method": "ds_grpo"}, "gamma_p"),
-        ({"hyper": {"k": 16}, "method": "passk", "group_size": 8}, "k"),
+        ({"hyper": {"k": 16}, "method": "passk", "rollout": {"group_size": 8}}, "k"),
         ({"hyper": {"kl_coef": 0.1}}, "hyper.kl_coef"),
         ({"hyper": {"loss_agg": "sum"}}, "loss_agg"),
     ],
@@ -77,9 +84,9 @@ def test_invalid_fields_raise_naming_them(override, name):
 
 
 def test_casp_raises_candidates_to_its_top_n():
-    cfg = config_from_dict({"method": "casp", "top_n": 0, "hyper": {"top_n": 4}})
+    cfg = config_from_dict({"method": "casp", "rollout": {"top_n": 0}, "hyper": {"top_n": 4}})
     assert cfg.n_candidates == 4
-    assert config_from_dict({"method": "grpo", "top_n": 2}).n_candidates == 2
+    assert config_from_dict({"method": "grpo", "rollout": {"top_n": 2}}).n_candidates == 2
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,10 +122,13 @@ def test_integer_hyper_refuses_a_float():
         ({"seed": 2**63 - 1}, "seed"),  # passed validation, failed in np.random.seed at train time
         ({"data": {"seed": 2**32}}, r"data\.seed"),
         ({"eval": {"seed": -1}}, r"eval\.seed"),
-        ({"group_size": 1}, "group_size"),  # a group of one has advantage 0: loss always 0
-        ({"lr": math.inf}, "lr"),
-        ({"temperature": math.nan}, "temperature"),
-        ({"device": "cudafoo"}, "device"),
+        (
+            {"rollout": {"group_size": 1}},
+            "rollout.group_size",
+        ),  # a group of one has advantage 0: loss always 0
+        ({"optim": {"lr": math.inf}}, "optim.lr"),
+        ({"rollout": {"temperature": math.nan}}, "rollout.temperature"),
+        ({"system": {"device": "cudafoo"}}, "system.device"),
         ({"model_path": ""}, "model_path"),
         ({"data": {"num_numbers": []}}, r"data\.num_numbers"),
         ({"eval": {"paths": [""], "source": "file"}}, r"eval\.paths"),
@@ -150,7 +160,7 @@ def _violations(f: dataclasses.Field, hint: object) -> list[object]:
 def test_every_declared_bound_is_enforced_and_documented():
     text = describe()
     checked = 0
-    tables = (("", TrainConfig), ("data", DataConfig), ("eval", EvalConfig), ("vllm", VLLMConfig))
+    tables = (("", TrainConfig), *schema.tables(TrainConfig).items())
     for table, cls in tables:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
@@ -168,7 +178,7 @@ def test_every_declared_bound_is_enforced_and_documented():
 
 def test_describe_shows_rules_and_method_defaults():
     text = describe()
-    assert "group_size = 8  # G: " in text and "(an integer >= 2)" in text
+    assert "rollout.group_size = 8  # G: " in text and "(an integer >= 2)" in text
     assert "top_p = 1.0" in text and "(a finite number in (0, 1])" in text
     assert "ds_grpo: " in text and "gamma_p = 0.02" in text
 
@@ -178,25 +188,26 @@ def test_describe_shows_rules_and_method_defaults():
 
 
 def test_apply_overrides_parses_toml_literals_and_dotted_keys():
-    raw = {"lr": 1e-4, "data": {"source": "tiny", "n_problems": 10}}
+    raw = {"optim": {"lr": 1e-4}, "data": {"source": "tiny", "n_problems": 10}}
     pairs = [
-        "lr=3e-4",
+        "optim.lr=3e-4",
         "method=ds_grpo",  # a bare word is a string
         'template="compact"',
         "data.seed=3",
         "hyper.gamma_p=0.05",
         "vllm.gpu_memory_utilization=0.5",
-        "adam_betas=[0.8, 0.9]",
-        "tensorboard=false",
+        "optim.adam_betas=[0.8, 0.9]",
+        "run.tensorboard=false",
         "eval={n_samples = 4}",
         "model_path=runs/my model",
     ]
     out = apply_overrides(raw, pairs)
-    assert raw == {"lr": 1e-4, "data": {"source": "tiny", "n_problems": 10}}  # not mutated
-    assert out["lr"] == 3e-4 and out["method"] == "ds_grpo" and out["template"] == "compact"
+    assert raw == {"optim": {"lr": 1e-4}, "data": {"source": "tiny", "n_problems": 10}}  # kept
+    assert out["optim"]["lr"] == 3e-4 and out["method"] == "ds_grpo"
+    assert out["template"] == "compact"
     assert out["data"] == {"source": "tiny", "n_problems": 10, "seed": 3}
     assert out["hyper"] == {"gamma_p": 0.05} and out["vllm"] == {"gpu_memory_utilization": 0.5}
-    assert out["adam_betas"] == [0.8, 0.9] and out["tensorboard"] is False
+    assert out["optim"]["adam_betas"] == [0.8, 0.9] and out["run"] == {"tensorboard": False}
     assert out["eval"] == {"n_samples": 4} and out["model_path"] == "runs/my model"
     cfg = config_from_dict(out)
     assert cfg.data.seed == 3 and cfg.hyper == {"gamma_p": 0.05} and cfg.eval.n_samples == 4
@@ -213,10 +224,10 @@ def test_parse_value():
     ("pair", "match"),
     [
         ("colour=red", "colour=red: unknown key 'colour'"),
-        ("grup_size=4", "did you mean \\['group_size'\\]"),
+        ("rollout.grup_size=4", "did you mean \\['group_size'\\]"),
         ("data.bogus=1", "data.bogus=1: unknown key 'data.bogus'; known: \\['source'"),
         ("a.b.c=1", "a.b.c=1: unknown key"),
-        ("lr", "'lr': expected KEY=VALUE"),
+        ("optim.lr", "'optim.lr': expected KEY=VALUE"),
         ("=3", "expected KEY=VALUE"),
     ],
 )
@@ -228,8 +239,8 @@ def test_apply_overrides_names_a_bad_key(pair, match):
 @pytest.mark.parametrize(
     ("pair", "match"),
     [
-        ("lr=abc", r"lr: expected a finite number in \(0, 1\], got 'abc'"),
-        ("lr=inf", r"lr: expected a finite number in \(0, 1\], got inf"),
+        ("optim.lr=abc", r"optim\.lr: expected a finite number in \(0, 1\], got 'abc'"),
+        ("optim.lr=inf", r"optim\.lr: expected a finite number in \(0, 1\], got inf"),
         ("data.seed=-2", r"data\.seed: expected an integer in \[0, 4294967295\], got -2"),
         ("hyper.gamma=1", r"hyper\.gamma = 1: not a hyper-parameter of grpo"),
         ("method=ppo", "method: expected one of .*got 'ppo'"),
@@ -242,8 +253,8 @@ def test_load_config_with_a_bad_set_value_names_key_and_value(pair, match):
 
 def test_load_config_sets_then_keyword_overrides():
     path = ROOT / "configs" / "countdown_tiny.toml"
-    cfg = load_config(path, sets=["lr=3e-4", "steps=2", "data.n_problems=7"])
-    assert (cfg.lr, cfg.steps, cfg.data.n_problems, cfg.data.source) == (3e-4, 2, 7, "tiny")
+    cfg = load_config(path, sets=["optim.lr=3e-4", "steps=2", "data.n_problems=7"])
+    assert (cfg.optim.lr, cfg.steps, cfg.data.n_problems, cfg.data.source) == (3e-4, 2, 7, "tiny")
     assert load_config(path, sets=["steps=2"], steps=5).steps == 5  # --steps wins
     assert load_config(path, sets=["steps=2"], steps=None).steps == 2
 
@@ -260,3 +271,93 @@ def test_check_model_path(tmp_path):
     check_model_path(cfg)
     cfg.model_path, cfg.build_base_model = str(tmp_path / "missing"), True
     check_model_path(cfg)  # the trainer builds it
+
+
+# ---------------------------------------------------------------------------------------------
+# Old flat keys (before [rollout], [optim], [system], [run]): accepted for one release
+
+
+OLD_FLAT = """
+model_path = "runs/base_tiny"
+group_size = 4
+lr = 3e-4
+micro_batch_size = 4
+save_every = 5
+kl_coef = 0.01
+
+[data]
+n_problems = 10
+"""
+NEW = """
+model_path = "runs/base_tiny"
+kl_coef = 0.01
+
+[rollout]
+group_size = 4
+
+[optim]
+lr = 3e-4
+
+[system]
+micro_batch_size = 4
+
+[run]
+save_every = 5
+
+[data]
+n_problems = 10
+"""
+
+
+def test_every_moved_key_names_its_table():
+    tables = schema.tables(TrainConfig)
+    for old, new in MOVED_KEYS.items():
+        table, name = new.split(".")
+        assert name == old and old in {f.name for f in dataclasses.fields(tables[table])}
+    assert not set(MOVED_KEYS) & {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+def test_an_old_flat_file_loads_with_a_warning_naming_the_new_key(tmp_path):
+    (tmp_path / "old.toml").write_text(OLD_FLAT)
+    (tmp_path / "new.toml").write_text(NEW)
+    with pytest.warns(FutureWarning, match=r"lr is now optim\.lr; the flat key is accepted"):
+        old = load_config(tmp_path / "old.toml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = load_config(tmp_path / "new.toml")
+    assert old == new and old.optim.lr == 3e-4 and old.run.save_every == 5
+    # --set and keyword overrides take the old spelling too, after the file's new one.
+    with pytest.warns(FutureWarning, match=r"group_size is now rollout\.group_size"):
+        cfg = load_config(tmp_path / "new.toml", sets=["group_size=8"], precision="bf16")
+    assert cfg.rollout.group_size == 8 and cfg.system.precision == "bf16"
+
+
+def test_both_spellings_of_a_key_are_refused():
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match=r"lr: give optim\.lr only"):
+        config_from_dict({"lr": 1e-3, "optim": {"lr": 1e-4}})
+
+
+def test_a_run_saved_with_flat_keys_equals_its_new_config():
+    """What the LLM sweep's reuse and --resume compare: the old run folder's config.toml, read
+    with its flat keys moved, written again, is the new config's TOML."""
+    new = config_from_dict(tomllib.loads(NEW))
+    old_layout = {}
+    for key, value in tomllib.loads(config_to_toml(new)).items():
+        if key in {"rollout", "optim", "system", "run"}:
+            old_layout.update(value)  # as config.toml was written before the tables
+        else:
+            old_layout[key] = value
+    with pytest.warns(FutureWarning):
+        assert config_to_toml(config_from_dict(old_layout)) == config_to_toml(new)
+
+
+def test_the_loss_coefficients_are_resolved_once_read_only():
+    cfg = config_from_dict({"method": "dr_grpo", "kl_coef": 0.1, "rollout": {"max_new_tokens": 9}})
+    hyper = cfg.loss_hyper
+    assert hyper["kl_coef"] == 0.1 and hyper["entropy_coef"] == 0.0
+    assert hyper["max_response_length"] == 9  # Dr. GRPO's divisor: the generation budget
+    assert hyper["loss_agg"] == shaping.METHODS["dr_grpo"].defaults["loss_agg"]
+    with pytest.raises(TypeError):
+        hyper["kl_coef"] = 0.0  # type: ignore[index]
+    cfg = config_from_dict({"method": "dr_grpo", "hyper": {"max_response_length": 32}})
+    assert cfg.loss_hyper["max_response_length"] == 32

@@ -111,8 +111,8 @@ def test_training_numbers_above_the_vocabulary_are_refused(tiny_model_path, tmp_
 
     # The test tokenizer knows 0..30 (tests/llm/conftest.py); targets up to 200 do not fit.
     cfg = config_from_dict(
-        {"model_path": tiny_model_path, "steps": 1, "group_size": 2, "prompts_per_step": 2,
-         "tensorboard": False,
+        {"model_path": tiny_model_path, "steps": 1,
+         "rollout": {"group_size": 2, "prompts_per_step": 2}, "run": {"tensorboard": False},
          "data": {"source": "generate", "n_problems": 20, "max_number": 9, "max_target": 200}}
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"\[data\] source = 'generate'.*not in the model's vocab"):

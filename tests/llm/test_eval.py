@@ -129,7 +129,7 @@ def test_eval_generate_builds_the_config_task_problems(tiny_model_path, tmp_path
     cfg = tmp_path / "math.toml"
     cfg.write_text(
         f'model_path = "{tiny_model_path}"\ntask = "math"\ntemplate = "plain"\n'
-        'max_new_tokens = 3\n[data]\nsource = "generate"\n[eval]\nsource = "generate"\n'
+        '[rollout]\nmax_new_tokens = 3\n[data]\nsource = "generate"\n[eval]\nsource = "generate"\n'
     )
     out = tmp_path / "eval"
     argv = ["--debug", "eval", "--model", tiny_model_path, "--config", str(cfg), "--generate", "2",
@@ -149,7 +149,7 @@ def test_eval_command_reads_the_config_eval_sets(tiny_model_path, tmp_path):
     cfg = tmp_path / "math.toml"
     cfg.write_text(
         f'model_path = "{tiny_model_path}"\ntask = "math"\ntemplate = "plain"\n'
-        'max_new_tokens = 3\n[data]\nsource = "generate"\n'
+        '[rollout]\nmax_new_tokens = 3\n[data]\nsource = "generate"\n'
         f'[eval]\nsource = "file"\npaths = ["{tmp_path / "aime.jsonl"}", "{tmp_path / "amc.jsonl"}"]\n'
         "n_samples = 2\n"
     )

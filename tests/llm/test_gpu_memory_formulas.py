@@ -102,7 +102,9 @@ def _nbytes(tensors) -> int:
 
 
 def _train_step(model, precision: str):
-    cfg = load_config(ROOT / "configs/math_qwen25_math_1p5b_ds_grpo.toml", precision=precision)
+    cfg = load_config(
+        ROOT / "configs/math_qwen25_math_1p5b_ds_grpo.toml", system={"precision": precision}
+    )
     optimizer, _ = make_optimizer(cfg, model)
     ids = torch.randint(0, model.config.vocab_size, (2, 7))
     model(input_ids=ids, labels=ids).loss.backward()

@@ -60,13 +60,16 @@ num_resamples = 50
 LLM_BASE = """
 model_path = "{model}"
 method = "grpo"
+steps = 2
+[rollout]
 group_size = 4
 prompts_per_step = 2
-steps = 2
 max_new_tokens = 12
-micro_batch_size = 8
 top_n = 2
+[optim]
 lr = 1e-2
+[system]
+micro_batch_size = 8
 [data]
 source = "generate"
 n_problems = 8
@@ -164,13 +167,16 @@ TRAIN_CONFIGS = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswit
 @pytest.mark.parametrize("path", TRAIN_CONFIGS + SWEEPS, ids=lambda p: p.name)
 def test_every_config_validates_through_the_schema(path):
     """Train configs through `llm.config` (declared with `experiment.schema` options), sweep files
-    through their driver (the shared grammar plus `experiment.schema`-declared tables)."""
-    if path in TRAIN_CONFIGS:
-        load_config(path)
-    elif path.parent.name == "toy":
-        toy_spec.load_config(path)
-    else:
-        load_sweep(path)
+    through their driver (the shared grammar plus `experiment.schema`-declared tables), with no
+    old spelling (`FutureWarning`)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        if path in TRAIN_CONFIGS:
+            load_config(path)
+        elif path.parent.name == "toy":
+            toy_spec.load_config(path)
+        else:
+            load_sweep(path)
 
 
 def test_both_sweep_commands_describe_every_key(capsys):

@@ -24,42 +24,53 @@ PAPER_CONFIGS = sorted(
     and not p.name.startswith("sweep")
 )
 
-REQUIRED_TOP = (
+REQUIRED = (
     "task",
     "model_path",
     "template",
     "method",
     "seed",
-    "group_size",
-    "prompts_per_step",
     "steps",
-    "inner_epochs",
-    "micro_batch_size",
-    "lr",
     "kl_coef",
-    "temperature",
-    "top_p",
-    "max_new_tokens",
-    "backend",
-    "device",
-    "precision",
-    "gradient_checkpointing",
-    "parallel",
-    "rollout_is",
+    "rollout.group_size",
+    "rollout.prompts_per_step",
+    "rollout.temperature",
+    "rollout.top_p",
+    "rollout.max_new_tokens",
+    "rollout.backend",
+    "rollout.rollout_is",
+    "optim.inner_epochs",
+    "optim.lr",
+    "system.micro_batch_size",
+    "system.device",
+    "system.precision",
+    "system.gradient_checkpointing",
+    "system.parallel",
+    "vllm.gpu_memory_utilization",
+    "vllm.sleep_mode",
+    "vllm.tensor_parallel_size",
+    "vllm.max_model_len",
+    "vllm.enforce_eager",
+    "vllm.dtype",
+    "data.source",
+    "data.path",
+    "eval.source",
+    "eval.paths",
+    "eval.n_samples",
+    "eval.temperature",
+    "eval.top_p",
 )
-REQUIRED_TABLES = {
-    "hyper": (),
-    "vllm": (
-        "gpu_memory_utilization",
-        "sleep_mode",
-        "tensor_parallel_size",
-        "max_model_len",
-        "enforce_eager",
-        "dtype",
-    ),
-    "data": ("source", "path"),
-    "eval": ("source", "paths", "n_samples", "temperature", "top_p"),
-}
+
+
+def _dotted(raw: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a config with each table's as ``TABLE.NAME`` ([hyper] stays one table)."""
+    out: dict[str, Any] = {}
+    for key, value in raw.items():
+        if isinstance(value, dict) and key != "hyper":
+            out.update({f"{key}.{name}": v for name, v in value.items()})
+        else:
+            out[key] = value
+    return out
 
 
 def _raw(path: Path) -> dict[str, Any]:
@@ -77,18 +88,14 @@ def test_there_are_paper_configs():
 
 @pytest.mark.parametrize("path", PAPER_CONFIGS, ids=_ids(PAPER_CONFIGS))
 def test_required_keys_present(path):
-    raw = _raw(path)
-    missing = [k for k in REQUIRED_TOP if k not in raw]
-    for table, keys in REQUIRED_TABLES.items():
-        if not isinstance(raw.get(table), dict):
-            missing.append(f"[{table}]")
-            continue
-        missing += [f"{table}.{k}" for k in keys if k not in raw[table]]
+    raw = _dotted(_raw(path))
+    missing = [k for k in REQUIRED if k not in raw]
+    missing += [] if isinstance(raw.get("hyper"), dict) else ["[hyper]"]
     assert not missing, f"{path.name}: missing {missing}"
     assert raw["task"] in ("countdown", "math")
-    assert raw["data"]["source"] == "file" and raw["data"]["path"]
-    assert raw["eval"]["source"] == "file" and raw["eval"]["paths"]
-    assert raw["backend"] == "vllm" and raw["device"].startswith("cuda")
+    assert raw["data.source"] == "file" and raw["data.path"]
+    assert raw["eval.source"] == "file" and raw["eval.paths"]
+    assert raw["rollout.backend"] == "vllm" and raw["system.device"].startswith("cuda")
 
 
 @pytest.mark.parametrize("path", PAPER_CONFIGS, ids=_ids(PAPER_CONFIGS))
@@ -105,18 +112,25 @@ def test_method_and_hyper_names_exist_in_shaping(path):
 
 @pytest.mark.parametrize("path", PAPER_CONFIGS, ids=_ids(PAPER_CONFIGS))
 def test_batch_sizes_and_lengths_are_consistent(path):
-    raw = _raw(path)
-    for key in ("group_size", "prompts_per_step", "steps", "inner_epochs", "micro_batch_size"):
+    raw = _dotted(_raw(path))
+    per_step = raw["rollout.prompts_per_step"]
+    for key in (
+        "rollout.group_size",
+        "rollout.prompts_per_step",
+        "steps",
+        "optim.inner_epochs",
+        "system.micro_batch_size",
+    ):
         value = raw[key]
         assert isinstance(value, int) and not isinstance(value, bool) and value >= 1, (key, value)
     # A mini-batch (verl ppo_mini_batch_size) must split the step's prompts evenly.
-    per_update = raw.get("prompts_per_update", raw["prompts_per_step"])
-    assert 1 <= per_update <= raw["prompts_per_step"]
-    assert raw["prompts_per_step"] % per_update == 0, (raw["prompts_per_step"], per_update)
+    per_update = raw.get("optim.prompts_per_update", per_step)
+    assert 1 <= per_update <= per_step
+    assert per_step % per_update == 0, (per_step, per_update)
     # The engine must hold the longest prompt plus the longest response.
-    needed = raw.get("max_prompt_tokens", 0) + raw["max_new_tokens"]
-    assert raw["vllm"]["max_model_len"] >= needed, (raw["vllm"]["max_model_len"], needed)
-    assert 0 < raw["vllm"]["gpu_memory_utilization"] < 1
+    needed = raw.get("rollout.max_prompt_tokens", 0) + raw["rollout.max_new_tokens"]
+    assert raw["vllm.max_model_len"] >= needed, (raw["vllm.max_model_len"], needed)
+    assert 0 < raw["vllm.gpu_memory_utilization"] < 1
 
 
 @pytest.mark.parametrize("path", PAPER_CONFIGS, ids=_ids(PAPER_CONFIGS))

@@ -36,9 +36,9 @@ def tiny100(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 def _sets(model: str, *extra: str) -> list[str]:
     return [
-        f"model_path={model}", "build_base_model=false", "group_size=2", "prompts_per_step=2",
-        "max_new_tokens=4", "tensorboard=false", "save_every=5", "num_threads=1",
-        "data.n_problems=8", *extra,
+        f"model_path={model}", "build_base_model=false", "rollout.group_size=2",
+        "rollout.prompts_per_step=2", "rollout.max_new_tokens=4", "run.tensorboard=false",
+        "run.save_every=5", "system.num_threads=1", "data.n_problems=8", *extra,
     ]  # fmt: skip
 
 
@@ -116,7 +116,7 @@ def test_move_aside_of_a_finished_run_still_moves_it(tiny100, tmp_path) -> None:
 @pytest.mark.parametrize(
     ("bad", "named"),
     [
-        (["device=cuda"], "device: 'cuda' cannot run here"),
+        (["system.device=cuda"], "device: 'cuda' cannot run here"),
         (["data.source='file'", "data.path='nowhere/train.jsonl'"], "nowhere/train.jsonl"),
         (["data.source='generate'", "data.max_target=1000"], "not in the model's vocabulary"),
     ],
@@ -147,8 +147,10 @@ def test_a_refused_base_model_build_leaves_nothing(tmp_path) -> None:
 
 
 def test_errors_name_their_cause(tiny100, tmp_path) -> None:
-    res = _train_cli(tmp_path / "a", _sets(tiny100, "lr=1e38"))
-    assert res.returncode == 2 and "error: lr: expected a finite number in (0, 1]" in res.stderr
+    res = _train_cli(tmp_path / "a", _sets(tiny100, "optim.lr=1e38"))
+    assert (
+        res.returncode == 2 and "error: optim.lr: expected a finite number in (0, 1]" in res.stderr
+    )
     garbage = tmp_path / "garbage.toml"
     garbage.write_bytes(bytes(range(256)))
     res = _cli("train", "--config", str(garbage), "--out", str(tmp_path / "b"))
@@ -159,16 +161,16 @@ def test_errors_name_their_cause(tiny100, tmp_path) -> None:
     assert res.returncode == 2 and f"data.path: '{folder}' is a folder" in res.stderr
     res = _cli("eval", "--model", tiny100, "--problems", str(folder), "--out", str(tmp_path / "e"))
     assert res.returncode == 2 and f"--problems: '{folder}' is a folder" in res.stderr
-    res = _train_cli(tmp_path / "d", _sets(tiny100, "device=cuda:0"))
+    res = _train_cli(tmp_path / "d", _sets(tiny100, "system.device=cuda:0"))
     assert res.returncode == 2 and "device: 'cuda:0' cannot run here" in res.stderr
 
 
 def test_each_skipped_checkpoint_is_named(tiny100, tmp_path) -> None:
     out = tmp_path / "run"
-    assert _train_cli(out, _sets(tiny100, "save_every=1"), steps=3).returncode == 0
+    assert _train_cli(out, _sets(tiny100, "run.save_every=1"), steps=3).returncode == 0
     newest = latest_checkpoint(out)
     (newest / "trainer_state.pt").unlink()
-    res = _train_cli(out, _sets(tiny100, "save_every=1"), "--resume", steps=3)
+    res = _train_cli(out, _sets(tiny100, "run.save_every=1"), "--resume", steps=3)
     assert res.returncode == 0, res.stderr
     assert f"skipped checkpoint {newest}" in res.stderr
     assert latest_checkpoint(out).name == "step_000003"

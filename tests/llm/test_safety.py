@@ -36,9 +36,9 @@ def tiny100(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _cfg(model: str, **over):
-    base = dict(model_path=model, build_base_model=False, group_size=2, prompts_per_step=2,
-                max_new_tokens=4, tensorboard=False, steps=3, save_every=1, lr=1e-3)  # fmt: skip
-    base["data"] = {"n_problems": 8}
+    base = dict(model_path=model, build_base_model=False, steps=3, data={"n_problems": 8},
+                rollout={"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 4},
+                run={"tensorboard": False, "save_every": 1}, optim={"lr": 1e-3})  # fmt: skip
     base.update(over)
     return load_config(TINY, **base)
 
@@ -105,15 +105,21 @@ def test_non_finite_training_stops_and_keeps_the_last_good_checkpoint(
     # The stop's advice works: resume with a lower lr through the documented flag.
     monkeypatch.undo()
     with pytest.raises(ValueError, match=r"config differs.*lr: 0\.001 -> 0\.0001"):
-        train(_cfg(tiny100, steps=4, lr=1e-4), out, resume=True, progress=False)
-    train(_cfg(tiny100, steps=4, lr=1e-4), out, resume=True, change_optimizer=True, progress=False)
+        train(_cfg(tiny100, steps=4, optim={"lr": 1e-4}), out, resume=True, progress=False)
+    train(
+        _cfg(tiny100, steps=4, optim={"lr": 1e-4}),
+        out,
+        resume=True,
+        change_optimizer=True,
+        progress=False,
+    )
     assert latest_checkpoint(out).name == "step_000004"
     changes = [json.loads(x) for x in (out / "config_changes.jsonl").read_text().splitlines()]
-    assert [c["changes"] for c in changes] == [{"lr": [1e-3, 1e-4]}]
-    assert load_config(out / "config.toml").lr == 1e-4
+    assert [c["changes"] for c in changes] == [{"optim.lr": [1e-3, 1e-4]}]
+    assert load_config(out / "config.toml").optim.lr == 1e-4
     with pytest.raises(ValueError, match="--change-optimizer allows"):
         train(
-            _cfg(tiny100, steps=5, lr=1e-4, seed=3),
+            _cfg(tiny100, steps=5, optim={"lr": 1e-4}, seed=3),
             out,
             resume=True,
             change_optimizer=True,

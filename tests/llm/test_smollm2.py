@@ -161,12 +161,12 @@ def test_train_resume_and_eval_through_the_cli(smollm2_path, tmp_path):
     run = tmp_path / "run"
     sets = [
         f'model_path="{smollm2_path}"',
-        "group_size=2",
-        "prompts_per_step=1",
-        "max_new_tokens=8",
-        "save_every=1",
-        "tensorboard=false",
-        "num_threads=1",
+        "rollout.group_size=2",
+        "rollout.prompts_per_step=1",
+        "rollout.max_new_tokens=8",
+        "run.save_every=1",
+        "run.tensorboard=false",
+        "system.num_threads=1",
     ]
     train = ["train", "--config", str(MATH_CONFIG), "--out", str(run), "--set", *sets]
     assert main([*train, "--steps", "1"]) == 0

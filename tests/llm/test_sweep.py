@@ -16,6 +16,7 @@ from llm.__main__ import main
 from llm.eval.frontier import frontier_arrays
 from llm.run.jobs import RUN_MARKER, weights_sha
 from llm.sweep import (
+    _base_raw,
     _run_raw,
     load_sweep,
     run_name,
@@ -27,13 +28,16 @@ from theory.measures import pass_at_k
 BASE = """
 model_path = "{model}"
 method = "grpo"
+steps = 2
+[rollout]
 group_size = 4
 prompts_per_step = 2
-steps = 2
 max_new_tokens = 12
-micro_batch_size = 8
 top_n = 2
+[optim]
 lr = 1e-2
+[system]
+micro_batch_size = 8
 [data]
 source = "generate"
 n_problems = 8
@@ -143,7 +147,7 @@ def test_grid_expansion_and_key_routing(tmp_path):
         _doc(
             tmp_path,
             methods=[
-                {"method": "grpo", "points": [{}, {"lr": 5e-3}, {"kl_coef": 0.1}]},
+                {"method": "grpo", "points": [{}, {"optim.lr": 5e-3}, {"kl_coef": 0.1}]},
                 {"method": "ds_grpo", "zip": {"gamma_p": [0.1, 1.0], "gamma_n": [0.0, 0.2]}},
                 {
                     "label": "eb",
@@ -157,7 +161,7 @@ def test_grid_expansion_and_key_routing(tmp_path):
     )
     got = [(s.label, s.params) for s in spec.settings]
     assert got[:5] == [
-        ("grpo", {}), ("grpo", {"lr": 5e-3}), ("grpo", {"kl_coef": 0.1}),
+        ("grpo", {}), ("grpo", {"optim.lr": 5e-3}), ("grpo", {"kl_coef": 0.1}),
         ("ds_grpo", {"gamma_p": 0.1, "gamma_n": 0.0}),
         ("ds_grpo", {"gamma_p": 1.0, "gamma_n": 0.2}),
     ]  # fmt: skip
@@ -168,11 +172,28 @@ def test_grid_expansion_and_key_routing(tmp_path):
     assert spec.eval["ks"] == [1, 2, 4, 8, 16]  # the base config's eval.n_samples = 16
     raw = _run_raw(_base(tmp_path), spec.settings[2], 1, [1, 2])
     assert raw["kl_coef"] == 0.1 and "kl_coef" not in raw.get("hyper", {})
-    assert (raw["seed"], raw["num_threads"], raw["save_every"]) == (1, 1, 1)
+    assert (raw["seed"], raw["system"]["num_threads"], raw["run"]["save_every"]) == (1, 1, 1)
+    assert raw["optim"]["lr"] == 1e-2  # the base's
+    raw = _run_raw(_base(tmp_path), spec.settings[1], 1, [1, 2])
+    assert raw["optim"]["lr"] == 5e-3
     raw = _run_raw(_base(tmp_path), spec.settings[5], 0, [2, 4])
     assert raw["hyper"] == {"form": "token", "eta": 0.1, "logp_reduction": "sum"}
-    assert raw["method"] == "entropy_bonus" and raw["save_every"] == 2
+    assert raw["method"] == "entropy_bonus" and raw["run"]["save_every"] == 2
     assert run_name(spec.settings[3], 2) == "ds_grpo_gamma_p=0.1_gamma_n=0.0_seed2"
+
+
+def test_old_flat_keys_of_a_sweep_still_route(tmp_path):
+    """A setting's or [train]'s flat key that moved into a table (``lr``) goes there, with a
+    FutureWarning; the run's name keeps the key as written."""
+    over = {"train": {"max_new_tokens": 10}, "methods": [{"method": "grpo", "grid": {"lr": [0.1]}}]}
+    with pytest.warns(FutureWarning, match=r"lr is now optim\.lr"):
+        spec = sweep_from_dict(_doc(tmp_path, **over), root=tmp_path)
+        raw = _run_raw(_base_raw(spec), spec.settings[0], 0, spec.checkpoints)
+    assert raw["optim"]["lr"] == 0.1 and raw["rollout"]["max_new_tokens"] == 10
+    assert run_name(spec.settings[0], 0) == "grpo_lr=0.1_seed0"
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="set by the sweep itself"):
+        grid = {"save_every": [1]}
+        sweep_from_dict(_doc(tmp_path, methods=[{"method": "grpo", "grid": grid}]), root=tmp_path)
 
 
 def _base(tmp_path: Path) -> dict:
@@ -191,7 +212,7 @@ def _base(tmp_path: Path) -> dict:
         ({"eval": {"problems": -1}}, "eval.problems"),
         ({"eval": {"ks": [32]}}, "eval.ks"),
         ({"eval": {"n": 3}}, "eval: unknown key(s) ['n']"),
-        ({"train": {"lr": -1.0}}, "train: lr"),
+        ({"train": {"optim": {"lr": -1.0}}}, "train: optim.lr"),
         ({"reference": "casp"}, "reference"),
         ({"methods": [{"method": "grpoo"}]}, "methods[0].method"),
         ({"methods": [{"method": "grpo", "gird": {}}]}, "methods[0]: unknown key(s) ['gird']"),
@@ -200,8 +221,10 @@ def _base(tmp_path: Path) -> dict:
         ({"methods": [{"method": "ds_grpo", "grid": {"gamma_p": [-1.0]}}]}, "gamma_p"),
         ({"methods": [{"method": "casp", "grid": {"alpha": [2.0]}}]}, "alpha"),
         ({"methods": [{"method": "grpo", "grid": {"seed": [1]}}]}, "methods[grpo].seed"),
-        ({"methods": [{"method": "grpo", "grid": {"lr": []}}]}, "methods[grpo].grid.lr"),
-        ({"methods": [{"method": "grpo", "zip": {"lr": [1.0], "kl_coef": [0, 1]}}]},
+        ({"methods": [{"method": "grpo", "grid": {"run.save_every": [1]}}]}, "run.save_every"),
+        ({"methods": [{"method": "grpo", "grid": {"optim.lr": []}}]},
+         "methods[grpo].grid.optim.lr"),
+        ({"methods": [{"method": "grpo", "zip": {"optim.lr": [1.0], "kl_coef": [0, 1]}}]},
          "methods[grpo].zip"),
         ({"methods": [{"method": "grpo", "points": [{}, {}]}]}, "appears twice"),
         ({"methods": [{"method": "grpo"}, {"method": "grpo"}]}, "used twice"),

@@ -139,8 +139,9 @@ def test_a_new_task_trains_and_evaluates_end_to_end(tiny_model_path, tmp_path, m
     monkeypatch.setattr(llm.eval.diversity, "load_encoder", lambda device="cpu": None)
     assert TASKS["parity"].prompt(parity_task.ParityProblem((1, 0, 1)), "bits") == "nums 1 0 1 :"
     raw = {"model_path": tiny_model_path, "task": "parity", "template": "bits",
-           "method": "dsdr", "group_size": 2, "prompts_per_step": 2, "steps": 2,
-           "max_new_tokens": 4, "tensorboard": False, "save_every": 1,
+           "method": "dsdr", "steps": 2,
+           "rollout": {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 4},
+           "run": {"tensorboard": False, "save_every": 1},
            "data": {"source": "generate", "n_problems": 6},
            "eval": {"source": "generate", "n_problems": 2, "n_samples": 2}}  # fmt: skip
     cfg = config_from_dict(raw)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import shaping
-from llm.config import config_from_dict
+from llm.config import MOVED_KEYS, config_from_dict
 from llm.data import data_indices
 from llm.model.forward import build_rows, policy_forward, sampled_rank
 from llm.model.load import load_model_and_tokenizer, load_tokenizer
@@ -67,20 +67,21 @@ class PlantingBackend:
 
 
 def _config(model_path: str, method: str, **over):
+    """A small run's config; `over` sets top-level keys, or a table's key by its name alone
+    (``inner_epochs=2`` is ``optim.inner_epochs``, `llm.config.MOVED_KEYS`)."""
     raw = {
         "model_path": model_path,
         "method": method,
-        "group_size": 4,
-        "prompts_per_step": 2,
         "steps": 2,
-        "max_new_tokens": 12,
-        "micro_batch_size": 3,
-        "top_n": 2,
-        "lr": 1e-2,
-        "tensorboard": False,
         "data": {"source": "generate", "n_problems": 8, "max_number": 9, "max_target": MAX_NUMBER},
-        **over,
+        "rollout": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 12, "top_n": 2},
+        "system": {"micro_batch_size": 3},
+        "optim": {"lr": 1e-2},
+        "run": {"tensorboard": False},
     }
+    for key, value in over.items():
+        table, _, name = MOVED_KEYS.get(key, key).rpartition(".")
+        (raw[table] if table else raw)[name] = value
     if method == "passk":
         raw.setdefault("hyper", {"k": 2})
     if method == "casp":
@@ -262,7 +263,7 @@ def test_behaviour_keys_follow_the_method_needs():
 @pytest.mark.parametrize("method", ["grpo", "casp", "progrpo", "dsdr"])
 def test_behaviour_batch_holds_what_the_method_needs(method, tiny_model_path):
     cfg = _config(tiny_model_path, method, kl_coef=0.01 if method == "grpo" else 0.0)
-    needs = shaping.METHODS[method].needs_for(**cfg.method_hyper())
+    needs = shaping.METHODS[method].needs_for(**cfg.loss_hyper)
     model, tok = load_model_and_tokenizer(tiny_model_path, "cpu")
     prompts = ["numbers 3 4 5 target 12", "numbers 2 7 target 9"]
     gen = torch.Generator().manual_seed(0)
@@ -286,7 +287,7 @@ def test_mini_batches_and_rollout_is_metrics(tiny_model_path, tmp_path):
         tiny_model_path, "grpo", prompts_per_step=4, prompts_per_update=2, inner_epochs=2,
         steps=1, entropy_coef=0.01, top_p=0.9,
     )  # fmt: skip
-    assert cfg.method_hyper()["entropy_coef"] == 0.01
+    assert cfg.loss_hyper["entropy_coef"] == 0.01
     (h,) = train(
         cfg, tmp_path, backend_factory=lambda c, m, t: PlantingBackend(m, t), progress=False
     )
@@ -311,7 +312,7 @@ def test_max_prompt_tokens_drops_long_prompts(tiny_model_path, tmp_path):
     )  # fmt: skip
     with pytest.warns(UserWarning, match="dropped"):
         train(cfg, tmp_path, backend_factory=lambda c, m, t: PlantingBackend(m, t), progress=False)
-    cfg.max_prompt_tokens = 3
+    cfg.rollout.max_prompt_tokens = 3
     with pytest.raises(ValueError, match="max_prompt_tokens"):
         train(cfg, tmp_path / "none", progress=False)
 
@@ -322,13 +323,11 @@ def test_math_task_runs_through_the_loop(tiny_model_path, tmp_path):
             "model_path": tiny_model_path,
             "task": "math",
             "template": "plain",
-            "group_size": 2,
-            "prompts_per_step": 2,
             "steps": 1,
-            "max_new_tokens": 4,
-            "tensorboard": False,
             "data": {"source": "generate", "n_problems": 4},
             "eval": {"source": "generate", "n_problems": 2},
+            "rollout": {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 4},
+            "run": {"tensorboard": False},
         }
     )
     (h,) = train(cfg, tmp_path, progress=False)
