@@ -1,0 +1,259 @@
+"""The tables of a training config (`llm.config.TrainConfig`): ``[data]``, ``[eval]``, ``[vllm]``,
+``[rollout]``, ``[optim]``, ``[system]`` and ``[run]``, each field declared once with its default,
+help, choices and bounds (`experiment.schema.option`), and the accepted values they name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from experiment.schema import meta, option
+
+SCHEDULES = ("constant", "cosine", "linear")
+BACKENDS = ("transformers", "vllm")
+DISTINCT = ("commutative", "ac")
+DATA_SOURCES = ("tiny", "generate", "file")
+EVAL_SOURCES = ("tiny", "generate", "file")
+PRECISIONS = ("fp32", "bf16-mixed", "bf16")
+PARALLEL = ("auto", "ddp", "fsdp2")
+ROLLOUT_IS = ("truncate", "none")
+VLLM_DTYPES = ("bfloat16", "float16", "float32", "auto")
+MAX_SEED = 2**32 - 1
+"""Largest seed: the trainer seeds NumPy's legacy global RNG, which takes 32-bit seeds."""
+MAX_LR = 1.0
+"""Largest accepted `lr` (AdamW steps above 1 are never meaningful; near 1e38 its update overflows)."""
+
+
+@dataclass
+class DataConfig:
+    """Training problems: the tiny model's training stream, generated, or a local file."""
+
+    source: str = option(
+        "tiny",
+        "tiny (llm.model.tiny's train stream, countdown only), generate, or file",
+        choices=DATA_SOURCES,
+    )
+    path: str = option(
+        "",
+        "source = file: a local .jsonl/.parquet file (Countdown-Tasks-3to4; math: MATH, DAPO-Math)",
+    )
+    n_problems: int = option(1000, "number of problems to draw (source = tiny or generate)", ge=1)
+    seed: int = option(
+        1,
+        "seed of the generator (source = generate; held-out eval problems use `eval.seed`)",
+        ge=0,
+        le=MAX_SEED,
+    )
+    num_numbers: list[int] = field(
+        default_factory=lambda: [3],
+        metadata=meta(
+            "source = generate: how many numbers a problem has (each problem draws one of these)",
+            ge=2,
+            le=5,
+            length=(1, None),
+        ),
+    )
+    min_number: int = option(1, "source = generate: smallest operand", ge=0)
+    max_number: int = option(20, "source = generate: largest operand (>= min_number)")
+    min_target: int = option(1, "source = generate: smallest target", ge=0)
+    max_target: int = option(
+        100,
+        "source = generate: largest target (>= min_target; the tiny model's vocabulary stops at 100)",
+    )
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation settings used by `python -m llm eval --config FILE`."""
+
+    source: str = option(
+        "tiny",
+        "tiny (llm.model.tiny's held-out stream), generate (the bounds of [data] with `seed`) or file",
+        choices=EVAL_SOURCES,
+    )
+    paths: list[str] = field(
+        default_factory=list,
+        metadata=meta(
+            "source = file: local evaluation files (MATH500 / AIME / AMC formats), each reported apart"
+        ),
+    )
+    n_problems: int = option(
+        64,
+        "number of held-out problems (per file with source = file; fewer if the file is shorter)",
+        ge=1,
+    )
+    seed: int = option(
+        12345,
+        "source = generate: seed of the held-out problems (must differ from `data.seed`)",
+        ge=0,
+        le=MAX_SEED,
+    )
+    n_samples: int = option(
+        16, "samples per problem n; pass@k is reported for k = 1, 2, 4, ..., n", ge=1
+    )
+    temperature: float = option(1.0, "sampling temperature at evaluation", gt=0)
+    top_p: float = option(1.0, "nucleus sampling threshold at evaluation", gt=0, le=1)
+    top_k: int = option(0, "top-k sampling at evaluation (0 = off)", ge=0)
+    max_new_tokens: int = option(
+        0, "longest response at evaluation (0 = the training max_new_tokens)", ge=0
+    )
+    max_responses_per_call: int = option(
+        4096,
+        "responses per rollout call at evaluation, at most (bounds the engine's outputs)",
+        ge=1,
+    )
+
+
+@dataclass
+class VLLMConfig:
+    """The colocated vLLM engine of ``backend = "vllm"`` (`llm.rollout.vllm_engine.VLLMBackend`)."""
+
+    gpu_memory_utilization: float = option(
+        0.3,
+        "fraction of the GPU's memory vLLM may take (weights + KV cache); the trainer gets the rest",
+        gt=0,
+        lt=1,
+    )
+    sleep_mode: bool = option(
+        True, "put the engine to sleep (free its KV cache and weights) during each update"
+    )
+    tensor_parallel_size: int = option(1, "vLLM tensor parallelism (GPUs per engine)", ge=1)
+    max_model_len: int = option(
+        0, "longest prompt + response the engine accepts (0 = vLLM's default for the model)", ge=0
+    )
+    enforce_eager: bool = option(False, "disable CUDA graphs (less memory, slower generation)")
+    dtype: str = option("bfloat16", "engine weight dtype", choices=VLLM_DTYPES)
+
+
+@dataclass
+class RolloutConfig:
+    """The rollout of a training step: B prompts x G sampled responses, and how pi_old's view of
+    them is obtained."""
+
+    group_size: int = option(
+        8,
+        "G: responses sampled per prompt (at least 2: a group of one has advantage 0)",
+        ge=2,
+    )
+    prompts_per_step: int = option(4, "B: prompts per training step", ge=1)
+    temperature: float = option(
+        1.0, "sampling temperature; the trainer's log-probs use logits / temperature as well", gt=0
+    )
+    top_p: float = option(1.0, "nucleus sampling threshold of the rollout backend", gt=0, le=1)
+    max_new_tokens: int = option(16, "longest response, in tokens", ge=1)
+    max_prompt_tokens: int = option(
+        0,
+        """training problems whose prompt is longer (in tokens) are dropped, as verl's
+        filter_overlong_prompts; 0 = keep all""",
+        ge=0,
+    )
+    top_n: int = option(
+        0,
+        "candidates tracked per token (Lambda^(n) metrics, CaSP); CaSP raises it to its own top_n",
+        ge=0,
+    )
+    backend: str = option(
+        "transformers",
+        "rollout backend: transformers (model.generate) or vllm (colocated engine, [vllm] table)",
+        choices=BACKENDS,
+    )
+    rollout_is: str = option(
+        "truncate",
+        """correction for sampler/trainer log-prob mismatch: truncate (per-token weight
+        min(exp(logp_old - logp_sampler), rollout_is_cap) on the surrogate, as TRL and verl) or none""",
+        choices=ROLLOUT_IS,
+    )
+    rollout_is_cap: float = option(
+        2.0, "upper bound of the truncated importance-sampling weight", ge=1
+    )
+    behaviour_pass: str = option(
+        "auto",
+        """how pi_old's log-probs, entropies and top-N candidates are obtained: auto (from the
+        sampler when it is exactly the policy: transformers backend, fp32, top_p = 1, one inner
+        epoch, no prompt log-probs needed; else a forward pass) or always (a forward pass, as TRL
+        and verl do)""",
+        choices=("auto", "always"),
+    )
+
+
+@dataclass
+class OptimConfig:
+    """The update of a training step: mu passes of AdamW steps over mini-batches of whole groups,
+    with a learning-rate schedule and gradient clipping."""
+
+    lr: float = option(
+        1e-4,
+        "AdamW learning rate (peak, after warm-up); at most 1 (larger steps are never meaningful "
+        "for AdamW, and near 1e38 its fp32 update overflows)",
+        gt=0,
+        le=MAX_LR,
+    )
+    weight_decay: float = option(0.0, "AdamW decoupled weight decay", ge=0)
+    adam_betas: list[float] = field(
+        default_factory=lambda: [0.9, 0.999],
+        metadata=meta("AdamW (beta1, beta2)", ge=0, lt=1, length=(2, 2)),
+    )
+    schedule: str = option(
+        "constant",
+        "learning-rate schedule after warm-up: constant, cosine (to 0) or linear (to 0)",
+        choices=SCHEDULES,
+    )
+    warmup_steps: int = option(0, "optimizer steps of linear warm-up from 0", ge=0)
+    max_grad_norm: float = option(
+        1.0, "global gradient-norm clip (0 = no clipping; the norm is still logged)", ge=0
+    )
+    inner_epochs: int = option(1, "mu: passes over each rollout batch (PPO epochs)", ge=1)
+    prompts_per_update: int = option(
+        0,
+        """prompts (whole groups) per optimizer step, verl's ppo_mini_batch_size: each inner epoch
+        takes rollout.prompts_per_step / prompts_per_update steps in data order (0 = all: one
+        step)""",
+        ge=0,
+    )
+
+
+@dataclass
+class SystemConfig:
+    """Where and how the computation runs; none of these changes the loss (up to rounding)."""
+
+    device: str = option(
+        "cpu",
+        "torch device of the policy (cpu, cuda, cuda:0, ...); under torchrun cuda means cuda:LOCAL_RANK",
+        pattern=r"cpu|cuda(:\d+)?",
+        expect="cpu, cuda or cuda:N",
+    )
+    precision: str = option(
+        "fp32",
+        "fp32; bf16-mixed (fp32 weights and optimizer, bf16 compute); bf16 (bf16 weights too)",
+        choices=PRECISIONS,
+    )
+    micro_batch_size: int = option(
+        8, "responses per forward/backward pass; gradients are accumulated over the batch", ge=1
+    )
+    gradient_checkpointing: bool = option(
+        False, "recompute activations in the backward pass (transformers' gradient checkpointing)"
+    )
+    parallel: str = option(
+        "auto",
+        "data parallelism under torchrun: ddp, fsdp2 (fully_shard) or auto (fsdp2 on CUDA, else ddp)",
+        choices=PARALLEL,
+    )
+    num_threads: int = option(
+        0, "torch CPU threads (torch.set_num_threads); 0 = leave torch's default", ge=0
+    )
+
+
+@dataclass
+class RunConfig:
+    """What the run folder records: checkpoints, metrics.jsonl and TensorBoard."""
+
+    save_every: int = option(
+        10,
+        "checkpoint every this many steps (the last step is always saved; 0 = only the last)",
+        ge=0,
+    )
+    log_every: int = option(1, "write metrics.jsonl / TensorBoard every this many steps", ge=1)
+    tensorboard: bool = option(
+        True,
+        "write TensorBoard events to DIR/tb (skipped with a warning if tensorboard is missing)",
+    )
