@@ -29,6 +29,7 @@ from typing import Any
 __all__ = [
     "NOUNS",
     "apply_overrides",
+    "apply_pairs",
     "check_fields",
     "default_of",
     "describe",
@@ -326,16 +327,31 @@ def apply_overrides(
     example: str = "name=3 or table.name=3",
 ) -> dict[str, Any]:
     """A copy of the parsed document `raw` (of the dataclass `cls`) with each ``KEY=VALUE`` of
-    `pairs` applied in order.
-
-    KEY is a top-level field of `cls` or ``TABLE.NAME`` (a sub-table's field, or any name of a
-    free table); VALUE is parsed by `parse_value`. A table value (``data={seed = 3}``) is merged
-    into the table. Values are checked later (`from_dict`, `check_fields`). `example` shows a
-    valid pair in the error of a pair without ``=``.
+    `pairs` applied in order (`apply_pairs`); KEY is a top-level field of `cls` or
+    ``TABLE.NAME`` (a sub-table's field, or any name of a free table).
 
     Raises:
         ValueError: a pair without ``=``, or an unknown key (the message names the pair and
             suggests close names).
+    """
+    return apply_pairs(raw, pairs, lambda key, pair: _check_override_key(cls, key, pair), example)
+
+
+def apply_pairs(
+    raw: Mapping[str, Any],
+    pairs: Iterable[str],
+    check_key: Callable[[str, str], None],
+    example: str,
+) -> dict[str, Any]:
+    """The one ``--set`` parser: a copy of the parsed TOML document `raw` with each ``KEY=VALUE``
+    of `pairs` applied in order. KEY is dotted (``table.name``), checked by ``check_key(key,
+    pair)``; VALUE is parsed by `parse_value`; a table value (``data={seed = 3}``) is merged into
+    the table. Values are checked later (`from_dict`, `check_fields`). `example` shows a valid
+    pair in the error of a pair without ``=``.
+
+    Raises:
+        ValueError: a pair without ``=``, a key `check_key` refuses, or a path through a value
+            that is not a table (the message names the pair).
     """
     out = copy.deepcopy(dict(raw))
     for pair in pairs:
@@ -343,14 +359,14 @@ def apply_overrides(
         key = key.strip()
         if not sep or not key:
             raise ValueError(f"--set {pair!r}: expected KEY=VALUE (e.g. {example})")
-        _check_override_key(cls, key, pair)
+        check_key(key, pair)
         value = parse_value(text.strip())
         *path, name = key.split(".")
         target = out
         for t in path:
             target = target.setdefault(t, {})
             if not isinstance(target, dict):
-                raise ValueError(f"--set {pair}: [{t}] of the config is {target!r}, not a table")
+                raise ValueError(f"--set {pair}: [{t}] of the document is {target!r}, not a table")
         if isinstance(value, dict) and isinstance(target.get(name), dict):
             target[name] = {**target[name], **value}
         else:

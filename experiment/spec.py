@@ -24,7 +24,6 @@ Which keys a setting may hold (a method's hyper-parameters, a leg's own keys) is
 
 from __future__ import annotations
 
-import copy
 import itertools
 import json
 import re
@@ -34,8 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import shaping
+from experiment.schema import apply_pairs
 from experiment.schema import describe as describe_options
-from experiment.schema import parse_value
 
 __all__ = [
     "COMMON_KEYS",
@@ -303,8 +302,8 @@ def parse_reference(value: object, entries: Sequence[MethodEntry]) -> tuple[str,
 
 
 def apply_sets(doc: Mapping[str, Any], sets: Iterable[str], keys: Iterable[str]) -> dict[str, Any]:
-    """A copy of the parsed sweep `doc` with each ``KEY=VALUE`` applied, e.g. ``seeds=[0]``,
-    ``train.steps=20``, ``eval.problems=8``; VALUE is a TOML literal.
+    """A copy of the parsed sweep `doc` with each ``KEY=VALUE`` applied (`schema.apply_pairs`),
+    e.g. ``seeds=[0]``, ``train.steps=20``, ``eval.problems=8``; VALUE is a TOML literal.
 
     Args:
         keys: the sweep's top-level keys (`COMMON_KEYS` and the leg's tables): KEY's first part
@@ -315,19 +314,9 @@ def apply_sets(doc: Mapping[str, Any], sets: Iterable[str], keys: Iterable[str])
             message names the pair).
     """
     known = sorted(keys)
-    out = copy.deepcopy(dict(doc))
-    for pair in sets:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ValueError(f"--set {pair!r}: expected KEY=VALUE (e.g. train.steps=20)")
-        *tables, name = key.split(".")
-        if (tables[0] if tables else name) not in known:
+
+    def check(key: str, pair: str) -> None:
+        if key.split(".")[0] not in known:
             raise ValueError(f"--set {pair!r}: unknown sweep key {key!r}; known: {known}")
-        target = out
-        for t in tables:
-            target = target.setdefault(t, {})
-            if not isinstance(target, dict):
-                raise ValueError(f"--set {pair!r}: {t} is not a table")
-        target[name] = parse_value(text.strip())
-    return out
+
+    return apply_pairs(doc, sets, check, "train.steps=20")
