@@ -1,6 +1,6 @@
 """The CPU LLM stage of `make reproduce`: ``python -m llm reproduce``, a budgeted sweep.
 
-1. build (or reuse) the offline tiny base model (`llm.tiny.ensure_base_model`);
+1. build (or reuse) the offline tiny base model (`llm.model.tiny.ensure_base_model`);
 2. run the sweep ``configs/sweep_countdown_tiny.toml`` (`llm.sweep`) from it: GRPO's training
    path and a ``kl_coef`` setting as the reference curve, DS-GRPO, entropy bonus, CaSP and
    unlikeliness at three coefficients each from no effect to collapse, three seeds, every run
