@@ -6,34 +6,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import jax
 import numpy as np
 import pytest
 
-from toymdp import train as T
 from toymdp.experiments import methods
 
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, np.ndarray]:
     return methods.run(True, 0)
-
-
-def test_train_over_envs_equals_make_train() -> None:
-    """Tracing `make_train` with the environment as data gives the run of `make_train` on that
-    environment (same draws, same metrics up to float32 rounding)."""
-    envs = methods.environments(np.random.default_rng(1))
-    config = T.TrainConfig(envs[1], method="grpo", num_updates=5, group_size=4, pass_k=(1,))
-    settings, key = T.default_settings(config), jax.random.key(3)
-    ref = jax.jit(lambda s, k: T.make_train(config)(s, k)["exact"])(settings, key)
-    train = methods.train_over_envs(
-        T.TrainConfig(envs[0], method="grpo", num_updates=5, group_size=4, pass_k=(1,))
-    )
-    got = jax.jit(lambda b, c, s, k: train(b, c, s, k)["exact"])(
-        envs[1].base_logits.astype(np.float32), envs[1].correct, settings, key
-    )
-    for name in ("correctness", "normalized_variance", "entropy"):
-        np.testing.assert_allclose(np.asarray(got[name]), np.asarray(ref[name]), atol=2e-5)
 
 
 def test_shapes_and_finite(results: dict[str, np.ndarray]) -> None:
