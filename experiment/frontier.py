@@ -284,6 +284,37 @@ def _lifts_of(bx: np.ndarray, by: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return out
 
 
+def _check_lift_args(
+    models: Models,
+    reference: str | Sequence[str],
+    num_resamples: object,
+    level: float,
+    *,
+    min_resamples: int = 1,
+) -> np.ndarray:
+    """The reference models' indices, after checking the arguments every lift procedure takes.
+
+    Raises:
+        ValueError: naming the argument: no reference model, `num_resamples` not an integer >=
+            `min_resamples`, `level` outside (0, 1).
+    """
+    ref = models.select(reference)
+    if ref.size == 0:
+        raise ValueError(
+            f"reference: no model has method {reference!r}; methods: {sorted(set(models.method))}"
+        )
+    if (
+        isinstance(num_resamples, bool)
+        or not isinstance(num_resamples, int)
+        or num_resamples < min_resamples
+    ):
+        need = "a positive integer" if min_resamples == 1 else f"an integer >= {min_resamples}"
+        raise ValueError(f"num_resamples must be {need}, got {num_resamples!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    return ref
+
+
 def bootstrap_lift(
     x: object,
     y: object,
@@ -314,15 +345,7 @@ def bootstrap_lift(
             `level` outside (0, 1).
     """
     x, y = _check_values(x, y, models)
-    ref = models.select(reference)
-    if ref.size == 0:
-        raise ValueError(
-            f"reference: no model has method {reference!r}; methods: {sorted(set(models.method))}"
-        )
-    if isinstance(num_resamples, bool) or not isinstance(num_resamples, int) or num_resamples < 1:
-        raise ValueError(f"num_resamples must be a positive integer, got {num_resamples!r}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    ref = _check_lift_args(models, reference, num_resamples, level)
     _, s, p = x.shape
     px, py = points(x, y)
     env = upper_envelope(px[ref], py[ref])
@@ -414,13 +437,9 @@ def curve_lift(
         ValueError: as `bootstrap_lift`, or fewer reference points than `degree`.
     """
     x, y = _check_values(x, y, models)
-    ref = models.select(reference)
+    ref = _check_lift_args(models, reference, num_resamples, level, min_resamples=2)
     if ref.size < degree:
         raise ValueError(f"reference: {ref.size} models cannot fit a degree-{degree} curve")
-    if isinstance(num_resamples, bool) or not isinstance(num_resamples, int) or num_resamples < 2:
-        raise ValueError(f"num_resamples must be an integer >= 2, got {num_resamples!r}")
-    if not 0.0 < level < 1.0:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
     _, s, p = x.shape
     px, py = points(x, y)
     lo_x, hi_x = min(0.0, px[ref].min()), px[ref].max()

@@ -239,9 +239,9 @@ def parse_methods(
             if key in seen:
                 raise ValueError(f"{where}: the setting {point} appears twice")
             seen.add(key)
-            if check_key is not None:
-                for k in (*fixed, *point):
-                    check_key(method, k, where)
+        if check_key is not None:
+            for k in dict.fromkeys([*fixed, *(k for p in points for k in p)]):
+                check_key(method, k, where)
         out.append(MethodEntry(method, label, fixed, tuple(points)))
     return tuple(out)
 

@@ -18,6 +18,8 @@ from llm.sweep import load_sweep
 from toymdp import sweep_spec as toy_spec
 from toymdp.__main__ import main as toy_main
 
+from .test_sweep import BASE  # the base train config of the LLM sweep tests
+
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 METHODS = """
@@ -57,28 +59,6 @@ fast_compile = true
 num_resamples = 50
 """
 
-LLM_BASE = """
-model_path = "{model}"
-method = "grpo"
-steps = 2
-[rollout]
-group_size = 4
-prompts_per_step = 2
-max_new_tokens = 12
-top_n = 2
-[optim]
-lr = 1e-2
-[system]
-micro_batch_size = 8
-[data]
-source = "generate"
-n_problems = 8
-max_number = 9
-max_target = 30
-[eval]
-source = "generate"
-"""
-
 LLM = """
 base = "base.toml"
 [eval]
@@ -100,7 +80,7 @@ def test_one_methods_block_feeds_both_sweeps_and_one_schema(tmp_path, tiny_model
     toy_cfg.write_text(common + TOY + methods)
     assert toy_main(["sweep", "--config", str(toy_cfg), "--out", str(tmp_path / "toy")]) == 0
 
-    (tmp_path / "base.toml").write_text(LLM_BASE.format(model=tiny_model_path))
+    (tmp_path / "base.toml").write_text(BASE.format(model=tiny_model_path))
     llm_head, llm_tables = _split(LLM)
     llm_cfg = tmp_path / "llm.toml"
     llm_cfg.write_text(llm_head + common + llm_tables + methods)
