@@ -40,6 +40,7 @@ from scipy import optimize, special, stats
 from experiment import frontier
 
 __all__ = [
+    "DESIGNS",
     "Design",
     "Study",
     "bootstrap_procedure",
@@ -76,6 +77,15 @@ class Design:
     """(a, b) of each reference path (GRPO and e.g. GRPO with a KL penalty)."""
     sigma_along: float = 0.1
     sigma_off: float = 0.05
+
+
+DESIGNS = {
+    "reproduce": Design(),
+    "study": Design(problems=512),
+}
+"""The committed LLM designs: `make reproduce`'s sweep (128 problems × 16 samples × 3 seeds) and the
+study's confirmation stage (4× the problems: 512 × 16 × 3, for a minimum detectable lift ≤ 3
+points)."""
 
 
 @dataclass(frozen=True)
@@ -231,8 +241,9 @@ def simulate(
                  np.array(lifts))  # fmt: skip
 
 
-Procedure = Callable[[Study, np.random.Generator], tuple[np.ndarray, np.ndarray, np.ndarray]]
-"""A lift procedure: a study → `(lift, lo, hi)`, each `(M,)` (NaN for reference models)."""
+Procedure = Callable[[Study, np.random.Generator], tuple[np.ndarray, ...]]
+"""A lift procedure: a study → `(lift, lo, hi, p)`, each `(M,)` (NaN for reference models; `p`, the
+two-sided p-value of lift 0, all NaN when the procedure gives none)."""
 
 
 def bootstrap_procedure(num_resamples: int = 200, level: float = 0.95) -> Procedure:
@@ -244,21 +255,22 @@ def bootstrap_procedure(num_resamples: int = 200, level: float = 0.95) -> Proced
             study.x, study.y, study.models, study.reference, num_resamples=num_resamples,
             level=level, seed=int(rng.integers(2**31)),
         )  # fmt: skip
-        return res.lift, res.lo, res.hi
+        return res.lift, res.lo, res.hi, np.full(res.lift.shape, np.nan)
 
     return run
 
 
-def curve_procedure(num_resamples: int = 200, level: float = 0.95, degree: int = 2) -> Procedure:
+def curve_procedure(num_resamples: int = 20, level: float = 0.95, degree: int = 2) -> Procedure:
     """The calibrated procedure: `experiment.frontier.curve_lift` (a quadratic reference curve
-    through the base, a normal interval with the problem bootstrap's standard error)."""
+    through the base, a t interval with the delta method's crossed seeds × problems standard
+    error; `num_resamples` only feeds its `inside_fraction`)."""
 
     def run(study: Study, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         res = frontier.curve_lift(
             study.x, study.y, study.models, study.reference, degree=degree,
             num_resamples=num_resamples, level=level, seed=int(rng.integers(2**31)),
         )  # fmt: skip
-        return res.lift, res.lo, res.hi
+        return res.lift, res.lo, res.hi, res.p
 
     return run
 
@@ -271,33 +283,38 @@ def calibrate(
     per_lift: int = 3,
     replicates: int = 200,
     seed: int = 0,
+    alpha: float = 0.05,
 ) -> dict:
     """Run `procedure` on `replicates` studies, each with `per_lift` method models of every true
     lift of `lifts` (one path each, evaluated at every checkpoint; the middle checkpoint's model
-    has the lift and is the one scored), and report per true lift: mean bias (points), coverage, the rate of "above" /
-    "below" verdicts (interval excluding 0) per comparison, and family-wise over the null models
-    of a study.
+    has the lift and is the one scored), and report per true lift: mean bias (points), coverage,
+    the rate of "above" / "below" verdicts (interval excluding 0) per comparison, and family-wise
+    over the null models of a study: unadjusted, and with Holm at `alpha` over them (the complete
+    null of a confirmation family) where the procedure gives p-values.
 
     Returns:
         ``{"design": ..., "replicates": R, "by_lift": {lift: {bias, bias_se, coverage,
-        coverage_se, above, below, n}}, "familywise_null": {"above", "below"}}`` with lifts and
-        biases in percentage points.
+        coverage_se, above, below, n}}, "familywise_null": {"above", "below"},
+        "familywise_holm": {"above", "below"}}`` with lifts and biases in percentage points
+        (``familywise_holm`` only with p-values).
     """
     rng = np.random.default_rng(seed)
     solved = {lift: method_path(d, lift) for lift in lifts}
     paths = [(f"m{round(1000 * lift)}_{i}", *solved[lift])
              for lift in lifts for i in range(per_lift)]  # fmt: skip
     truth: dict = {}
-    rows = []  # (true lift, estimate, lo, hi, replicate)
+    rows = []  # (true lift, estimate, lo, hi, Holm-adjusted p over the study's null models, replicate)
     last = round(100 * _lift_checkpoint(d))
     for r in range(replicates):
         study = simulate(d, paths, rng, truth)
-        est, lo, hi = procedure(study, rng)
-        for m in range(len(study.models)):
-            if study.models.method[m] == "grpo" or study.models.step[m] != last:
-                continue
-            rows.append((study.true_lift[m], est[m], lo[m], hi[m], r))
-    t, e, lo, hi, rep = (np.array(c, dtype=np.float64) for c in zip(*rows, strict=True))
+        est, lo, hi, p = procedure(study, rng)
+        scored = [m for m in range(len(study.models))
+                  if study.models.method[m] != "grpo" and study.models.step[m] == last]  # fmt: skip
+        null = [m for m in scored if abs(study.true_lift[m]) < 1e-6]
+        adj = np.full(len(study.models), np.nan)
+        adj[null] = frontier.holm(p[null])
+        rows.extend((study.true_lift[m], est[m], lo[m], hi[m], adj[m], r) for m in scored)
+    t, e, lo, hi, adj, rep = (np.array(c, dtype=np.float64) for c in zip(*rows, strict=True))
     out: dict = {"design": d.__dict__, "replicates": replicates, "by_lift": {}}
     for lift in lifts:
         sel = np.isclose(t, lift, atol=1e-6)
@@ -316,6 +333,12 @@ def calibrate(
     fw_above = [np.any(lo[null & (rep == r)] > 0) for r in range(replicates)]
     fw_below = [np.any(hi[null & (rep == r)] < 0) for r in range(replicates)]
     out["familywise_null"] = {"above": float(np.mean(fw_above)), "below": float(np.mean(fw_below))}
+    if np.isfinite(adj[null]).any():
+        hit = null & (adj <= alpha)
+        out["familywise_holm"] = {
+            "above": float(np.mean([np.any(hit & (e > 0) & (rep == r)) for r in range(replicates)])),
+            "below": float(np.mean([np.any(hit & (e < 0) & (rep == r)) for r in range(replicates)])),
+        }  # fmt: skip
     return out
 
 

@@ -260,6 +260,8 @@ class LiftResult:
         lo, hi: `(M,)` the percentile interval (NaN when no replicate fell inside the range).
         inside_fraction: `(M,)` fraction of replicates where the model fell inside the range.
         level: the interval's coverage (e.g. 0.95). num_resamples: `B`.
+        se, df, p: `(M,)` standard error, degrees of freedom and two-sided p-value of lift 0
+            (`curve_lift`; None for the bootstrap).
     """
 
     models: Models
@@ -273,6 +275,9 @@ class LiftResult:
     inside_fraction: np.ndarray
     level: float
     num_resamples: int
+    se: np.ndarray | None = None
+    df: np.ndarray | None = None
+    p: np.ndarray | None = None
 
 
 def _lifts_of(bx: np.ndarray, by: np.ndarray, ref: np.ndarray) -> np.ndarray:
@@ -401,6 +406,78 @@ def curve_at(beta: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.einsum("...d,...md->...m", beta, powers) if beta.ndim == 2 else powers @ beta
 
 
+def _curve_lifts(px: np.ndarray, py: np.ndarray, ref: np.ndarray, degree: int) -> np.ndarray:
+    """`(M,)` lifts over the curve fitted to the reference points (no range check)."""
+    return py - curve_at(fit_curve(px[ref], py[ref], degree), px)
+
+
+def _lift_jacobian(px: np.ndarray, py: np.ndarray, ref: np.ndarray, degree: int) -> np.ndarray:
+    """`(M, 2, M)` derivatives of every lift with respect to every point's x̄ and ȳ (central
+    differences; the lifts are linear in ȳ and polynomial in x̄, so step 1e-6 is exact to ~1e-10)."""
+    m, h = px.size, 1e-6
+    jac = np.zeros((m, 2, m))
+    jac[np.arange(m), 1, np.arange(m)] = 1.0  # ∂ lift_m / ∂ ȳ_m (the curve's own part below)
+    for j in range(m):
+        e = np.zeros(m)
+        e[j] = h
+        jac[:, 0, j] = (_curve_lifts(px + e, py, ref, degree)
+                        - _curve_lifts(px - e, py, ref, degree)) / (2 * h)  # fmt: skip
+        if j in ref:
+            jac[:, 1, j] = (_curve_lifts(px, py + e, ref, degree)
+                            - _curve_lifts(px, py - e, ref, degree)) / (2 * h)  # fmt: skip
+    return jac
+
+
+POOL_LEVEL = 0.25
+"""The level of the preliminary F tests that decide whether a seed or problem effect is kept in
+`crossed_variance` (a liberal level, as Bozivich, Bancroft & Hartley 1956 advise for pooling)."""
+
+
+def crossed_variance(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Variance of the grand mean of `c` `(..., S, P)` over a crossed seeds × problems design, and
+    its degrees of freedom. The two-way random-effects model `c_sp = μ + a_s + b_p + e_sp` gives
+    `Var(c̄) = σ²_a/S + σ²_b/P + σ²_e/(S·P)`; from the mean squares (`E MS_seed = P·σ²_a + σ²_e`,
+    `E MS_problem = S·σ²_b + σ²_e`, `E MS_e = σ²_e`) the unbiased estimate is
+    `(MS_seed + MS_problem − MS_e)/(S·P)`. An effect whose F test (`MS/MS_e`) is not significant at
+    `POOL_LEVEL` is pooled into the error ("sometimes pool"): without the seed effect the estimate
+    is `MS_problem/(S·P)` (the problems' variance of their seed means, `P − 1` degrees of
+    freedom), without the problem effect `MS_seed/(S·P)`, without both `MS_total/(S·P)`. With both,
+    the degrees of freedom are Satterthwaite's. With one seed: the problems' `var/P`, `P − 1`.
+
+    Why: a seed's effect (a run's place along its path) is shared by all its problems and a
+    problem's by all seeds; resampling only problems misses the first, resampling both counts the
+    evaluation noise twice, and with 2-4 seeds the seed component is estimated from 1-3 degrees
+    of freedom, so clipping it at 0 inflates the variance by ~40% and always keeping it makes the
+    interval a t with ~2 degrees of freedom (issue 20's calibration, docs/statistics.md). Source:
+    the expected mean squares of the two-way crossed layout without replication (Searle, Casella
+    & McCulloch 1992, ch. 4); the Satterthwaite (1946) approximation.
+
+    Returns:
+        `(var, df)`, each `(...)`.
+    """
+    s, p = c.shape[-2], c.shape[-1]
+    if s == 1:
+        return c[..., 0, :].var(axis=-1, ddof=1) / p, np.full(c.shape[:-2], p - 1.0)
+    row, col, mean = c.mean(-1), c.mean(-2), c.mean((-2, -1))
+    df_row, df_col, df_e = s - 1, p - 1, (s - 1) * (p - 1)
+    ms_row = p * row.var(axis=-1, ddof=1)
+    ms_col = s * col.var(axis=-1, ddof=1)
+    resid = c - row[..., :, None] - col[..., None, :] + mean[..., None, None]
+    ms_e = (resid**2).sum((-2, -1)) / df_e
+    ms_tot = c.reshape(*c.shape[:-2], s * p).var(axis=-1, ddof=1)
+    safe = np.where(ms_e > 0, ms_e, 1.0)
+    keep_row = (ms_e > 0) & (ms_row / safe > stats.f.ppf(1 - POOL_LEVEL, df_row, df_e))
+    keep_col = (ms_e > 0) & (ms_col / safe > stats.f.ppf(1 - POOL_LEVEL, df_col, df_e))
+    both = (ms_row + ms_col - ms_e) / (s * p)
+    terms = (ms_row**2 / df_row + ms_col**2 / df_col + ms_e**2 / df_e) / (s * p) ** 2
+    df_both = both**2 / np.where(terms > 0, terms, 1.0)
+    var = np.select([keep_row & keep_col, keep_col, keep_row],
+                    [both, ms_col / (s * p), ms_row / (s * p)], ms_tot / (s * p))  # fmt: skip
+    df = np.select([keep_row & keep_col, keep_col, keep_row],
+                   [df_both, float(df_col), float(df_row)], float(s * p - 1))  # fmt: skip
+    return var, df
+
+
 def curve_lift(
     x: object,
     y: object,
@@ -408,54 +485,82 @@ def curve_lift(
     reference: str | Sequence[str] = "grpo",
     *,
     degree: int = 2,
-    num_resamples: int = 1000,
+    num_resamples: int = 200,
     level: float = 0.95,
     seed: int = 0,
 ) -> LiftResult:
     """Lift at matched pass@1 over a smooth reference curve: a polynomial through the origin fitted
-    to the reference models' points (means over seeds and problems), with a normal interval whose
-    standard error is the bootstrap's over problems (the same resampled problems for every model;
-    the fit is redone in every replicate).
+    to the reference models' points (means over seeds and problems), with a t interval whose
+    standard error is the delta method's over the crossed seeds × problems design.
+
+    The lifts are a smooth function of all models' points; linearized, each lift is the grand
+    mean of per-(seed, problem) contributions `c_sp = Σ_m (∂lift/∂x̄_m)·x_msp + (∂lift/∂ȳ_m)·y_msp`
+    (the same seed index couples a run's checkpoints; the same problem couples every model), whose
+    variance `crossed_variance` estimates with Satterthwaite degrees of freedom; `p` is the
+    two-sided t test of lift 0.
 
     Why not `bootstrap_lift` (the envelope): the envelope of noisy points rides on their upward
-    noise, so its lifts are biased low (about −0.8 to −1 point in the LLM design) and its
-    resampling over seeds *and* problems counts the per-seed evaluation noise twice (intervals
-    too wide: 99% coverage). Calibrated by `experiment.calibration` (docs/statistics.md): bias
-    within ±0.2 points, coverage 95-98%, family-wise false verdicts ≤ 5% in the LLM design.
-    Seeds are not resampled: their variance reaches the estimate through every problem's seed
-    mean, which the problem bootstrap resamples; a design whose seeds move runs far along their
-    paths needs more seeds, not a seed bootstrap.
+    noise, so its lifts are biased low (about −0.9 points in the LLM design), and its resampling
+    over seeds *and* problems counts the per-seed evaluation noise twice. Why not a problem
+    bootstrap of this curve: it misses the seeds' effects, and with 128 problems its replicates
+    have heavy tails (the fit through a few noisy points), so its sd overstates the error by ~20%.
+    Calibrated by `experiment.calibration` (docs/statistics.md).
 
     Args:
-        x, y: `(M, S, P)` per-problem gains over the base model (the curve passes through 0).
+        x, y: `(M, S, P)` per-problem gains over the base model (the curve passes through 0);
+            `P ≥ 2`, and the problem axis must be crossed with the seeds (the same problems, or
+            the same prompt sets, under every seed).
         models, reference: as `bootstrap_lift`. degree: of the polynomial (1: a line).
+        num_resamples: problem bootstrap replicates for `inside_fraction` only. seed: its RNG.
 
     Returns:
-        A `LiftResult` (`inside_fraction`: fraction of replicates inside the reference's range).
+        A `LiftResult` with `se`, `df` and `p` `(M,)` (NaN outside the reference's range).
 
     Raises:
-        ValueError: as `bootstrap_lift`, or fewer reference points than `degree`.
+        ValueError: as `bootstrap_lift`, fewer reference points than `degree`, or `P < 2`.
     """
     x, y = _check_values(x, y, models)
     ref = _check_lift_args(models, reference, num_resamples, level, min_resamples=2)
     if ref.size < degree:
         raise ValueError(f"reference: {ref.size} models cannot fit a degree-{degree} curve")
     _, s, p = x.shape
+    if p < 2:
+        raise ValueError(f"x: {p} problem(s); the standard error needs at least 2")
     px, py = points(x, y)
     lo_x, hi_x = min(0.0, px[ref].min()), px[ref].max()
     status = np.where(px < lo_x, "below", np.where(px > hi_x, "above", "inside"))
-    est = np.where(
-        status == "inside", py - curve_at(fit_curve(px[ref], py[ref], degree), px), np.nan
-    )
+    inside = status == "inside"
+    est = np.where(inside, _curve_lifts(px, py, ref, degree), np.nan)
+    jac = _lift_jacobian(px, py, ref, degree)  # (M, 2, M)
+    contrib = np.einsum("mj,jsp->msp", jac[:, 0], x) + np.einsum("mj,jsp->msp", jac[:, 1], y)
+    var, df = crossed_variance(contrib)
+    se = np.where(inside, np.sqrt(var), np.nan)
+    df = np.where(inside, df, np.nan)
+    half = stats.t.ppf(0.5 + level / 2, np.where(inside, df, 1.0)) * se
+    pval = np.where(inside, 2 * stats.t.sf(np.abs(est) / np.where(se > 0, se, 1.0),
+                                           np.where(inside, df, 1.0)), np.nan)  # fmt: skip
     _, problem_idx = bootstrap_indices(np.random.default_rng(seed), num_resamples, s, p)
     seed_idx = np.broadcast_to(np.arange(s), (num_resamples, s))
-    bx, by = resampled_points(x, y, seed_idx, problem_idx)  # (B, M)
-    lifts = by - curve_at(fit_curve(bx[:, ref], by[:, ref], degree), bx)
-    inside = np.mean((bx >= np.minimum(0.0, bx[:, ref].min(1, keepdims=True)))
-                     & (bx <= bx[:, ref].max(1, keepdims=True)), axis=0)  # fmt: skip
-    half = float(stats.norm.ppf(0.5 + level / 2)) * lifts.std(axis=0, ddof=1)
-    return LiftResult(models, ref, px, py, est, status, est - half, est + half, inside,
-                      float(level), num_resamples)  # fmt: skip
+    bx, _ = resampled_points(x, y, seed_idx, problem_idx)  # (B, M)
+    frac = np.mean((bx >= np.minimum(0.0, bx[:, ref].min(1, keepdims=True)))
+                   & (bx <= bx[:, ref].max(1, keepdims=True)), axis=0)  # fmt: skip
+    return LiftResult(models, ref, px, py, est, status, est - half, est + half, frac,
+                      float(level), num_resamples, se=se, df=df, p=pval)  # fmt: skip
+
+
+def holm(p: object) -> np.ndarray:
+    """Holm's step-down adjusted p-values of a family of tests `(n,)` (NaN entries are not part of
+    the family and stay NaN): reject test `i` at family-wise level `α` iff its adjusted p ≤ `α`.
+    Source: Holm (1979), "A simple sequentially rejective multiple test procedure"."""
+    p = np.asarray(p, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    if ok.size:
+        order = ok[np.argsort(p[ok], kind="stable")]
+        n = order.size
+        adj = np.maximum.accumulate((n - np.arange(n)) * p[order])
+        out[order] = np.minimum(adj, 1.0)
+    return out
 
 
 MEASURES = ("pass_at_k", "distinct_correct")

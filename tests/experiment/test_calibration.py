@@ -46,17 +46,26 @@ def test_calibrate_reports_every_lift_and_the_familywise_rate():
     assert set(out["familywise_null"]) == {"above", "below"}
 
 
-def test_the_curve_procedure_is_calibrated_in_the_llm_design():
-    """`experiment.frontier.curve_lift` in the default design (the LLM sweep's shape): |bias| ≤ 0.3
-    points, coverage in [0.93, 0.97] and family-wise false verdicts ≤ 0.05, each allowing three
-    Monte Carlo standard errors (300 null and 300 positive comparisons)."""
-    out = C.calibrate(C.Design(), C.curve_procedure(200), lifts=(0.0, 0.03), per_lift=3,
+@pytest.mark.parametrize("design", sorted(C.DESIGNS))
+def test_the_curve_procedure_is_calibrated_in_the_committed_designs(design):
+    """`experiment.frontier.curve_lift` in the LLM designs (`make reproduce`'s sweep and the study's
+    confirmation stage): |bias| ≤ 0.3 points, coverage in [0.93, 0.97] and family-wise false
+    verdicts over a study's null models ≤ 0.05 with Holm, each allowing three Monte Carlo standard
+    errors (300 null and 300 positive comparisons)."""
+    out = C.calibrate(C.DESIGNS[design], C.curve_procedure(), lifts=(0.0, 0.03), per_lift=3,
                       replicates=100, seed=7)  # fmt: skip
     for row in out["by_lift"].values():
         assert abs(row["bias"]) <= 0.3 + 3 * row["bias_se"]
         assert 0.93 - 3 * row["coverage_se"] <= row["coverage"] <= 0.97 + 3 * row["coverage_se"]
     fw_se = np.sqrt(0.05 * 0.95 / 100)
-    assert max(out["familywise_null"].values()) <= 0.05 + 3 * fw_se
+    assert max(out["familywise_holm"].values()) <= 0.05 + 3 * fw_se
+
+
+def test_the_study_design_sees_three_points():
+    """The study's confirmation design has a minimum detectable lift ≤ 3 points at 80% power."""
+    out = C.calibrate(C.DESIGNS["study"], C.curve_procedure(), lifts=(0.0,), per_lift=3,
+                      replicates=60, seed=3)  # fmt: skip
+    assert C.minimum_detectable_lift(out) <= 3.0
 
 
 def test_cli_smoke_prints_json_for_each_procedure(capsys):
@@ -64,4 +73,5 @@ def test_cli_smoke_prints_json_for_each_procedure(capsys):
 
     assert main(["calibrate", "--replicates", "2", "--resamples", "5", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"curve", "envelope"} and out["curve"]["mde"] > 0
+    assert set(out) == {f"{d}/{p}" for d in C.DESIGNS for p in ("curve", "envelope")}
+    assert out["study/curve"]["mde"] > 0

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy import stats
 
 from experiment import frontier as F
 from experiment import report
@@ -213,27 +214,87 @@ def test_lift_table_lists_outside_models_without_extrapolating():
 
 
 def test_curve_lift_equals_a_plain_loop():
-    """`curve_lift` against a slow reference: one problem resample at a time, explicit means,
-    a least-squares fit through the origin by the normal equations."""
+    """`curve_lift` against a slow reference: explicit means, a least-squares fit through the
+    origin by the normal equations, the delta method by a loop of one-sided differences of the
+    lifts in every model's every cell, and the crossed-layout variance by sums of squares."""
     rng = np.random.default_rng(3)
-    m, s, p, b = 6, 2, 7, 30
-    x, y = rng.normal(0.05, 0.1, (m, s, p)), rng.normal(-0.02, 0.1, (m, s, p))
+    m, s, p = 6, 3, 40
+    x = rng.normal(0.05, 0.1, (m, s, p)) + rng.normal(0, 0.05, (m, s, 1))  # seed effects
+    y = rng.normal(-0.02, 0.1, (m, s, p)) + rng.normal(0, 0.05, (1, 1, p))  # problem effects
     models = F.Models(["grpo"] * 4 + ["m", "m"], list("abcdef"), [1, 2, 3, 4, 1, 2])
-    res = F.curve_lift(x, y, models, num_resamples=b, seed=11)
+    res = F.curve_lift(x, y, models, num_resamples=20, seed=11)
 
     def lifts(xm, ym):  # xm, ym: (M,) points
         a = np.stack([xm[:4], xm[:4] ** 2], axis=1)
         beta = np.linalg.solve(a.T @ a, a.T @ ym[:4])
         return ym - (beta[0] * xm + beta[1] * xm**2)
 
-    _, problem_idx = F.bootstrap_indices(np.random.default_rng(11), b, s, p)
-    reps = np.array(
-        [lifts(x[:, :, idx].mean((1, 2)), y[:, :, idx].mean((1, 2))) for idx in problem_idx]
-    )
     est = lifts(x.mean((1, 2)), y.mean((1, 2)))
-    half = 1.959963984540054 * reps.std(axis=0, ddof=1)
     inside = res.status == "inside"
     np.testing.assert_allclose(res.lift[inside], est[inside], rtol=1e-10)
-    np.testing.assert_allclose(res.lo[inside], (est - half)[inside], rtol=1e-8)
-    np.testing.assert_allclose(res.hi[inside], (est + half)[inside], rtol=1e-8)
-    assert np.isnan(res.lift[~inside]).all()
+    h = 1e-7  # the per-cell contribution: d lift / d (one cell's value) times S·P
+    contrib = np.zeros((m, s, p))
+    for j in range(m):
+        for v, arr in ((0, x), (1, y)):
+            xm, ym = x.mean((1, 2)), y.mean((1, 2))
+            xp, yp = xm.copy(), ym.copy()
+            (xp if v == 0 else yp)[j] += h
+            d = (lifts(xp, yp) - lifts(xm, ym)) / h  # (M,)
+            contrib += d[:, None, None] * arr[j][None]
+    for i in np.flatnonzero(inside):
+        c = contrib[i]
+        row, col, mu = c.mean(1), c.mean(0), c.mean()
+        ss_row = p * ((row - mu) ** 2).sum()
+        ss_col = s * ((col - mu) ** 2).sum()
+        ss_e = ((c - row[:, None] - col[None, :] + mu) ** 2).sum()
+        ms_row, ms_col, ms_e = ss_row / (s - 1), ss_col / (p - 1), ss_e / ((s - 1) * (p - 1))
+        crit_row = stats.f.ppf(0.75, s - 1, (s - 1) * (p - 1))
+        crit_col = stats.f.ppf(0.75, p - 1, (s - 1) * (p - 1))
+        if ms_row / ms_e > crit_row and ms_col / ms_e > crit_col:
+            var = (ms_row + ms_col - ms_e) / (s * p)
+        elif ms_col / ms_e > crit_col:
+            var = ms_col / (s * p)
+        elif ms_row / ms_e > crit_row:
+            var = ms_row / (s * p)
+        else:
+            var = c.var(ddof=1) / (s * p)
+        assert res.se[i] == pytest.approx(np.sqrt(var), rel=1e-5)
+        half = stats.t.ppf(0.975, res.df[i]) * res.se[i]
+        assert res.lo[i] == pytest.approx(est[i] - half, rel=1e-8, abs=1e-12)
+        assert res.p[i] == pytest.approx(2 * stats.t.sf(abs(est[i]) / res.se[i], res.df[i]))
+    assert np.isnan(res.lift[~inside]).all() and np.isnan(res.se[~inside]).all()
+
+
+def test_crossed_variance_is_unbiased_for_the_grand_mean():
+    """Under the two-way random-effects model with real seed, problem and noise components, the
+    estimate averages to the grand mean's variance over repeated designs (3 Monte Carlo SE), and
+    with one seed it is the plain variance of the mean."""
+    rng = np.random.default_rng(0)
+    s, p, n = 8, 30, 4000
+    c = (rng.normal(0, 1.0, (n, s, 1)) + rng.normal(0, 2.0, (n, 1, p))
+         + rng.normal(0, 3.0, (n, s, p)))  # fmt: skip
+    var, df = F.crossed_variance(c)
+    truth = 1.0 / s + 4.0 / p + 9.0 / (s * p)
+    assert abs(var.mean() - truth) <= 3 * var.std() / np.sqrt(n)
+    assert np.all(df > 1)
+    one = rng.normal(size=(5, 1, 7))
+    v1, d1 = F.crossed_variance(one)
+    np.testing.assert_allclose(v1, one[:, 0].var(axis=1, ddof=1) / 7)
+    assert np.all(d1 == 6)
+
+
+def test_holm_equals_the_step_down_rule():
+    rng = np.random.default_rng(1)
+    for _ in range(50):
+        p = rng.uniform(0, 0.2, rng.integers(1, 8))
+        adj = F.holm(p)
+        order = np.argsort(p)
+        n = p.size
+        for alpha in (0.01, 0.05, 0.1):
+            reject = np.zeros(n, bool)
+            for rank, i in enumerate(order):  # step down: stop at the first acceptance
+                if p[i] > alpha / (n - rank):
+                    break
+                reject[i] = True
+            np.testing.assert_array_equal(adj <= alpha, reject)
+    assert np.isnan(F.holm([0.01, np.nan])[1]) and F.holm([0.01, np.nan])[0] == 0.01
