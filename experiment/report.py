@@ -25,6 +25,7 @@ import numpy as np
 from experiment import frontier
 
 __all__ = [
+    "LIFT_METHOD",
     "MEASURES",
     "METHOD_COLORS",
     "RESULTS_SCHEMA",
@@ -36,8 +37,10 @@ __all__ = [
     "validate_results",
 ]
 
-RESULTS_SCHEMA = "sharpening.sweep/1"
-"""The version of the results.json schema (bumped when a required key changes meaning)."""
+RESULTS_SCHEMA = "sharpening.sweep/2"
+"""The version of the results.json schema (bumped when a required key changes meaning). 2: the lift
+is over a quadratic fitted to the reference (`experiment.frontier.curve_lift`, was the envelope),
+with ``lift_se``, ``lift_df``, ``lift_p`` per model and ``procedure``, ``curve`` per measure."""
 
 MEASURES = frontier.MEASURES
 
@@ -62,10 +65,19 @@ METHOD_COLORS = {
     "base": "#000000",
 }
 
+LIFT_METHOD = (
+    "the reference curve is a quadratic through the base fitted to the reference's points; CI: t "
+    "interval with the delta method's standard error over the crossed seeds × problems design "
+    "(`experiment.frontier.curve_lift`, calibrated by `python -m experiment calibrate`); p: two-"
+    "sided test of lift 0, per comparison (exploratory: not corrected for the many comparisons)"
+)
+"""How the lifts of `lift_analysis` are computed, in words, for the tables' intros."""
+
 _MODEL_KEYS = {
     "label": str, "setting": str, "step": int, "reference": bool, "status": str,
     "x": (float, type(None)), "y": (float, type(None)), "lift": (float, type(None)),
     "lift_lo": (float, type(None)), "lift_hi": (float, type(None)),
+    "lift_se": (float, type(None)), "lift_df": (float, type(None)), "lift_p": (float, type(None)),
     "inside_fraction": (float, type(None)),
 }  # fmt: skip
 _HEADER_KEYS = {
@@ -125,7 +137,8 @@ def validate_results(doc: Mapping[str, Any]) -> None:
             f"frontier: expected the measures {list(MEASURES)}, got {list(doc['frontier'])}"
         )
     for measure, a in doc["frontier"].items():
-        for key, kind in (("level", float), ("num_resamples", int), ("models", list)):
+        for key, kind in (("level", float), ("num_resamples", int), ("models", list),
+                          ("procedure", str), ("curve", list)):  # fmt: skip
             need(f"frontier.{measure}.{key}", a.get(key), kind)
         for i, m in enumerate(a["models"]):
             for key, kind in _MODEL_KEYS.items():
@@ -152,29 +165,29 @@ def lift_analysis(
     level: float = 0.95,
     seed: int = 0,
 ) -> tuple[dict[str, Any], frontier.LiftResult]:
-    """Lift at matched pass@1 of every model over the reference's upper envelope, with a paired
-    bootstrap over training seeds and problems (`experiment.frontier.bootstrap_lift`; seeds are not
-    resampled when there is one), and a bootstrap interval of every model's point.
+    """Lift at matched pass@1 of every model over a quadratic fitted to the reference's points,
+    with the calibrated t interval and p-value (`experiment.frontier.curve_lift`), and a bootstrap
+    interval of every model's point (over seeds and problems, for the figure).
 
     Args:
         x, y: `(M models, S seeds, P problems)` per-problem gains over the base in pass@1 and in
-            the measure.
+            the measure (the problem axis crossed with the seeds).
         models: the (label, setting, step) of each of the M models.
         rows: one mapping per model merged into its record (e.g. label, params, setting, step).
         k: the k of pass@k (None for distinct correct).
 
     Returns:
-        ``(section, lift)``: the results.json record ``{"k", "level", "num_resamples", "models":
-        [{**row, x, y, x_lo, x_hi, y_lo, y_hi, lift, lift_lo, lift_hi, status, inside_fraction,
-        reference}]}`` (NaN written as null) and the `LiftResult`.
+        ``(section, lift)``: the results.json record ``{"k", "level", "num_resamples",
+        "procedure", "curve" (the fitted coefficients β_1..β_d of Σ β_j x^j), "models": [{**row, x,
+        y, x_lo, x_hi, y_lo, y_hi, lift, lift_lo, lift_hi, lift_se, lift_df, lift_p, status,
+        inside_fraction, reference}]}`` (NaN written as null) and the `LiftResult`.
 
     Raises:
-        ValueError: as `bootstrap_lift` (shapes, no reference model, num_resamples < 1).
+        ValueError: as `curve_lift` (shapes, no reference model, num_resamples < 2, P < 2).
     """
-    res = frontier.bootstrap_lift(
-        x, y, models, reference, num_resamples=num_resamples, level=level, seed=seed,
-        resample_seeds=x.shape[1] > 1,
-    )  # fmt: skip
+    res = frontier.curve_lift(
+        x, y, models, reference, num_resamples=num_resamples, level=level, seed=seed
+    )
     seed_idx, problem_idx = frontier.bootstrap_indices(
         np.random.default_rng(seed), num_resamples, x.shape[1], x.shape[2]
     )
@@ -182,10 +195,13 @@ def lift_analysis(
     x_lo, x_hi = frontier.percentile_interval(bx, level)
     y_lo, y_hi = frontier.percentile_interval(by, level)
     ref = set(res.reference.tolist())
+    beta = frontier.fit_curve(res.x[res.reference], res.y[res.reference])
     section = {
         "k": k,
         "level": level,
         "num_resamples": num_resamples,
+        "procedure": "curve_lift: quadratic through the base, delta-method crossed-design t",
+        "curve": [float(b) for b in np.atleast_1d(beta)],
         "models": [
             {
                 **row,
@@ -198,6 +214,9 @@ def lift_analysis(
                 "lift": _num(res.lift[i]),
                 "lift_lo": _num(res.lo[i]),
                 "lift_hi": _num(res.hi[i]),
+                "lift_se": _num(res.se[i]),
+                "lift_df": _num(res.df[i]),
+                "lift_p": _num(res.p[i]),
                 "status": str(res.status[i]),
                 "inside_fraction": float(res.inside_fraction[i]),
                 "reference": bool(i in ref),
@@ -214,8 +233,9 @@ def axis_label(measure: str, k: int | None) -> str:
 
 
 def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
-    """Markdown tables of the lifts at matched pass@1 with their bootstrap CIs (percentage points
-    for pass@k, solutions per problem for distinct correct), after the paragraph `intro`.
+    """Markdown tables of the lifts at matched pass@1 with their CIs and p-values, per comparison
+    (exploratory: no correction for the many comparisons; percentage points for pass@k, solutions
+    per problem for distinct correct), after the paragraph `intro`.
 
     Args:
         analysis: ``{measure: section}`` of `lift_analysis` (results.json's ``frontier``).
@@ -227,8 +247,8 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
         pct = round(100 * a["level"])
         parts.append(f"\n### {axis_label(measure, a['k'])} ({unit}; pass@1 in percentage points)\n")
         parts.append(
-            f"| method | setting | step | pass@1 gain | gain | lift [{pct}% CI] | inside |\n"
-            "|---|---|---|---|---|---|---|"
+            f"| method | setting | step | pass@1 gain | gain | lift [{pct}% CI] | p | inside |\n"
+            "|---|---|---|---|---|---|---|---|"
         )
         for m in a["models"]:
             if m["reference"]:
@@ -239,9 +259,10 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
                     cell += f" [{scale * m['lift_lo']:+.2f}, {scale * m['lift_hi']:+.2f}]"
             else:
                 cell = f"n/a ({m['status']})"
+            pv = "" if m.get("lift_p") is None else f"{m['lift_p']:.3f}"
             parts.append(
                 f"| {m['label']} | {m['setting']} | {m['step']} | {100 * m['x']:+.1f} | "
-                f"{scale * m['y']:+.2f} | {cell} | {m['inside_fraction']:.2f} |"
+                f"{scale * m['y']:+.2f} | {cell} | {pv} | {m['inside_fraction']:.2f} |"
             )
     return "\n".join(parts) + "\n"
 
@@ -257,7 +278,7 @@ def plot_frontier(
     """The frontier figure: per measure, every model's point (gain over the base) on its training
     path (a thin line from the origin through its checkpoints), each label's upper envelope
     (`experiment.frontier.upper_envelope`) in its colour with the bootstrap CIs of its vertices,
-    and the reference's envelope (every reference label together) in black.
+    and the reference's fitted curve (every reference label together, `lift_analysis`) in black.
 
     Args:
         analysis: ``{measure: section}`` of `lift_analysis`.
@@ -287,9 +308,13 @@ def plot_frontier(
                         color=c, alpha=0.25, lw=0.7)  # fmt: skip
             env = frontier.upper_envelope(px, py)
             name = f"{', '.join(group)} (reference)" if is_ref else group[0]
-            # E is flat left of its first vertex down to the smallest pass@1 of the set.
-            ax.plot([env.x_min, *env.vx], [env.vy[0], *env.vy], "-", color=c,
-                    lw=2.5 if is_ref else 1.5, label=name)  # fmt: skip
+            if is_ref:  # the fitted curve the lifts are measured against
+                grid = np.linspace(min(0.0, px.min()), px.max(), 100)
+                ax.plot(grid, frontier.curve_at(np.array(a["curve"]), grid), "-", color=c, lw=2.5,
+                        label=f"{name}: fitted curve")  # fmt: skip
+            else:  # E is flat left of its first vertex down to the smallest pass@1 of the set.
+                ax.plot([env.x_min, *env.vx], [env.vy[0], *env.vy], "-", color=c, lw=1.5,
+                        label=name)  # fmt: skip
             vert = [
                 m
                 for m in pts

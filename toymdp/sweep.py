@@ -17,8 +17,8 @@ Outputs in OUT (default ``runs/toy_sweep/<config stem>``): ``results.json`` (the
 `experiment.report`, plus ``runs``: per entry × setting its metrics, means over the training and
 the held-out prompts, axes `(D draws, R seeds, T eval steps[, k])`), ``frontier.png`` and
 ``lifts.md`` (`experiment.report`: lift at matched pass@1 over the reference curve, every
-checkpoint of every reference setting; paired bootstrap over seeds and the held-out prompts of
-every draw). Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.npz``.
+checkpoint of every reference setting; `experiment.frontier.curve_lift` over seeds × draws).
+Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.npz``.
 """
 
 from __future__ import annotations
@@ -138,16 +138,18 @@ def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict[str, Any]:
 
 
 def frontier_data(cfg: SweepConfig, res: Mapping[str, Any], metric: str) -> dict[str, Any]:
-    """Per-problem gains over the base policy (step 0) in `experiment.frontier`'s layout: problems
-    = held-out prompts of every draw (the training prompts when nothing is held out), seeds =
-    training seeds; models = every eval step of every reference row and the final step of the
-    others.
+    """Per-problem gains over the base policy (step 0) in `experiment.frontier`'s layout: seeds =
+    training seeds; problems = the dataset draws, each the mean over its held-out prompts (the
+    training prompts when nothing is held out), or the prompts themselves with one draw, so that
+    the problem axis is crossed with the seeds (a run's effect is then the seed × draw cell, not
+    shared by many "problems"); models = every eval step of every reference row and the final
+    step of the others.
 
     Args:
         metric: ``"pass_at_k"`` (at the largest k) or ``"distinct_correct"``.
 
     Returns:
-        ``x``, ``y`` `(M, R, D·P')` gains, ``models``, ``rows`` (one record per model), ``row``
+        ``x``, ``y`` `(M, R, D)` (or `(M, R, P')` with one draw) gains, ``models``, ``rows`` (one record per model), ``row``
         `(M,)` the sweep row of each model, ``base_x``, ``base_y`` the base means.
     """
     train = np.asarray(res["train_prompts"])
@@ -155,7 +157,9 @@ def frontier_data(cfg: SweepConfig, res: Mapping[str, Any], metric: str) -> dict
     corr = res["correctness"][..., sel]  # (N, D, R, T, P')
     div = res[metric][..., sel, -1] if metric == "pass_at_k" else res[metric][..., sel]
 
-    def per_problem(a: np.ndarray) -> np.ndarray:  # (N, D, R, T, P') -> (N, T, R, D·P')
+    def per_problem(a: np.ndarray) -> np.ndarray:  # (N, D, R, T, P') -> (N, T, R, D or P')
+        if a.shape[1] > 1:  # a draw's prompts share its runs: the draw is the problem unit
+            a = a.mean(axis=-1, keepdims=True)
         n, d, r, t, p = a.shape
         return a.transpose(0, 3, 2, 1, 4).reshape(n, t, r, d * p)
 
@@ -225,6 +229,13 @@ def results_doc(cfg: SweepConfig, res: Mapping[str, Any], analysis: Mapping[str,
     }
 
 
+def _columns(cfg: SweepConfig) -> str:
+    """What the problem axis of the lift analysis is (`frontier_data`)."""
+    if len(cfg.env.draws) > 1:
+        return "the dataset draws (each the mean over its held-out prompts)"
+    return "the prompts"
+
+
 def _design(cfg: SweepConfig) -> str:
     split = "held-out" if cfg.env.kind == "dataset" else "training"
     return (f"{split} prompts of {len(cfg.env.draws)} draw(s), seeds {list(cfg.seeds)}, "
@@ -263,10 +274,10 @@ def sweep(
     analysis = analyse(cfg, res)
     doc = results_doc(cfg, res, analysis)
     store.write_json(out / "results.json", doc, indent=1)
-    intro = (f"Lift at matched pass@1 over the envelope of `{', '.join(cfg.reference)}` (every "
-             f"checkpoint of every setting), gains over the base policy on the {_design(cfg)}; "
-             f"CI: paired percentile bootstrap over seeds and problems ({cfg.num_resamples} "
-             "resamples); inside: fraction of resamples inside the reference's pass@1 range.")  # fmt: skip
+    intro = (f"Lift at matched pass@1 over `{', '.join(cfg.reference)}` (every checkpoint of every "
+             f"setting), gains over the base policy on the {_design(cfg)}; {report.LIFT_METHOD}; "
+             f"problems: {_columns(cfg)}; inside: fraction of {cfg.num_resamples} problem-"
+             "bootstrap replicates inside the reference's pass@1 range.")  # fmt: skip
     store.write_text(out / "lifts.md", report.lift_markdown(doc["frontier"], intro))
     report.plot_frontier(doc["frontier"], out / "frontier.png",
                          labels=[m.label for m in cfg.methods], reference=cfg.reference,

@@ -70,14 +70,13 @@ def lift_intro(results: Mapping[str, Any]) -> str:
     s = results["settings"]
     ev = s["eval"]
     return (
-        f"Lift at matched pass@1 over the upper envelope of `{', '.join(s['reference'])}` (all "
-        "its settings and checkpoints, and the base model at step 0), gains over the base model. "
+        f"Lift at matched pass@1 over `{', '.join(s['reference'])}` (all its settings and "
+        "checkpoints, and the base model at step 0), gains over the base model. "
         f"Paired evaluation: {ev['problems']} problems ({ev['source']}) × {ev['samples']} "
         "samples, "
         f"sampling seed {ev['seed']} for every model; training seeds {s['seeds']}; "
-        "CI: percentile bootstrap over seeds and problems. n/a: the model's pass@1 lies outside "
-        "the reference's range (no extrapolation); inside: fraction of bootstrap replicates "
-        "inside it."
+        f"{report.LIFT_METHOD}. n/a: the model's pass@1 lies outside the reference's range (no "
+        "extrapolation); inside: fraction of problem-bootstrap replicates inside it."
     )
 
 
@@ -90,7 +89,7 @@ def write_reports(results: Mapping[str, Any], frontier_png: Path, lifts_md: Path
         results["frontier"], frontier_png, labels=s["labels"], reference=s["reference"],
         title=f"frontiers: {ev['problems']} problems × {ev['samples']} samples (paired), seeds "
         f"{s['seeds']}, checkpoints {s['checkpoints']}; bars: {round(100 * level)}% "
-        "bootstrap CIs of the envelope vertices",
+        "bootstrap CIs of each method's envelope vertices",
     )  # fmt: skip
     text = report.lift_markdown(results["frontier"], lift_intro(results))
     lifts_md.write_text(text, encoding="utf-8")

@@ -82,16 +82,18 @@ def test_shapes_and_base_point(results: dict[str, np.ndarray]) -> None:
     )  # fmt: skip
 
 
-def test_lifts_match_the_reference_envelope(results: dict[str, np.ndarray]) -> None:
-    """Every inside point's lift is its gain minus GRPO's envelope at its pass@1 (experiment.frontier);
-    CIs are ordered."""
+def test_lifts_match_the_reference_curve(results: dict[str, np.ndarray]) -> None:
+    """Every inside point's lift is its gain minus GRPO's fitted curve at its pass@1
+    (experiment.frontier.curve_lift); CIs are ordered."""
     _, res, _ = passk.analysis(results)
     for metric in passk.MEASURES:
         lr: frontier.LiftResult = res[metric]["lift"]
-        env = frontier.upper_envelope(lr.x[lr.reference], lr.y[lr.reference])
+        beta = frontier.fit_curve(lr.x[lr.reference], lr.y[lr.reference])
         inside = np.flatnonzero(lr.status == "inside")
         assert inside.size > 0
-        np.testing.assert_allclose(lr.lift[inside], lr.y[inside] - env(lr.x[inside]), atol=1e-12)
+        np.testing.assert_allclose(
+            lr.lift[inside], lr.y[inside] - frontier.curve_at(beta, lr.x[inside]), atol=1e-12
+        )
         assert (lr.lo[inside] <= lr.hi[inside]).all()
 
 

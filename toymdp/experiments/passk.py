@@ -5,8 +5,8 @@ correct responses) per unit of correctness (pass@1) than GRPO's own trade-off? O
 method cannot answer it, so every method of figure 5 is swept from no effect to collapse (`sweep_doc`,
 run by `toymdp.sweep`), and each final point is compared with GRPO's curve at the same held-out
 pass@1: GRPO's checkpoints along training, a `kl_coef` sweep and two other learning rates
-(`experiment.frontier.bootstrap_lift`: the lift at matched pass@1, interpolated on the reference's
-monotone upper envelope, with a paired bootstrap over seeds and held-out prompts).
+(`experiment.frontier.curve_lift`: the lift at matched pass@1 over a quadratic fitted to the
+reference's points, with the delta method's t interval over seeds × dataset draws).
 
 The popularity toy dataset (`toy_dataset`; `toymdp.sweep_spec.popularity_dataset` is the same with its
 constants as arguments). A tree with V = 4 actions and depth H = 3 (M = 64 responses), prompts for
@@ -355,11 +355,11 @@ def plot(results: dict[str, np.ndarray], out_dir: Path) -> list[Path]:
         lr: frontier.LiftResult = res[metric]["lift"]
         sy = 100.0 if metric == "pass_at_k" else 1.0
         ref = lr.reference
-        env = frontier.upper_envelope(lr.x[ref], lr.y[ref])
+        beta = frontier.fit_curve(lr.x[ref], lr.y[ref])
         ax.scatter(100 * lr.x[ref], sy * lr.y[ref], s=8, color="0.65", zorder=2)
-        grid = np.linspace(env.x_min, env.x_max, 200)
-        ax.plot(100 * grid, sy * env(grid), color=METHOD_COLORS["grpo"], lw=2.5, zorder=4,
-                label="GRPO (every checkpoint; kl_coef, lr)")  # fmt: skip
+        grid = np.linspace(min(0.0, lr.x[ref].min()), lr.x[ref].max(), 200)
+        ax.plot(100 * grid, sy * frontier.curve_at(beta, grid), color=METHOD_COLORS["grpo"],
+                lw=2.5, zorder=4, label="GRPO's fitted curve (every checkpoint; kl_coef, lr)")  # fmt: skip
         for label in labels:
             if label in cfg.reference:
                 continue
@@ -380,8 +380,6 @@ def plot(results: dict[str, np.ndarray], out_dir: Path) -> list[Path]:
     names = [n for n in labels if n in best]
     for j, name in enumerate(names):
         i = best[name]
-        # A percentile interval need not contain the point estimate (the envelope is nonlinear),
-        # so the interval and the point are drawn separately.
         color = METHOD_COLORS.get(name, "0.3")
         ax.hlines(j, 100 * lr.lo[i], 100 * lr.hi[i], color=color, lw=1.5)
         ax.plot(100 * lr.lift[i], j, "o", color=color)
@@ -392,7 +390,7 @@ def plot(results: dict[str, np.ndarray], out_dir: Path) -> list[Path]:
     ax.set_xlabel(
         f"lift over GRPO's curve at matched pass@1, {_measure(cfg, 'pass_at_k')} (points)"
     )
-    ax.set_title("(c) best setting per method, 95% CI (seeds × prompts)")
+    ax.set_title("(c) best setting per method, 95% CI (seeds × draws; exploratory)")
     missing = sorted(set(labels) - set(names) - set(cfg.reference))
     d = res["pass_at_k"]["data"]
     fig.suptitle(
@@ -407,8 +405,9 @@ def plot(results: dict[str, np.ndarray], out_dir: Path) -> list[Path]:
         f" draws × {2 * cfg.env.per_size * len(cfg.env.multiplicities)} prompts (half held out), "
         f"base correctness {cfg.env.base_correctness} per prompt; Adam lr {cfg.train.lr:g}, "
         f"G = {cfg.train.group_size}, U = {cfg.train.updates}, {len(cfg.seeds)} seeds. Points: "
-        "final policies, means over seeds and held-out prompts; lines: monotone upper envelopes "
-        "(experiment.frontier). CIs: paired bootstrap over seeds and held-out prompts.",
+        "final policies, means over seeds and held-out prompts; lines: each method's monotone upper "
+        "envelope; GRPO: a quadratic through the base fitted to its points. CIs: "
+        "experiment.frontier.curve_lift (t, seeds × draws); exploratory, not corrected.",
         ha="center", va="top", fontsize=8,
     )  # fmt: skip
     fig.subplots_adjust(left=0.04, right=0.99, wspace=0.35)
