@@ -548,6 +548,20 @@ def curve_lift(
                       float(level), num_resamples, se=se, df=df, p=pval)  # fmt: skip
 
 
+def minimum_detectable(
+    se: object, df: object, *, alpha: float = 0.05, power: float = 0.8
+) -> np.ndarray:
+    """The true lift a two-sided t test at level `alpha` detects with probability `power`, given
+    the estimate's standard error `se` and degrees of freedom `df` (any shape, NaN stays NaN):
+    `(t_{1−α/2, df} + t_{power, df})·se` (the usual normal-approximation power formula with t
+    quantiles). With Holm over `n` tests pass `alpha/n` for the first test to be rejected."""
+    se, df = np.asarray(se, dtype=np.float64), np.asarray(df, dtype=np.float64)
+    ok = np.isfinite(se) & np.isfinite(df) & (df > 0)
+    d = np.where(ok, df, 1.0)
+    out = (stats.t.ppf(1 - alpha / 2, d) + stats.t.ppf(power, d)) * se
+    return np.where(ok, out, np.nan)
+
+
 def holm(p: object) -> np.ndarray:
     """Holm's step-down adjusted p-values of a family of tests `(n,)` (NaN entries are not part of
     the family and stay NaN): reject test `i` at family-wise level `α` iff its adjusted p ≤ `α`.

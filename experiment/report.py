@@ -69,7 +69,8 @@ LIFT_METHOD = (
     "the reference curve is a quadratic through the base fitted to the reference's points; CI: t "
     "interval with the delta method's standard error over the crossed seeds × problems design "
     "(`experiment.frontier.curve_lift`, calibrated by `python -m experiment calibrate`); p: two-"
-    "sided test of lift 0, per comparison (exploratory: not corrected for the many comparisons)"
+    "sided test of lift 0, per comparison (exploratory: not corrected for the many comparisons); "
+    "MDE: the lift this comparison detects with 80% power at 0.05"
 )
 """How the lifts of `lift_analysis` are computed, in words, for the tables' intros."""
 
@@ -235,7 +236,8 @@ def axis_label(measure: str, k: int | None) -> str:
 def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
     """Markdown tables of the lifts at matched pass@1 with their CIs and p-values, per comparison
     (exploratory: no correction for the many comparisons; percentage points for pass@k, solutions
-    per problem for distinct correct), after the paragraph `intro`.
+    per problem for distinct correct) and the minimum detectable lift at 80% power
+    (`experiment.frontier.minimum_detectable`), after the paragraph `intro`.
 
     Args:
         analysis: ``{measure: section}`` of `lift_analysis` (results.json's ``frontier``).
@@ -247,8 +249,8 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
         pct = round(100 * a["level"])
         parts.append(f"\n### {axis_label(measure, a['k'])} ({unit}; pass@1 in percentage points)\n")
         parts.append(
-            f"| method | setting | step | pass@1 gain | gain | lift [{pct}% CI] | p | inside |\n"
-            "|---|---|---|---|---|---|---|---|"
+            f"| method | setting | step | pass@1 gain | gain | lift [{pct}% CI] | p | MDE | inside |\n"
+            "|---|---|---|---|---|---|---|---|---|"
         )
         for m in a["models"]:
             if m["reference"]:
@@ -260,9 +262,16 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
             else:
                 cell = f"n/a ({m['status']})"
             pv = "" if m.get("lift_p") is None else f"{m['lift_p']:.3f}"
+            mde = (
+                ""
+                if m.get("lift_se") is None
+                else (
+                    f"{scale * float(frontier.minimum_detectable(m['lift_se'], m['lift_df'])):.2f}"
+                )
+            )
             parts.append(
                 f"| {m['label']} | {m['setting']} | {m['step']} | {100 * m['x']:+.1f} | "
-                f"{scale * m['y']:+.2f} | {cell} | {pv} | {m['inside_fraction']:.2f} |"
+                f"{scale * m['y']:+.2f} | {cell} | {pv} | {mde} | {m['inside_fraction']:.2f} |"
             )
     return "\n".join(parts) + "\n"
 
