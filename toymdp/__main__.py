@@ -18,6 +18,7 @@ from pathlib import Path
 from experiment import cli
 from toymdp.experiments import EXPERIMENTS, _plot
 from toymdp.figures import make_figures
+from toymdp.study import run_study
 from toymdp.sweep import sweep
 from toymdp.sweep_spec import describe
 
@@ -46,9 +47,20 @@ def _main(argv: list[str]) -> int:
     sw.add_argument(
         "--no-cache", action="store_true", help="recompute even if cached results exist"
     )
+    st = sub.add_parser("study", help="two-stage study: explore, pick, confirm, verdicts")
+    st.add_argument("--config", type=Path, required=True,
+                    help="study TOML: a sweep file plus [study] (configs/toy/study_*.toml)")  # fmt: skip
+    st.add_argument(
+        "--out", type=Path, default=None, help="output folder (default runs/toy_study/<stem>)"
+    )
+    st.add_argument(
+        "--no-cache", action="store_true", help="recompute even if cached results exist"
+    )
     args = parser.parse_args(argv)
     if args.command == "sweep":
         return _sweep(parser, args)
+    if args.command == "study":
+        return _study(parser, args)
 
     if args.list:
         for exp in sorted(EXPERIMENTS.values(), key=lambda e: e.order):
@@ -72,6 +84,22 @@ def _main(argv: list[str]) -> int:
     print(
         f"wrote {len(doc['experiments'])} experiments to {args.out}/ (summary.json) in {elapsed:.1f} s"
     )
+    return 0
+
+
+def _study(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if not args.config.is_file():
+        parser.error(f"--config: no such file {str(args.config)!r}")
+    try:
+        result = run_study(
+            args.config, args.out, use_cache=not args.no_cache, progress=sys.stderr.isatty()
+        )
+    except ValueError as err:
+        parser.error(str(err))
+    for row in result["claims"]:
+        print(f"{row['verdict']:>13}: {row['text']}")
+    out = args.out or Path("runs/toy_study") / args.config.stem
+    print(f"wrote study.json and verdicts.md to {out}/")
     return 0
 
 

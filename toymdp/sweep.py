@@ -256,6 +256,15 @@ def sweep(
     """
     cfg = load_config(config_path)
     out = Path(out) if out is not None else Path("runs/toy_sweep") / Path(config_path).stem
+    return sweep_config(cfg, out, use_cache=use_cache, progress=progress)
+
+
+def sweep_config(
+    cfg: SweepConfig, out: Path, *, use_cache: bool = True, progress: bool = True
+) -> dict[str, Any]:
+    """`sweep` of a parsed configuration into the folder `out` (returns `sweep`'s mapping plus
+    ``analysis``, the `analyse` of the results)."""
+    out = Path(out)
     cache = out / ".cache"
     cache.mkdir(parents=True, exist_ok=True)
     enable_jax_cache(cache / "jax")
@@ -282,4 +291,4 @@ def sweep(
     report.plot_frontier(doc["frontier"], out / "frontier.png",
                          labels=[m.label for m in cfg.methods], reference=cfg.reference,
                          title=f"frontiers: {_design(cfg)}")  # fmt: skip
-    return {"out": out, "cached": cached, "run_s": run_s, "doc": doc}
+    return {"out": out, "cached": cached, "run_s": run_s, "doc": doc, "analysis": analysis}

@@ -31,6 +31,7 @@ __all__ = [
     "FrontierSpec",
     "SweepConfig",
     "TrainSpec",
+    "build_table",
     "describe",
     "environments",
     "is_data",
@@ -70,7 +71,7 @@ class EnvSpec:
                                ge=0)  # fmt: skip
 
 
-def _build(cls: type, section: str, table: object) -> Any:
+def build_table(cls: type, section: str, table: object) -> Any:
     """`cls` from a TOML table, checked by `experiment.schema` (errors name ``section.key``);
     integers given for float options become floats."""
     try:
@@ -93,7 +94,7 @@ def parse_env(table: object) -> EnvSpec:
     Raises:
         ValueError: naming ``env.<key>`` and the bad value.
     """
-    env = _build(EnvSpec, "env", table)
+    env = build_table(EnvSpec, "env", table)
     m = env.num_actions**env.depth
     if max(env.multiplicities) > m:
         raise ValueError(f"env.multiplicities: expected sizes <= M = {m}, got {env.multiplicities}")
@@ -127,7 +128,7 @@ def parse_train(table: object) -> TrainSpec:
     Raises:
         ValueError: naming ``train.<key>`` and the bad value.
     """
-    return _build(TrainSpec, "train", table)
+    return build_table(TrainSpec, "train", table)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def parse_table(name: str, table: object) -> Any:
     Raises:
         ValueError: naming ``name.<key>`` and the bad value.
     """
-    return parse_env(table) if name == "env" else _build(TABLES[name], name, table)
+    return parse_env(table) if name == "env" else build_table(TABLES[name], name, table)
 
 
 def _tilt(log_pb: np.ndarray, correct: np.ndarray, target: float) -> np.ndarray:

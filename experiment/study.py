@@ -1,0 +1,226 @@
+"""Select, then confirm: the two stages of a study and the verdicts of the seeds' claims (issue 20).
+
+A study is an *exploratory* sweep (every method's coefficient swept, several checkpoints, GRPO's
+own curve as the reference) and a *confirmation* sweep that re-trains only the picks on fresh
+training seeds and evaluates them on fresh problems. Both stages are analysed by
+`experiment.report.lift_analysis` (the calibrated `experiment.frontier.curve_lift`):
+
+- `select`: per method label, the exploratory model with the **largest lower bound** of its lift
+  (a rule fixed before the data; ties broken by the larger lift, then the order of the models);
+- `confirm`: per picked label, its confirmation lift, interval, p-value, Holm's adjusted p-value
+  over the picked labels (`experiment.frontier.holm`) and the minimum detectable lift at 80% power
+  at the first step of Holm's procedure (level `alpha / n`, `experiment.frontier.minimum_detectable`);
+- `claim_verdict`: a claim "X lifts the measure by at least `size`" is **supported** when its
+  confirmed lift is > 0 after Holm, **refuted** when the confirmed interval lies below `size`,
+  or the lift is ≤ 0 with an MDE ≤ `size`, and **not resolved** otherwise (with the MDE reached);
+- `sharpening_verdict`: the claim "GRPO sharpens" from GRPO's final checkpoint in the
+  confirmation: pass@1 gain > 0 and the measure's gain < 0, both intervals excluding 0;
+- `problems_for`: the power calculation: the problems (or dataset draws) a comparison needs for a
+  target MDE, from its measured standard error (`se ∝ 1/√P`).
+
+Only exploratory lifts are reported per comparison; every verdict comes from the confirmation.
+Sources: issue 20 (the two-stage design and the claims' rule); Holm (1979).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from experiment import frontier
+
+__all__ = [
+    "CLAIMS",
+    "VERDICTS",
+    "claim_verdict",
+    "claims_table",
+    "confirm",
+    "problems_for",
+    "select",
+    "sharpening_verdict",
+    "verdicts_markdown",
+]
+
+VERDICTS = ("supported", "refuted", "not resolved")
+
+CLAIMS = (
+    ("grpo_sharpens", "grpo", "pass_at_k", "GRPO sharpens: pass@1 rises while large-k pass@k falls"),
+    ("ds_grpo", "ds_grpo", "pass_at_k", "DS-GRPO beats GRPO's trade-off (pass@k at matched pass@1)"),
+    ("entropy_bonus", "entropy_bonus", "distinct_correct",
+     "the entropy bonus keeps diversity (distinct correct) per unit of pass@1"),
+    ("casp", "casp", "pass_at_k", "CaSP keeps the candidates' support (pass@k at matched pass@1)"),
+    ("unlikeliness", "unlikeliness", "pass_at_k", "the unlikeliness reward keeps pass@k"),
+    ("w_reinforce", "w_reinforce", "pass_at_k",
+     "W-REINFORCE (down-weighted positive samples) keeps pass@k"),
+)  # fmt: skip
+"""The seeds' claims: `(id, method label, measure, text)`; the label is looked up in a study's
+confirmation (a claim whose method a study lacks is left out of its table)."""
+
+
+def _inside(m: Mapping[str, Any]) -> bool:
+    return m["status"] == "inside" and m["lift"] is not None and m["lift_lo"] is not None
+
+
+def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> dict[str, dict]:
+    """The exploratory picks: per non-reference label (or each of `labels`), its model (record of
+    `lift_analysis`'s section) with the largest lower bound of the lift, among models inside the
+    reference's pass@1 range. A label with no such model is left out.
+
+    Args:
+        section: one measure's section of `experiment.report.lift_analysis`.
+    """
+    best: dict[str, tuple[tuple[float, float], dict]] = {}
+    for m in section["models"]:
+        if m["reference"] or not _inside(m) or (labels is not None and m["label"] not in labels):
+            continue
+        key = (m["lift_lo"], m["lift"])
+        if m["label"] not in best or key > best[m["label"]][0]:
+            best[m["label"]] = (key, m)
+    return {label: m for label, (_, m) in best.items()}
+
+
+def confirm(
+    section: Mapping[str, Any], labels: Sequence[str], *, alpha: float = 0.05, power: float = 0.8
+) -> dict[str, dict]:
+    """Per picked label, its confirmation result: ``{lift, lo, hi, se, df, p, p_holm, mde,
+    verdict ("above" | "below" | "none"), x, y, setting, step}`` (lift, interval and MDE in the
+    measure's units; None where the model fell outside the reference's range, which counts as
+    not resolved). Holm is over the labels with a lift.
+
+    Args:
+        section: one measure's section of the confirmation's `lift_analysis`; each label must have
+            exactly one non-reference model in it (the pick).
+
+    Raises:
+        ValueError: a label with no model or with several in `section`.
+    """
+    models: dict[str, dict] = {}
+    for label in labels:
+        found = [m for m in section["models"] if m["label"] == label and not m["reference"]]
+        if len(found) != 1:
+            raise ValueError(f"confirmation: label {label!r} has {len(found)} models, expected 1")
+        models[label] = found[0]
+    p = np.array([m["lift_p"] if _inside(m) else np.nan for m in models.values()], dtype=float)
+    adj = frontier.holm(p)
+    n = int(np.isfinite(p).sum())
+    out = {}
+    for (label, m), a in zip(models.items(), adj, strict=True):
+        ok = _inside(m)
+        mde = None
+        if ok:
+            level = alpha / max(n, 1)
+            mde = float(frontier.minimum_detectable(m["lift_se"], m["lift_df"], alpha=level,
+                                                    power=power))  # fmt: skip
+        verdict = "none"
+        if ok and a <= alpha:
+            verdict = "above" if m["lift"] > 0 else "below"
+        out[label] = {
+            "setting": m["setting"], "step": m["step"], "x": m["x"], "y": m["y"],
+            "lift": m["lift"] if ok else None, "lo": m["lift_lo"] if ok else None,
+            "hi": m["lift_hi"] if ok else None, "se": m["lift_se"] if ok else None,
+            "df": m["lift_df"] if ok else None, "p": m["lift_p"] if ok else None,
+            "p_holm": float(a) if ok else None, "mde": mde, "verdict": verdict,
+            "status": m["status"],
+        }  # fmt: skip
+    return out
+
+
+def claim_verdict(result: Mapping[str, Any], size: float) -> str:
+    """The verdict of "the method lifts the measure by at least `size`" from its `confirm` record
+    (module docstring's rule)."""
+    if result["lift"] is None:
+        return "not resolved"
+    if result["verdict"] == "above":
+        return "supported"
+    if result["hi"] < size or (result["lift"] <= 0 and result["mde"] <= size):
+        return "refuted"
+    return "not resolved"
+
+
+def sharpening_verdict(
+    section: Mapping[str, Any], label: str, *, level: float = 0.95
+) -> dict[str, Any]:
+    """ "GRPO sharpens" from the final checkpoint of `label`'s first setting in a section of
+    `lift_analysis` (bootstrap intervals of its point): supported when its pass@1 gain and its
+    measure's gain have intervals on either side of 0 (up and down), refuted when the measure's
+    gain interval lies above 0, not resolved otherwise."""
+    ms = [m for m in section["models"] if m["label"] == label]
+    if not ms:
+        raise ValueError(f"sharpening: no model with label {label!r}")
+    setting = ms[0]["setting"]
+    m = max((m for m in ms if m["setting"] == setting), key=lambda m: m["step"])
+    if m["x_lo"] > 0 and m["y_hi"] < 0:
+        verdict = "supported"
+    elif m["y_lo"] > 0:
+        verdict = "refuted"
+    else:
+        verdict = "not resolved"
+    return {"setting": setting, "step": m["step"], "x": m["x"], "x_lo": m["x_lo"],
+            "x_hi": m["x_hi"], "y": m["y"], "y_lo": m["y_lo"], "y_hi": m["y_hi"],
+            "verdict": verdict}  # fmt: skip
+
+
+def problems_for(mde: float, problems: int, target: float) -> int:
+    """The problems (the crossed problem units) a comparison with minimum detectable lift `mde` at
+    `problems` needs for `target`, assuming its standard error scales as `1/√problems` (the
+    problem and evaluation components dominate; the seed component does not shrink)."""
+    if not (mde > 0 and target > 0 and problems > 0):
+        raise ValueError(f"problems_for: need positive mde, problems, target; got {mde}, "
+                         f"{problems}, {target}")  # fmt: skip
+    return math.ceil(problems * (mde / target) ** 2)
+
+
+def _pts(v: float | None, scale: float) -> str:
+    return "n/a" if v is None else f"{scale * v:+.2f}"
+
+
+def verdicts_markdown(
+    confirmed: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    picks: Mapping[str, Mapping[str, Any]],
+    intro: str,
+) -> str:
+    """The confirmation table: per measure and picked label, its pick (setting and step, chosen by
+    the pass@k lift; the exploratory lift of the measure's own best), the confirmed lift [CI], p,
+    Holm's p, MDE and verdict (points for pass@k, solutions per problem for distinct correct).
+
+    Args:
+        confirmed: ``{measure: {label: confirm record}}``. picks: ``{measure: {label: record with
+            setting, step, lift}}`` (`select`'s records)."""
+    parts = [intro]
+    for measure, rows in confirmed.items():
+        scale = 100.0 if measure == "pass_at_k" else 1.0
+        parts.append(f"\n### {measure}\n")
+        parts.append("| method | pick (setting, step) | exploratory lift | confirmed lift [95% CI] "
+                     "| p | Holm p | MDE (80%) | verdict |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+        for label, r in rows.items():
+            pick = picks.get("pass_at_k", {}).get(label)  # the pick is by the pass@k lift
+            own = picks.get(measure, {}).get(label)
+            explo = _pts(own["lift"], scale) if own else "n/a"
+            where = f"{pick['setting']}, {pick['step']}" if pick else f"{r['setting']}, {r['step']}"
+            ci = (f"{_pts(r['lift'], scale)} [{_pts(r['lo'], scale)}, {_pts(r['hi'], scale)}]"
+                  if r["lift"] is not None else f"n/a ({r['status']})")  # fmt: skip
+            p = "" if r["p"] is None else f"{r['p']:.3f}"
+            ph = "" if r["p_holm"] is None else f"{r['p_holm']:.3f}"
+            mde = "" if r["mde"] is None else f"{scale * r['mde']:.2f}"
+            parts.append(f"| {label} | {where} | {explo} | {ci} | {p} | {ph} "
+                         f"| {mde} | {r['verdict']} |")  # fmt: skip
+    return "\n".join(parts) + "\n"
+
+
+def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The README's claims table from study records ``{study, claim, verdict, lift, lo, hi, mde,
+    size, unit}`` (one row per study × claim)."""
+    out = ["| claim | study | verdict | confirmed lift [95% CI] | MDE | claimed size |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        if r.get("lift") is None:
+            lift = "n/a"
+        else:
+            lift = f"{r['lift']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}] {r['unit']}"
+        mde = "" if r.get("mde") is None else f"{r['mde']:.2f}"
+        out.append(f"| {r['text']} | {r['study']} | **{r['verdict']}** | {lift} | {mde} | "
+                   f"{r['size']:g} |")  # fmt: skip
+    return "\n".join(out) + "\n"

@@ -1,0 +1,84 @@
+"""Select, then confirm (`experiment.study`): the picking rule, Holm, the claims' rule, the power
+calculation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from experiment import frontier as F
+from experiment import study as S
+
+
+def _model(label, lift, lo, hi, *, p=0.5, se=0.01, df=30.0, status="inside", ref=False, step=10,
+           setting="s"):  # fmt: skip
+    return {"label": label, "setting": setting, "step": step, "reference": ref, "status": status,
+            "lift": lift, "lift_lo": lo, "lift_hi": hi, "lift_p": p, "lift_se": se,
+            "lift_df": df, "x": 0.1, "y": 0.0, "x_lo": 0.05, "x_hi": 0.15, "y_lo": -0.01,
+            "y_hi": 0.01}  # fmt: skip
+
+
+def test_select_takes_the_largest_lower_bound_inside_the_range():
+    section = {"models": [
+        _model("grpo", 0.0, -1, 1, ref=True),
+        _model("a", 0.05, -0.01, 0.11, setting="big"),   # largest lift, wide interval
+        _model("a", 0.03, 0.01, 0.05, setting="tight"),  # largest lower bound: the pick
+        _model("a", 0.09, None, None, status="above", setting="out"),
+        _model("b", None, None, None, status="below"),
+    ]}  # fmt: skip
+    picks = S.select(section)
+    assert set(picks) == {"a"} and picks["a"]["setting"] == "tight"
+
+
+def test_confirm_applies_holm_over_the_picks_and_names_missing_labels():
+    section = {"models": [
+        _model("grpo", 0.0, -1, 1, ref=True),
+        _model("a", 0.04, 0.02, 0.06, p=0.01),
+        _model("b", 0.03, 0.01, 0.05, p=0.03),
+        _model("c", -0.02, -0.04, 0.0, p=0.04),
+    ]}  # fmt: skip
+    out = S.confirm(section, ["a", "b", "c"], alpha=0.05)
+    np.testing.assert_allclose([out[k]["p_holm"] for k in "abc"], F.holm([0.01, 0.03, 0.04]))
+    assert out["a"]["verdict"] == "above"  # 0.03 <= 0.05
+    assert out["b"]["verdict"] == "none" and out["c"]["verdict"] == "none"  # 0.06, 0.06 > 0.05
+    assert out["a"]["mde"] == pytest.approx(float(F.minimum_detectable(0.01, 30.0, alpha=0.05 / 3)))
+    with pytest.raises(ValueError, match="label 'z' has 0 models"):
+        S.confirm(section, ["z"])
+
+
+@given(lift=st.floats(-0.1, 0.1), half=st.floats(0.001, 0.1), size=st.floats(0.001, 0.05),
+       mde=st.floats(0.001, 0.2), verdict=st.sampled_from(["above", "below", "none"]))  # fmt: skip
+@settings(max_examples=200, deadline=None)
+def test_the_claims_rule(lift, half, size, mde, verdict):
+    r = {"lift": lift, "lo": lift - half, "hi": lift + half, "mde": mde, "verdict": verdict}
+    v = S.claim_verdict(r, size)
+    assert v in S.VERDICTS
+    if verdict == "above":
+        assert v == "supported"
+    elif r["hi"] < size or (lift <= 0 and mde <= size):
+        assert v == "refuted"
+    else:
+        assert v == "not resolved"
+    assert S.claim_verdict({**r, "lift": None}, size) == "not resolved"
+
+
+def test_problems_for_scales_with_the_square_of_the_mde_ratio():
+    assert S.problems_for(3.0, 128, 1.5) == 512
+    assert S.problems_for(1.0, 128, 2.0) == 32
+    with pytest.raises(ValueError, match="positive"):
+        S.problems_for(0.0, 128, 1.5)
+
+
+def test_minimum_detectable_is_the_power_formula():
+    """At the MDE the t test's power (noncentral t) is 80% within the normal-approximation's
+    error, and NaN stays NaN."""
+    from scipy import stats
+
+    se, df = 0.01, 40.0
+    mde = float(F.minimum_detectable(se, df))
+    crit = stats.t.ppf(0.975, df)
+    power = stats.nct.sf(crit, df, mde / se) + stats.nct.cdf(-crit, df, mde / se)
+    assert power == pytest.approx(0.8, abs=0.01)
+    assert np.isnan(F.minimum_detectable(np.nan, 3.0))

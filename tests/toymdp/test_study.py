@@ -1,0 +1,69 @@
+"""`python -m toymdp study`: both stages on a tiny study, the confirmation's design, the errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiment import study as S
+from toymdp import study as TS
+from toymdp.__main__ import main
+
+CONFIG = Path(__file__).parents[2] / "configs" / "toy" / "quick.toml"
+STUDY = """
+[study]
+name = "quick toy"
+confirm_draws = [10, 11, 12]
+confirm_seeds = [0, 1]
+confirm_key = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def study_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("study") / "quick_study.toml"
+    path.write_text(CONFIG.read_text() + STUDY)
+    return path
+
+
+def test_the_study_confirms_the_picks_on_fresh_draws_and_keys(study_file: Path, tmp_path: Path):
+    assert main(["study", "--config", str(study_file), "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "study.json").read_text())
+    confirm = json.loads((tmp_path / "confirm" / "results.json").read_text())
+    explore = json.loads((tmp_path / "explore" / "results.json").read_text())
+    assert confirm["config"]["env"]["draws"] == [10, 11, 12] and confirm["seeds"] == [0, 1]
+    assert (
+        confirm["config"]["train"]["seed"] == 1 and explore["config"]["train"].get("seed", 0) == 0
+    )
+    # The confirmation trains the reference as written and exactly the pick of each method.
+    pick = doc["picks"]["pass_at_k"]["ds_grpo"]
+    rows = [r for r in confirm["runs"] if r["label"] == "ds_grpo"]
+    assert len(rows) == 1 and rows[0]["values"] == {}
+    assert confirm["config"]["methods"][1]["fixed"] == {"gamma_n": 0.0, **pick["params"]}
+    assert [r["label"] for r in confirm["runs"]].count("grpo") == 2  # kl_coef 0 and 0.1
+    assert {r["claim"] for r in doc["claims"]} == {"grpo_sharpens", "ds_grpo"}
+    assert all(r["verdict"] in S.VERDICTS for r in doc["claims"])
+    assert set(doc["provenance"]) == {"config", "config_sha256", "git_commit", "cpu", "numerics"}
+    text = (tmp_path / "verdicts.md").read_text()
+    assert "## Claims" in text and "| ds_grpo |" in text
+
+
+def test_bad_study_tables_are_named(tmp_path: Path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CONFIG.read_text() + STUDY.replace("[10, 11, 12]", "[0, 11]"))
+    with pytest.raises(ValueError, match=r"study.confirm_draws: \[0\] are exploratory draws"):
+        TS.load_study(bad)
+    bad.write_text(CONFIG.read_text() + STUDY.replace("confirm_key = 1", "confirm_key = 0"))
+    with pytest.raises(ValueError, match=r"study\.confirm_key: 0 equals train\.seed"):
+        TS.load_study(bad)
+    bad.write_text(CONFIG.read_text() + STUDY + "alpha_typo = 1\n")
+    with pytest.raises(ValueError, match="alpha_typo"):
+        TS.load_study(bad)
+
+
+@pytest.mark.parametrize("name", ["study_fig6.toml", "study_sharpening.toml"])
+def test_the_committed_study_configs_parse(name: str):
+    _, spec = TS.load_study(CONFIG.parent / name)
+    assert len(spec.confirm_draws) >= 8 and spec.claim_size == 1.5
