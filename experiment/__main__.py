@@ -1,7 +1,12 @@
-"""``python -m experiment calibrate [--replicates R] [--resamples B] [--seed S] [--json]``: the lift
-procedures checked by simulation with a known truth (`experiment.calibration`) in the design of
-the LLM sweep of `make reproduce`: bias, coverage, false verdicts under the null and power, for
-the envelope procedure (`frontier.bootstrap_lift`) and the fitted-curve one (`frontier.curve_lift`).
+"""``python -m experiment calibrate [--replicates R] [--resamples B] [--seed S] [--design D]
+[--json]``: the lift procedures checked by simulation with a known truth (`experiment.calibration`)
+in the committed LLM designs: bias, coverage, false verdicts under the null (unadjusted and with
+Holm) and power, for the envelope procedure (`frontier.bootstrap_lift`) and the fitted-curve one
+(`frontier.curve_lift`).
+
+``python -m experiment claims STUDY.json ... [--readme README.md]``: the claims table of the
+studies' confirmation stages (`experiment.study.claims_table`, the rule in docs/statistics.md),
+printed, or written into README.md between ``<!-- claims: begin -->`` and ``<!-- claims: end -->``.
 """
 
 from __future__ import annotations
@@ -11,7 +16,10 @@ import json
 import sys
 
 from experiment import calibration as C
-from experiment import cli
+from experiment import cli, store
+from experiment import study as S
+
+BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
 
 PROCEDURES = {"curve": C.curve_procedure, "envelope": C.bootstrap_procedure}
 
@@ -58,7 +66,12 @@ def _main(argv: list[str]) -> int:
     cal.add_argument("--design", choices=sorted(C.DESIGNS), action="append",
                      help="design(s) to simulate (default: all; `experiment.calibration.DESIGNS`)")  # fmt: skip
     cal.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    cl = sub.add_parser("claims", help="the claims table of committed studies (study.json files)")
+    cl.add_argument("studies", nargs="+", help="study.json files (python -m toymdp study)")
+    cl.add_argument("--readme", help="write the table into this file between the claims markers")
     args = parser.parse_args(argv)
+    if args.command == "claims":
+        return _claims(args.studies, args.readme)
     if args.replicates < 2 or args.resamples < 2:
         parser.error("--replicates and --resamples must be >= 2")
     report = {}
@@ -72,6 +85,27 @@ def _main(argv: list[str]) -> int:
         print(json.dumps(report, indent=2))
     else:
         print("\n\n".join(_table(name, out) for name, out in report.items()))
+    return 0
+
+
+def _claims(paths: list[str], readme: str | None) -> int:
+    rows = []
+    for path in paths:
+        doc = store.read_json(path)
+        if not isinstance(doc, dict) or "claims" not in doc:
+            raise ValueError(f"{path}: not a study.json (python -m toymdp study writes one)")
+        rows.extend(doc["claims"])
+    table = S.claims_table(rows)
+    if readme is None:
+        print(table, end="")
+        return 0
+    with open(readme, encoding="utf-8") as f:
+        text = f.read()
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"--readme: {readme} has no {BEGIN} ... {END} markers")
+    head, rest = text.split(BEGIN, 1)
+    store.write_text(readme, f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}")
+    print(f"wrote {len(rows)} claims into {readme}")
     return 0
 
 

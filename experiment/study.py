@@ -24,23 +24,33 @@ Sources: issue 20 (the two-stage design and the claims' rule); Holm (1979).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import platform
+import subprocess
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from experiment import frontier
+from experiment import frontier, store
 
 __all__ = [
     "CLAIMS",
     "VERDICTS",
+    "claim_rows",
     "claim_verdict",
     "claims_table",
+    "conclude",
     "confirm",
+    "pick",
     "problems_for",
+    "provenance",
     "select",
     "sharpening_verdict",
+    "study_markdown",
     "verdicts_markdown",
 ]
 
@@ -224,3 +234,134 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
         out.append(f"| {r['text']} | {r['study']} | **{r['verdict']}** | {lift} | {mde} | "
                    f"{r['size']:g} |")  # fmt: skip
     return "\n".join(out) + "\n"
+
+
+def _git_commit() -> str:
+    """The checkout's commit (``unknown`` outside a git checkout)."""
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True, cwd=Path(__file__).parent).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo; `platform.processor()` elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def provenance(config_path: str | Path, numerics_tag: str) -> dict[str, str]:
+    """A study's provenance: the config file, the SHA-256 of its parsed content, the git commit,
+    the CPU model and the numerics level (`numerics.tag()`, passed by the leg)."""
+    text = json.dumps(store.read_toml(config_path), sort_keys=True, default=str)
+    return {"config": str(config_path), "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "git_commit": _git_commit(), "cpu": _cpu_model(), "numerics": numerics_tag}  # fmt: skip
+
+
+def pick(explore: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, dict]]:
+    """`select` on every measure of an exploratory sweep's ``frontier``; the picks the
+    confirmation re-trains are ``["pass_at_k"]`` (one per label, by its pass@k lift)."""
+    return {measure: select(section) for measure, section in explore.items()}
+
+
+def claim_rows(
+    name: str,
+    confirmed: Mapping[str, Mapping[str, Any]],
+    sharp: Mapping[str, Any],
+    *,
+    size: float,
+    size_distinct: float,
+) -> list[dict[str, Any]]:
+    """One record per claim of `CLAIMS` the study has (`claims_table`'s rows): GRPO's sharpening
+    and each method's `claim_verdict` at the claimed `size` (points of pass@k) or `size_distinct`
+    (distinct correct solutions per problem)."""
+    rows = []
+    for cid, label, measure, text in CLAIMS:
+        if cid == "grpo_sharpens":
+            rows.append({"study": name, "claim": cid, "text": text, "verdict": sharp["verdict"],
+                         "lift": sharp["y"] * 100, "lo": sharp["y_lo"] * 100,
+                         "hi": sharp["y_hi"] * 100, "mde": None, "size": 0.0,
+                         "unit": "pass@k gain, points"})  # fmt: skip
+            continue
+        r = confirmed.get(measure, {}).get(label)
+        if r is None:
+            continue
+        scale, claimed = (100.0, size) if measure == "pass_at_k" else (1.0, size_distinct)
+
+        def scaled(v: float | None, scale: float = scale) -> float | None:
+            return None if v is None else scale * v
+
+        rows.append({"study": name, "claim": cid, "text": text,
+                     "verdict": claim_verdict(r, claimed / scale), "lift": scaled(r["lift"]),
+                     "lo": scaled(r["lo"]), "hi": scaled(r["hi"]), "mde": scaled(r["mde"]),
+                     "size": claimed,
+                     "unit": "points" if measure == "pass_at_k" else "per problem"})  # fmt: skip
+    return rows
+
+
+def conclude(
+    name: str,
+    picks: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    confirmation: Mapping[str, Mapping[str, Any]],
+    *,
+    reference: str,
+    alpha: float,
+    size: float,
+    size_distinct: float,
+    problems: int,
+    design: Mapping[str, Any],
+    provenance: Mapping[str, Any],
+    by_step: bool,
+) -> dict[str, Any]:
+    """The study's result (study.json) from its picks (`pick`) and the confirmation sweep's
+    ``frontier``: per measure `confirm` (with `by_step`, each pick's model at its picked step;
+    otherwise the label's only non-reference model), GRPO's `sharpening_verdict` (first reference
+    label), the `claim_rows`, and per pick the problems (`problems_for`, from `problems`) that its
+    MDE needs for the claimed `size`."""
+    chosen = picks["pass_at_k"]
+    confirmed = {}
+    for measure, section in confirmation.items():
+        models = [m for m in section["models"] if m["reference"] or (m["label"] in chosen
+                  and (not by_step or m["step"] == chosen[m["label"]]["step"]))]  # fmt: skip
+        confirmed[measure] = confirm({**section, "models": models}, list(chosen), alpha=alpha)
+    sharp = sharpening_verdict(confirmation["pass_at_k"], reference)
+    need = {label: problems_for(100 * r["mde"], problems, size)
+            for label, r in confirmed["pass_at_k"].items() if r["mde"]}  # fmt: skip
+    keep = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
+    return {
+        "study": name,
+        "provenance": dict(provenance),
+        "design": {**design, "alpha": alpha, "claim_size": size, "claim_size_distinct": size_distinct},
+        "picks": {m: {label: {k: p.get(k) for k in keep} for label, p in ps.items()}
+                  for m, ps in picks.items()},
+        "confirmed": confirmed,
+        "grpo_sharpens": sharp,
+        "claims": claim_rows(name, confirmed, sharp, size=size, size_distinct=size_distinct),
+        "problems_for_goal": need,
+    }  # fmt: skip
+
+
+def study_markdown(result: Mapping[str, Any], how: str, unit: str) -> str:
+    """verdicts.md: `how` (the two stages' design in words), the provenance, GRPO's sharpening,
+    the confirmation tables, the claims and the `unit`s (problems, draws) each comparison would
+    need for the claimed size."""
+    d, sharp = result["design"], result["grpo_sharpens"]
+    intro = (
+        f"# {result['study']}: select, then confirm\n\n{how} Holm at {d['alpha']} over the picks; "
+        "MDE: the lift the first Holm step detects with 80% power. Provenance: "
+        f"{json.dumps(result['provenance'])}.\n\n"
+        f"GRPO's final checkpoint ({sharp['setting']}): pass@1 {100 * sharp['x']:+.2f} "
+        f"[{100 * sharp['x_lo']:+.2f}, {100 * sharp['x_hi']:+.2f}], pass@k {100 * sharp['y']:+.2f} "
+        f"[{100 * sharp['y_lo']:+.2f}, {100 * sharp['y_hi']:+.2f}] points → GRPO sharpens: "
+        f"**{sharp['verdict']}**."
+    )
+    table = verdicts_markdown(result["confirmed"], result["picks"], intro)
+    need = ", ".join(f"{k} {v}" for k, v in result["problems_for_goal"].items()) or "n/a"
+    return (f"{table}\n## Claims\n\n{claims_table(result['claims'])}\n{unit} each comparison "
+            f"would need for an MDE of {d['claim_size']} points: {need}.\n")  # fmt: skip

@@ -22,23 +22,19 @@ sweep, so a rerun costs only the analysis.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
-import platform
-import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numerics
-from experiment import report, store
+from experiment import store
 from experiment import study as S
 from experiment.schema import meta, option
 from toymdp import sweep as SW
 from toymdp import sweep_spec
 
-__all__ = ["StudySpec", "cpu_model", "git_commit", "load_study", "run_study"]
+__all__ = ["StudySpec", "confirmation_doc", "load_study", "run_study"]
 
 
 @dataclass(frozen=True)
@@ -107,52 +103,6 @@ def confirmation_doc(
     return out
 
 
-def git_commit() -> str:
-    """The checkout's commit (``unknown`` outside a git checkout)."""
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              check=True, cwd=Path(__file__).parent).stdout.strip()  # fmt: skip
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo; `platform.processor()` elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def _claims(spec: StudySpec, confirmed: Mapping[str, Any], sharp: Mapping[str, Any]) -> list:
-    rows = []
-    for cid, label, measure, text in S.CLAIMS:
-        if cid == "grpo_sharpens":
-            rows.append({"study": spec.name, "claim": cid, "text": text,
-                         "verdict": sharp["verdict"], "lift": sharp["y"] * 100,
-                         "lo": sharp["y_lo"] * 100, "hi": sharp["y_hi"] * 100, "mde": None,
-                         "size": 0.0, "unit": "pass@k gain, points"})  # fmt: skip
-            continue
-        r = confirmed.get(measure, {}).get(label)
-        if r is None:
-            continue
-        scale, size = (100.0, spec.claim_size) if measure == "pass_at_k" else (
-            1.0, spec.claim_size_distinct)  # fmt: skip
-        rows.append({
-            "study": spec.name, "claim": cid, "text": text,
-            "verdict": S.claim_verdict(r, size / scale),
-            "lift": None if r["lift"] is None else scale * r["lift"],
-            "lo": None if r["lo"] is None else scale * r["lo"],
-            "hi": None if r["hi"] is None else scale * r["hi"],
-            "mde": None if r["mde"] is None else scale * r["mde"], "size": size,
-            "unit": "points" if measure == "pass_at_k" else "per prompt",
-        })  # fmt: skip
-    return rows
-
-
 def run_study(
     config_path: Path, out: Path | None = None, *, use_cache: bool = True, progress: bool = True
 ) -> dict[str, Any]:
@@ -164,66 +114,26 @@ def run_study(
     config_path = Path(config_path)
     doc, spec = load_study(config_path)
     out = Path(out) if out is not None else Path("runs/toy_study") / config_path.stem
-    explore = SW.sweep_config(sweep_spec.parse_config(doc), out / "explore",
-                              use_cache=use_cache, progress=progress)  # fmt: skip
-    ref = sweep_spec.parse_config(doc).reference
-    picks = {measure: S.select(explore["doc"]["frontier"][measure]) for measure in report.MEASURES}
-    chosen = picks["pass_at_k"]  # one pick per label: by its pass@k lift
-    cdoc = confirmation_doc(doc, spec, chosen)
+    cfg = sweep_spec.parse_config(doc)
+    explore = SW.sweep_config(cfg, out / "explore", use_cache=use_cache, progress=progress)
+    picks = S.pick(explore["doc"]["frontier"])
+    cdoc = confirmation_doc(doc, spec, picks["pass_at_k"])
     confirm = SW.sweep_config(sweep_spec.parse_config(cdoc), out / "confirm",
                               use_cache=use_cache, progress=progress)  # fmt: skip
-    labels = list(chosen)
-    confirmed = {measure: S.confirm(confirm["doc"]["frontier"][measure], labels, alpha=spec.alpha)
-                 for measure in report.MEASURES}  # fmt: skip
-    sharp = S.sharpening_verdict(confirm["doc"]["frontier"]["pass_at_k"], ref[0])
-    claims = _claims(spec, confirmed, sharp)
-    draws = len(spec.confirm_draws)
-    need = {label: S.problems_for(100 * r["mde"], draws, spec.claim_size)
-            for label, r in confirmed["pass_at_k"].items() if r["mde"]}  # fmt: skip
-    text = json.dumps(store.read_toml(config_path), sort_keys=True, default=str)
-    result = {
-        "study": spec.name,
-        "provenance": {
-            "config": str(config_path), "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "git_commit": git_commit(), "cpu": cpu_model(), "numerics": numerics.tag(),
-        },
-        "design": {"explore_draws": list(sweep_spec.parse_config(doc).env.draws),
-                   "explore_seeds": list(sweep_spec.parse_config(doc).seeds),
-                   "confirm_draws": list(spec.confirm_draws),
-                   "confirm_seeds": list(spec.confirm_seeds), "confirm_key": spec.confirm_key,
-                   "alpha": spec.alpha, "claim_size": spec.claim_size,
-                   "claim_size_distinct": spec.claim_size_distinct},
-        "picks": {m: {label: {k: p[k] for k in ("setting", "step", "params", "lift", "lift_lo",
-                                                 "lift_hi")}
-                      for label, p in ps.items()} for m, ps in picks.items()},
-        "confirmed": confirmed,
-        "grpo_sharpens": sharp,
-        "claims": claims,
-        "draws_for_goal": need,
-    }  # fmt: skip
+    design = {"explore_draws": list(cfg.env.draws), "explore_seeds": list(cfg.seeds),
+              "confirm_draws": list(spec.confirm_draws), "confirm_seeds": list(spec.confirm_seeds),
+              "confirm_key": spec.confirm_key}  # fmt: skip
+    result = S.conclude(
+        spec.name, picks, confirm["doc"]["frontier"], reference=cfg.reference[0],
+        alpha=spec.alpha, size=spec.claim_size, size_distinct=spec.claim_size_distinct,
+        problems=len(spec.confirm_draws), design=design,
+        provenance=S.provenance(config_path, numerics.tag()), by_step=False,
+    )  # fmt: skip
+    how = (f"Exploratory stage: draws {design['explore_draws']}, seeds {design['explore_seeds']}; "
+           "per method the setting with the largest lower bound of its pass@k lift (final "
+           "checkpoint). Confirmation: those picks and GRPO's reference entries re-trained on fresh "
+           f"keys (root {spec.confirm_key}, seeds {design['confirm_seeds']}) and evaluated on fresh "
+           f"draws {design['confirm_draws']} (the problem units of the lift).")  # fmt: skip
     store.write_json(out / "study.json", result, indent=1)
-    store.write_text(out / "verdicts.md", verdicts_text(result))
+    store.write_text(out / "verdicts.md", S.study_markdown(result, how, "Dataset draws"))
     return result
-
-
-def verdicts_text(result: Mapping[str, Any]) -> str:
-    """verdicts.md: the design, the confirmation table, GRPO's sharpening and the claims."""
-    d = result["design"]
-    sharp = result["grpo_sharpens"]
-    intro = (
-        f"# {result['study']}: select, then confirm\n\n"
-        f"Exploratory stage: draws {d['explore_draws']}, seeds {d['explore_seeds']}; per method "
-        "the setting with the largest lower bound of its pass@k lift. Confirmation: those picks "
-        f"and GRPO's reference entries re-trained on fresh keys (root {d['confirm_key']}, seeds "
-        f"{d['confirm_seeds']}) and evaluated on fresh draws {d['confirm_draws']}; Holm at "
-        f"{d['alpha']} over the picks; MDE: the lift the first Holm step detects with 80% power. "
-        f"Provenance: {json.dumps(result['provenance'])}.\n\n"
-        f"GRPO's final checkpoint: pass@1 {100 * sharp['x']:+.2f} [{100 * sharp['x_lo']:+.2f}, "
-        f"{100 * sharp['x_hi']:+.2f}], pass@k {100 * sharp['y']:+.2f} [{100 * sharp['y_lo']:+.2f}"
-        f", {100 * sharp['y_hi']:+.2f}] points → GRPO sharpens: **{sharp['verdict']}**."
-    )
-    table = S.verdicts_markdown(result["confirmed"], result["picks"], intro)
-    claims = S.claims_table(result["claims"])
-    need = ", ".join(f"{k} {v}" for k, v in result["draws_for_goal"].items())
-    return (f"{table}\n## Claims\n\n{claims}\nDraws each comparison would need for an MDE of "
-            f"{d['claim_size']} points: {need}.\n")  # fmt: skip

@@ -75,3 +75,20 @@ def test_cli_smoke_prints_json_for_each_procedure(capsys):
     out = json.loads(capsys.readouterr().out)
     assert set(out) == {f"{d}/{p}" for d in C.DESIGNS for p in ("curve", "envelope")}
     assert out["study/curve"]["mde"] > 0
+
+
+def test_claims_command_writes_the_table_between_the_markers(tmp_path, capsys):
+    from experiment.__main__ import main
+
+    study = tmp_path / "study.json"
+    row = {"study": "toy", "claim": "ds_grpo", "text": "DS-GRPO beats GRPO", "verdict": "refuted",
+           "lift": -1.0, "lo": -2.0, "hi": 0.5, "mde": 1.2, "size": 1.5, "unit": "points"}  # fmt: skip
+    study.write_text(json.dumps({"claims": [row]}))
+    readme = tmp_path / "README.md"
+    readme.write_text("top\n<!-- claims: begin -->\nold\n<!-- claims: end -->\nbottom\n")
+    assert main(["claims", str(study), "--readme", str(readme)]) == 0
+    text = readme.read_text()
+    assert "old" not in text and text.startswith("top\n") and text.endswith("bottom\n")
+    assert "| DS-GRPO beats GRPO | toy | **refuted** | -1.00 [-2.00, +0.50] points | 1.20 | 1.5 |" in text
+    assert main(["claims", str(tmp_path / "missing.json")]) == 2
+    assert "not a study.json" in capsys.readouterr().err
