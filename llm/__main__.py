@@ -10,6 +10,7 @@
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
     python -m llm sweep --config FILE [--set KEY=VALUE ...] [--workers N] [--out DIR]
+    python -m llm study --config FILE [--workers N] [--out DIR]   # explore, pick, confirm
 
 `--model` takes a model folder or a run folder (its newest checkpoint holding weights is used; for
 an FSDP2 run, whose checkpoints are sharded, the last step's Hugging Face export). `--config` gives
@@ -53,6 +54,7 @@ from llm.rollout.backend import make_backend
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import check_device
 from llm.sweep import describe as describe_sweep
+from llm.study import run_study
 from llm.sweep import load_sweep, run_sweep
 from llm.tasks import TASKS
 from llm.train.trainer import train
@@ -228,6 +230,15 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _study(args: argparse.Namespace) -> int:
+    out = args.out or str(Path("runs") / "llm_study" / Path(args.config).stem)
+    result = run_study(args.config, out, workers=args.workers, progress=sys.stderr.isatty())
+    for row in result["claims"]:
+        print(f"{row['verdict']:>13}: {row['text']}")
+    print(f"wrote {out}/study.json and {out}/verdicts.md")
+    return 0
+
+
 def _add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--set",
@@ -328,6 +339,14 @@ def _main(argv: list[str]) -> int:
     sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     sw.add_argument("--out", help="output folder (default runs/sweeps/<config stem>)")
     sw.set_defaults(func=_sweep)
+
+    st = sub.add_parser("study", help="two stages: explore, pick per method, confirm on fresh "
+                                      "seeds and problems, verdicts")  # fmt: skip
+    st.add_argument("--config", required=True, help="study TOML: a sweep plus [study] "
+                                                    "(configs/study_*.toml)")  # fmt: skip
+    st.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    st.add_argument("--out", help="output folder (default runs/llm_study/<config stem>)")
+    st.set_defaults(func=_study)
 
     args = parser.parse_args(argv)
     hf_logging.disable_progress_bar()  # per-checkpoint bars would break tqdm's line

@@ -81,6 +81,9 @@ class SweepEval:
     problems: int = schema.option(
         0, "the first N problems of the base config's [eval] source (0: its eval.n_problems)", ge=0
     )
+    offset: int = schema.option(
+        0, "skip the first N problems (a confirmation stage's fresh problems)", ge=0
+    )
     samples: int = schema.option(
         0, "samples per problem n (0: the base config's eval.n_samples)", ge=0
     )
@@ -226,6 +229,8 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         raise ValueError(f"eval.ks: expected a list of k in [1, samples = {samples}], got {ks!r}")
     evald = {
         "problems": ev.problems or base_cfg.eval.n_problems,
+        # Only when set: an evaluation's key (and the results' bytes) without it stay as before.
+        **({"offset": ev.offset} if ev.offset else {}),
         "samples": samples,
         "seed": ev.seed,
         "set": ev.set or None,
@@ -326,19 +331,21 @@ def run_name(setting: Setting, seed: int) -> str:
 
 
 def _eval_problems(spec: SweepSpec, base_cfg: Any) -> tuple[list[Any], str]:
-    """The paired evaluation problems: the first ``eval.problems`` of the base config's [eval]
-    source (set ``eval.set`` when it names several)."""
+    """The paired evaluation problems: ``eval.problems`` of the base config's [eval] source after
+    the first ``eval.offset`` (set ``eval.set`` when it names several)."""
 
     raw = _base_raw(spec)
-    raw.setdefault("eval", {})["n_problems"] = spec.eval["problems"]
+    offset = spec.eval.get("offset", 0)
+    raw.setdefault("eval", {})["n_problems"] = offset + spec.eval["problems"]
     sets = load_eval_sets(config_from_dict(raw))
     name = spec.eval["set"] or next(iter(sets))
     if name not in sets:
         raise ValueError(f"eval.set: expected one of {sorted(sets)}, got {name!r}")
-    problems = sets[name][: spec.eval["problems"]]
+    problems = sets[name][offset : offset + spec.eval["problems"]]
     if len(problems) < spec.eval["problems"]:
         raise ValueError(
-            f"eval.problems: {spec.eval['problems']} asked, the set {name!r} has {len(problems)}"
+            f"eval.problems: {spec.eval['problems']} asked after offset {offset}, the set "
+            f"{name!r} has {len(problems)} there"
         )
     return problems, f"{base_cfg.eval.source}:{name}"
 

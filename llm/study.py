@@ -1,0 +1,154 @@
+"""`python -m llm study --config FILE [--workers N] [--out DIR]`: a two-stage LLM study with verdicts.
+
+A study file is an LLM sweep file (`llm.sweep`: the exploratory stage, every method's
+coefficients against GRPO's own curve, every run evaluated at every checkpoint) plus a ``[study]``
+table (`StudySpec`): the fresh training seeds, the fresh held-out problems (how many, and how many
+of the stream to skip: the exploratory ones) of the confirmation stage, the claimed size of a lift
+and the family-wise level. The stages (`experiment.study`):
+
+1. **explore**: the sweep as written; per method label, the (setting, checkpoint) with the
+   largest lower bound of its pass@k lift;
+2. **confirm**: the reference entries as written plus one entry per pick (its setting), trained on
+   the fresh seeds and evaluated on the fresh problems at the same checkpoints; each pick is read
+   at its picked checkpoint, Holm over the picks, the MDE, every claim's verdict.
+
+Outputs in OUT (default ``runs/llm_study/<config stem>``): ``explore/`` and ``confirm/`` (sweep
+folders: results.json, lifts.md, frontier.png, runs/), ``study.json`` (provenance, picks, confirmed
+lifts, verdicts, the problems each comparison would need for the claimed size) and
+``verdicts.md``. Both stages are resumable run by run (`llm.run.jobs`): a rerun after a kill
+continues where it stopped and reuses every finished run and evaluation.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numerics
+from experiment import schema, store
+from experiment import study as S
+from experiment.schema import meta, option
+from llm.sweep import run_sweep, sweep_from_dict
+
+__all__ = ["StudySpec", "confirmation_doc", "load_study", "run_study"]
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """``[study]``: the confirmation stage and the claims' rule (module docstring)."""
+
+    name: str = option("LLM study", "the study's name in the tables")
+    confirm_seeds: list[int] = field(default_factory=lambda: [10, 11, 12], metadata=meta(
+        "training seeds of the confirmation (fresh: not among the sweep's seeds)", ge=0,
+        length=(1, None)))  # fmt: skip
+    confirm_problems: int = option(512, "held-out problems of the confirmation", ge=2)
+    confirm_offset: int = option(
+        0, "problems of the held-out stream to skip (0: the exploratory ones)", ge=0
+    )
+    claim_size: float = option(3.0, "a claim's size: points of pass@k (MDE goal)", gt=0)
+    claim_size_distinct: float = option(0.1, "a claim's size in distinct correct / problem", gt=0)
+    alpha: float = option(0.05, "family-wise level of Holm over the picks", gt=0, lt=1)
+
+
+def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
+    """The exploratory sweep document (the file without ``[study]``) and its `StudySpec`; the
+    sweep is validated (`llm.sweep.sweep_from_dict`).
+
+    Raises:
+        ValueError: naming the file and key: a bad ``[study]`` key, confirmation seeds that are
+            also exploratory seeds, or confirmation problems overlapping the exploratory ones.
+    """
+    path = Path(path)
+    doc = dict(store.read_toml(path))
+    table = doc.pop("study", {})
+    try:
+        spec = schema.from_dict(StudySpec, table if isinstance(table, Mapping) else {"": table})
+        schema.check_fields(spec)
+        sweep = sweep_from_dict(doc, root=path.parent)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{path}: study: {err}") from None
+    reused = sorted(set(spec.confirm_seeds) & set(sweep.seeds))
+    if reused:
+        raise ValueError(f"{path}: study.confirm_seeds: {reused} are exploratory seeds")
+    explored = sweep.eval.get("offset", 0) + sweep.eval["problems"]
+    if spec.confirm_offset and spec.confirm_offset < explored:
+        raise ValueError(f"{path}: study.confirm_offset: {spec.confirm_offset} overlaps the "
+                         f"exploratory problems (the first {explored})")  # fmt: skip
+    return doc, spec
+
+
+def confirmation_doc(
+    doc: Mapping[str, Any], spec: StudySpec, picks: Mapping[str, Mapping[str, Any]], root: Path
+) -> dict[str, Any]:
+    """The confirmation sweep: `doc`'s reference entries, one entry per picked label with its
+    picked setting's parameters, the fresh seeds and problems (``confirm_offset``, or right after
+    the exploratory problems)."""
+    sweep = sweep_from_dict(doc, root=root)
+    out = copy.deepcopy(dict(doc))
+    out["base"] = sweep.base  # absolute: the confirmation is parsed from anywhere
+    explored = sweep.eval.get("offset", 0) + sweep.eval["problems"]
+    out["eval"] = {**out.get("eval", {}), "problems": spec.confirm_problems,
+                   "offset": spec.confirm_offset or explored}  # fmt: skip
+    out["seeds"] = list(spec.confirm_seeds)
+    methods = []
+    for entry in doc["methods"]:
+        label = entry.get("label", entry["method"])
+        if label in sweep.reference:
+            methods.append(entry)
+        elif label in picks:
+            methods.append({"method": entry["method"], "label": label,
+                            "points": [dict(picks[label]["params"])]})  # fmt: skip
+    out["methods"] = methods
+    return out
+
+
+def run_study(
+    config_path: str | Path,
+    out: str | Path | None = None,
+    *,
+    workers: int | None = None,
+    progress: bool = True,
+    num_resamples: int = 200,
+) -> dict[str, Any]:
+    """Both stages of the study in `config_path` (module docstring); returns study.json's dict.
+
+    Raises:
+        ValueError: naming the file and key of a bad configuration.
+    """
+    config_path = Path(config_path)
+    doc, spec = load_study(config_path)
+    out = Path(out) if out is not None else Path("runs/llm_study") / config_path.stem
+    sweep = sweep_from_dict(doc, root=config_path.parent)
+    sweep.source = str(config_path)
+    explore = run_sweep(sweep, out / "explore", workers=workers, progress=progress,
+                        num_resamples=num_resamples)  # fmt: skip
+    picks = S.pick(explore["frontier"])
+    cdoc = confirmation_doc(doc, spec, picks["pass_at_k"], config_path.parent)
+    csweep = sweep_from_dict(cdoc, root=config_path.parent)
+    csweep.source = f"{config_path} (confirmation)"
+    confirm = run_sweep(csweep, out / "confirm", workers=workers, progress=progress,
+                        num_resamples=num_resamples)  # fmt: skip
+    design = {"explore_seeds": sweep.seeds, "explore_problems": sweep.eval["problems"],
+              "confirm_seeds": list(spec.confirm_seeds),
+              "confirm_problems": spec.confirm_problems,
+              "confirm_offset": csweep.eval["offset"], "samples": csweep.eval["samples"],
+              "checkpoints": sweep.checkpoints}  # fmt: skip
+    result = S.conclude(
+        spec.name, picks, confirm["frontier"], reference=sweep.reference[0], alpha=spec.alpha,
+        size=spec.claim_size, size_distinct=spec.claim_size_distinct,
+        problems=spec.confirm_problems, design=design,
+        provenance=S.provenance(config_path, numerics.tag()), by_step=True,
+    )  # fmt: skip
+    how = (f"Exploratory stage: seeds {sweep.seeds}, the first {sweep.eval['problems']} held-out "
+           f"problems × {sweep.eval['samples']} samples, checkpoints {sweep.checkpoints}; per "
+           "method the (setting, checkpoint) with the largest lower bound of its pass@k lift. "
+           "Confirmation: those settings and GRPO's reference entries re-trained on fresh seeds "
+           f"{spec.confirm_seeds} and evaluated on {spec.confirm_problems} fresh problems (from "
+           f"{csweep.eval['offset']} on) × {csweep.eval['samples']} samples; each pick read at "
+           "its checkpoint.")  # fmt: skip
+    store.write_json(out / "study.json", result, indent=1)
+    store.write_text(out / "verdicts.md", S.study_markdown(result, how, "Problems"))
+    return result
