@@ -53,8 +53,8 @@ from llm.reproduce import (
 from llm.rollout.backend import make_backend
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import check_device
-from llm.sweep import describe as describe_sweep
 from llm.study import run_study
+from llm.sweep import describe as describe_sweep
 from llm.sweep import load_sweep, run_sweep
 from llm.tasks import TASKS
 from llm.train.trainer import train
