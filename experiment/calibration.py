@@ -20,8 +20,8 @@ method model's *true lift* is its population pass@k gain minus that curve at its
 pass@1 gain. `method_path` builds a method whose model at a given checkpoint has a chosen true
 lift (0, +2, +3, +6 points) at its middle checkpoint by solving for its sharpening `b`.
 
-`calibrate` runs a lift procedure (`Procedure`: the package's `bootstrap_procedure` by default) on
-many simulated studies and reports its bias, per-comparison coverage, the family-wise rate of
+`calibrate` runs a lift procedure (`Procedure`: the package's `curve_procedure`, or the earlier
+`bootstrap_procedure`) on many simulated studies and reports its bias, per-comparison coverage, the family-wise rate of
 false "above"/"below" verdicts under the null, and the power to see a positive lift.
 
 Sources: the question and the simulation design are issue 20's; pass@k's unbiased estimator is
@@ -61,7 +61,7 @@ _SEED_NODES = 16
 @dataclass(frozen=True)
 class Design:
     """The shape of a synthetic study (module docstring). Defaults: the LLM sweep of
-    `make reproduce` (base pass@1 ≈ 0.30, pass@16 ≈ 0.85, 128 problems × 16 samples, 3 seeds,
+    `make reproduce` (`DESIGNS`; base pass@1 ≈ 0.30, pass@16 ≈ 0.85, 128 problems × 16 samples, 3 seeds,
     3 checkpoints; GRPO's path gains ≈ 5 points of pass@1 and loses ≈ 6 of pass@16, as measured;
     binomial evaluation noise alone gives the observed seed-to-seed sd of pass@1 ≈ 1 point and of
     pass@16 ≈ 3 points, so the seed noise is small)."""
@@ -247,8 +247,9 @@ two-sided p-value of lift 0, all NaN when the procedure gives none)."""
 
 
 def bootstrap_procedure(num_resamples: int = 200, level: float = 0.95) -> Procedure:
-    """The package's procedure today: `experiment.frontier.bootstrap_lift` (the envelope of the
-    reference's noisy points, a paired percentile bootstrap over seeds and problems)."""
+    """The earlier procedure, kept for comparison: `experiment.frontier.bootstrap_lift` (the
+    envelope of the reference's noisy points, a paired percentile bootstrap over seeds and
+    problems)."""
 
     def run(study: Study, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         res = frontier.bootstrap_lift(
