@@ -514,7 +514,8 @@ def curve_lift(
         num_resamples: problem bootstrap replicates for `inside_fraction` only. seed: its RNG.
 
     Returns:
-        A `LiftResult` with `se`, `df` and `p` `(M,)` (NaN outside the reference's range).
+        A `LiftResult` with `se`, `df` and `p` `(M,)` (NaN outside the reference's range; `p`
+        NaN where `se` is 0).
 
     Raises:
         ValueError: as `bootstrap_lift`, fewer reference points than `degree`, or `P < 2`.
@@ -537,8 +538,11 @@ def curve_lift(
     se = np.where(inside, np.sqrt(var), np.nan)
     df = np.where(inside, df, np.nan)
     half = stats.t.ppf(0.5 + level / 2, np.where(inside, df, 1.0)) * se
-    pval = np.where(inside, 2 * stats.t.sf(np.abs(est) / np.where(se > 0, se, 1.0),
-                                           np.where(inside, df, 1.0)), np.nan)  # fmt: skip
+    # A model whose every per-cell contribution is 0 (e.g. one that never left the base) has
+    # standard error 0: no test, p NaN.
+    ok = inside & (se > 0)
+    pval = np.where(ok, 2 * stats.t.sf(np.abs(est) / np.where(ok, se, 1.0),
+                                       np.where(ok, df, 1.0)), np.nan)  # fmt: skip
     _, problem_idx = bootstrap_indices(np.random.default_rng(seed), num_resamples, s, p)
     seed_idx = np.broadcast_to(np.arange(s), (num_resamples, s))
     bx, _ = resampled_points(x, y, seed_idx, problem_idx)  # (B, M)

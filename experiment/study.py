@@ -71,7 +71,8 @@ confirmation (a claim whose method a study lacks is left out of its table)."""
 
 
 def _inside(m: Mapping[str, Any]) -> bool:
-    return m["status"] == "inside" and m["lift"] is not None and m["lift_lo"] is not None
+    """A testable comparison: inside the reference's range, with a p-value (standard error > 0)."""
+    return m["status"] == "inside" and m["lift"] is not None and m.get("lift_p") is not None
 
 
 def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> dict[str, dict]:
@@ -133,7 +134,7 @@ def confirm(
             "hi": m["lift_hi"] if ok else None, "se": m["lift_se"] if ok else None,
             "df": m["lift_df"] if ok else None, "p": m["lift_p"] if ok else None,
             "p_holm": float(a) if ok else None, "mde": mde, "verdict": verdict,
-            "status": m["status"],
+            "status": m["status"] if m["lift_p"] is not None or m["lift"] is None else "se 0",
         }  # fmt: skip
     return out
 

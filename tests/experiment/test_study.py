@@ -82,3 +82,16 @@ def test_minimum_detectable_is_the_power_formula():
     power = stats.nct.sf(crit, df, mde / se) + stats.nct.cdf(-crit, df, mde / se)
     assert power == pytest.approx(0.8, abs=0.01)
     assert np.isnan(F.minimum_detectable(np.nan, 3.0))
+
+
+def test_a_comparison_without_error_is_not_tested():
+    """A model that never left the base has standard error 0: no p-value, out of Holm's family,
+    not resolved (not "refuted" by an MDE of 0)."""
+    section = {"models": [_model("grpo", 0.0, -1, 1, ref=True),
+                          _model("a", 0.0, 0.0, 0.0, p=None, se=0.0),
+                          _model("b", 0.03, 0.01, 0.05, p=0.01)]}  # fmt: skip
+    out = S.confirm(section, ["a", "b"])
+    assert out["a"]["lift"] is None and out["a"]["status"] == "se 0" and out["a"]["mde"] is None
+    assert out["b"]["p_holm"] == 0.01  # a family of one
+    assert S.claim_verdict(out["a"], 0.015) == "not resolved"
+    assert S.select(section) == {"b": section["models"][2]}
