@@ -29,7 +29,7 @@ RAY_EXTRA = "pip install 'sharpening[ray]' (or pip install 'ray>=2.40')"
 def _import_ray() -> Any:
     """The `ray` module, or an ImportError that names the extra to install."""
     try:
-        import ray
+        import ray  # a heavy optional dependency (the ray extra): imported only when asked for
     except ImportError as e:
         raise ImportError(f"executor 'ray' needs Ray, which is not installed: {RAY_EXTRA}") from e
     return ray
