@@ -15,44 +15,7 @@ import pytest
 from llm.__main__ import main
 from llm.run.executor import check_executor, map_jobs
 from llm.sweep import load_sweep, run_sweep
-
-BASE = """
-model_path = "{model}"
-method = "grpo"
-steps = 2
-[rollout]
-group_size = 4
-prompts_per_step = 2
-max_new_tokens = 12
-top_n = 2
-[optim]
-lr = 1e-2
-[system]
-micro_batch_size = 8
-[data]
-source = "generate"
-n_problems = 8
-max_number = 9
-max_target = 30
-[eval]
-source = "generate"
-"""
-
-SWEEP = """
-base = "base.toml"
-seeds = [0]
-checkpoints = [1, 2]
-reference = "grpo"
-[eval]
-problems = 3
-samples = 4
-seed = 7
-[[methods]]
-method = "grpo"
-[[methods]]
-method = "entropy_bonus"
-grid = { eta = [0.1] }
-"""
+from tests.llm.test_sweep import BASE, SWEEP
 
 # What differs between two identical sweeps run apart: wall-clock times and where they ran.
 WALL_CLOCK = {"timings_seconds", "eval_seconds", "train_seconds"}
@@ -62,7 +25,7 @@ WHERE = {"workers", "executor"}
 def _write(folder: Path, model: str) -> Path:
     (folder / "base.toml").write_text(BASE.format(model=model))
     path = folder / "sweep.toml"
-    path.write_text(SWEEP)
+    path.write_text(SWEEP.format(eta=0.1))
     return path
 
 
