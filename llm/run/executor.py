@@ -148,7 +148,14 @@ def _map_ray(
                 done, pending = ray.wait(pending, num_returns=1)
                 for ref in done:
                     i = index[ref]
-                    results[i] = ray.get(ref)  # a task's error is raised here (RayTaskError)
+                    try:
+                        results[i] = ray.get(ref)
+                    except ray.exceptions.RayTaskError as e:
+                        # The job's own exception, as the local executor raises it (the CLI's
+                        # one-line error), the remote traceback chained.
+                        if isinstance(e.cause, Exception):
+                            raise e.cause from e
+                        raise
                     bar.set_postfix_str(name(jobs[i]))
                     bar.update(1)
         except BaseException:

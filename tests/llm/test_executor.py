@@ -89,9 +89,10 @@ def test_ray_keeps_job_order_and_fails_fast(ray_local):
                    executor="ray")  # fmt: skip
     assert out == [0, 1, 4, 9]
     start = time.perf_counter()
-    with pytest.raises(ValueError, match="job 1 failed"):
+    with pytest.raises(ValueError, match="job 1 failed") as err:
         map_jobs(_fail_one, [0, 1, 2, 3], workers=2, progress=False, desc="", name=str,
                  executor="ray")  # fmt: skip
+    assert type(err.value) is ValueError and str(err.value) == "job 1 failed"  # the job's own
     assert time.perf_counter() - start < 30  # the others were cancelled, not waited for
     assert ray_local.is_initialized()
 
