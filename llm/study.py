@@ -31,6 +31,7 @@ import numerics
 from experiment import schema, store
 from experiment import study as S
 from experiment.schema import meta, option
+from llm.run.executor import check_executor
 from llm.sweep import run_sweep, sweep_from_dict
 
 __all__ = ["StudySpec", "confirmation_doc", "load_study", "run_study"]
@@ -112,25 +113,32 @@ def run_study(
     workers: int | None = None,
     progress: bool = True,
     num_resamples: int = 200,
+    executor: str = "local",
+    address: str | None = None,
 ) -> dict[str, Any]:
     """Both stages of the study in `config_path` (module docstring); returns study.json's dict.
+    `workers`, `executor` and `address` go to `llm.sweep.run_sweep`.
 
     Raises:
-        ValueError: naming the file and key of a bad configuration.
+        ValueError: naming the file and key of a bad configuration, or a bad executor.
+        ImportError: executor ``ray`` without Ray installed.
     """
+    check_executor(executor, address)
     config_path = Path(config_path)
     doc, spec = load_study(config_path)
     out = Path(out) if out is not None else Path("runs/llm_study") / config_path.stem
     sweep = sweep_from_dict(doc, root=config_path.parent)
     sweep.source = str(config_path)
     explore = run_sweep(sweep, out / "explore", workers=workers, progress=progress,
-                        num_resamples=num_resamples)  # fmt: skip
+                        num_resamples=num_resamples, executor=executor,
+                        address=address)  # fmt: skip
     picks = S.pick(explore["frontier"])
     cdoc = confirmation_doc(doc, spec, picks["pass_at_k"], config_path.parent)
     csweep = sweep_from_dict(cdoc, root=config_path.parent)
     csweep.source = f"{config_path} (confirmation)"
     confirm = run_sweep(csweep, out / "confirm", workers=workers, progress=progress,
-                        num_resamples=num_resamples)  # fmt: skip
+                        num_resamples=num_resamples, executor=executor,
+                        address=address)  # fmt: skip
     design = {"explore_seeds": sweep.seeds, "explore_problems": sweep.eval["problems"],
               "confirm_seeds": list(spec.confirm_seeds),
               "confirm_problems": spec.confirm_problems,

@@ -10,7 +10,8 @@ or a dotted one (``optim.lr``, ``hyper.eta``, ``data.n_problems``); a train-conf
 into a table (``lr``, `llm.config.MOVED_KEYS`) goes there, with a `FutureWarning`. Every run is evaluated at every checkpoint, so
 each run is a path; the base model is step 0 of all.
 
-The runs go to worker processes (`llm.run.jobs`: reuse, resume and pruning of runs). Writes
+The runs go to local worker processes or to Ray tasks, on this machine or a cluster
+(`llm.run.executor`; `llm.run.jobs`: reuse, resume and pruning of runs). Writes
 ``OUT/results.json`` (the schema of `experiment.report`; per model and seed pass@k for every k
 from the per-problem counts, distinct correct solutions, the counts; under ``frontier`` each
 model's lift at matched pass@1 over the reference curve), ``OUT/frontier.png`` and
@@ -50,6 +51,7 @@ from llm.data import load_eval_sets
 from llm.eval.frontier import frontier_analysis, write_reports
 from llm.eval.heldout import k_values
 from llm.model.tiny import ensure_base_model
+from llm.run.executor import check_executor
 from llm.run.jobs import Job, collect, default_workers, map_jobs, problem_dict, run_job, weights_sha
 from llm.run.jobs import eval_key as jobs_eval_key
 
@@ -357,8 +359,15 @@ def run_sweep(
     workers: int | None = None,
     progress: bool = True,
     num_resamples: int = 1000,
+    executor: str = "local",
+    address: str | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate every (setting, seed) of `spec` into `out` and write ``results.json``.
+
+    The runs go to `executor` (`llm.run.executor.map_jobs`): ``local`` worker processes
+    (`workers`, default one per core) or ``ray`` tasks on the Ray instance at `address` (None: a
+    local one of `workers` CPUs); on a cluster, every node reads the base model and writes the
+    run folders under `out`, so both must be on a filesystem all nodes share.
 
     Returns:
         The results mapping (see the module docstring): ``settings``, ``problems``, ``models``
@@ -366,10 +375,13 @@ def run_sweep(
         with label ``base``), ``runs``, ``reused`` and ``timings_seconds``.
 
     Raises:
-        ValueError: invalid evaluation settings (e.g. more problems than the set holds).
+        ValueError: invalid evaluation settings (e.g. more problems than the set holds), an
+            unknown executor, or `address` without executor ``ray``.
+        ImportError: executor ``ray`` without Ray installed.
     """
 
     t_start = time.perf_counter()
+    check_executor(executor, address)
     out = Path(out)
     (out / "runs").mkdir(parents=True, exist_ok=True)
     workers = default_workers() if workers is None else workers
@@ -392,12 +404,12 @@ def run_sweep(
             jobs.append(
                 Job(name, setting, seed, _run_raw(base_raw, setting, seed, spec.checkpoints),
                      str(out / "runs" / name), base_sha, spec.checkpoints, problems, eval_key,
-                     progress and workers <= 1)
+                     progress and executor == "local" and workers <= 1)
             )  # fmt: skip
     t0 = time.perf_counter()
     outcomes = map_jobs(
         run_job, jobs, workers=workers, progress=progress, desc="runs (train + eval)",
-        name=lambda j: j.name,
+        name=lambda j: j.name, executor=executor, address=address,
     )  # fmt: skip
     t_runs = time.perf_counter() - t0
 
@@ -429,6 +441,7 @@ def run_sweep(
             "settings": [dataclasses.asdict(s) for s in spec.settings],
             "eval": {**eval_key, "ks": spec.eval["ks"]},
             "workers": workers,
+            "executor": executor,
         },
         "problems": [problem_dict(p) for p in problems],
         "models": models,

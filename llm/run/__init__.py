@@ -1,1 +1,1 @@
-"""The run: torch.distributed setup (`distributed`), checkpoints (`checkpoint`), the run folder and its lock (`folder`)."""
+"""The run: torch.distributed setup (`distributed`), checkpoints (`checkpoint`), the run folder and its lock (`folder`), the sweep's jobs (`jobs`) and where they run (`executor`: local processes or Ray)."""

@@ -1,8 +1,8 @@
 """The runs of an LLM sweep (`llm.sweep`): one `Job` trains a run, or reuses a finished one whose
 resolved config, base weights and numeric settings match, resumes an unfinished one from its
 newest checkpoint, evaluates each asked checkpoint on the paired problems (reusing evaluations
-whose settings match), and prunes the evaluated intermediate checkpoints; `map_jobs` runs jobs in
-worker processes (spawned, one torch thread each).
+whose settings match), and prunes the evaluated intermediate checkpoints; `map_jobs`
+(`llm.run.executor`) runs jobs in worker processes (spawned) or Ray tasks, one torch thread each.
 
 Files of a run folder: ``sweep_run.json`` (`RUN_MARKER`: the base weights' hash, whether training
 finished, each checkpoint's evaluation with its settings); the base model's evaluation goes to
@@ -11,22 +11,19 @@ finished, each checkpoint's evaluation with its settings); the base model's eval
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import dataclasses
 import hashlib
 import json
-import multiprocessing
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from transformers.utils import logging as hf_logging
 
 import numerics
@@ -37,6 +34,7 @@ from llm.eval.heldout import evaluate
 from llm.model.load import load_model_and_tokenizer
 from llm.rollout.backend import make_backend
 from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint
+from llm.run.executor import map_jobs
 from llm.run.folder import read_metrics
 from llm.train.trainer import train
 from theory.measures import pass_at_k
@@ -88,43 +86,6 @@ def _quiet_worker() -> None:
     """One torch thread (see `llm.reproduce`) and no per-checkpoint loading bars."""
     torch.set_num_threads(1)
     hf_logging.disable_progress_bar()
-
-
-def map_jobs(
-    fn: Callable[[Any], Any],
-    jobs: Sequence[Any],
-    *,
-    workers: int,
-    progress: bool,
-    desc: str,
-    name: Callable[[Any], str],
-) -> list[Any]:
-    """`fn` over `jobs` (results in job order) with a tqdm bar over finished jobs; inline when
-    ``workers <= 1``, else in `workers` spawned processes."""
-    results: list[Any] = [None] * len(jobs)
-    bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="run")
-    if workers <= 1 or len(jobs) <= 1:
-        for i, job in enumerate(jobs):
-            bar.set_postfix_str(name(job))
-            results[i] = fn(job)
-            bar.update(1)
-    else:
-        # spawn, not fork: a forked child inherits torch's thread pools and can deadlock.
-        ctx = multiprocessing.get_context("spawn")
-        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
-            try:
-                for fut in cf.as_completed(futures):
-                    i = futures[fut]
-                    results[i] = fut.result()
-                    bar.set_postfix_str(name(jobs[i]))
-                    bar.update(1)
-            except BaseException:
-                # Fail fast: without this the pool's exit would run every queued job first.
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-    bar.close()
-    return results
 
 
 @dataclass

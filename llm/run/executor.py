@@ -1,0 +1,169 @@
+"""Where the jobs of a sweep run (`map_jobs`): ``local`` worker processes on this machine (the
+default) or ``ray`` tasks on a Ray instance, local or a cluster's (the ``ray`` extra).
+
+Both keep the results in job order, show a tqdm bar over finished jobs and fail fast: the first
+job to raise stops the others (queued ones are dropped; Ray interrupts the running ones too) and
+its error propagates. Ray runs one task per job, each asking `cpus_per_job` CPUs of the scheduler
+(a job sets its own torch threads, `llm.run.jobs.run_job`). `map_jobs` uses the Ray instance this
+process is connected to, if any; else it connects to `address` (``ray start --head`` on a cluster's
+head node prints it) or, with none, starts a local instance of `workers` CPUs. It disconnects only
+from an instance it connected to itself (which stops one it started), never from the caller's.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from tqdm.auto import tqdm
+
+__all__ = ["EXECUTORS", "RAY_EXTRA", "check_executor", "map_jobs"]
+
+EXECUTORS = ("local", "ray")
+RAY_EXTRA = "pip install 'sharpening[ray]' (or pip install 'ray>=2.40')"
+
+
+def _import_ray() -> Any:
+    """The `ray` module, or an ImportError that names the extra to install."""
+    try:
+        import ray  # a heavy optional dependency (the ray extra): imported only when asked for
+    except ImportError as e:
+        raise ImportError(f"executor 'ray' needs Ray, which is not installed: {RAY_EXTRA}") from e
+    return ray
+
+
+def check_executor(executor: str, address: str | None = None) -> None:
+    """Raise unless `executor` is one of `EXECUTORS`, its library is installed and `address`
+    is for it.
+
+    Raises:
+        ValueError: an unknown executor, or `address` with the local one.
+        ImportError: ``ray`` without Ray installed (the message names the extra).
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+    if address is not None and executor != "ray":
+        raise ValueError(f"address {address!r} is for executor 'ray', not {executor!r}")
+    if executor == "ray":
+        _import_ray()
+
+
+def map_jobs(
+    fn: Callable[[Any], Any],
+    jobs: Sequence[Any],
+    *,
+    workers: int,
+    progress: bool,
+    desc: str,
+    name: Callable[[Any], str],
+    executor: str = "local",
+    address: str | None = None,
+    cpus_per_job: float = 1,
+) -> list[Any]:
+    """`fn` over `jobs` (results in job order) with a tqdm bar over finished jobs.
+
+    Args:
+        fn: the job function; module-level (it is pickled by reference).
+        workers: ``local``: worker processes (inline when ``<= 1``); ``ray``: CPUs of a local Ray
+            instance it starts (unused on a running instance or a cluster).
+        executor: ``local`` (spawned processes) or ``ray`` (module docstring).
+        address: ``ray`` only: the instance to connect to (``HOST:6379``, ``auto``); None: the
+            one this process is connected to, else ``RAY_ADDRESS``, else a new local one.
+        cpus_per_job: ``ray`` only: the CPUs each task asks of the scheduler.
+
+    Raises:
+        ValueError: an unknown executor, or `address` with the local one.
+        ImportError: ``ray`` without Ray installed.
+    """
+    check_executor(executor, address)
+    bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="run")
+    try:
+        if executor == "ray":
+            return _map_ray(fn, jobs, bar, name, workers, address, cpus_per_job)
+        return _map_local(fn, jobs, bar, name, workers)
+    finally:
+        bar.close()
+
+
+def _map_local(
+    fn: Callable[[Any], Any],
+    jobs: Sequence[Any],
+    bar: Any,
+    name: Callable[[Any], str],
+    workers: int,
+) -> list[Any]:
+    """Inline when ``workers <= 1``, else in `workers` spawned processes."""
+    results: list[Any] = [None] * len(jobs)
+    if workers <= 1 or len(jobs) <= 1:
+        for i, job in enumerate(jobs):
+            bar.set_postfix_str(name(job))
+            results[i] = fn(job)
+            bar.update(1)
+        return results
+    # spawn, not fork: a forked child inherits torch's thread pools and can deadlock.
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
+        try:
+            for fut in cf.as_completed(futures):
+                i = futures[fut]
+                results[i] = fut.result()
+                bar.set_postfix_str(name(jobs[i]))
+                bar.update(1)
+        except BaseException:
+            # Fail fast: without this the pool's exit would run every queued job first.
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return results
+
+
+def _map_ray(
+    fn: Callable[[Any], Any],
+    jobs: Sequence[Any],
+    bar: Any,
+    name: Callable[[Any], str],
+    workers: int,
+    address: str | None,
+    cpus_per_job: float,
+) -> list[Any]:
+    """One Ray task per job, gathered as they finish (`ray.wait`)."""
+    ray = _import_ray()
+    connected = not ray.is_initialized()
+    if connected:
+        if address is None and not os.environ.get("RAY_ADDRESS"):
+            ray.init(num_cpus=max(1, workers))  # a local instance of its own
+        else:
+            ray.init(address=address)  # None: RAY_ADDRESS
+    try:
+        remote = ray.remote(num_cpus=cpus_per_job)(fn)
+        refs = [remote.remote(job) for job in jobs]
+        index = {ref: i for i, ref in enumerate(refs)}
+        results: list[Any] = [None] * len(jobs)
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    i = index[ref]
+                    try:
+                        results[i] = ray.get(ref)
+                    except ray.exceptions.RayTaskError as e:
+                        # The job's own exception, as the local executor raises it (the CLI's
+                        # one-line error), the remote traceback chained.
+                        if isinstance(e.cause, Exception):
+                            raise e.cause from e
+                        raise
+                    bar.set_postfix_str(name(jobs[i]))
+                    bar.update(1)
+        except BaseException:
+            # Fail fast: drop the queued tasks, interrupt the running ones.
+            for ref in pending:
+                ray.cancel(ref)
+            raise
+        return results
+    finally:
+        if connected:
+            ray.shutdown()

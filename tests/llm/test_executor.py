@@ -1,0 +1,109 @@
+"""`llm.run.executor`: a 2-run sweep on Ray (a local instance of 2 CPUs) gives the results of the
+local executor but for wall-clock fields, keeps job order, fails fast, leaves the caller's Ray
+instance up; and the executor's errors (unknown one, an address without Ray, Ray missing)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llm.__main__ import main
+from llm.run.executor import check_executor, map_jobs
+from llm.sweep import load_sweep, run_sweep
+from tests.llm.test_sweep import BASE, SWEEP
+
+# What differs between two identical sweeps run apart: wall-clock times and where they ran.
+WALL_CLOCK = {"timings_seconds", "eval_seconds", "train_seconds"}
+WHERE = {"workers", "executor"}
+
+
+def _write(folder: Path, model: str) -> Path:
+    (folder / "base.toml").write_text(BASE.format(model=model))
+    path = folder / "sweep.toml"
+    path.write_text(SWEEP.format(eta=0.1))
+    return path
+
+
+def _strip(doc: Any) -> Any:
+    """`doc` without its wall-clock fields (at any depth)."""
+    if isinstance(doc, dict):
+        return {k: _strip(v) for k, v in doc.items() if k not in WALL_CLOCK}
+    if isinstance(doc, list):
+        return [_strip(v) for v in doc]
+    return doc
+
+
+@pytest.fixture(scope="module")
+def ray_local():
+    """A local Ray instance of 2 CPUs, started (and shut down) by the test, not the executor."""
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_sweep_matches_local(tmp_path, tiny_model_path, ray_local):
+    config = _write(tmp_path, tiny_model_path)
+    spec = load_sweep(config)
+    local = run_sweep(spec, tmp_path / "local", workers=1, progress=False, num_resamples=20)
+    remote = run_sweep(
+        spec, tmp_path / "ray", workers=2, progress=False, num_resamples=20, executor="ray"
+    )
+    assert ray_local.is_initialized()  # the caller's instance stays up
+    assert remote["settings"]["executor"] == "ray" and local["settings"]["executor"] == "local"
+    files = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("local", "ray")]
+    for doc in files:
+        for key in WHERE:
+            doc["settings"].pop(key)
+    assert _strip(files[0]) == _strip(files[1])
+    assert remote["reused"] == {"runs": 0, "of": 2, "evals": 0, "evals_of": 5}
+    assert [m["label"] for m in remote["models"]] == ["base", *["grpo"] * 2, *["entropy_bonus"] * 2]
+    # the run folders were written by the Ray workers, and are reused as the local ones are
+    again = run_sweep(spec, tmp_path / "ray", workers=2, progress=False, num_resamples=20,
+                      executor="ray")  # fmt: skip
+    assert again["reused"] == {"runs": 2, "of": 2, "evals": 5, "evals_of": 5}
+
+
+def _square_after(job: tuple[int, float]) -> int:
+    """Module level: Ray's workers import it from this file."""
+    x, seconds = job
+    time.sleep(seconds)
+    return x * x
+
+
+def _fail_one(job: int) -> int:
+    if job == 1:
+        raise ValueError("job 1 failed")
+    time.sleep(60)
+    return job
+
+
+def test_ray_keeps_job_order_and_fails_fast(ray_local):
+    jobs = [(0, 0.6), (1, 0.0), (2, 0.3), (3, 0.0)]  # finish out of order
+    out = map_jobs(_square_after, jobs, workers=2, progress=False, desc="", name=str,
+                   executor="ray")  # fmt: skip
+    assert out == [0, 1, 4, 9]
+    start = time.perf_counter()
+    with pytest.raises(ValueError, match="job 1 failed") as err:
+        map_jobs(_fail_one, [0, 1, 2, 3], workers=2, progress=False, desc="", name=str,
+                 executor="ray")  # fmt: skip
+    assert type(err.value) is ValueError and str(err.value) == "job 1 failed"  # the job's own
+    assert time.perf_counter() - start < 30  # the others were cancelled, not waited for
+    assert ray_local.is_initialized()
+
+
+def test_executor_errors(monkeypatch, capsys):
+    with pytest.raises(ValueError, match="expected one of local, ray"):
+        check_executor("dask")
+    with pytest.raises(ValueError, match="is for executor 'ray'"):
+        check_executor("local", "head:6379")
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(ImportError, match=r"sharpening\[ray\]"):
+        check_executor("ray")
+    assert main(["sweep", "--config", "none.toml", "--executor", "ray"]) == 2
+    assert "sharpening[ray]" in capsys.readouterr().err
