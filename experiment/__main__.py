@@ -4,6 +4,10 @@ in the committed LLM designs: bias, coverage, false verdicts under the null (una
 Holm) and power, for the envelope procedure (`frontier.bootstrap_lift`) and the fitted-curve one
 (`frontier.curve_lift`).
 
+``python -m experiment publish STUDY_DIR DEST``: copy a study's small outputs (`study.json`,
+`verdicts.md`, each stage's `lifts.md` and the confirmation's `frontier.png`) into DEST (e.g.
+``figures/toy_study_sharpening``), to be committed.
+
 ``python -m experiment claims STUDY.json ... [--readme README.md]``: the claims table of the
 studies' confirmation stages (`experiment.study.claims_table`, the rule in docs/statistics.md),
 printed, or written into README.md between ``<!-- claims: begin -->`` and ``<!-- claims: end -->``.
@@ -69,7 +73,14 @@ def _main(argv: list[str]) -> int:
     cl = sub.add_parser("claims", help="the claims table of committed studies (study.json files)")
     cl.add_argument("studies", nargs="+", help="study.json files (python -m toymdp study)")
     cl.add_argument("--readme", help="write the table into this file between the claims markers")
+    pb = sub.add_parser("publish", help="copy a study's small outputs into a folder to commit")
+    pb.add_argument("study_dir", help="a study's output folder (python -m toymdp|llm study)")
+    pb.add_argument("dest", help="destination folder (e.g. figures/toy_study_sharpening)")
     args = parser.parse_args(argv)
+    if args.command == "publish":
+        for name in S.publish(args.study_dir, args.dest):
+            print(name)
+        return 0
     if args.command == "claims":
         return _claims(args.studies, args.readme)
     if args.replicates < 2 or args.resamples < 2:

@@ -21,6 +21,7 @@ __all__ = [
     "read_json",
     "read_toml",
     "save_npz",
+    "write_bytes",
     "write_json",
     "write_lines",
     "write_text",
@@ -42,6 +43,16 @@ def write_text(path: PathLike, text: str) -> Path:
     path = Path(path)
     tmp = _tmp(path)
     tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def write_bytes(path: PathLike, data: bytes) -> Path:
+    """Write `data` to `path` atomically, creating its parent folders; returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _tmp(path)
+    tmp.write_bytes(data)
     os.replace(tmp, path)
     return path
 

@@ -48,6 +48,7 @@ __all__ = [
     "pick",
     "problems_for",
     "provenance",
+    "publish",
     "select",
     "sharpening_verdict",
     "study_markdown",
@@ -366,3 +367,30 @@ def study_markdown(result: Mapping[str, Any], how: str, unit: str) -> str:
     need = ", ".join(f"{k} {v}" for k, v in result["problems_for_goal"].items()) or "n/a"
     return (f"{table}\n## Claims\n\n{claims_table(result['claims'])}\n{unit} each comparison "
             f"would need for an MDE of {d['claim_size']} points: {need}.\n")  # fmt: skip
+
+
+PUBLISHED = {
+    "study.json": "study.json",
+    "verdicts.md": "verdicts.md",
+    "explore/lifts.md": "explore_lifts.md",
+    "confirm/lifts.md": "confirm_lifts.md",
+    "confirm/frontier.png": "confirm_frontier.png",
+}
+"""A study's small outputs (source under the study folder → name in the published folder)."""
+
+
+def publish(study_dir: str | Path, dest: str | Path) -> list[str]:
+    """Copy `PUBLISHED` from a study's output folder into `dest` (atomically, file by file);
+    returns the written paths.
+
+    Raises:
+        ValueError: `study_dir` has no study.json (not a finished study).
+    """
+    src, dest = Path(study_dir), Path(dest)
+    if not (src / "study.json").is_file():
+        raise ValueError(f"study_dir: {src} has no study.json (run the study to its end first)")
+    written = []
+    for name, target in PUBLISHED.items():
+        if (src / name).is_file():
+            written.append(str(store.write_bytes(dest / target, (src / name).read_bytes())))
+    return written

@@ -95,3 +95,15 @@ def test_a_comparison_without_error_is_not_tested():
     assert out["b"]["p_holm"] == 0.01  # a family of one
     assert S.claim_verdict(out["a"], 0.015) == "not resolved"
     assert S.select(section) == {"b": section["models"][2]}
+
+
+def test_publish_copies_the_small_outputs(tmp_path):
+    src = tmp_path / "study"
+    (src / "confirm").mkdir(parents=True)
+    (src / "study.json").write_text("{}")
+    (src / "confirm" / "lifts.md").write_text("table")
+    written = S.publish(src, tmp_path / "pub")
+    assert sorted(p.rsplit("/", 1)[1] for p in written) == ["confirm_lifts.md", "study.json"]
+    assert (tmp_path / "pub" / "confirm_lifts.md").read_text() == "table"
+    with pytest.raises(ValueError, match="no study.json"):
+        S.publish(tmp_path / "missing", tmp_path / "pub")
