@@ -89,7 +89,7 @@ def confirmation_doc(
     the exploratory problems)."""
     sweep = sweep_from_dict(doc, root=root)
     out = copy.deepcopy(dict(doc))
-    out["base"] = sweep.base  # absolute: the confirmation is parsed from anywhere
+    out["base"] = str(Path(sweep.base).resolve())  # absolute: parsed from any root
     explored = sweep.eval.get("offset", 0) + sweep.eval["problems"]
     out["eval"] = {**out.get("eval", {}), "problems": spec.confirm_problems,
                    "offset": spec.confirm_offset or explored}  # fmt: skip

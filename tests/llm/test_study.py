@@ -29,9 +29,13 @@ def _write(folder: Path, model: str, study: str = STUDY) -> Path:
     return path
 
 
-def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(tmp_path, tiny_model_path):
+def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
+    tmp_path, tiny_model_path, monkeypatch
+):
     config = _write(tmp_path, tiny_model_path)
     out = tmp_path / "out"
+    monkeypatch.chdir(tmp_path.parent)  # a relative --config, as users type it
+    config = config.relative_to(tmp_path.parent)
     assert main(["study", "--config", str(config), "--out", str(out), "--workers", "1"]) == 0
     doc = json.loads((out / "study.json").read_text())
     explore = json.loads((out / "explore" / "results.json").read_text())
@@ -42,7 +46,7 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(tmp_path, tiny_
     explored = {json.dumps(p, sort_keys=True) for p in explore["problems"]}
     assert not explored & {json.dumps(p, sort_keys=True) for p in confirm["problems"]}
     labels = [s["label"] for s in confirm["settings"]["settings"]]
-    assert labels == ["grpo", "entropy_bonus"]  # the reference, and one setting per pick
+    assert labels == ["grpo", *doc["picks"]["pass_at_k"]]  # the reference, one setting per pick
     if "entropy_bonus" in doc["picks"]["pass_at_k"]:
         pick = doc["picks"]["pass_at_k"]["entropy_bonus"]
         assert confirm["settings"]["settings"][1]["params"] == pick["params"]
