@@ -428,6 +428,10 @@ def _lift_jacobian(px: np.ndarray, py: np.ndarray, ref: np.ndarray, degree: int)
     return jac
 
 
+SE_FLOOR = 1e-9
+"""A lift whose standard error is at most this (in the measure's units) is not tested (`p` NaN):
+its model never left the base, up to float rounding."""
+
 POOL_LEVEL = 0.25
 """The level of the preliminary F tests that decide whether a seed or problem effect is kept in
 `crossed_variance` (a liberal level, as Bozivich, Bancroft & Hartley 1956 advise for pooling)."""
@@ -515,7 +519,7 @@ def curve_lift(
 
     Returns:
         A `LiftResult` with `se`, `df` and `p` `(M,)` (NaN outside the reference's range; `p`
-        NaN where `se` is 0).
+        NaN where `se` ≤ `SE_FLOOR`).
 
     Raises:
         ValueError: as `bootstrap_lift`, fewer reference points than `degree`, or `P < 2`.
@@ -539,8 +543,9 @@ def curve_lift(
     df = np.where(inside, df, np.nan)
     half = stats.t.ppf(0.5 + level / 2, np.where(inside, df, 1.0)) * se
     # A model whose every per-cell contribution is 0 (e.g. one that never left the base) has
-    # standard error 0: no test, p NaN.
-    ok = inside & (se > 0)
+    # standard error 0 up to rounding (gains are probabilities: 1e-9 is far below any real
+    # error): no test, p NaN.
+    ok = inside & (se > SE_FLOOR)
     pval = np.where(ok, 2 * stats.t.sf(np.abs(est) / np.where(ok, se, 1.0),
                                        np.where(ok, df, 1.0)), np.nan)  # fmt: skip
     _, problem_idx = bootstrap_indices(np.random.default_rng(seed), num_resamples, s, p)

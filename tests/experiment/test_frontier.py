@@ -298,3 +298,16 @@ def test_holm_equals_the_step_down_rule():
                 reject[i] = True
             np.testing.assert_array_equal(adj <= alpha, reject)
     assert np.isnan(F.holm([0.01, np.nan])[1]) and F.holm([0.01, np.nan])[0] == 0.01
+
+
+def test_a_model_that_never_left_the_base_is_not_tested():
+    """All-zero gains (up to rounding) give no p-value rather than a t ratio of two roundings."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(0.05, 0.1, (5, 2, 12))
+    y = rng.normal(-0.02, 0.1, (5, 2, 12))
+    x[4], y[4] = 1e-19 * rng.normal(size=(2, 12)), 1e-19 * rng.normal(size=(2, 12))
+    models = F.Models(["grpo"] * 4 + ["m"], list("abcd") + ["e"], [1, 2, 3, 4, 4])
+    res = F.curve_lift(x, y, models, num_resamples=10)
+    if res.status[4] == "inside":
+        assert np.isnan(res.p[4]) and res.se[4] <= F.SE_FLOOR
+    assert np.isfinite(res.p[:4][res.status[:4] == "inside"]).all()
