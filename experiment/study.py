@@ -223,18 +223,25 @@ def verdicts_markdown(
 
 
 def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The README's claims table from study records ``{study, claim, verdict, lift, lo, hi, mde,
-    size, unit}`` (one row per study × claim)."""
-    out = ["| claim | study | verdict | confirmed lift [95% CI] | MDE | claimed size |",
-           "|---|---|---|---|---|---|"]  # fmt: skip
-    for r in rows:
+    """The README's claims table from study records ``{study, claim, text, verdict, lift, lo, hi,
+    mde, size, unit}`` (`claim_rows`): one row per claim, one column per study, each cell the
+    verdict, the confirmed lift [95% CI] and the MDE (— where the study lacks the claim)."""
+    studies = list(dict.fromkeys(r["study"] for r in rows))
+    claims = list(dict.fromkeys(r["text"] for r in rows))
+    cells = {(r["text"], r["study"]): r for r in rows}
+
+    def cell(r: Mapping[str, Any] | None) -> str:
+        if r is None:
+            return "—"
         if r.get("lift") is None:
-            lift = "n/a"
-        else:
-            lift = f"{r['lift']:+.2f} [{r['lo']:+.2f}, {r['hi']:+.2f}] {r['unit']}"
-        mde = "" if r.get("mde") is None else f"{r['mde']:.2f}"
-        out.append(f"| {r['text']} | {r['study']} | **{r['verdict']}** | {lift} | {mde} | "
-                   f"{r['size']:g} |")  # fmt: skip
+            return f"**{r['verdict']}** (outside GRPO's range)"
+        d = 2 if r.get("unit") == "per problem" else 1  # distinct correct: small numbers
+        mde = "" if r.get("mde") is None else f", MDE {r['mde']:.{d}f}"
+        return f"**{r['verdict']}** {r['lift']:+.{d}f} [{r['lo']:+.{d}f}, {r['hi']:+.{d}f}]{mde}"
+
+    out = [f"| claim | {' | '.join(studies)} |", "|---" * (len(studies) + 1) + "|"]
+    for text in claims:
+        out.append(f"| {text} | {' | '.join(cell(cells.get((text, st))) for st in studies)} |")
     return "\n".join(out) + "\n"
 
 
