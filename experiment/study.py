@@ -380,6 +380,7 @@ PUBLISHED = {
     "study.json": "study.json",
     "verdicts.md": "verdicts.md",
     "explore/lifts.md": "explore_lifts.md",
+    "explore/frontier.png": "explore_frontier.png",
     "confirm/lifts.md": "confirm_lifts.md",
     "confirm/frontier.png": "confirm_frontier.png",
 }
@@ -388,14 +389,15 @@ PUBLISHED = {
 
 def publish(study_dir: str | Path, dest: str | Path) -> list[str]:
     """Copy `PUBLISHED` from a study's output folder into `dest` (atomically, file by file);
-    returns the written paths.
+    returns the written paths. An unfinished study (no study.json yet) publishes its exploratory
+    stage alone.
 
     Raises:
-        ValueError: `study_dir` has no study.json (not a finished study).
+        ValueError: `study_dir` has neither study.json nor an exploratory lift table.
     """
     src, dest = Path(study_dir), Path(dest)
-    if not (src / "study.json").is_file():
-        raise ValueError(f"study_dir: {src} has no study.json (run the study to its end first)")
+    if not (src / "study.json").is_file() and not (src / "explore" / "lifts.md").is_file():
+        raise ValueError(f"study_dir: {src} has no study.json and no explore/lifts.md")
     written = []
     for name, target in PUBLISHED.items():
         if (src / name).is_file():

@@ -105,5 +105,5 @@ def test_publish_copies_the_small_outputs(tmp_path):
     written = S.publish(src, tmp_path / "pub")
     assert sorted(p.rsplit("/", 1)[1] for p in written) == ["confirm_lifts.md", "study.json"]
     assert (tmp_path / "pub" / "confirm_lifts.md").read_text() == "table"
-    with pytest.raises(ValueError, match=r"no study\.json"):
+    with pytest.raises(ValueError, match=r"no study\.json and no explore"):
         S.publish(tmp_path / "missing", tmp_path / "pub")
