@@ -159,9 +159,9 @@ def sharpening_verdict(
     `lift_analysis` (bootstrap intervals of its point): supported when its pass@1 gain and its
     measure's gain have intervals on either side of 0 (up and down), refuted when the measure's
     gain interval lies above 0, not resolved otherwise."""
-    ms = [m for m in section["models"] if m["label"] == label]
+    ms = [m for m in section["models"] if m["label"] == label and m["step"] > 0]  # not the base
     if not ms:
-        raise ValueError(f"sharpening: no model with label {label!r}")
+        raise ValueError(f"sharpening: no trained model with label {label!r}")
     setting = ms[0]["setting"]
     m = max((m for m in ms if m["setting"] == setting), key=lambda m: m["step"])
     if m["x_lo"] > 0 and m["y_hi"] < 0:

@@ -107,3 +107,13 @@ def test_publish_copies_the_small_outputs(tmp_path):
     assert (tmp_path / "pub" / "confirm_lifts.md").read_text() == "table"
     with pytest.raises(ValueError, match=r"no study\.json and no explore"):
         S.publish(tmp_path / "missing", tmp_path / "pub")
+
+
+def test_sharpening_is_read_from_the_first_trained_setting_not_the_base():
+    base = {**_model("grpo", 0.0, 0, 0, ref=True, step=0, setting="base"),
+            "x_lo": 0.0, "x_hi": 0.0, "y_lo": 0.0, "y_hi": 0.0}  # fmt: skip
+    last = {**_model("grpo", 0.0, 0, 0, ref=True, step=120, setting="default"),
+            "x": 0.05, "x_lo": 0.03, "x_hi": 0.07, "y": -0.06, "y_lo": -0.09, "y_hi": -0.03}  # fmt: skip
+    early = {**last, "step": 40, "x_lo": -0.01}
+    out = S.sharpening_verdict({"models": [base, early, last]}, "grpo")
+    assert out["step"] == 120 and out["setting"] == "default" and out["verdict"] == "supported"
