@@ -12,9 +12,11 @@ import pytest
 
 from experiment import report
 from experiment.spec import parse_methods, parse_reference
+from llm import study as llm_study
 from llm.__main__ import main as llm_main
 from llm.config import load_config
 from llm.sweep import load_sweep
+from toymdp import study as toy_study
 from toymdp import sweep_spec as toy_spec
 from toymdp.__main__ import main as toy_main
 
@@ -115,8 +117,10 @@ def test_the_schema_names_a_missing_or_mistyped_key():
     )  # fmt: skip
     model = {"label": "grpo", "setting": "default", "step": 1, "reference": True,
              "status": "reference", "x": 0.1, "y": None, "lift": None, "lift_lo": None,
-             "lift_hi": None, "inside_fraction": 1.0}  # fmt: skip
-    section = {"k": 4, "level": 0.95, "num_resamples": 10, "models": [model]}
+             "lift_hi": None, "lift_se": None, "lift_df": None, "lift_p": None,
+             "inside_fraction": 1.0}  # fmt: skip
+    section = {"k": 4, "level": 0.95, "num_resamples": 10, "procedure": "curve_lift",
+               "curve": [0.5], "models": [model]}  # fmt: skip
     doc["frontier"] = {m: dict(section) for m in report.MEASURES}
     report.validate_results(doc)
     with pytest.raises(ValueError, match="schema"):
@@ -129,7 +133,11 @@ def test_the_schema_names_a_missing_or_mistyped_key():
         report.validate_results(doc)
 
 
-SWEEPS = sorted(CONFIGS.glob("sweep*.toml")) + sorted(CONFIGS.glob("toy/*.toml"))
+SWEEPS = sorted(CONFIGS.glob("sweep*.toml")) + sorted(
+    p for p in CONFIGS.glob("toy/*.toml") if not p.name.startswith("study")
+)
+# Study files: a sweep plus a ``[study]`` table, read by their leg's `load_study`.
+STUDIES = sorted(CONFIGS.glob("study*.toml")) + sorted(CONFIGS.glob("toy/study*.toml"))
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
@@ -141,7 +149,9 @@ def test_every_sweep_config_uses_the_grammar_without_old_keys(path):
     assert parse_reference(doc.get("reference"), entries)
 
 
-TRAIN_CONFIGS = sorted(p for p in CONFIGS.glob("*.toml") if not p.name.startswith("sweep"))
+TRAIN_CONFIGS = sorted(
+    p for p in CONFIGS.glob("*.toml") if not p.name.startswith(("sweep", "study"))
+)
 
 
 @pytest.mark.parametrize("path", TRAIN_CONFIGS + SWEEPS, ids=lambda p: p.name)
@@ -168,3 +178,16 @@ def test_both_sweep_commands_describe_every_key(capsys):
         assert "methods.zip  # " in text and "checkpoints  # " in text
     assert "env.num_actions = 4  # " in toy and "frontier.num_resamples" in toy
     assert "eval.samples = 0  # " in llm and "base  # " in llm
+
+
+@pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.name)
+def test_every_study_config_validates_through_its_leg(path):
+    """Study files: the sweep part through the shared grammar and the leg's sweep schema, the
+    ``[study]`` table through the leg's `StudySpec`, with no old spelling."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        doc, spec = (toy_study if path.parent.name == "toy" else llm_study).load_study(path)
+        entries = parse_methods(doc["methods"])
+    assert parse_reference(doc.get("reference"), entries)
+    fresh = spec.confirm_draws if path.parent.name == "toy" else spec.confirm_seeds
+    assert fresh  # load_study has checked them fresh (not exploratory)

@@ -21,7 +21,7 @@ PAPER_CONFIGS = sorted(
     for p in (ROOT / "configs").glob("*.toml")
     if p.name != "countdown_tiny.toml"
     and "smollm2" not in p.name
-    and not p.name.startswith("sweep")
+    and not p.name.startswith(("sweep", "study"))
 )
 
 REQUIRED = (
