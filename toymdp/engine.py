@@ -70,15 +70,22 @@ def train_over_envs(config: T.TrainConfig) -> Callable:
 
 
 _PACKAGES = ("numerics", "theory", "shaping", "experiment", "toymdp")
+# What a sweep's runs (not their analysis) are computed by: the statistics of `experiment` and the
+# study layer change the tables, not the runs, so editing them keeps the sweeps' caches.
+RUN_SOURCES = ("numerics", "theory", "shaping", "toymdp/engine.py", "toymdp/env.py",
+               "toymdp/metrics.py", "toymdp/policy.py", "toymdp/reference.py",
+               "toymdp/sweep.py", "toymdp/sweep_spec.py", "toymdp/train.py")  # fmt: skip
 
 
-def code_hash() -> str:
-    """SHA-256 (first 12 hex digits) of every `.py` file of the packages the results depend on and
-    of the numeric settings they were computed under (`numerics.tag()`: pinned or native)."""
+def code_hash(sources: tuple[str, ...] = _PACKAGES) -> str:
+    """SHA-256 (first 12 hex digits) of every `.py` file of `sources` (packages or files under
+    the repository root; default: every package the toy's results and analyses depend on) and of
+    the numeric settings they were computed under (`numerics.tag()`: pinned or native)."""
     root = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for pkg in _PACKAGES:
-        for path in sorted((root / pkg).rglob("*.py")):
+    for name in sources:
+        where = root / name
+        for path in sorted(where.rglob("*.py")) if where.is_dir() else [where]:
             digest.update(str(path.relative_to(root)).encode())
             digest.update(path.read_bytes())
     digest.update(numerics.tag().encode())

@@ -35,7 +35,7 @@ from tqdm import tqdm
 import numerics
 from experiment import frontier, report, spec, store
 from toymdp import train as T
-from toymdp.engine import code_hash, enable_jax_cache, run_over_draws
+from toymdp.engine import RUN_SOURCES, code_hash, enable_jax_cache, run_over_draws
 from toymdp.env import TreeEnv
 from toymdp.sweep_spec import SweepConfig, environments, is_data, load_config
 
@@ -268,7 +268,7 @@ def sweep_config(
     cache = out / ".cache"
     cache.mkdir(parents=True, exist_ok=True)
     enable_jax_cache(cache / "jax")
-    path = cache / f"sweep-{code_hash()}-{cfg.digest()}.npz"
+    path = cache / f"sweep-{code_hash(RUN_SOURCES)}-{cfg.digest()}.npz"
     start = time.perf_counter()
     cached = use_cache and path.exists()
     if cached:

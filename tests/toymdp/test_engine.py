@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -40,3 +43,25 @@ def test_code_hash_is_stable() -> None:
     digest = engine.code_hash()
     assert len(digest) == 12 and int(digest, 16) >= 0
     assert engine.code_hash() == digest
+
+
+def test_run_sources_cover_what_the_runs_import_and_not_the_analysis() -> None:
+    """The sweep cache's key: every toymdp module that a run's code imports (transitively) is in
+    `RUN_SOURCES`, and the statistics (`experiment`) and study layer are not, so editing them keeps
+    the cached runs."""
+    root = Path(engine.__file__).resolve().parent.parent
+    files = {s for s in engine.RUN_SOURCES if s.endswith(".py")}
+    for name in sorted(files):
+        tree = ast.parse((root / name).read_text())
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and node.module.startswith("toymdp")
+            ):
+                mods = [node.module] if node.module != "toymdp" else [
+                    f"toymdp.{a.name}" for a in node.names]  # fmt: skip
+                for mod in mods:
+                    assert mod.replace(".", "/") + ".py" in files, (name, mod)
+    assert "experiment" not in engine.RUN_SOURCES and "toymdp/study.py" not in files
+    assert engine.code_hash(engine.RUN_SOURCES) != engine.code_hash()
