@@ -262,6 +262,8 @@ class LiftResult:
         level: the interval's coverage (e.g. 0.95). num_resamples: `B`.
         se, df, p: `(M,)` standard error, degrees of freedom and two-sided p-value of lift 0
             (`curve_lift`; None for the bootstrap).
+        components: `(M, 3)` the variance components of the lift's per-(seed, problem)
+            contributions (`variance_components`; `curve_lift`; None for the bootstrap).
     """
 
     models: Models
@@ -278,6 +280,7 @@ class LiftResult:
     se: np.ndarray | None = None
     df: np.ndarray | None = None
     p: np.ndarray | None = None
+    components: np.ndarray | None = None
 
 
 def _lifts_of(bx: np.ndarray, by: np.ndarray, ref: np.ndarray) -> np.ndarray:
@@ -438,6 +441,70 @@ POOL_LEVEL = 0.25
 `crossed_variance` (a liberal level, as Bozivich, Bancroft & Hartley 1956 advise for pooling)."""
 
 
+def _mean_squares(c: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The two-way layout's mean squares of `c` `(..., S, P)` (`S ≥ 2`, `P ≥ 2`): seeds, problems,
+    residual and total (`crossed_variance`)."""
+    s, p = c.shape[-2], c.shape[-1]
+    row, col, mean = c.mean(-1), c.mean(-2), c.mean((-2, -1))
+    ms_row = p * row.var(axis=-1, ddof=1)
+    ms_col = s * col.var(axis=-1, ddof=1)
+    resid = c - row[..., :, None] - col[..., None, :] + mean[..., None, None]
+    ms_e = (resid**2).sum((-2, -1)) / ((s - 1) * (p - 1))
+    ms_tot = c.reshape(*c.shape[:-2], s * p).var(axis=-1, ddof=1)
+    return ms_row, ms_col, ms_e, ms_tot
+
+
+def variance_components(c: np.ndarray) -> np.ndarray:
+    """The variance components `(σ²_seed, σ²_problem, σ²_e)` of `c` `(..., S, P)` under
+    `crossed_variance`'s two-way model, by the method of moments clipped at 0:
+    `((MS_seed − MS_e)/P, (MS_problem − MS_e)/S, MS_e)`. With one seed the seed component is not
+    identified (NaN) and the problems' variance is all `σ²_problem` (`σ²_e` = 0). They plan designs
+    (`design_mde`); the test itself uses `crossed_variance`. Source: as `crossed_variance`.
+
+    Returns:
+        `(..., 3)` float64, in the squared units of `c`.
+    """
+    c = np.asarray(c, dtype=np.float64)
+    s, p = c.shape[-2], c.shape[-1]
+    if s == 1:
+        v = c[..., 0, :].var(axis=-1, ddof=1)
+        return np.stack([np.full_like(v, np.nan), v, np.zeros_like(v)], axis=-1)
+    ms_row, ms_col, ms_e, _ = _mean_squares(c)
+    return np.stack([np.maximum((ms_row - ms_e) / p, 0.0), np.maximum((ms_col - ms_e) / s, 0.0),
+                     ms_e], axis=-1)  # fmt: skip
+
+
+def design_mde(
+    components: object, seeds: object, problems: object, *, alpha: float = 0.05, power: float = 0.8
+) -> np.ndarray:
+    """The minimum detectable lift (`minimum_detectable`) of a comparison whose per-(seed, problem)
+    contributions have the variance `components` `(..., 3)` (`variance_components`), in a design of
+    `seeds` × `problems` (broadcast against `components[..., 0]`): the variance of the mean
+    `σ²_seed/S + σ²_problem/P + σ²_e/(S·P)` with the degrees of freedom `crossed_variance` would
+    use, from the expected mean squares `E MS_seed = P·σ²_seed + σ²_e`, `E MS_problem =
+    S·σ²_problem + σ²_e`, `E MS_e = σ²_e`: Satterthwaite's when both effects are present, `P − 1`
+    without the seed effect, `S − 1` without the problem effect. A NaN component (one seed) gives
+    NaN. Source: as `crossed_variance`; the power formula of `minimum_detectable`.
+
+    Raises:
+        ValueError: `components` whose last axis is not 3, or seeds or problems below 2.
+    """
+    comp = np.asarray(components, dtype=np.float64)
+    if comp.shape[-1:] != (3,):
+        raise ValueError(f"components: expected shape (..., 3), got {comp.shape}")
+    s = np.asarray(seeds, dtype=np.float64)
+    p = np.asarray(problems, dtype=np.float64)
+    if np.any(s < 2) or np.any(p < 2):
+        raise ValueError(f"seeds, problems: need at least 2 each, got {seeds}, {problems}")
+    va, vb, ve = comp[..., 0], comp[..., 1], comp[..., 2]
+    ms_row, ms_col = p * va + ve, s * vb + ve
+    var = va / s + vb / p + ve / (s * p)
+    terms = (ms_row**2 / (s - 1) + ms_col**2 / (p - 1) + ve**2 / ((s - 1) * (p - 1))) / (s * p) ** 2
+    both = var**2 / np.where(terms > 0, terms, 1.0)
+    df = np.select([(va > 0) & (vb > 0), vb > 0, va > 0], [both, p - 1, s - 1], s * p - 1)
+    return minimum_detectable(np.sqrt(var), df, alpha=alpha, power=power)
+
+
 def crossed_variance(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Variance of the grand mean of `c` `(..., S, P)` over a crossed seeds × problems design, and
     its degrees of freedom. The two-way random-effects model `c_sp = μ + a_s + b_p + e_sp` gives
@@ -463,13 +530,8 @@ def crossed_variance(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     s, p = c.shape[-2], c.shape[-1]
     if s == 1:
         return c[..., 0, :].var(axis=-1, ddof=1) / p, np.full(c.shape[:-2], p - 1.0)
-    row, col, mean = c.mean(-1), c.mean(-2), c.mean((-2, -1))
+    ms_row, ms_col, ms_e, ms_tot = _mean_squares(c)
     df_row, df_col, df_e = s - 1, p - 1, (s - 1) * (p - 1)
-    ms_row = p * row.var(axis=-1, ddof=1)
-    ms_col = s * col.var(axis=-1, ddof=1)
-    resid = c - row[..., :, None] - col[..., None, :] + mean[..., None, None]
-    ms_e = (resid**2).sum((-2, -1)) / df_e
-    ms_tot = c.reshape(*c.shape[:-2], s * p).var(axis=-1, ddof=1)
     safe = np.where(ms_e > 0, ms_e, 1.0)
     keep_row = (ms_e > 0) & (ms_row / safe > stats.f.ppf(1 - POOL_LEVEL, df_row, df_e))
     keep_col = (ms_e > 0) & (ms_col / safe > stats.f.ppf(1 - POOL_LEVEL, df_col, df_e))
@@ -520,7 +582,8 @@ def curve_lift(
 
     Returns:
         A `LiftResult` with `se`, `df` and `p` `(M,)` (NaN outside the reference's range; `p`
-        NaN where `se` ≤ `SE_FLOOR`).
+        NaN where `se` ≤ `SE_FLOOR`) and the `variance_components` `(M, 3)` of each lift (NaN
+        outside the range), which plan designs (`design_mde`).
 
     Raises:
         ValueError: as `bootstrap_lift`, fewer reference points than `degree`, or `P < 2`.
@@ -540,6 +603,7 @@ def curve_lift(
     jac = _lift_jacobian(px, py, ref, degree)  # (M, 2, M)
     contrib = np.einsum("mj,jsp->msp", jac[:, 0], x) + np.einsum("mj,jsp->msp", jac[:, 1], y)
     var, df = crossed_variance(contrib)
+    comp = np.where(inside[:, None], variance_components(contrib), np.nan)
     se = np.where(inside, np.sqrt(var), np.nan)
     df = np.where(inside, df, np.nan)
     half = stats.t.ppf(0.5 + level / 2, np.where(inside, df, 1.0)) * se
@@ -554,7 +618,8 @@ def curve_lift(
     frac = np.mean((bx >= np.minimum(0.0, bx[:, ref].min(1, keepdims=True)))
                    & (bx <= bx[:, ref].max(1, keepdims=True)), axis=0)  # fmt: skip
     return LiftResult(models, ref, px, py, est, status, est - half, est + half, frac,
-                      float(level), num_resamples, se=se, df=df, p=pval)  # fmt: skip
+                      float(level), num_resamples, se=se, df=df, p=pval,
+                      components=comp)  # fmt: skip
 
 
 def minimum_detectable(

@@ -40,7 +40,8 @@ __all__ = [
 RESULTS_SCHEMA = "sharpening.sweep/2"
 """The version of the results.json schema (bumped when a required key changes meaning). 2: the lift
 is over a quadratic fitted to the reference (`experiment.frontier.curve_lift`, was the envelope),
-with ``lift_se``, ``lift_df``, ``lift_p`` per model and ``procedure``, ``curve`` per measure."""
+with ``lift_se``, ``lift_df``, ``lift_p`` per model and ``procedure``, ``curve`` per measure; the
+optional ``lift_var`` per model (variance components, for planning designs) extends it."""
 
 MEASURES = frontier.MEASURES
 
@@ -180,7 +181,8 @@ def lift_analysis(
     Returns:
         ``(section, lift)``: the results.json record ``{"k", "level", "num_resamples",
         "procedure", "curve" (the fitted coefficients β_1..β_d of Σ β_j x^j), "models": [{**row, x,
-        y, x_lo, x_hi, y_lo, y_hi, lift, lift_lo, lift_hi, lift_se, lift_df, lift_p, status,
+        y, x_lo, x_hi, y_lo, y_hi, lift, lift_lo, lift_hi, lift_se, lift_df, lift_p, lift_var
+        (the `experiment.frontier.variance_components` of the lift, or null), status,
         inside_fraction, reference}]}`` (NaN written as null) and the `LiftResult`.
 
     Raises:
@@ -218,6 +220,7 @@ def lift_analysis(
                 "lift_se": _num(res.se[i]),
                 "lift_df": _num(res.df[i]),
                 "lift_p": _num(res.p[i]),
+                "lift_var": _components(res.components[i]),
                 "status": str(res.status[i]),
                 "inside_fraction": float(res.inside_fraction[i]),
                 "reference": bool(i in ref),
@@ -226,6 +229,12 @@ def lift_analysis(
         ],
     }
     return section, res
+
+
+def _components(v: np.ndarray) -> list[float] | None:
+    """A lift's variance components `(σ²_seed, σ²_problem, σ²_e)` for results.json (None outside
+    the reference's range)."""
+    return None if not np.all(np.isfinite(v)) else [float(c) for c in v]
 
 
 def axis_label(measure: str, k: int | None) -> str:

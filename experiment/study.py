@@ -16,7 +16,11 @@ training seeds and evaluates them on fresh problems. Both stages are analysed by
 - `sharpening_verdict`: the claim "GRPO sharpens" from GRPO's final checkpoint in the
   confirmation: pass@1 gain > 0 and the measure's gain < 0, both intervals excluding 0;
 - `problems_for`: the power calculation: the problems (or dataset draws) a comparison needs for a
-  target MDE, from its measured standard error (`se ∝ 1/√P`).
+  target MDE, from its measured standard error (`se ∝ 1/√P`);
+- `design_for`: the power calculation over seeds *and* problems: from the variance components
+  measured in the confirmation (`experiment.frontier.variance_components`), the cheapest design
+  (seeds × problems, by a cost model in core-seconds) whose predicted MDE
+  (`experiment.frontier.design_mde`) reaches the goal.
 
 Only exploratory lifts are reported per comparison; every verdict comes from the confirmation.
 Sources: issue 20 (the two-stage design and the claims' rule); Holm (1979).
@@ -45,6 +49,8 @@ __all__ = [
     "claims_table",
     "conclude",
     "confirm",
+    "design_for",
+    "designs_markdown",
     "pick",
     "problems_for",
     "provenance",
@@ -135,6 +141,7 @@ def confirm(
             "hi": m["lift_hi"] if ok else None, "se": m["lift_se"] if ok else None,
             "df": m["lift_df"] if ok else None, "p": m["lift_p"] if ok else None,
             "p_holm": float(a) if ok else None, "mde": mde, "verdict": verdict,
+            "components": m.get("lift_var") if ok else None, "level": alpha / max(n, 1),
             "status": m["status"] if m["lift_p"] is not None or m["lift"] is None else "se 0",
         }  # fmt: skip
     return out
@@ -183,6 +190,66 @@ def problems_for(mde: float, problems: int, target: float) -> int:
         raise ValueError(f"problems_for: need positive mde, problems, target; got {mde}, "
                          f"{problems}, {target}")  # fmt: skip
     return math.ceil(problems * (mde / target) ** 2)
+
+
+SEEDS_GRID = tuple(range(2, 65))
+"""The training seeds `design_for` considers."""
+PROBLEMS_GRID = tuple(int(v) for v in np.unique(np.round(np.geomspace(2, 16384, 60))))
+"""The problems (or dataset draws) `design_for` considers: 60 values from 2 to 16,384, spaced
+geometrically."""
+
+
+def design_for(
+    components: Sequence[float],
+    target: float,
+    *,
+    level: float,
+    cost_run: float,
+    cost_problem: float,
+    power: float = 0.8,
+    seeds: Sequence[int] = SEEDS_GRID,
+    problems: Sequence[int] = PROBLEMS_GRID,
+) -> dict[str, float] | None:
+    """The cheapest confirmation design whose predicted MDE reaches `target`.
+
+    Over every `seeds` × `problems` pair, the comparison's MDE at `level` (the first Holm step:
+    `alpha / n`) and `power` is predicted from its `components` `(σ²_seed, σ²_problem, σ²_e)`
+    (`experiment.frontier.design_mde`) and its cost is `S·(cost_run + P·cost_problem)` (per
+    setting: S training runs, each evaluated on P problems); ties go to fewer seeds.
+
+    Args:
+        components: the comparison's variance components, in the squared units of `target`.
+        target: the MDE goal (the claim's size), in the measure's units.
+        cost_run, cost_problem: core-seconds (or any one unit) of one training run and of
+            evaluating one problem at every read checkpoint; ≥ 0, not both 0.
+
+    Returns:
+        ``{"seeds", "problems", "mde", "cost"}``, or None when no design in the grid reaches
+        `target` (or a component is not finite: one seed).
+
+    Raises:
+        ValueError: a non-positive `target`, a negative or all-zero cost.
+    """
+    if not target > 0:
+        raise ValueError(f"target: need > 0, got {target}")
+    if cost_run < 0 or cost_problem < 0 or cost_run + cost_problem <= 0:
+        raise ValueError(f"cost_run, cost_problem: need ≥ 0 and not both 0, got {cost_run}, "
+                         f"{cost_problem}")  # fmt: skip
+    comp = np.asarray(components, dtype=np.float64)
+    if not np.all(np.isfinite(comp)):
+        return None
+    s = np.asarray(seeds, dtype=np.float64)[:, None]
+    p = np.asarray(problems, dtype=np.float64)[None, :]
+    mde = frontier.design_mde(comp, s, p, alpha=level, power=power)
+    cost = np.broadcast_to(s * (cost_run + p * cost_problem), mde.shape)
+    ok = np.isfinite(mde) & (mde <= target)
+    if not ok.any():
+        return None
+    flat = np.flatnonzero(ok.ravel())
+    best = flat[np.lexsort((np.broadcast_to(s, mde.shape).ravel()[flat], cost.ravel()[flat]))[0]]
+    i, j = np.unravel_index(best, cost.shape)
+    return {"seeds": int(s[i, 0]), "problems": int(p[0, j]), "mde": float(mde[i, j]),
+            "cost": float(cost[i, j])}  # fmt: skip
 
 
 def _pts(v: float | None, scale: float) -> str:
@@ -327,12 +394,16 @@ def conclude(
     design: Mapping[str, Any],
     provenance: Mapping[str, Any],
     by_step: bool,
+    costs: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The study's result (study.json) from its picks (`pick`) and the confirmation sweep's
     ``frontier``: per measure `confirm` (with `by_step`, each pick's model at its picked step;
     otherwise the label's only non-reference model), GRPO's `sharpening_verdict` (first reference
     label), the `claim_rows`, and per pick the problems (`problems_for`, from `problems`) that its
-    MDE needs for the claimed `size`."""
+    MDE needs for the claimed `size`; with `costs` ``{"run", "problem", "unit"}`` (the cost of a
+    training run and of one problem's evaluation, and their unit, e.g. ``"core-s"``) also per pick and
+    measure the cheapest design of seeds × problems that reaches the claimed size (`design_for`,
+    ``designs_for_goal``)."""
     chosen = picks["pass_at_k"]
     confirmed = {}
     for measure, section in confirmation.items():
@@ -342,6 +413,15 @@ def conclude(
     sharp = sharpening_verdict(confirmation["pass_at_k"], reference)
     need = {label: problems_for(100 * r["mde"], problems, size)
             for label, r in confirmed["pass_at_k"].items() if r["mde"]}  # fmt: skip
+    designs: dict[str, dict[str, Any]] = {}
+    if costs is not None:
+        for measure, rows in confirmed.items():
+            scale, claimed = (100.0, size) if measure == "pass_at_k" else (1.0, size_distinct)
+            designs[measure] = {
+                label: design_for(r["components"], claimed / scale, level=r["level"],
+                                  cost_run=costs["run"], cost_problem=costs["problem"])
+                for label, r in rows.items() if r.get("components") is not None
+            }  # fmt: skip
     keep = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
     return {
         "study": name,
@@ -353,6 +433,8 @@ def conclude(
         "grpo_sharpens": sharp,
         "claims": claim_rows(name, confirmed, sharp, size=size, size_distinct=size_distinct),
         "problems_for_goal": need,
+        **({"costs": dict(costs), "designs_for_goal": designs}
+           if costs is not None else {}),
     }  # fmt: skip
 
 
@@ -372,8 +454,37 @@ def study_markdown(result: Mapping[str, Any], how: str, unit: str) -> str:
     )
     table = verdicts_markdown(result["confirmed"], result["picks"], intro)
     need = ", ".join(f"{k} {v}" for k, v in result["problems_for_goal"].items()) or "n/a"
-    return (f"{table}\n## Claims\n\n{claims_table(result['claims'])}\n{unit} each comparison "
-            f"would need for an MDE of {d['claim_size']} points: {need}.\n")  # fmt: skip
+    text = (f"{table}\n## Claims\n\n{claims_table(result['claims'])}\n{unit} each comparison "
+            f"would need for an MDE of {d['claim_size']} points (seeds fixed): {need}.\n")  # fmt: skip
+    if "designs_for_goal" in result:
+        text += designs_markdown(result, unit)
+    return text
+
+
+def _cost(v: float, unit: str) -> str:
+    return f"{v / 3600:.2f} core-h" if unit == "core-s" else f"{v:.0f} {unit}"
+
+
+def designs_markdown(result: Mapping[str, Any], unit: str) -> str:
+    """The power calculation's table: per measure and pick, the cheapest design (`design_for`) that
+    reaches the claimed size, from the confirmation's variance components."""
+    c = result["costs"]
+    lines = [f"\n## Designs for the MDE goal\n\nFrom each comparison's variance components "
+             "(seed, problem, residual) measured in the confirmation, the cheapest seeds × "
+             f"{unit.lower()} whose predicted MDE (80% power, the first Holm step) reaches the "
+             f"claimed size; cost = seeds × ({c['run']:.3g} + {unit.lower()} × {c['problem']:.3g}) "
+             f"{c['unit']} per setting. Not reached within 64 seeds × 16,384: —.\n",
+             f"| measure | method | seeds | {unit.lower()} | predicted MDE | cost per setting |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for measure, rows in result["designs_for_goal"].items():
+        scale = 100.0 if measure == "pass_at_k" else 1.0
+        for label, r in rows.items():
+            if r is None:
+                lines.append(f"| {measure} | {label} | — | — | — | — |")
+            else:
+                lines.append(f"| {measure} | {label} | {r['seeds']} | {r['problems']} | "
+                             f"{scale * r['mde']:.2f} | {_cost(r['cost'], c['unit'])} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 PUBLISHED = {

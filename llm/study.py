@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import numerics
 from experiment import schema, store
 from experiment import study as S
@@ -34,7 +36,7 @@ from experiment.schema import meta, option
 from llm.run.executor import check_executor
 from llm.sweep import run_sweep, sweep_from_dict
 
-__all__ = ["StudySpec", "confirmation_doc", "load_study", "run_study"]
+__all__ = ["StudySpec", "confirmation_doc", "load_study", "measured_costs", "run_study"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,25 @@ def confirmation_doc(
     return out
 
 
+def measured_costs(runs_dir: Path) -> dict[str, Any] | None:
+    """The cost model of `experiment.study.design_for` from a sweep's finished runs
+    (``RUNS/*/sweep_run.json``): the median training time of a run and the median, over runs, of
+    the evaluation time per problem summed over the run's checkpoints, in seconds of one worker
+    (one core; process start-up not counted). None when no run has both."""
+    train, per_problem = [], []
+    for marker in sorted(Path(runs_dir).glob("*/sweep_run.json")):
+        doc = store.read_json(marker)
+        evals = [e["result"] for e in doc.get("evals", {}).values()
+                 if "eval_seconds" in e.get("result", {})]  # fmt: skip
+        if doc.get("train_seconds") and evals:
+            train.append(float(doc["train_seconds"]))
+            per_problem.append(sum(r["eval_seconds"] / len(r["correct"]) for r in evals))
+    if not train:
+        return None
+    return {"run": float(np.median(train)), "problem": float(np.median(per_problem)),
+            "unit": "core-s"}  # fmt: skip
+
+
 def run_study(
     config_path: str | Path,
     out: str | Path | None = None,
@@ -149,6 +170,7 @@ def run_study(
         size=spec.claim_size, size_distinct=spec.claim_size_distinct,
         problems=spec.confirm_problems, design=design,
         provenance=S.provenance(config_path, numerics.tag()), by_step=True,
+        costs=measured_costs(out / "confirm" / "runs"),
     )  # fmt: skip
     how = (f"Exploratory stage: seeds {sweep.seeds}, the first {sweep.eval['problems']} held-out "
            f"problems × {sweep.eval['samples']} samples, checkpoints {sweep.checkpoints}; per "

@@ -54,6 +54,11 @@ class StudySpec:
     alpha: float = option(0.05, "family-wise level of Holm over the picks", gt=0, lt=1)
 
 
+COSTS = {"run": 0.0, "problem": 1.0, "unit": "draw × seed trainings"}
+"""The toy's cost model for `experiment.study.design_for`: every (draw, seed) cell is one training
+(vectorized together), so a design costs seeds × draws."""
+
+
 def load_study(path: Path) -> tuple[dict[str, Any], StudySpec]:
     """The exploratory sweep document (the file without ``[study]``) and its `StudySpec`.
 
@@ -128,6 +133,7 @@ def run_study(
         alpha=spec.alpha, size=spec.claim_size, size_distinct=spec.claim_size_distinct,
         problems=len(spec.confirm_draws), design=design,
         provenance=S.provenance(config_path, numerics.tag()), by_step=False,
+        costs=COSTS,
     )  # fmt: skip
     how = (f"Exploratory stage: draws {design['explore_draws']}, seeds {design['explore_seeds']}; "
            "per method the setting with the largest lower bound of its pass@k lift (final "

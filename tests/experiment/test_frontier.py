@@ -283,6 +283,57 @@ def test_crossed_variance_is_unbiased_for_the_grand_mean():
     assert np.all(d1 == 6)
 
 
+def test_variance_components_recover_the_model_and_plan_the_same_variance():
+    """Method-of-moments components average to the true `(σ²_seed, σ²_problem, σ²_e)` (3 Monte
+    Carlo SE, clipping at 0 aside: components far from 0), and `design_mde` at the design's own
+    size is `minimum_detectable` of the true grand-mean variance."""
+    rng = np.random.default_rng(1)
+    s, p, n = 6, 40, 3000
+    c = (rng.normal(0, 1.5, (n, s, 1)) + rng.normal(0, 2.0, (n, 1, p))
+         + rng.normal(0, 3.0, (n, s, p)))  # fmt: skip
+    comp = F.variance_components(c)
+    assert comp.shape == (n, 3) and np.all(comp >= 0)
+    truth = np.array([2.25, 4.0, 9.0])
+    assert np.all(np.abs(comp.mean(0) - truth) <= 3 * comp.std(0) / np.sqrt(n) + 0.02 * truth)
+    var = 2.25 / s + 4.0 / p + 9.0 / (s * p)
+    mde = F.design_mde(truth, s, p)
+    assert mde > F.minimum_detectable(np.sqrt(var), 1e6)  # t quantiles above the normal ones
+    assert mde < F.minimum_detectable(np.sqrt(var), s - 1)  # df above the seeds' alone
+    one = F.variance_components(rng.normal(size=(2, 1, 5)))
+    assert np.all(np.isnan(one[:, 0])) and np.all(one[:, 2] == 0)
+
+
+def _design_mde_loop(comp, s, p, alpha=0.05, power=0.8):
+    """A scalar restatement of `design_mde` (expected mean squares, then Satterthwaite)."""
+    va, vb, ve = comp
+    var = va / s + vb / p + ve / (s * p)
+    if va > 0 and vb > 0:
+        ms = [(p * va + ve, s - 1), (s * vb + ve, p - 1), (ve, (s - 1) * (p - 1))]
+        df = var**2 / sum((m / (s * p)) ** 2 / d for m, d in ms)
+    else:
+        df = p - 1 if vb > 0 else s - 1 if va > 0 else s * p - 1
+    return (stats.t.ppf(1 - alpha / 2, df) + stats.t.ppf(power, df)) * math.sqrt(var)
+
+
+# Components of 0 or at least 1e-9 (a variance of pass@k gains; subnormal ones underflow when
+# squared in Satterthwaite's formula, in the loop as in the vectorized code, differently).
+COMPONENT = st.one_of(st.just(0.0), st.floats(1e-9, 1e-2))
+
+
+@given(st.tuples(COMPONENT, COMPONENT, COMPONENT), st.integers(2, 30), st.integers(2, 500))
+def test_design_mde_equals_a_scalar_restatement(comp, s, p):
+    """Equal to the loop. (Not monotone in P: with a seed component, more problems shrink the
+    variance but also the Satterthwaite df, toward the seeds' S − 1.)"""
+    assert F.design_mde(comp, s, p) == pytest.approx(_design_mde_loop(comp, s, p), rel=1e-9)
+
+
+def test_design_mde_names_bad_input():
+    with pytest.raises(ValueError, match="components"):
+        F.design_mde([1.0, 2.0], 3, 4)
+    with pytest.raises(ValueError, match="seeds, problems"):
+        F.design_mde([1.0, 2.0, 3.0], 1, 4)
+
+
 def test_holm_equals_the_step_down_rule():
     rng = np.random.default_rng(1)
     for _ in range(50):

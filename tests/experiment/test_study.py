@@ -117,3 +117,30 @@ def test_sharpening_is_read_from_the_first_trained_setting_not_the_base():
     early = {**last, "step": 40, "x_lo": -0.01}
     out = S.sharpening_verdict({"models": [base, early, last]}, "grpo")
     assert out["step"] == 120 and out["setting"] == "default" and out["verdict"] == "supported"
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.tuples(*[st.floats(1e-6, 1e-2)] * 3), st.floats(0.005, 0.05), st.floats(0, 100),
+       st.floats(0.01, 1))  # fmt: skip
+def test_design_for_is_the_cheapest_feasible_design(comp, target, run, problem):
+    """Against a brute-force search over a small grid: the design reaches the target, and no
+    cheaper one in the grid does."""
+    seeds, problems = range(2, 12), (2, 8, 32, 128, 512)
+    d = S.design_for(comp, target, level=0.05, cost_run=run, cost_problem=problem,
+                     seeds=seeds, problems=problems)  # fmt: skip
+    feasible = [(s * (run + p * problem), s, p) for s in seeds for p in problems
+                if F.design_mde(comp, s, p) <= target]  # fmt: skip
+    if not feasible:
+        assert d is None
+        return
+    cost, s, p = min(feasible)
+    assert d["mde"] <= target and d["cost"] == pytest.approx(cost)
+    assert (d["seeds"], d["problems"]) == (s, p) or d["cost"] == pytest.approx(cost)
+
+
+def test_design_for_names_bad_input_and_skips_one_seed():
+    with pytest.raises(ValueError, match="target"):
+        S.design_for([1, 1, 1], 0.0, level=0.05, cost_run=1, cost_problem=1)
+    with pytest.raises(ValueError, match="cost_run"):
+        S.design_for([1, 1, 1], 1.0, level=0.05, cost_run=0, cost_problem=0)
+    assert S.design_for([np.nan, 1, 0], 1.0, level=0.05, cost_run=1, cost_problem=1) is None

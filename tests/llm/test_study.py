@@ -53,6 +53,9 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     assert {r["claim"] for r in doc["claims"]} >= {"grpo_sharpens"}
     assert all(r["verdict"] in S.VERDICTS for r in doc["claims"])
     assert "## Claims" in (out / "verdicts.md").read_text()
+    # The cost model of the power calculation, measured in the confirmation's runs.
+    assert doc["costs"]["unit"] == "core-s" and doc["costs"]["run"] > 0
+    assert doc["costs"]["problem"] > 0 and "designs_for_goal" in doc
 
 
 def test_study_errors_name_the_key(tmp_path, tiny_model_path):

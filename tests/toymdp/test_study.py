@@ -48,6 +48,10 @@ def test_the_study_confirms_the_picks_on_fresh_draws_and_keys(study_file: Path, 
     assert set(doc["provenance"]) == {"config", "config_sha256", "git_commit", "cpu", "numerics"}
     text = (tmp_path / "verdicts.md").read_text()
     assert "## Claims" in text and "| ds_grpo |" in text
+    # The power calculation over seeds × draws, from the confirmation's variance components.
+    assert doc["costs"] == TS.COSTS and "## Designs for the MDE goal" in text
+    for label, d in doc["designs_for_goal"]["pass_at_k"].items():
+        assert d is None or (d["mde"] <= 0.015 and d["cost"] == d["seeds"] * d["problems"]), label
 
 
 def test_bad_study_tables_are_named(tmp_path: Path):
