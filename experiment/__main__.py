@@ -67,8 +67,9 @@ def _main(argv: list[str]) -> int:
     cal.add_argument("--seed", type=int, default=0, help="simulation seed")
     cal.add_argument("--procedure", choices=sorted(PROCEDURES), action="append",
                      help="procedure(s) to check (default: both)")  # fmt: skip
-    cal.add_argument("--design", choices=sorted(C.DESIGNS), action="append",
-                     help="design(s) to simulate (default: all; `experiment.calibration.DESIGNS`)")  # fmt: skip
+    cal.add_argument("--design", choices=sorted(C.DESIGNS | C.STRESS_DESIGNS), action="append",
+                     help="design(s) to simulate (default: the committed ones, "
+                          "`experiment.calibration.DESIGNS`; also its STRESS_DESIGNS)")  # fmt: skip
     cal.add_argument("--json", action="store_true", help="print JSON instead of tables")
     cl = sub.add_parser("claims", help="the claims table of committed studies (study.json files)")
     cl.add_argument("studies", nargs="+", help="study.json files (python -m toymdp study)")
@@ -88,7 +89,7 @@ def _main(argv: list[str]) -> int:
     report = {}
     for design in args.design or sorted(C.DESIGNS):
         for name in args.procedure or sorted(PROCEDURES):
-            out = C.calibrate(C.DESIGNS[design], PROCEDURES[name](args.resamples),
+            out = C.calibrate((C.DESIGNS | C.STRESS_DESIGNS)[design], PROCEDURES[name](args.resamples),
                               replicates=args.replicates, seed=args.seed)  # fmt: skip
             out["mde"] = C.minimum_detectable_lift(out)
             report[f"{design}/{name}"] = out

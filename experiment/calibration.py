@@ -41,6 +41,7 @@ from experiment import frontier
 
 __all__ = [
     "DESIGNS",
+    "STRESS_DESIGNS",
     "Design",
     "Study",
     "bootstrap_procedure",
@@ -77,6 +78,9 @@ class Design:
     """(a, b) of each reference path (GRPO and e.g. GRPO with a KL penalty)."""
     sigma_along: float = 0.1
     sigma_off: float = 0.05
+    pushes: tuple[float, ...] = tuple(float(v) for v in np.arange(1, 11) * 0.04)
+    """The pushes `a` `method_path` tries for a method's path (negative ones where the reference
+    barely raises pass@1)."""
 
 
 DESIGNS = {
@@ -86,6 +90,22 @@ DESIGNS = {
 """The committed LLM designs: `make reproduce`'s sweep (128 problems × 16 samples × 3 seeds) and the
 study's confirmation stage (4× the problems: 512 × 16 × 3, for a minimum detectable lift ≤ 3
 points)."""
+
+
+_BOTH_WAYS = tuple(float(v) for v in np.arange(-5, 6) * 0.04)
+
+STRESS_DESIGNS = {
+    "strong_one_path": Design(problems=512, seeds=8, ref_settings=((-0.1, 0.4),),
+                              sigma_along=0.35, sigma_off=0.3, pushes=_BOTH_WAYS),
+    "strong_two_paths": Design(problems=512, seeds=8, ref_settings=((-0.1, 0.4), (-0.02, 0.2)),
+                               sigma_along=0.35, sigma_off=0.3, pushes=_BOTH_WAYS),
+}  # fmt: skip
+"""Designs shaped like the strong LLM study's confirmation (512 problems × 16 samples × 8 seeds;
+GRPO's pass@1 +5 and pass@16 −17 at the last checkpoint, seed effects along and off the path 3-6×
+the default designs'), with one reference path, or two whose trade-offs differ (lr 2e-4 and a
+milder one, as the study's reference). `python -m experiment calibrate --design strong_two_paths`
+measures what the quadratic through *all* reference points does when one setting is dominated:
+docs/statistics.md."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +182,7 @@ def _lift_checkpoint(d: Design) -> float:
 def method_path(d: Design, lift: float, *, s: float | None = None) -> tuple[float, float]:
     """A method path `(a, b)` whose model at checkpoint `s` (default: the middle one) has true lift
     `lift` (in probability units: 0.03 is +3 points) inside the reference's pass@1 range: of the
-    pushes `a` = 0.04, 0.08, ..., 0.4 for which some sharpening `b` in [-1, 1] reaches it (`b`
+    pushes `a` of `d.pushes` (0.04, 0.08, ..., 0.4) for which some sharpening `b` in [-1, 1] reaches it (`b`
     solved to 1e-10), the one whose model's pass@1 is nearest the middle of that range.
 
     Raises:
@@ -172,7 +192,7 @@ def method_path(d: Design, lift: float, *, s: float | None = None) -> tuple[floa
     ref = _true_reference(d)
     grid = np.linspace(-1.0, 1.0, 81)
     found = []
-    for a in np.arange(1, 11) * 0.04:
+    for a in d.pushes:
 
         def gap(b: float, a: float = a) -> float:
             return _true_lift(d, ref, a, b, s) - lift
