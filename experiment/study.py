@@ -55,8 +55,10 @@ __all__ = [
     "problems_for",
     "provenance",
     "publish",
+    "reference_spread",
     "select",
     "sharpening_verdict",
+    "spread_row",
     "study_markdown",
     "verdicts_markdown",
 ]
@@ -300,6 +302,8 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
     def cell(r: Mapping[str, Any] | None) -> str:
         if r is None:
             return "—"
+        if r.get("claim") == "grpo_spread":
+            return f"{r['lift']:+.1f} [{r['lo']:+.1f}, {r['hi']:+.1f}] ({r['where']})"
         if r.get("lift") is None:
             return f"**{r['verdict']}** (outside GRPO's range)"
         d = 2 if r.get("unit") == "per problem" else 1  # distinct correct: small numbers
@@ -344,6 +348,45 @@ def pick(explore: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, dict]]
     """`select` on every measure of an exploratory sweep's ``frontier``; the picks the
     confirmation re-trains are ``["pass_at_k"]`` (one per label, by its pass@k lift)."""
     return {measure: select(section) for measure, section in explore.items()}
+
+
+SPREAD_TEXT = (
+    "GRPO's best own setting against GRPO's fitted curve (pass@k at matched pass@1; "
+    "not a claim: read the lifts against it)"
+)
+"""The claims table's row of `reference_spread` (docs/statistics.md: the reference's own spread)."""
+
+
+def reference_spread(section: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each reference setting's largest lift over its trained checkpoints against the curve fitted
+    to all of them (one measure's section of the confirmation's `lift_analysis`): how far GRPO's
+    best setting sits above its own pooled curve. A method's lift is over that curve, so a method
+    whose lift is below this spread does not beat GRPO's best setting (docs/statistics.md).
+
+    Returns:
+        ``{"label setting": {label, setting, step, lift, lo, hi}}`` in the measure's units, for
+        the reference settings with a lift inside the range.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for m in section["models"]:
+        if not m["reference"] or m["step"] <= 0 or m["lift"] is None:
+            continue
+        key = f"{m['label']} {m['setting']}"
+        if key not in out or m["lift"] > out[key]["lift"]:
+            out[key] = {"label": m["label"], "setting": m["setting"], "step": m["step"],
+                        "lift": m["lift"], "lo": m["lift_lo"], "hi": m["lift_hi"]}  # fmt: skip
+    return out
+
+
+def spread_row(name: str, spread: Mapping[str, Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The claims table's row of the pass@k `reference_spread`: its largest entry, in points."""
+    if not spread:
+        return None
+    best = max(spread.values(), key=lambda r: r["lift"])
+    return {"study": name, "claim": "grpo_spread", "text": SPREAD_TEXT, "verdict": "",
+            "lift": 100 * best["lift"], "lo": 100 * best["lo"], "hi": 100 * best["hi"],
+            "mde": None, "size": 0.0, "unit": "points",
+            "where": f"{best['setting']}, step {best['step']}"}  # fmt: skip
 
 
 def claim_rows(
@@ -423,6 +466,9 @@ def conclude(
                 for label, r in rows.items() if r.get("components") is not None
             }  # fmt: skip
     keep = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
+    spread = {measure: reference_spread(section) for measure, section in confirmation.items()}
+    claims = claim_rows(name, confirmed, sharp, size=size, size_distinct=size_distinct)
+    row = spread_row(name, spread.get("pass_at_k", {}))
     return {
         "study": name,
         "provenance": dict(provenance),
@@ -431,7 +477,8 @@ def conclude(
                   for m, ps in picks.items()},
         "confirmed": confirmed,
         "grpo_sharpens": sharp,
-        "claims": claim_rows(name, confirmed, sharp, size=size, size_distinct=size_distinct),
+        "claims": claims + ([row] if row is not None else []),
+        "reference_spread": spread,
         "problems_for_goal": need,
         **({"costs": dict(costs), "designs_for_goal": designs}
            if costs is not None else {}),
@@ -456,6 +503,15 @@ def study_markdown(result: Mapping[str, Any], how: str, unit: str) -> str:
     need = ", ".join(f"{k} {v}" for k, v in result["problems_for_goal"].items()) or "n/a"
     text = (f"{table}\n## Claims\n\n{claims_table(result['claims'])}\n{unit} each comparison "
             f"would need for an MDE of {d['claim_size']} points (seeds fixed): {need}.\n")  # fmt: skip
+    spread = result.get("reference_spread", {}).get("pass_at_k", {})
+    if spread:
+        text += ("\n## GRPO's own settings against its fitted curve\n\nThe lifts are over one "
+                 "curve fitted to every reference setting; each setting's best checkpoint sits "
+                 "this far from it (pass@k, points). A method whose lift is below the largest "
+                 "does not beat GRPO's best setting (docs/statistics.md).\n\n"
+                 "| setting | step | lift [95% CI] |\n|---|---|---|\n"
+                 + "".join(f"| {k} | {r['step']} | {100 * r['lift']:+.2f} [{100 * r['lo']:+.2f}, "
+                           f"{100 * r['hi']:+.2f}] |\n" for k, r in spread.items()))  # fmt: skip
     if "designs_for_goal" in result:
         text += designs_markdown(result, unit)
     return text

@@ -144,3 +144,21 @@ def test_design_for_names_bad_input_and_skips_one_seed():
     with pytest.raises(ValueError, match="cost_run"):
         S.design_for([1, 1, 1], 1.0, level=0.05, cost_run=0, cost_problem=0)
     assert S.design_for([np.nan, 1, 0], 1.0, level=0.05, cost_run=1, cost_problem=1) is None
+
+
+def test_reference_spread_takes_each_settings_best_checkpoint_and_feeds_one_row():
+    section = {"models": [
+        _model("grpo", 0.0, 0.0, 0.0, ref=True, step=0, setting="base"),
+        _model("grpo", 0.02, 0.01, 0.03, ref=True, step=10, setting="kl=0"),
+        _model("grpo", -0.01, -0.02, 0.0, ref=True, step=20, setting="kl=0"),
+        _model("grpo", 0.05, 0.03, 0.07, ref=True, step=20, setting="kl=1"),
+        _model("grpo", None, None, None, ref=True, step=30, setting="kl=1", status="above"),
+        _model("a", 0.09, 0.05, 0.1),
+    ]}  # fmt: skip
+    spread = S.reference_spread(section)
+    assert set(spread) == {"grpo kl=0", "grpo kl=1"}
+    assert spread["grpo kl=0"]["step"] == 10 and spread["grpo kl=1"]["lift"] == 0.05
+    row = S.spread_row("st", spread)
+    assert row["lift"] == pytest.approx(5.0) and row["where"] == "kl=1, step 20"
+    assert "+5.0 [+3.0, +7.0] (kl=1, step 20)" in S.claims_table([row])
+    assert S.spread_row("st", {}) is None
