@@ -247,7 +247,8 @@ def _study(args: argparse.Namespace) -> int:
         address=args.address,
     )
     for row in result["claims"]:
-        print(f"{row['verdict']:>13}: {row['text']}")
+        head = row["verdict"] or f"{row['lift']:+.1f} points"  # the spread row: no verdict
+        print(f"{head:>13}: {row['text']}")
     print(f"wrote {out}/study.json and {out}/verdicts.md")
     return 0
 

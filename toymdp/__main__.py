@@ -97,7 +97,8 @@ def _study(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except ValueError as err:
         parser.error(str(err))
     for row in result["claims"]:
-        print(f"{row['verdict']:>13}: {row['text']}")
+        head = row["verdict"] or f"{row['lift']:+.1f} points"  # the spread row: no verdict
+        print(f"{head:>13}: {row['text']}")
     out = args.out or Path("runs/toy_study") / args.config.stem
     print(f"wrote study.json and verdicts.md to {out}/")
     return 0
