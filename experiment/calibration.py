@@ -281,15 +281,19 @@ def bootstrap_procedure(num_resamples: int = 200, level: float = 0.95) -> Proced
     return run
 
 
-def curve_procedure(num_resamples: int = 20, level: float = 0.95, degree: int = 2) -> Procedure:
+def curve_procedure(
+    num_resamples: int = 20, level: float = 0.95, degree: int = 2, per_setting: bool = False
+) -> Procedure:
     """The calibrated procedure: `experiment.frontier.curve_lift` (a quadratic reference curve
     through the base, a t interval with the delta method's crossed seeds × problems standard
-    error; `num_resamples` only feeds its `inside_fraction`)."""
+    error; `num_resamples` only feeds its `inside_fraction`); with `per_setting`, the maximum of
+    one curve per reference setting."""
 
     def run(study: Study, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         res = frontier.curve_lift(
             study.x, study.y, study.models, study.reference, degree=degree,
             num_resamples=num_resamples, level=level, seed=int(rng.integers(2**31)),
+            per_setting=per_setting,
         )  # fmt: skip
         return res.lift, res.lo, res.hi, res.p
 

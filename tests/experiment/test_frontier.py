@@ -362,3 +362,40 @@ def test_a_model_that_never_left_the_base_is_not_tested():
     assert res.status[4] == "inside"  # pass@1 gain 0: the base, inside every reference range
     assert np.isnan(res.p[4]) and res.se[4] <= F.SE_FLOOR
     assert np.isfinite(res.p[:4][res.status[:4] == "inside"]).all()
+
+
+def test_per_setting_curve_is_the_max_of_single_setting_curves():
+    """`curve_lift(per_setting=True)`: each lift is the smallest of the lifts over each reference
+    setting's own curve among the settings whose pass@1 range reaches the model (a slow loop of
+    single-setting `curve_lift` calls); with one reference setting it equals the pooled curve."""
+    rng = np.random.default_rng(3)
+    m, s, p = 8, 3, 40
+    steps = [0, 1, 2, 3, 1, 2, 3, 2]
+    sets = ["base", "a", "a", "a", "b", "b", "b", "x"]
+    meth = ["grpo"] * 7 + ["m"]
+    x = (
+        rng.normal(0, 0.02, (m, s, p))
+        + np.array([0, 0.02, 0.04, 0.06, 0.01, 0.03, 0.05, 0.03])[:, None, None]
+    )
+    y = (
+        rng.normal(0, 0.02, (m, s, p))
+        + np.array([0, -0.02, -0.05, -0.09, 0, -0.01, -0.03, -0.01])[:, None, None]
+    )
+    x[0], y[0] = 0.0, 0.0
+    models = F.Models(meth, sets, steps)
+    res = F.curve_lift(x, y, models, "grpo", per_setting=True, num_resamples=10)
+    px, _ = F.points(x, y)
+    singles = []
+    for keep in ("a", "b"):
+        idx = [i for i in range(m) if sets[i] in (keep, "base") or meth[i] == "m"]
+        sub = F.Models([meth[i] for i in idx], [sets[i] for i in idx], [steps[i] for i in idx])
+        r = F.curve_lift(x[idx], y[idx], sub, "grpo", num_resamples=10)
+        reach = px[-1] <= px[[i for i in range(m) if sets[i] == keep]].max()
+        singles.append(r.lift[-1] if reach else np.inf)
+    assert res.lift[-1] == pytest.approx(min(singles), abs=1e-12)
+    one = F.Models([*meth[:4], "m"], [*sets[:4], "x"], [*steps[:4], 2])
+    idx = [0, 1, 2, 3, 7]
+    a = F.curve_lift(x[idx], y[idx], one, "grpo", per_setting=True, num_resamples=10)
+    b = F.curve_lift(x[idx], y[idx], one, "grpo", num_resamples=10)
+    np.testing.assert_allclose(a.lift, b.lift, equal_nan=True)
+    np.testing.assert_allclose(a.se, b.se, equal_nan=True)
