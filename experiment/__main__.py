@@ -28,7 +28,7 @@ BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
 PROCEDURES = {
     "curve": C.curve_procedure,
     "envelope": C.bootstrap_procedure,
-    "maxcurve": lambda resamples: C.curve_procedure(resamples, per_setting=True),
+    "pooled": lambda resamples: C.curve_procedure(resamples, per_setting=False),
 }
 DEFAULT_PROCEDURES = ("curve", "envelope")
 
@@ -71,8 +71,8 @@ def _main(argv: list[str]) -> int:
                           "inside fraction)")  # fmt: skip
     cal.add_argument("--seed", type=int, default=0, help="simulation seed")
     cal.add_argument("--procedure", choices=sorted(PROCEDURES), action="append",
-                     help="procedure(s) to check (default: curve and envelope; maxcurve: the "
-                          "maximum of per-setting curves)")  # fmt: skip
+                     help="procedure(s) to check (default: curve, the tables' maximum of "
+                          "per-setting curves, and envelope; pooled: one curve for all settings)")  # fmt: skip
     cal.add_argument("--design", choices=sorted(C.DESIGNS | C.STRESS_DESIGNS), action="append",
                      help="design(s) to simulate (default: the committed ones, "
                           "`experiment.calibration.DESIGNS`; also its STRESS_DESIGNS)")  # fmt: skip

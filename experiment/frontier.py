@@ -431,17 +431,34 @@ def _lift_jacobian(px: np.ndarray, py: np.ndarray, ref: np.ndarray, degree: int)
     return jac
 
 
+def setting_groups(ref: np.ndarray, models: Models, degree: int = 2) -> list[np.ndarray]:
+    """The reference models `ref` grouped by (method, setting), the base (step 0) left out (it is
+    the origin every curve passes through); groups with fewer than `degree` models are dropped
+    (all of `ref` when none is left)."""
+    trained = [i for i in ref if models.step[i] > 0]
+    keys = {i: (models.method[i], models.setting[i]) for i in trained}
+    groups = [np.array([i for i in trained if keys[i] == key])
+              for key in dict.fromkeys(keys.values())]  # fmt: skip
+    return [g for g in groups if g.size >= degree] or [np.asarray(ref)]
+
+
+def max_curve_at(betas: Sequence[np.ndarray], x_max: Sequence[float], x: object) -> np.ndarray:
+    """The pointwise maximum at `x` of the curves `betas` (`curve_at`), each defined up to its
+    `x_max`; beyond every `x_max`, the curve reaching furthest."""
+    x = np.asarray(x, dtype=np.float64)
+    vals = np.stack([np.where(x <= xm, curve_at(np.asarray(b), x), -np.inf)
+                     for b, xm in zip(betas, x_max, strict=True)])  # fmt: skip
+    far = int(np.argmax(x_max))
+    return np.where(np.isfinite(vals.max(0)), vals.max(0), curve_at(np.asarray(betas[far]), x))
+
+
 def _max_curve_lifts(
     px: np.ndarray, py: np.ndarray, ref: np.ndarray, models: Models, degree: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """`curve_lift`'s ``per_setting`` lifts `(M,)` over the pointwise maximum of one curve per
-    reference (method, setting) with at least `degree` trained points, each defined on pass@1 up
-    to its setting's largest, and their `(M, 2, M)` Jacobian (the active setting's)."""
-    trained = [i for i in ref if models.step[i] > 0]  # the base (step 0) is the origin
-    keys = {i: (models.method[i], models.setting[i]) for i in trained}
-    groups = [np.array([i for i in trained if keys[i] == key])
-              for key in dict.fromkeys(keys.values())]  # fmt: skip
-    groups = [g for g in groups if g.size >= degree] or [ref]
+    reference (method, setting) (`setting_groups`), each defined on pass@1 up to its setting's
+    largest, and their `(M, 2, M)` Jacobian (the active setting's)."""
+    groups = setting_groups(ref, models, degree)
     lifts = np.stack([_curve_lifts(px, py, g, degree) for g in groups])  # (G, M)
     reach = np.stack([px <= px[g].max() for g in groups])  # the setting's own pass@1 range
     active = np.where(reach, lifts, np.inf).argmin(0)  # the highest curve: the smallest lift

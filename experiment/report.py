@@ -67,7 +67,8 @@ METHOD_COLORS = {
 }
 
 LIFT_METHOD = (
-    "the reference curve is a quadratic through the base fitted to the reference's points; CI: t "
+    "the reference curve is the maximum of one quadratic through the base per reference setting "
+    "(GRPO's best setting at each pass@1); CI: t "
     "interval with the delta method's standard error over the crossed seeds × problems design "
     "(`experiment.frontier.curve_lift`, calibrated by `python -m experiment calibrate`); p: two-"
     "sided test of lift 0, per comparison (exploratory: not corrected for the many comparisons); "
@@ -166,10 +167,13 @@ def lift_analysis(
     num_resamples: int,
     level: float = 0.95,
     seed: int = 0,
+    per_setting: bool = True,
 ) -> tuple[dict[str, Any], frontier.LiftResult]:
-    """Lift at matched pass@1 of every model over a quadratic fitted to the reference's points,
-    with the calibrated t interval and p-value (`experiment.frontier.curve_lift`), and a bootstrap
-    interval of every model's point (over seeds and problems, for the figure).
+    """Lift at matched pass@1 of every model over the maximum of one quadratic per reference
+    setting (`per_setting`; else one quadratic fitted to all the reference's points), with the
+    calibrated t interval and p-value (`experiment.frontier.curve_lift`), and a bootstrap interval
+    of every model's point (over seeds and problems, for the figure). The section's ``curves``
+    (each setting's coefficients and pass@1 reach) draw the curve; ``curve`` is the pooled fit.
 
     Args:
         x, y: `(M models, S seeds, P problems)` per-problem gains over the base in pass@1 and in
@@ -188,9 +192,8 @@ def lift_analysis(
     Raises:
         ValueError: as `curve_lift` (shapes, no reference model, num_resamples < 2, P < 2).
     """
-    res = frontier.curve_lift(
-        x, y, models, reference, num_resamples=num_resamples, level=level, seed=seed
-    )
+    res = frontier.curve_lift(x, y, models, reference, num_resamples=num_resamples, level=level,
+                              seed=seed, per_setting=per_setting)  # fmt: skip
     seed_idx, problem_idx = frontier.bootstrap_indices(
         np.random.default_rng(seed), num_resamples, x.shape[1], x.shape[2]
     )
@@ -199,12 +202,27 @@ def lift_analysis(
     y_lo, y_hi = frontier.percentile_interval(by, level)
     ref = set(res.reference.tolist())
     beta = frontier.fit_curve(res.x[res.reference], res.y[res.reference])
+    groups = (frontier.setting_groups(res.reference, models) if per_setting
+              else [res.reference])  # fmt: skip
     section = {
         "k": k,
         "level": level,
         "num_resamples": num_resamples,
-        "procedure": "curve_lift: quadratic through the base, delta-method crossed-design t",
+        "procedure": (
+            "curve_lift: the maximum of per-setting quadratics through the base, "
+            "delta-method crossed-design t"
+            if per_setting
+            else "curve_lift: quadratic through the base, delta-method crossed-design t"
+        ),
         "curve": [float(b) for b in np.atleast_1d(beta)],
+        "curves": [
+            {
+                "setting": f"{models.method[g[0]]} {models.setting[g[0]]}",
+                "beta": [float(b) for b in frontier.fit_curve(res.x[g], res.y[g])],
+                "x_max": float(res.x[g].max()),
+            }
+            for g in groups
+        ],
         "models": [
             {
                 **row,
@@ -328,8 +346,11 @@ def plot_frontier(
             name = f"{', '.join(group)} (reference)" if is_ref else group[0]
             if is_ref:  # the fitted curve the lifts are measured against
                 grid = np.linspace(min(0.0, px.min()), px.max(), 100)
-                ax.plot(grid, frontier.curve_at(np.array(a["curve"]), grid), "-", color=c, lw=2.5,
-                        label=f"{name}: fitted curve")  # fmt: skip
+                curves = a.get("curves")
+                ys = (frontier.max_curve_at([cv["beta"] for cv in curves],
+                                            [cv["x_max"] for cv in curves], grid)
+                      if curves else frontier.curve_at(np.array(a["curve"]), grid))  # fmt: skip
+                ax.plot(grid, ys, "-", color=c, lw=2.5, label=f"{name}: fitted curve")
             else:  # E is flat left of its first vertex down to the smallest pass@1 of the set.
                 ax.plot([env.x_min, *env.vx], [env.vy[0], *env.vy], "-", color=c, lw=1.5,
                         label=name)  # fmt: skip

@@ -62,13 +62,19 @@ def test_the_curve_procedure_is_calibrated_in_the_committed_designs(design):
     assert max(out["familywise_holm"].values()) <= 0.05 + 3 * fw_se
 
 
-def test_two_reference_paths_with_different_trade_offs_bias_the_curve_up():
-    """The documented limit (docs/statistics.md): one quadratic through the points of two reference
-    settings, one dominated, lies below their envelope, so null lifts come out positive. When the
-    procedure learns to handle it, this test is the one to turn around."""
-    out = C.calibrate(C.STRESS_DESIGNS["strong_two_paths"], C.curve_procedure(), lifts=(0.0,),
-                      per_lift=3, replicates=40, seed=7)  # fmt: skip
-    assert out["by_lift"]["0"]["bias"] > 1.0
+def test_two_reference_paths_with_different_trade_offs_bias_only_the_pooled_curve():
+    """A dominated GRPO setting drags one pooled quadratic below GRPO's best (null lifts come out
+    > +1 point); the tables' maximum of per-setting curves stays calibrated there (|bias| ≤ 0.3,
+    coverage in [0.93, 0.97], three Monte Carlo errors allowed)."""
+    d = C.STRESS_DESIGNS["strong_two_paths"]
+    pooled = C.calibrate(d, C.curve_procedure(per_setting=False), lifts=(0.0,), per_lift=3,
+                         replicates=40, seed=7)  # fmt: skip
+    assert pooled["by_lift"]["0"]["bias"] > 1.0
+    out = C.calibrate(d, C.curve_procedure(), lifts=(0.0, 0.03), per_lift=3, replicates=100,
+                      seed=7)  # fmt: skip
+    for row in out["by_lift"].values():
+        assert abs(row["bias"]) <= 0.3 + 3 * row["bias_se"]
+        assert 0.93 - 3 * row["coverage_se"] <= row["coverage"] <= 0.97 + 3 * row["coverage_se"]
 
 
 def test_the_study_design_sees_three_points():
