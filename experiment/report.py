@@ -39,7 +39,7 @@ __all__ = [
 
 RESULTS_SCHEMA = "sharpening.sweep/2"
 """The version of the results.json schema (bumped when a required key changes meaning). 2: the lift
-is over a quadratic fitted to the reference (`experiment.frontier.curve_lift`, was the envelope),
+is over quadratics fitted to the reference (`experiment.frontier.curve_lift`, was the envelope),
 with ``lift_se``, ``lift_df``, ``lift_p`` per model and ``procedure``, ``curve`` per measure; the
 optional ``lift_var`` per model (variance components, for planning designs) extends it."""
 
