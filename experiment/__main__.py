@@ -31,6 +31,7 @@ PROCEDURES = {
     "pooled": lambda resamples: C.curve_procedure(resamples, per_setting=False),
 }
 DEFAULT_PROCEDURES = ("curve", "envelope")
+ALL_DESIGNS = C.DESIGNS | C.STRESS_DESIGNS
 
 
 def _table(name: str, out: dict) -> str:
@@ -73,7 +74,7 @@ def _main(argv: list[str]) -> int:
     cal.add_argument("--procedure", choices=sorted(PROCEDURES), action="append",
                      help="procedure(s) to check (default: curve, the tables' maximum of "
                           "per-setting curves, and envelope; pooled: one curve for all settings)")  # fmt: skip
-    cal.add_argument("--design", choices=sorted(C.DESIGNS | C.STRESS_DESIGNS), action="append",
+    cal.add_argument("--design", choices=sorted(ALL_DESIGNS), action="append",
                      help="design(s) to simulate (default: the committed ones, "
                           "`experiment.calibration.DESIGNS`; also its STRESS_DESIGNS)")  # fmt: skip
     cal.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -95,7 +96,7 @@ def _main(argv: list[str]) -> int:
     report = {}
     for design in args.design or sorted(C.DESIGNS):
         for name in args.procedure or DEFAULT_PROCEDURES:
-            out = C.calibrate((C.DESIGNS | C.STRESS_DESIGNS)[design], PROCEDURES[name](args.resamples),
+            out = C.calibrate(ALL_DESIGNS[design], PROCEDURES[name](args.resamples),
                               replicates=args.replicates, seed=args.seed)  # fmt: skip
             out["mde"] = C.minimum_detectable_lift(out)
             report[f"{design}/{name}"] = out

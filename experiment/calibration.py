@@ -103,9 +103,9 @@ STRESS_DESIGNS = {
 """Designs shaped like the strong LLM study's confirmation (512 problems × 16 samples × 8 seeds;
 GRPO's pass@1 +5 and pass@16 −17 at the last checkpoint, seed effects along and off the path 3-6×
 the default designs'), with one reference path, or two whose trade-offs differ (lr 2e-4 and a
-milder one that dominates it and reaches further, as lr 1e-4 in the study's reference). `python -m experiment calibrate --design strong_two_paths`
-measures what the quadratic through *all* reference points does when one setting is dominated:
-docs/statistics.md."""
+milder one that dominates it and reaches further, as lr 1e-4 in the study's reference).
+`python -m experiment calibrate --design strong_two_paths --procedure pooled` measures what one
+quadratic through *all* reference points does when a setting is dominated: docs/statistics.md."""
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,9 @@ def _lift_checkpoint(d: Design) -> float:
 def method_path(d: Design, lift: float, *, s: float | None = None) -> tuple[float, float]:
     """A method path `(a, b)` whose model at checkpoint `s` (default: the middle one) has true lift
     `lift` (in probability units: 0.03 is +3 points) inside the reference's pass@1 range: of the
-    pushes `a` of `d.pushes` (0.04, 0.08, ..., 0.4) for which some sharpening `b` in [-1, 1] reaches it (`b`
-    solved to 1e-10), the one whose model's pass@1 is nearest the middle of that range.
+    pushes `a` of `d.pushes` (default 0.04, 0.08, ..., 0.4) for which some sharpening `b` in
+    [-1, 1] reaches it (`b` solved to 1e-10), the one whose model's pass@1 is nearest the middle
+    of that range.
 
     Raises:
         ValueError: no such path (the design leaves no room for the lift).

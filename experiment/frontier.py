@@ -463,9 +463,11 @@ def _max_curve_lifts(
     reach = np.stack([px <= px[g].max() for g in groups])  # the setting's own pass@1 range
     active = np.where(reach, lifts, np.inf).argmin(0)  # the highest curve: the smallest lift
     active = np.where(reach.any(0), active, int(np.argmax([px[g].max() for g in groups])))
-    cols = np.arange(px.size)
-    jac = np.stack([_lift_jacobian(px, py, g, degree) for g in groups])  # (G, M, 2, M)
-    return lifts[active, cols], jac[active, cols]
+    jac = np.zeros((px.size, 2, px.size))
+    for k in np.unique(active):  # only the settings some model is measured against
+        rows = active == k
+        jac[rows] = _lift_jacobian(px, py, groups[k], degree)[rows]
+    return lifts[active, np.arange(px.size)], jac
 
 
 SE_FLOOR = 1e-6

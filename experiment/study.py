@@ -358,10 +358,11 @@ SPREAD_TEXT = (
 
 
 def reference_spread(section: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """Each reference setting's largest lift over its trained checkpoints against the curve fitted
-    to all of them (one measure's section of the confirmation's `lift_analysis`): how far GRPO's
-    best setting sits above its own pooled curve. A method's lift is over that curve, so a method
-    whose lift is below this spread does not beat GRPO's best setting (docs/statistics.md).
+    """Each reference setting's largest lift over its trained checkpoints against the reference
+    curve the lifts are measured over (one measure's section of the confirmation's
+    `lift_analysis`): how far GRPO's own points sit above that curve (the fit's misfit and noise;
+    a whole setting's gain under a pooled curve). A method whose lift is below this spread does
+    not clearly beat GRPO's best setting (docs/statistics.md).
 
     Returns:
         ``{"label setting": {label, setting, step, lift, lo, hi}}`` in the measure's units, for
@@ -505,10 +506,10 @@ def study_markdown(result: Mapping[str, Any], how: str, unit: str) -> str:
             f"would need for an MDE of {d['claim_size']} points (seeds fixed): {need}.\n")  # fmt: skip
     spread = result.get("reference_spread", {}).get("pass_at_k", {})
     if spread:
-        text += ("\n## GRPO's own settings against its fitted curve\n\nThe lifts are over one "
-                 "curve fitted to every reference setting; each setting's best checkpoint sits "
-                 "this far from it (pass@k, points). A method whose lift is below the largest "
-                 "does not beat GRPO's best setting (docs/statistics.md).\n\n"
+        text += ("\n## GRPO's own settings against its fitted curve\n\nEach reference "
+                 "setting's best checkpoint sits this far from the curve the lifts are measured "
+                 "over (pass@k, points). A method whose lift is below the largest does not "
+                 "clearly beat GRPO's best setting (docs/statistics.md).\n\n"
                  "| setting | step | lift [95% CI] |\n|---|---|---|\n"
                  + "".join(f"| {k} | {r['step']} | {100 * r['lift']:+.2f} [{100 * r['lo']:+.2f}, "
                            f"{100 * r['hi']:+.2f}] |\n" for k, r in spread.items()))  # fmt: skip
