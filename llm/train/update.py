@@ -39,6 +39,7 @@ from llm.train.behaviour import GRAD_KEYS, BehaviourBatch
 __all__ = [
     "UpdateResult",
     "accumulate_gradients",
+    "leaf_gradients",
     "make_optimizer",
     "make_scheduler",
     "masked_mean",
@@ -89,8 +90,55 @@ def accumulate_gradients(
         ValueError: the method needs a policy quantity that `current` lacks.
     """
     info = info or DistInfo()
+    loss, metrics, batch, leaf_grads = leaf_gradients(
+        fixed, current, method=method, hyper=hyper, info=info
+    )
+    leaves = leaf_grads
+    cand_ids = current.cand_ids
+    pieces = chunks(len(rows), micro_batch_size)
+    for i, (s, e) in enumerate(pieces):
+        with grad_sync(model, enabled=i == len(pieces) - 1):
+            out = policy_forward(
+                model,
+                rows.slice(s, e),
+                temperature=temperature,
+                want_entropy="entropy" in leaves,
+                cand_ids=None if "cand_logp" not in leaves else cand_ids[s:e],
+                precision=precision,
+            )
+            surrogate = sum((getattr(out, k) * leaf_grads[k][s:e]).sum() for k in leaves)
+            surrogate.backward()
+    return loss.detach(), metrics, batch
+
+
+def leaf_gradients(
+    fixed: dict[str, Tensor],
+    current: PolicyOutputs,
+    *,
+    method: str,
+    hyper: dict[str, Any],
+    info: DistInfo | None = None,
+) -> tuple[Tensor, dict[str, Tensor], dict[str, Tensor], dict[str, Tensor]]:
+    """The full-batch shaping loss on detached copies of the policy quantities and its gradient
+    with respect to them (the first half of `accumulate_gradients`, shared with the batched
+    trainer `llm.train.batched`).
+
+    Args:
+        fixed: no-grad batch entries (B, G, ...); current: the policy quantities per row
+            (B * G rows); method, hyper, info: as `accumulate_gradients`.
+
+    Returns:
+        (loss, metrics, batch, leaf_grads): the detached loss, its metrics, the (global) batch
+        it was evaluated on (detached), and ``d loss / d quantity`` for this rank's rows, flattened
+        to rows (B * G, T[, N]) and scaled by the world size, for each quantity the loss reads
+        (``logp`` always; ``entropy`` and ``cand_logp`` when the method needs them).
+
+    Raises:
+        ValueError: the method needs a policy quantity that `current` lacks.
+    """
+    info = info or DistInfo()
     b, g = fixed["rewards"].shape
-    t = rows.response_mask.shape[1]
+    t = fixed["mask"].shape[-1]
     needs = shaping.METHODS[method].needs_for(**hyper)
     local: dict[str, Tensor] = {}
     for key in GRAD_KEYS:
@@ -113,22 +161,8 @@ def accumulate_gradients(
         * info.world_size
         for (k, v), gr in zip(leaves.items(), grads, strict=True)
     }
-    cand_ids = current.cand_ids
-    pieces = chunks(len(rows), micro_batch_size)
-    for i, (s, e) in enumerate(pieces):
-        with grad_sync(model, enabled=i == len(pieces) - 1):
-            out = policy_forward(
-                model,
-                rows.slice(s, e),
-                temperature=temperature,
-                want_entropy="entropy" in leaves,
-                cand_ids=None if "cand_logp" not in leaves else cand_ids[s:e],
-                precision=precision,
-            )
-            surrogate = sum((getattr(out, k) * leaf_grads[k][s:e]).sum() for k in leaves)
-            surrogate.backward()
     detached = {k: v.detach() for k, v in batch.items()}
-    return loss.detach(), metrics, detached
+    return loss.detach(), metrics, detached, leaf_grads
 
 
 def make_scheduler(

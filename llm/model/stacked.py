@@ -1,0 +1,403 @@
+"""R models of one Llama architecture as one program: a forward pass whose weights carry a leading
+run axis (issue 22, batched runs).
+
+Why not ``torch.func.vmap`` over the transformers model (`stack_module_state` + `functional_call`):
+transformers builds its attention mask with data-dependent control flow (it asks whether a padding
+mask is all ones), which vmap refuses ("data-dependent control flow"; measured with transformers
+5.24). So the forward is written out here with the run axis in batched matmuls (`torch.baddbmm`,
+`torch.bmm`), the network of `transformers.models.llama.modeling_llama` (the installed 5.x source
+read: `LlamaRMSNorm`, `LlamaRotaryEmbedding` with the default rope, `apply_rotary_pos_emb`,
+`LlamaAttention`, `LlamaMLP`, `LlamaDecoderLayer`), and tested equal to the transformers forward
+of each run (tests/llm/test_stacked.py).
+
+Shapes: R runs, N rows per run, L positions, H hidden units, heads ``nh`` of ``D`` units, V
+vocabulary entries. Rows of a flat batch are **run-major**: rows ``r * N .. (r + 1) * N - 1``
+belong to run r.
+
+What it supports (`check_stackable`): `LlamaForCausalLM` (the tiny model of `llm.model.tiny`, or
+any Llama folder) with the default rope, SiLU MLP, as many key-value heads as heads or fewer
+(grouped-query attention), tied or untied output head, float32 weights. Anything else is refused
+with a message; the sweep engine then trains the run alone in its own process.
+
+Gradients flow into every run's own parameters: `stack_parameters` is `torch.stack` of the runs'
+tensors, so a loss summed over runs back-propagates to each model's ``.grad`` as if it had been
+computed alone.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "KVCache",
+    "Prefix",
+    "StackedLM",
+    "check_stackable",
+    "stack_parameters",
+]
+
+Tensor = torch.Tensor
+
+
+def check_stackable(models: Sequence[torch.nn.Module]) -> None:
+    """Raise `ValueError` unless `models` can run as one `StackedLM` (module docstring).
+
+    Raises:
+        ValueError: no models, a model that is not a float32 `LlamaForCausalLM` with the default
+            rope and SiLU MLP, or models whose configs differ in architecture.
+    """
+    if not models:
+        raise ValueError("models: expected at least one model")
+    first = models[0].config
+    for i, m in enumerate(models):
+        cfg = m.config
+        if type(m).__name__ != "LlamaForCausalLM":
+            raise ValueError(f"models[{i}]: expected a LlamaForCausalLM, got {type(m).__name__}")
+        rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_type", "default")
+        if rope != "default":
+            raise ValueError(f"models[{i}]: rope_type {rope!r} is not supported (default only)")
+        if cfg.hidden_act != "silu":
+            raise ValueError(f"models[{i}]: hidden_act {cfg.hidden_act!r} (silu only)")
+        if next(m.parameters()).dtype != torch.float32:
+            raise ValueError(f"models[{i}]: float32 weights only")
+        for key in _ARCH_KEYS:
+            if getattr(cfg, key, None) != getattr(first, key, None):
+                raise ValueError(
+                    f"models[{i}]: config {key} = {getattr(cfg, key, None)!r} differs from "
+                    f"models[0]'s {getattr(first, key, None)!r}"
+                )
+
+
+_ARCH_KEYS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "attention_bias",
+    "mlp_bias",
+    "rms_norm_eps",
+    "tie_word_embeddings",
+    "rope_parameters",
+)
+
+
+def stack_parameters(models: Sequence[torch.nn.Module]) -> dict[str, Tensor]:
+    """``{name: (R, *shape)}``: each parameter of the runs stacked along a new leading run axis
+    (``torch.stack``, differentiable into each model's own tensor). Tied weights appear once,
+    under the input embedding's name."""
+    names = [n for n, _ in models[0].named_parameters()]
+    per_model = [dict(m.named_parameters()) for m in models]
+    return {n: torch.stack([p[n] for p in per_model]) for n in names}
+
+
+@dataclass
+class Prefix:
+    """The prompts' pass, shared by the G rows of each group: per-layer keys and values
+    ``(R * B, nkv, P, D)``, the prompt mask ``(R * B, P)`` and the logits at the last prompt
+    position ``(R * B, V)`` (they predict every response's first token)."""
+
+    keys: list[Tensor]
+    values: list[Tensor]
+    mask: Tensor
+    last_logits: Tensor
+
+
+@dataclass
+class KVCache:
+    """Keys and values of the suffix rows' earlier positions for incremental decoding:
+    ``keys[l]``, ``values[l]`` are ``(R * N, nkv, L_max, D)``; `length` positions are filled."""
+
+    keys: list[Tensor]
+    values: list[Tensor]
+    length: int = 0
+
+
+class StackedLM:
+    """The forward pass of R `LlamaForCausalLM` of one architecture, with a run axis.
+
+    Two ways in: `forward` (whole rows, as the transformers model's forward) and, for group
+    sampling and the GRPO update, `encode_prefix` + `forward_suffix`: the B prompts of each run
+    are run once and their keys and values shared by the G responses of the group (``B * P``
+    prompt positions instead of ``B * G * P``; the same arithmetic per position).
+
+    Args:
+        models: the R runs' models (`check_stackable`); used, not copied: a later update of a
+            model's parameters is seen by the next call (stack once per call, `stack`).
+    """
+
+    def __init__(self, models: Sequence[torch.nn.Module]) -> None:
+        check_stackable(models)
+        self.models = list(models)
+        cfg = self.models[0].config
+        self.config = cfg
+        self.n_layers = cfg.num_hidden_layers
+        self.n_heads = cfg.num_attention_heads
+        self.n_kv = cfg.num_key_value_heads or cfg.num_attention_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
+        self.eps = cfg.rms_norm_eps
+        theta = (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta", 10000.0)
+        d = self.head_dim
+        # LlamaRotaryEmbedding.compute_default_rope_parameters
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float) / d))
+        self.tied = bool(cfg.tie_word_embeddings)
+        self.padding_idx = self.models[0].get_input_embeddings().padding_idx
+
+    @property
+    def runs(self) -> int:
+        return len(self.models)
+
+    def parameters(self) -> list[Tensor]:
+        """Every run's parameters (each model's own tensors)."""
+        return [p for m in self.models for p in m.parameters()]
+
+    def stack(self) -> dict[str, Tensor]:
+        """The runs' current parameters, stacked (`stack_parameters`)."""
+        return stack_parameters(self.models)
+
+    # -----------------------------------------------------------------------------------------
+    # Entry points
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        position_ids: Tensor,
+        *,
+        params: dict[str, Tensor] | None = None,
+        logits_to_keep: int = 0,
+    ) -> Tensor:
+        """Logits of run-major rows, as the transformers forward of each run.
+
+        Args:
+            input_ids: (R * N, L) token ids; rows of run r are ``r * N .. (r + 1) * N - 1``.
+            attention_mask: (R * N, L) 1 on real tokens.
+            position_ids: (R * N, L) positions (``cumsum(mask) - 1`` for left-padded prompts).
+            params: `stack` of the runs (default: stacked now).
+            logits_to_keep: only the last this many positions get logits (0: all).
+
+        Returns:
+            (R * N, L_kept, V) float32 logits.
+
+        Raises:
+            ValueError: rows not divisible by the number of runs, or a mask of another shape.
+        """
+        logits, _ = self._run(input_ids, attention_mask, position_ids, params, None, 1, None,
+                              logits_to_keep)  # fmt: skip
+        return logits
+
+    __call__ = forward
+
+    def encode_prefix(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        position_ids: Tensor,
+        *,
+        params: dict[str, Tensor] | None = None,
+    ) -> Prefix:
+        """Run the prompts (R * B, P), left-padded: their per-layer keys and values and the
+        logits at the last position (`Prefix`)."""
+        logits, kv = self._run(input_ids, attention_mask, position_ids, params, None, 1, None, 1,
+                               keep_kv=True)  # fmt: skip
+        assert kv is not None
+        return Prefix(kv[0], kv[1], attention_mask.bool(), logits[:, -1])
+
+    def forward_suffix(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        position_ids: Tensor,
+        prefix: Prefix,
+        *,
+        group: int,
+        params: dict[str, Tensor] | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Logits of the suffix rows (R * B * G, L) that continue `prefix`'s prompts, row
+        ``i`` continuing prompt ``i // group``.
+
+        Args:
+            attention_mask: (R * B * G, past + L) 1 on real suffix tokens: with `cache`, the
+                mask of the cached positions first; the prompt's mask comes from `prefix`.
+            position_ids: (R * B * G, L).
+            cache: the suffix's earlier keys and values (decoding); filled in place.
+
+        Returns:
+            (R * B * G, L, V) float32 logits.
+        """
+        logits, _ = self._run(input_ids, attention_mask, position_ids, params, prefix, group,
+                              cache, 0)  # fmt: skip
+        return logits
+
+    def new_cache(self, rows: int, max_len: int, device: torch.device | str = "cpu") -> KVCache:
+        """An empty `KVCache` for `rows` (all runs') suffix rows and `max_len` positions."""
+        shape = (rows, self.n_kv, max_len, self.head_dim)
+        return KVCache(
+            [torch.zeros(shape, device=device) for _ in range(self.n_layers)],
+            [torch.zeros(shape, device=device) for _ in range(self.n_layers)],
+        )
+
+    # -----------------------------------------------------------------------------------------
+    # The network
+
+    def _run(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        position_ids: Tensor,
+        params: dict[str, Tensor] | None,
+        prefix: Prefix | None,
+        group: int,
+        cache: KVCache | None,
+        logits_to_keep: int,
+        *,
+        keep_kv: bool = False,
+    ) -> tuple[Tensor, tuple[list[Tensor], list[Tensor]] | None]:
+        p = self.stack() if params is None else params
+        rn, length = input_ids.shape
+        r = self.runs
+        if rn % r:
+            raise ValueError(f"input_ids: {rn} rows are not divisible by the {r} runs")
+        n = rn // r
+        past = cache.length if cache is not None else 0
+        if attention_mask.shape != (rn, past + length):
+            raise ValueError(
+                f"attention_mask: expected shape {(rn, past + length)}, got "
+                f"{tuple(attention_mask.shape)}"
+            )
+        if prefix is not None and prefix.mask.shape[0] * group != rn:
+            raise ValueError(
+                f"input_ids: {rn} rows, expected {prefix.mask.shape[0]} prompts x group {group}"
+            )
+        embed = p["model.embed_tokens.weight"]  # (R, V, H)
+        run_idx = torch.arange(r, device=input_ids.device)[:, None]
+        flat_ids = input_ids.reshape(r, n * length)
+        h = embed[run_idx, flat_ids]  # (R, N*L, H)
+        if self.padding_idx is not None:
+            # nn.Embedding(padding_idx=...) never updates that row through the lookup.
+            h = torch.where((flat_ids == self.padding_idx)[..., None], h.detach(), h)
+        cos, sin = self._rope(position_ids)  # (R*N, 1, L, D)
+        mask = _suffix_mask(attention_mask.bool(), past, length)  # (R*N, 1, L, past + L)
+        if prefix is not None:
+            pm = prefix.mask.repeat_interleave(group, dim=0)  # (R*N, P)
+            pm = pm[:, None, None, :].expand(rn, 1, length, pm.shape[1])
+            mask = torch.cat([pm, mask], dim=-1)
+        kept_k: list[Tensor] = []
+        kept_v: list[Tensor] = []
+        for layer in range(self.n_layers):
+            pre = f"model.layers.{layer}."
+            x = _rms_norm(h, p[pre + "input_layernorm.weight"], self.eps)
+            q, k, v = self._qkv(x, p, pre, n, length, cos, sin)
+            if keep_kv:
+                kept_k.append(k)
+                kept_v.append(v)
+            if cache is not None:
+                cache.keys[layer][:, :, past : past + length] = k
+                cache.values[layer][:, :, past : past + length] = v
+                k = cache.keys[layer][:, :, : past + length]
+                v = cache.values[layer][:, :, : past + length]
+            if prefix is not None:
+                k = torch.cat([prefix.keys[layer].repeat_interleave(group, dim=0), k], dim=2)
+                v = torch.cat([prefix.values[layer].repeat_interleave(group, dim=0), v], dim=2)
+            h = h + self._attend(q, k, v, mask, p, pre, n, length)
+            x = _rms_norm(h, p[pre + "post_attention_layernorm.weight"], self.eps)
+            gate = _linear(x, p, pre + "mlp.gate_proj")
+            up = _linear(x, p, pre + "mlp.up_proj")
+            h = h + _linear(F.silu(gate) * up, p, pre + "mlp.down_proj")
+        if cache is not None:
+            cache.length = past + length
+        h = h.reshape(r, n, length, -1)
+        if logits_to_keep:
+            h = h[:, :, -logits_to_keep:]
+        kept = h.shape[2]
+        h = _rms_norm(h.reshape(r, n * kept, -1), p["model.norm.weight"], self.eps)
+        head = embed if self.tied else p["lm_head.weight"]  # (R, V, H)
+        logits = torch.bmm(h, head.transpose(1, 2))  # (R, N*kept, V)
+        return logits.reshape(rn, kept, -1), ((kept_k, kept_v) if keep_kv else None)
+
+    def _rope(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+        # LlamaRotaryEmbedding.forward (attention_scaling 1 for the default rope)
+        freqs = position_ids[..., None].float() * self.inv_freq.to(position_ids.device)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos()[:, None], emb.sin()[:, None]
+
+    def _qkv(
+        self,
+        x: Tensor,
+        p: dict[str, Tensor],
+        pre: str,
+        n: int,
+        length: int,
+        cos: Tensor,
+        sin: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        r, d = self.runs, self.head_dim
+
+        def heads(y: Tensor, count: int) -> Tensor:  # (R, N*L, count*D) -> (R*N, count, L, D)
+            return y.reshape(r * n, length, count, d).transpose(1, 2)
+
+        q = heads(_linear(x, p, pre + "self_attn.q_proj"), self.n_heads)
+        k = heads(_linear(x, p, pre + "self_attn.k_proj"), self.n_kv)
+        v = heads(_linear(x, p, pre + "self_attn.v_proj"), self.n_kv)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        return q, k, v
+
+    def _attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor,
+        p: dict[str, Tensor],
+        pre: str,
+        n: int,
+        length: int,
+    ) -> Tensor:
+        nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
+        if nkv != nh:  # grouped-query attention: repeat_kv
+            k = k.repeat_interleave(nh // nkv, dim=1)
+            v = v.repeat_interleave(nh // nkv, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(d))
+        out = out.transpose(1, 2).reshape(self.runs, n * length, nh * d)
+        return _linear(out, p, pre + "self_attn.o_proj")
+
+
+def _suffix_mask(keys_real: Tensor, past: int, length: int) -> Tensor:
+    """(R*N, 1, L, past + L) bool, True where a query attends: causal, to real keys, and always
+    to itself (a left-padding query would otherwise attend to nothing, and softmax over no key
+    is NaN; its output is never read)."""
+    total = past + length
+    q_pos = torch.arange(past, total, device=keys_real.device)[:, None]
+    k_pos = torch.arange(total, device=keys_real.device)[None, :]
+    allowed = (k_pos <= q_pos)[None] & keys_real[:, None, :]
+    allowed = allowed | (k_pos == q_pos)[None]
+    return allowed[:, None]
+
+
+def _rms_norm(h: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """LlamaRMSNorm with a run axis: h (R, M, H), weight (R, H)."""
+    variance = h.pow(2).mean(-1, keepdim=True)
+    return weight[:, None, :] * (h * torch.rsqrt(variance + eps))
+
+
+def _linear(x: Tensor, p: dict[str, Tensor], name: str) -> Tensor:
+    """``x @ W^T + b`` per run: x (R, M, in), W (R, out, in), b (R, out) or absent."""
+    w = p[name + ".weight"]
+    b = p.get(name + ".bias")
+    if b is None:
+        return torch.bmm(x, w.transpose(1, 2))
+    return torch.baddbmm(b[:, None, :], x, w.transpose(1, 2))
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)

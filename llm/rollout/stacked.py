@@ -1,0 +1,220 @@
+"""Group sampling for R runs at once (issue 22): the prompts of every run go through one
+`llm.model.stacked.StackedLM` pass, the G responses of each prompt continue its shared keys and
+values, and every decoding step is one stacked forward of all runs' rows with a KV cache.
+
+Randomness: run r draws its tokens with its own `torch.Generator` (``torch.multinomial`` on its
+rows only), so its responses depend on its generator and its weights alone, not on the other runs
+of the batch (tests/llm/test_stacked.py trains runs batched and alone and compares). The
+distribution is the transformers sampler's (`llm.rollout.hf.HFGenerateBackend`): softmax of the
+logits / temperature after top-k (0: off) and top-p, the order of transformers' logits
+processors (`GenerationMixin._get_logits_processor`, read in transformers 5.x); the top-p rule is
+`TopPLogitsWarper`'s (drop the tokens whose ascending cumulative probability is at most
+``1 - top_p``, keep at least one). A finished row continues with the pad token, as `generate`
+does. The random stream differs from `generate`'s (which draws from the global RNG), so a
+batched run does not repeat the samples of a run trained by `llm.train.trainer.train`.
+
+Shapes: R runs, B prompts per run, G responses per prompt, P prompt tokens, T response tokens,
+V vocabulary entries, N top candidates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from llm.model.stacked import StackedLM
+from llm.model.tokens import check_prompts
+from llm.rollout.base import RolloutBatch, response_mask_from_eos
+
+__all__ = ["filter_logits", "left_pad", "sample_groups"]
+
+Tensor = torch.Tensor
+
+
+def left_pad(
+    tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str], width: int = 0
+) -> tuple[Tensor, Tensor]:
+    """``(ids, mask)`` of `prompts`, each ``(len(prompts), P)`` left-padded with the pad id to
+    ``P = max(width, longest prompt)``."""
+    encoded = tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
+    p = max([width, *map(len, encoded)])
+    ids = torch.full((len(encoded), p), tokenizer.pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(encoded), p), dtype=torch.long)
+    for i, row in enumerate(encoded):
+        if row:
+            ids[i, p - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, p - len(row) :] = 1
+    return ids, mask
+
+
+def filter_logits(scores: Tensor, *, top_k: int = 0, top_p: float = 1.0) -> Tensor:
+    """``(rows, V)`` scores with the tokens outside top-k (0: off), then outside top-p, set to
+    -inf (transformers' `TopKLogitsWarper` then `TopPLogitsWarper`)."""
+    if top_k > 0 and top_k < scores.shape[-1]:
+        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=False, dim=-1)
+        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        drop = cumulative <= (1 - top_p)
+        drop[..., -1:] = False
+        scores = scores.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
+    return scores
+
+
+@torch.no_grad()
+def sample_groups(
+    lm: StackedLM,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[Sequence[str]],
+    group_size: int,
+    *,
+    generators: Sequence[torch.Generator],
+    max_new_tokens: int,
+    stop_token_ids: Sequence[int],
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    top_n: int = 0,
+    want_entropy: bool = False,
+    want_logprobs: bool = True,
+    prompt_width: int = 0,
+) -> list[RolloutBatch]:
+    """`group_size` responses to each prompt of each run, one `RolloutBatch` per run.
+
+    Args:
+        lm: the R runs.
+        prompts: R lists of B prompt texts (the same B for every run).
+        generators: R generators, run r's tokens are drawn from ``generators[r]`` alone.
+        stop_token_ids: a response ends at the first of them (included in its mask).
+        prompt_width: left-pad the prompts to at least this many tokens.
+        top_n, want_entropy, want_logprobs: as `HFGenerateBackend.generate`.
+
+    Returns:
+        R `RolloutBatch`es; run r's responses are ``(B, G, T_r)`` with ``T_r`` its longest
+        response (at most `max_new_tokens`), the tensors on CPU.
+
+    Raises:
+        ValueError: a run count other than ``lm.runs``, runs with different prompt counts,
+            `group_size < 1`, `max_new_tokens < 1`, `temperature <= 0`, `top_p` not in (0, 1],
+            `top_n` not in [0, V], or `top_n` / `want_entropy` without `want_logprobs`.
+        UnrepresentableNumberError, PromptTooLongError (`llm.model.tokens.check_prompts`).
+    """
+    r = lm.runs
+    vocab = lm.config.vocab_size
+    if len(prompts) != r or len(generators) != r:
+        raise ValueError(
+            f"prompts, generators: expected {r} of each (one per run), got {len(prompts)} and "
+            f"{len(generators)}"
+        )
+    b = len(prompts[0])
+    if b < 1 or any(len(x) != b for x in prompts):
+        raise ValueError(f"prompts: expected the same number (>= 1) per run, got "
+                         f"{[len(x) for x in prompts]}")  # fmt: skip
+    if group_size < 1:
+        raise ValueError(f"group_size: expected >= 1, got {group_size}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
+    if not temperature > 0:
+        raise ValueError(f"temperature: expected > 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
+    if not 0 <= top_n <= vocab:
+        raise ValueError(f"top_n: expected in [0, {vocab}], got {top_n}")
+    if not want_logprobs and (top_n or want_entropy):
+        raise ValueError("want_logprobs=False: expected top_n = 0 and want_entropy = False")
+
+    g, t_max = group_size, max_new_tokens
+    flat = [x for run in prompts for x in run]
+    prompt_ids, prompt_mask = left_pad(tokenizer, flat, prompt_width)  # (R*B, P)
+    check_prompts(
+        tokenizer, flat, lengths=prompt_mask.sum(-1).tolist(),
+        max_positions=getattr(lm.config, "max_position_embeddings", None),
+        max_new_tokens=max_new_tokens,
+    )  # fmt: skip
+    params = lm.stack()
+    prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    prefix = lm.encode_prefix(prompt_ids, prompt_mask, prompt_pos, params=params)
+    rows = r * b * g
+    n_run = b * g  # rows per run
+    cache = lm.new_cache(rows, t_max)
+    next_pos = prompt_mask.sum(-1).repeat_interleave(g)[:, None]  # (rows, 1)
+    logits = prefix.last_logits.repeat_interleave(g, dim=0)  # (rows, V)
+    stops = torch.tensor(list(stop_token_ids), dtype=torch.long)
+    pad = tokenizer.pad_token_id
+
+    tokens = torch.full((rows, t_max), pad, dtype=torch.long)
+    logp = torch.zeros(rows, t_max)
+    entropy = torch.zeros(rows, t_max) if want_entropy else None
+    cand_ids = torch.full((rows, t_max, top_n), pad, dtype=torch.long)
+    cand_logp = torch.zeros(rows, t_max, top_n)
+    running = torch.ones(rows, dtype=torch.bool)
+    steps = 0
+    for t in range(t_max):
+        scores = filter_logits(logits.float() / temperature, top_k=top_k, top_p=top_p)
+        probs = scores.softmax(dim=-1)
+        drawn = torch.cat([
+            torch.multinomial(probs[i * n_run : (i + 1) * n_run], 1, generator=generators[i])
+            for i in range(r)
+        ]).squeeze(-1)  # fmt: skip
+        token = torch.where(running, drawn, torch.full_like(drawn, pad))
+        tokens[:, t] = token
+        if want_logprobs:
+            logprobs = torch.log_softmax(scores, dim=-1)
+            logp[:, t] = logprobs.gather(-1, token[:, None]).squeeze(-1)
+            if entropy is not None:
+                entropy[:, t] = _entropy(logprobs)
+            if top_n:
+                cand_logp[:, t], cand_ids[:, t] = torch.topk(logprobs, top_n, dim=-1)
+        running = running & ~torch.isin(token, stops)
+        steps = t + 1
+        if not bool(running.any()) or t + 1 == t_max:
+            break
+        key_mask = torch.ones(rows, t + 1, dtype=torch.long)
+        logits = lm.forward_suffix(
+            token[:, None], key_mask, next_pos + t, prefix, group=g, params=params, cache=cache
+        )[:, -1]
+
+    mask = response_mask_from_eos(tokens[:, :steps], stop_token_ids)  # (rows, steps)
+    out = []
+    for i in range(r):
+        sl = slice(i * n_run, (i + 1) * n_run)
+        m = mask[sl]
+        length = int(m.any(0).nonzero().max()) + 1 if bool(m.any()) else 1
+        m = m[:, :length]
+        resp = tokens[sl, :length].masked_fill(~m, pad)
+        texts = tokenizer.batch_decode(resp, skip_special_tokens=True)
+
+        def grouped(x: Tensor, sl: slice = sl, length: int = length) -> Tensor:
+            y = x[sl, :length]
+            return y.reshape(b, g, *y.shape[1:])
+
+        run_logp = grouped(logp).masked_fill(~m.reshape(b, g, length), 0.0)
+        if not want_logprobs:
+            run_logp = run_logp.masked_fill(m.reshape(b, g, length), float("nan"))
+        mask3 = m.reshape(b, g, length)
+        out.append(
+            RolloutBatch(
+                prompts=list(prompts[i]),
+                prompt_ids=prompt_ids[i * b : (i + 1) * b],
+                prompt_mask=prompt_mask[i * b : (i + 1) * b].float(),
+                response_ids=resp.reshape(b, g, length),
+                response_mask=mask3.float(),
+                logp=run_logp,
+                texts=[texts[j * g : (j + 1) * g] for j in range(b)],
+                cand_ids=grouped(cand_ids).masked_fill(~mask3[..., None], pad) if top_n else None,
+                cand_logp=grouped(cand_logp).masked_fill(~mask3[..., None], 0.0)
+                if top_n
+                else None,
+                entropy=grouped(entropy).masked_fill(~mask3, 0.0) if entropy is not None else None,
+            )
+        )
+    return out
+
+
+def _entropy(logprobs: Tensor) -> Tensor:
+    # Entries removed by top-k / top-p are -inf; their contribution p * log p is 0, not nan.
+    p = logprobs.exp()
+    return -torch.where(p > 0, p * logprobs, torch.zeros_like(p)).sum(-1)

@@ -1,0 +1,508 @@
+"""Batched runs (issue 22): R training runs of one base model as one program.
+
+Each run keeps everything a run of `llm.train.trainer.train` has: its own model (a transformers
+`LlamaForCausalLM`), AdamW, schedule, data position, seed, run folder, metrics.jsonl and atomic
+checkpoints that `train(..., resume=True)` or this function resumes. What the runs share is the
+arithmetic: every step's sampling (`llm.rollout.stacked.sample_groups`: one stacked pass of all
+runs' prompts, a KV-cached decode of all runs' rows) and every gradient pass
+(`stacked_policy_forward`: one forward + backward of all runs' rows with the weights stacked
+along a run axis, `llm.model.stacked.StackedLM`). The loss of each run is its own shaping loss
+(`llm.train.update.leaf_gradients`, the method and coefficients of that run); the backward pass
+of the stacked surrogate ``sum_r sum_k <d loss_r / d q_k, q_k>`` puts into each model's
+``.grad`` exactly the gradient of its own loss (the runs' parameters are disjoint). Each run then
+takes its own clipped AdamW step.
+
+Per-run randomness: run r samples step s with ``torch.Generator().manual_seed(step_seed(seed_r,
+s))``, so a run trained in a batch equals the same run trained alone by this function
+(`tests/llm/test_batched.py`: equal completions, parameters equal to the last bit where the
+batched kernels allow it). The stream differs from `train`'s (transformers' `generate` draws from
+the global RNG), so a batched run and a `train` run of one config are different samples of the
+same procedure; sweeps record which engine trained a run (``engine`` in ``sweep_run.json``).
+
+Which runs can share a batch (`batch_key`): equal configs up to `PER_RUN` (seed, method,
+coefficients, KL, optimizer settings); which configs can be batched at all (`batchable`): the
+transformers backend on CPU in float32 without parallelism, a `StackedLM` architecture, and a
+method whose batch keys the batched path produces (not DSDR's sentence embeddings, not
+ProGRPO's prompt log-probs). Anything else trains alone in its own process (`llm.run.jobs`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm.auto import tqdm
+
+import shaping
+from llm.config import TrainConfig
+from llm.data import data_indices, drop_long_prompts, load_train_problems
+from llm.model.forward import PolicyOutputs, slice_outputs
+from llm.model.load import load_model_and_tokenizer, load_policy_and_reference
+from llm.model.stacked import StackedLM, check_stackable
+from llm.rollout.base import stop_token_ids
+from llm.rollout.stacked import left_pad, sample_groups
+from llm.run.checkpoint import (
+    MetricsLogger,
+    find_resume_checkpoint,
+    restore_checkpoint,
+    save_checkpoint,
+    weights_folder,
+)
+from llm.run.distributed import DistInfo
+from llm.run.folder import (
+    NON_FINITE_ADVICE,
+    NonFiniteError,
+    RunLock,
+    check_finite,
+    claim_run_folder,
+)
+from llm.tasks import TASKS
+from llm.train.behaviour import BehaviourBatch, behaviour_batch, sampler_is_behaviour
+from llm.train.trainer import _score, _start_run, _step_seed
+from llm.train.update import UpdateResult, leaf_gradients, make_optimizer, step_metrics
+
+__all__ = [
+    "PER_RUN",
+    "batch_key",
+    "batchable",
+    "stacked_policy_forward",
+    "train_batch",
+]
+
+Tensor = torch.Tensor
+
+PER_RUN: tuple[str, ...] = (
+    "seed",
+    "method",
+    "hyper",
+    "kl_coef",
+    "entropy_coef",
+    "optim.lr",
+    "optim.weight_decay",
+    "optim.adam_betas",
+    "optim.max_grad_norm",
+    "optim.schedule",
+    "optim.warmup_steps",
+)
+"""Config keys that may differ between the runs of one batch; all others must be equal."""
+
+
+def batch_key(cfg: TrainConfig) -> str:
+    """A string equal for two configs exactly when they may share a batch (`PER_RUN` aside)."""
+    d = dataclasses.asdict(cfg)
+    for key in PER_RUN:
+        table, _, name = key.rpartition(".")
+        (d[table] if table else d).pop(name)
+    return repr(sorted(d.items()))
+
+
+def batchable(cfg: TrainConfig) -> str | None:
+    """None when `cfg` can train in a batch, else the reason it cannot (module docstring)."""
+    needs = shaping.METHODS[cfg.method].needs_for(**cfg.loss_hyper)
+    if cfg.rollout.backend != "transformers":
+        return f"rollout.backend {cfg.rollout.backend!r} (transformers only)"
+    if cfg.system.device != "cpu":
+        return f"system.device {cfg.system.device!r} (cpu only)"
+    if cfg.system.precision != "fp32":
+        return f"system.precision {cfg.system.precision!r} (fp32 only)"
+    if cfg.system.parallel not in ("none", "auto"):
+        return f"system.parallel {cfg.system.parallel!r}"
+    if cfg.system.gradient_checkpointing:
+        return "system.gradient_checkpointing"
+    if "diversity" in needs:
+        return f"method {cfg.method!r} needs sentence-embedding diversity"
+    if "prompt_logp" in needs:
+        return f"method {cfg.method!r} needs prompt log-probs"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The stacked gradient pass
+
+
+def stacked_policy_forward(
+    lm: StackedLM,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    *,
+    temperature: float,
+    want_entropy: bool,
+    cand_ids: Tensor | None,
+    params: dict[str, Tensor] | None = None,
+) -> PolicyOutputs:
+    """`llm.model.forward.policy_forward`'s quantities for all runs' rows at once, each prompt
+    run once for its group (`StackedLM.encode_prefix` + `forward_suffix`).
+
+    Args:
+        prompt_ids, prompt_mask: (R * B, P) left-padded prompts, run-major.
+        response_ids, response_mask: (R * B, G, T) responses, right-padded.
+        cand_ids: (R * B * G, T, N) candidate ids at which to read log-probs, or None.
+
+    Returns:
+        `PolicyOutputs` over the R * B * G rows: ``logp (rows, T)``, ``entropy`` (with
+        `want_entropy`), ``cand_ids``/``cand_logp (rows, T, N)`` (with `cand_ids`); differentiable
+        when grad is enabled.
+    """
+    rb, g, t = response_ids.shape
+    prompt_mask = prompt_mask.long()
+    pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    prefix = lm.encode_prefix(prompt_ids, prompt_mask, pos, params=params)
+    first = prefix.last_logits.repeat_interleave(g, dim=0)[:, None]  # (rows, 1, V)
+    if t > 1:
+        ids = response_ids.reshape(rb * g, t)[:, :-1]
+        mask = response_mask.reshape(rb * g, t)[:, :-1].long()
+        start = prompt_mask.sum(-1).repeat_interleave(g)[:, None]
+        r_pos = start + torch.arange(t - 1)[None, :]
+        rest = lm.forward_suffix(ids, mask, r_pos, prefix, group=g, params=params)
+        logits = torch.cat([first, rest], dim=1)  # (rows, T, V)
+    else:
+        logits = first
+    logits = logits.float() / temperature
+    logprobs = torch.log_softmax(logits, dim=-1)
+    targets = response_ids.reshape(rb * g, t)
+    out = PolicyOutputs(logp=logprobs.gather(-1, targets[..., None]).squeeze(-1))
+    if want_entropy:
+        out.entropy = shaping.token_entropy(logits)
+    if cand_ids is not None:
+        out.cand_ids = cand_ids
+        out.cand_logp = logprobs.gather(-1, cand_ids)
+    return out
+
+
+def _pad_right(x: Tensor, width: int, value: float | int) -> Tensor:
+    """`x` (..., T[, N]) padded on the time axis (axis 2 of (B, G, T, ...)) to `width`."""
+    extra = width - x.shape[2]
+    if extra <= 0:
+        return x
+    shape = list(x.shape)
+    shape[2] = extra
+    return torch.cat([x, torch.full(shape, value, dtype=x.dtype)], dim=2)
+
+
+def _pad_left(x: Tensor, width: int, value: float | int) -> Tensor:
+    extra = width - x.shape[1]
+    if extra <= 0:
+        return x
+    return torch.cat([torch.full((x.shape[0], extra), value, dtype=x.dtype), x], dim=1)
+
+
+def _batch_tensors(
+    behaviours: Sequence[BehaviourBatch], start: int, stop: int, cand_n: int
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, list[int]]:
+    """Prompt groups ``start:stop`` of every run, padded to common widths: prompts (R * B', P)
+    on the left, responses (R * B', G, T) and candidates (R * B' * G, T, N) on the right.
+    Returns them and each run's own T."""
+    g = behaviours[0].shape[1]
+    p_ids, p_mask, r_ids, r_mask, cands, widths = [], [], [], [], [], []
+    p_max = max(beh.rows.prompt_len for beh in behaviours)
+    t_max = max(beh.shape[2] for beh in behaviours)
+    for beh in behaviours:
+        rows = beh.rows.slice(start * g, stop * g)
+        p, t = rows.prompt_len, beh.shape[2]
+        widths.append(t)
+        p_ids.append(_pad_left(rows.input_ids[::g, :p], p_max, 0))
+        p_mask.append(_pad_left(rows.attention_mask[::g, :p], p_max, 0))
+        r_ids.append(_pad_right(rows.response_ids.reshape(-1, g, t), t_max, 0))
+        r_mask.append(_pad_right(rows.response_mask.reshape(-1, g, t), t_max, 0.0))
+        if cand_n:
+            c = beh.old.cand_ids
+            c = torch.zeros(len(rows), t, cand_n, dtype=torch.long) if c is None else c[
+                start * g : stop * g, :, :cand_n]  # fmt: skip
+            c = torch.cat([c, torch.zeros(c.shape[0], t_max - t, c.shape[2], dtype=c.dtype)], 1)
+            if c.shape[2] < cand_n:
+                c = torch.cat(
+                    [c, torch.zeros(*c.shape[:2], cand_n - c.shape[2], dtype=c.dtype)], dim=2
+                )
+            cands.append(c)
+    return (
+        torch.cat(p_ids),
+        torch.cat(p_mask),
+        torch.cat(r_ids),
+        torch.cat(r_mask),
+        torch.cat(cands) if cand_n else None,
+        widths,
+    )
+
+
+def _update_runs(
+    lm: StackedLM,
+    optimizers: Sequence[torch.optim.Optimizer],
+    schedulers: Sequence[Any],
+    behaviours: Sequence[BehaviourBatch],
+    cfgs: Sequence[TrainConfig],
+    step: int,
+) -> list[UpdateResult]:
+    """`llm.train.update.update_policy` of every run, the gradient passes stacked."""
+    cfg0 = cfgs[0]
+    needs = [shaping.METHODS[c.method].needs_for(**c.loss_hyper) for c in cfgs]
+    want_entropy = any("entropy" in n for n in needs)
+    cand_n = max((c.n_candidates for c, n in zip(cfgs, needs, strict=True)
+                  if "cand_logp" in n), default=0)  # fmt: skip
+    b, g, _ = behaviours[0].shape
+    per_update = cfg0.optim.prompts_per_update or cfg0.rollout.prompts_per_step
+    results = [UpdateResult() for _ in cfgs]
+    temperature = cfg0.rollout.temperature
+    for epoch in range(cfg0.optim.inner_epochs):
+        for start in range(0, b, per_update):
+            stop = min(start + per_update, b)
+            rows_per_run = (stop - start) * g
+            batch = _batch_tensors(behaviours, start, stop, cand_n)
+            p_ids, p_mask, r_ids, r_mask, cands, widths = batch
+            if epoch == 0 and start == 0:
+                currents = [slice_outputs(beh.old, 0, rows_per_run) for beh in behaviours]
+            else:  # the parameters moved since the behaviour pass
+                with torch.no_grad():
+                    now = stacked_policy_forward(
+                        lm, p_ids, p_mask, r_ids, r_mask, temperature=temperature,
+                        want_entropy=want_entropy, cand_ids=cands,
+                    )  # fmt: skip
+                currents = [_run_outputs(now, i, rows_per_run, widths[i], cfgs[i].n_candidates)
+                            for i in range(len(cfgs))]  # fmt: skip
+            losses, leaf_grads = [], []
+            for i, (cfg, beh) in enumerate(zip(cfgs, behaviours, strict=True)):
+                optimizers[i].zero_grad(set_to_none=True)
+                fixed = {k: v[start:stop] for k, v in beh.fixed.items()}
+                loss, metrics, _, leaves = leaf_gradients(
+                    fixed, currents[i], method=cfg.method, hyper=cfg.loss_hyper
+                )
+                losses.append((loss, metrics))
+                leaf_grads.append(leaves)
+            out = stacked_policy_forward(
+                lm, p_ids, p_mask, r_ids, r_mask, temperature=temperature,
+                want_entropy=want_entropy, cand_ids=cands,
+            )  # fmt: skip
+            surrogate = _surrogate(out, leaf_grads, rows_per_run, widths)
+            surrogate.backward()
+            for i, cfg in enumerate(cfgs):
+                model = lm.models[i]
+                clip = cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else float("inf")
+                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
+                loss, metrics = losses[i]
+                check_finite(step, loss=float(loss), grad_norm=grad_norm)
+                results[i].grad_norms.append(grad_norm)
+                optimizers[i].step()
+                schedulers[i].step()
+                if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+                    raise NonFiniteError(
+                        f"step {step}: the optimizer step made parameters non-finite (lr "
+                        f"{schedulers[i].get_last_lr()[0]:g}); {NON_FINITE_ADVICE}"
+                    )
+                optimizers[i].zero_grad(set_to_none=True)
+                results[i].losses.append(loss)
+                results[i].loss_metrics.append(
+                    {k: v for k, v in metrics.items() if v.numel() == 1}
+                )
+    return results
+
+
+def _run_outputs(out: PolicyOutputs, i: int, rows: int, width: int, n_cand: int) -> PolicyOutputs:
+    """Run `i`'s rows of a stacked `PolicyOutputs`, trimmed to its own T and N."""
+    sl = slice(i * rows, (i + 1) * rows)
+
+    def part(x: Tensor | None, n: int = 0) -> Tensor | None:
+        if x is None:
+            return None
+        y = x[sl, :width]
+        return y[..., :n] if n else y
+
+    return PolicyOutputs(
+        logp=part(out.logp),
+        entropy=part(out.entropy),
+        cand_ids=part(out.cand_ids, n_cand) if n_cand else None,
+        cand_logp=part(out.cand_logp, n_cand) if n_cand else None,
+    )
+
+
+def _surrogate(
+    out: PolicyOutputs, leaf_grads: Sequence[dict[str, Tensor]], rows: int, widths: Sequence[int]
+) -> Tensor:
+    """``sum_r sum_k <leaf_grads[r][k], q_k(run r)>``: its gradient with respect to run r's
+    parameters is the gradient of run r's loss (`llm.train.update.accumulate_gradients`)."""
+    total = out.logp.new_zeros(())
+    for i, leaves in enumerate(leaf_grads):
+        sl = slice(i * rows, (i + 1) * rows)
+        for key, grad in leaves.items():
+            q = getattr(out, key)[sl, : widths[i]]
+            if key == "cand_logp":
+                q = q[..., : grad.shape[-1]]
+            total = total + (q * grad).sum()
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop
+
+
+def train_batch(
+    cfgs: Sequence[TrainConfig],
+    outs: Sequence[str | os.PathLike[str]],
+    *,
+    resume: bool = False,
+    progress: bool = False,
+    stop_after: int | None = None,
+) -> list[list[dict[str, float]]]:
+    """Train the runs `cfgs` into the folders `outs` as one batch; returns each run's metrics of
+    the steps run by this call.
+
+    Every folder gets what `llm.train.trainer.train` writes (config.toml, metrics.jsonl,
+    checkpoints with model, tokenizer and trainer state), plus ``time/batch_runs`` (R) in the
+    metrics; ``time/*`` are the batch's wall-clock seconds per step, shared by its runs.
+
+    Args:
+        resume: continue every run from its newest checkpoint (all at the same step).
+        stop_after: stop after this step without saving (tests simulate a kill with it).
+
+    Raises:
+        ValueError: no runs, as many folders as configs not given, a config that cannot be
+            batched (`batchable`) or differs from the first outside `PER_RUN`, or resumed runs
+            at different steps.
+        llm.run.folder.RunFolderError: a folder in use, or holding another run (without `resume`).
+        llm.run.folder.NonFiniteError: a run's loss, gradient norm or parameters became
+            non-finite (every run stops; each newest checkpoint is a good state).
+    """
+    if not cfgs or len(cfgs) != len(outs):
+        raise ValueError(f"cfgs, outs: expected as many folders as configs (>= 1), got "
+                         f"{len(cfgs)} and {len(outs)}")  # fmt: skip
+    key = batch_key(cfgs[0])
+    for i, cfg in enumerate(cfgs):
+        reason = batchable(cfg)
+        if reason is not None:
+            raise ValueError(f"cfgs[{i}]: cannot train in a batch: {reason}")
+        if batch_key(cfg) != key:
+            raise ValueError(
+                f"cfgs[{i}]: differs from cfgs[0] outside the per-run keys {', '.join(PER_RUN)}"
+            )
+    folders = [Path(o) for o in outs]
+    if len(set(folders)) != len(folders):
+        raise ValueError("outs: every run needs its own folder")
+    locks = [RunLock(f) for f in folders]
+    try:
+        for lock, folder in zip(locks, folders, strict=True):
+            lock.acquire()
+            claim_run_folder(folder, resume=resume, move_aside=False)
+        return _train_batch(list(cfgs), folders, resume, progress, stop_after)
+    finally:
+        for lock in locks:
+            if lock.held:
+                lock.release()
+
+
+def _train_batch(
+    cfgs: list[TrainConfig],
+    outs: list[Path],
+    resume: bool,
+    progress: bool,
+    stop_after: int | None,
+) -> list[list[dict[str, float]]]:
+    info = DistInfo()
+    cfg0 = cfgs[0]
+    for cfg, out in zip(cfgs, outs, strict=True):
+        _start_run(cfg, out, resume=resume, info=info)
+    models, optimizers, schedulers, starts, positions = [], [], [], [], []
+    ref_model = None
+    if any(c.kl_coef > 0 for c in cfgs):
+        ref_model, _ = load_model_and_tokenizer(cfg0.model_path, "cpu")
+        ref_model.requires_grad_(False)
+    tokenizer = None
+    for cfg, out in zip(cfgs, outs, strict=True):
+        ckpt = find_resume_checkpoint(out, cfg.steps) if resume else None
+        model, tokenizer, _ = load_policy_and_reference(
+            dataclasses.replace(cfg, kl_coef=0.0), weights_folder(ckpt, cfg.model_path), "cpu"
+        )
+        optimizer, scheduler = make_optimizer(cfg, model)
+        start, position = restore_checkpoint(ckpt, model, optimizer, scheduler, info)
+        models.append(model)
+        optimizers.append(optimizer)
+        schedulers.append(scheduler)
+        starts.append(start)
+        positions.append(position)
+    if len(set(starts)) != 1:
+        raise ValueError(f"resume: the runs stopped at different steps {starts}; resume them "
+                         "one by one (or in batches of equal steps)")  # fmt: skip
+    check_stackable(models)
+    lm = StackedLM(models)
+    problems = load_train_problems(cfg0, tokenizer)
+    if cfg0.rollout.max_prompt_tokens > 0:
+        problems = drop_long_prompts(problems, cfg0, tokenizer)
+    task = TASKS[cfg0.task]
+    # The prompts' width is fixed by the problem set, so a run's arithmetic does not depend on
+    # which other runs share its batch.
+    width = left_pad(tokenizer, [task.prompt(p, cfg0.template) for p in problems])[0].shape[1]
+    stops = stop_token_ids(tokenizer, cfg0.model_path)
+    needs = [shaping.METHODS[c.method].needs_for(**c.loss_hyper) for c in cfgs]
+    sampler_stats = sampler_is_behaviour(cfg0, needs[0])
+    n_cand = max(c.n_candidates for c in cfgs)
+    loggers = [MetricsLogger(out, tensorboard=c.run.tensorboard, start_step=starts[0])
+               for c, out in zip(cfgs, outs, strict=True)]  # fmt: skip
+    histories: list[list[dict[str, float]]] = [[] for _ in cfgs]
+    last = cfg0.steps if stop_after is None else min(cfg0.steps, stop_after)
+    bar = tqdm(range(starts[0] + 1, last + 1), disable=not progress,
+               desc=f"train {len(cfgs)} runs")  # fmt: skip
+    b = cfg0.rollout.prompts_per_step
+    try:
+        for step in bar:
+            t0 = time.perf_counter()
+            batch_problems = []
+            for i, cfg in enumerate(cfgs):
+                idx = data_indices(positions[i], b, len(problems), cfg.data.seed)
+                positions[i] += b
+                batch_problems.append([problems[j] for j in idx])
+            generators = [torch.Generator().manual_seed(_step_seed(c.seed, step)) for c in cfgs]
+            rolls = sample_groups(
+                lm, tokenizer, [[task.prompt(p, cfg0.template) for p in ps]
+                                for ps in batch_problems],
+                cfg0.rollout.group_size, generators=generators,
+                max_new_tokens=cfg0.rollout.max_new_tokens, stop_token_ids=stops,
+                temperature=cfg0.rollout.temperature, top_p=cfg0.rollout.top_p,
+                top_n=n_cand if sampler_stats else 0, want_entropy=sampler_stats,
+                prompt_width=width,
+            )  # fmt: skip
+            t_roll = time.perf_counter()
+            behaviours = []
+            for i, cfg in enumerate(cfgs):
+                roll = rolls[i]
+                if roll.cand_ids is not None and cfg.n_candidates < n_cand:
+                    roll = dataclasses.replace(
+                        roll, cand_ids=roll.cand_ids[..., : cfg.n_candidates],
+                        cand_logp=roll.cand_logp[..., : cfg.n_candidates],
+                    )  # fmt: skip
+                rewards = _score(roll, batch_problems[i], cfg, "cpu")
+                behaviours.append(behaviour_batch(
+                    models[i], ref_model if cfg.kl_coef > 0 else None, roll, rewards, cfg=cfg,
+                    needs=needs[i],
+                ))  # fmt: skip
+            t_old = time.perf_counter()
+            updates = _update_runs(lm, optimizers, schedulers, behaviours, cfgs, step)
+            t_end = time.perf_counter()
+            for i, cfg in enumerate(cfgs):
+                lr = schedulers[i].get_last_lr()[0]
+                metrics = step_metrics(
+                    behaviours[i], updates[i], cfg=cfg, hyper=cfg.loss_hyper, lr=lr, info=info
+                )
+                metrics.update({
+                    "time/rollout": t_roll - t0,
+                    "time/logprob": t_old - t_roll,
+                    "time/optim": t_end - t_old,
+                    "time/update": t_end - t_roll,
+                    "time/step": t_end - t0,
+                    "time/batch_runs": float(len(cfgs)),
+                    "charts/prompts_seen": float(positions[i]),
+                })  # fmt: skip
+                histories[i].append({"step": step, **metrics})
+                if step % cfg.run.log_every == 0 or step == cfg.steps:
+                    loggers[i].log(step, metrics)
+                if step == cfg.steps or (cfg.run.save_every and step % cfg.run.save_every == 0):
+                    save_checkpoint(outs[i], step, models[i], tokenizer, optimizers[i],
+                                    schedulers[i], positions[i], info,
+                                    last=step == cfg.steps)  # fmt: skip
+    finally:
+        for logger in loggers:
+            logger.close()
+    return histories

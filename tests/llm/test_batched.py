@@ -1,0 +1,282 @@
+"""Batched runs (issue 22): the stacked forward equals the transformers forward of each run, the
+stacked sampler draws each run's tokens from its own generator, the stacked update equals each
+run's own `update_policy`, and runs trained in a batch equal the same runs trained alone."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import shaping
+from llm.config import config_from_dict
+from llm.model.forward import build_rows, policy_forward
+from llm.model.load import load_tokenizer
+from llm.model.stacked import StackedLM, check_stackable
+from llm.rollout.base import stop_token_ids
+from llm.rollout.hf import sequence_logp
+from llm.rollout.stacked import filter_logits, left_pad, sample_groups
+from llm.run.checkpoint import latest_checkpoint
+from llm.train.batched import (
+    _update_runs,
+    batch_key,
+    batchable,
+    stacked_policy_forward,
+    train_batch,
+)
+from llm.train.behaviour import behaviour_batch
+from llm.train.update import make_optimizer, update_policy
+from llm.run.distributed import DistInfo
+from tests.tolerance import assert_close
+
+MAX_NUMBER = 30
+PROMPTS = ["3 5 7 = 15 :", "2 9 = 11 :", "1 2 3 4 = 10 :", "8 8 = 16 :"]
+
+
+def _models(path, count):
+    """`count` copies of the saved model, each perturbed with its own noise."""
+    out = []
+    for r in range(count):
+        m = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        gen = torch.Generator().manual_seed(r)
+        with torch.no_grad():
+            for p in m.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=gen))
+        out.append(m)
+    return out
+
+
+def _n(model, length):
+    """The chained float32 reduction lengths of a forward: the positions, the hidden and MLP
+    widths, the vocabulary (tests/tolerance.py)."""
+    c = model.config
+    return length + c.hidden_size + c.intermediate_size + c.vocab_size
+
+
+def test_stacked_forward_equals_each_transformers_forward(tiny_model_path):
+    tok = load_tokenizer(tiny_model_path)
+    models = _models(tiny_model_path, 3)
+    ids, mask = left_pad(tok, PROMPTS)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    lm = StackedLM(models)
+    rows = torch.cat([ids] * 3), torch.cat([mask] * 3), torch.cat([pos] * 3)
+    with torch.no_grad():
+        got = lm(*rows)
+        for r, m in enumerate(models):
+            want = m(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+            sl = slice(r * len(PROMPTS), (r + 1) * len(PROMPTS))
+            real = mask.bool()
+            assert_close(got[sl][real], want[real], dtype="float32", n=_n(m, ids.shape[1]))
+    # Gradients reach each run's own parameters, and only them.
+    lm(*rows)[: len(PROMPTS)].sum().backward()
+    assert float(models[0].model.norm.weight.grad.abs().sum()) > 0
+    assert float(models[1].model.norm.weight.grad.abs().sum()) == 0
+
+
+def test_check_stackable_names_the_difference(tiny_model_path):
+    a, b = _models(tiny_model_path, 2)
+    b.config.rms_norm_eps = 1e-5
+    with pytest.raises(ValueError, match="rms_norm_eps"):
+        check_stackable([a, b])
+    with pytest.raises(ValueError, match="at least one"):
+        check_stackable([])
+
+
+def test_prompt_sharing_forward_equals_policy_forward(tiny_model_path):
+    """`stacked_policy_forward` runs each prompt once for its group; its log-probs, entropies
+    and candidate log-probs equal `policy_forward` on the flattened rows of each run."""
+    tok = load_tokenizer(tiny_model_path)
+    models = _models(tiny_model_path, 2)
+    lm = StackedLM(models)
+    gens = [torch.Generator().manual_seed(s) for s in (0, 1)]
+    stops = stop_token_ids(tok, None)
+    rolls = sample_groups(lm, tok, [PROMPTS[:2], PROMPTS[2:]], 3, generators=gens,
+                          max_new_tokens=6, stop_token_ids=stops, top_n=2,
+                          want_entropy=True)  # fmt: skip
+    t = max(r.response_ids.shape[2] for r in rolls)
+    pad = lambda x, v: torch.cat(  # noqa: E731
+        [x, torch.full((*x.shape[:2], t - x.shape[2]), v, dtype=x.dtype)], dim=2)
+    p_ids = torch.cat([r.prompt_ids for r in rolls])
+    p_mask = torch.cat([r.prompt_mask for r in rolls])
+    r_ids = torch.cat([pad(r.response_ids, 0) for r in rolls])
+    r_mask = torch.cat([pad(r.response_mask, 0.0) for r in rolls])
+    with torch.no_grad():
+        base = [policy_forward(m, build_rows(r.prompt_ids, r.prompt_mask, pad(r.response_ids, 0),
+                                             pad(r.response_mask, 0.0)),
+                               temperature=0.8, want_entropy=True, n_top=2, logit_chunk=0)
+                for m, r in zip(models, rolls, strict=True)]  # fmt: skip
+        cand = torch.cat([b.cand_ids for b in base])
+        got = stacked_policy_forward(lm, p_ids, p_mask, r_ids, r_mask, temperature=0.8,
+                                     want_entropy=True, cand_ids=cand)  # fmt: skip
+    mask = r_mask.reshape(-1, t).bool()
+    want_logp = torch.cat([b.logp for b in base])
+    n = _n(models[0], p_ids.shape[1] + t)
+    assert_close(got.logp[mask], want_logp[mask], dtype="float32", n=n)
+    assert_close(got.entropy[mask], torch.cat([b.entropy for b in base])[mask],
+                 dtype="float32", n=n)  # fmt: skip
+    assert_close(got.cand_logp[mask], torch.cat([b.cand_logp for b in base])[mask],
+                 dtype="float32", n=n)  # fmt: skip
+
+
+def test_sampler_draws_each_run_from_its_own_generator(tiny_model_path):
+    tok = load_tokenizer(tiny_model_path)
+    models = _models(tiny_model_path, 3)
+    stops = stop_token_ids(tok, None)
+    prompts = [PROMPTS[:2], PROMPTS[1:3], PROMPTS[2:]]
+    kw = {"max_new_tokens": 8, "stop_token_ids": stops, "top_n": 2, "want_entropy": True,
+          "temperature": 0.9}  # fmt: skip
+    together = sample_groups(StackedLM(models), tok, prompts, 4,
+                             generators=[torch.Generator().manual_seed(10 + r) for r in range(3)],
+                             **kw)  # fmt: skip
+    for r in range(3):
+        alone = sample_groups(StackedLM([models[r]]), tok, [prompts[r]], 4,
+                              generators=[torch.Generator().manual_seed(10 + r)], **kw)[0]
+        a, b = together[r], alone
+        assert a.texts == b.texts
+        assert torch.equal(a.response_ids, b.response_ids)
+        assert_close(a.logp, b.logp, dtype="float32", n=_n(models[r], 16))
+        # The sampler's log-probs are the model's (temperature 0.9, no top-p): recompute them.
+        want = sequence_logp(models[r], a.prompt_ids, a.prompt_mask, a.response_ids,
+                             a.response_mask, temperature=0.9)  # fmt: skip
+        assert_close(a.logp, want, dtype="float32", n=_n(models[r], 16))
+        assert a.response_mask.sum() > 0
+        # Another generator, other tokens.
+    other = sample_groups(StackedLM([models[0]]), tok, [prompts[0]], 4,
+                          generators=[torch.Generator().manual_seed(99)], **kw)[0]
+    assert other.texts != together[0].texts
+
+
+def test_filter_logits_keeps_top_k_then_top_p():
+    scores = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isinf(filter_logits(scores, top_k=2)).tolist() == [[False, False, True, True]]
+    # top-p 0.7: 0.5 + 0.3 reach it; the tail 0.15 + 0.05 = 0.2 <= 0.3 is dropped.
+    assert torch.isinf(filter_logits(scores, top_p=0.7)).tolist() == [[False, False, True, True]]
+    assert not torch.isinf(filter_logits(scores)).any()
+
+
+def _config(model_path, method, **over):
+    raw = {
+        "model_path": model_path,
+        "method": method,
+        "steps": 3,
+        "data": {"source": "generate", "n_problems": 8, "max_number": 9, "max_target": MAX_NUMBER},
+        "rollout": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 10, "top_n": 2},
+        "system": {"micro_batch_size": 3},
+        "optim": {"lr": 1e-2},
+        "run": {"tensorboard": False, "save_every": 2},
+    }
+    for key, value in over.items():
+        table, _, name = key.rpartition(".")
+        (raw[table] if table else raw)[name] = value
+    return config_from_dict(raw)
+
+
+def _runs(path):
+    return [
+        _config(path, "grpo", seed=0),
+        _config(path, "ds_grpo", seed=1, kl_coef=0.05, hyper={"gamma_p": 0.3, "gamma_n": 0.1}),
+        _config(path, "entropy_bonus", seed=2, **{"optim.lr": 3e-3, "optim.inner_epochs": 1},
+                hyper={"eta": 0.1}),
+        _config(path, "casp", seed=3, hyper={"alpha": 0.5, "top_n": 2}),
+    ]
+
+
+def _metrics(folder):
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+def test_batched_runs_equal_the_runs_alone(tiny_model_path, tmp_path):
+    cfgs = _runs(tiny_model_path)
+    train_batch(cfgs, [tmp_path / f"b{i}" for i in range(len(cfgs))])
+    for i, cfg in enumerate(cfgs):
+        train_batch([cfg], [tmp_path / f"a{i}"])
+        batched, alone = _metrics(tmp_path / f"b{i}"), _metrics(tmp_path / f"a{i}")
+        assert [r["step"] for r in batched] == [1, 2, 3]
+        for rb, ra in zip(batched, alone, strict=True):
+            # The same completions: equal rewards, lengths and pass rates.
+            for key in ("charts/reward_mean", "charts/response_len", "charts/pass_rate"):
+                assert rb[key] == ra[key], (i, key)
+            for key in ra:  # the rest agrees to float32 rounding of the forward and the loss
+                assert_close(rb[key], ra[key], dtype="float32", n=_n_cfg())
+        wb = AutoModelForCausalLM.from_pretrained(latest_checkpoint(tmp_path / f"b{i}"))
+        wa = AutoModelForCausalLM.from_pretrained(latest_checkpoint(tmp_path / f"a{i}"))
+        for pb, pa in zip(wb.parameters(), wa.parameters(), strict=True):
+            assert_close(pb, pa, dtype="float32", n=_n_cfg(), elementwise=True)
+        assert latest_checkpoint(tmp_path / f"b{i}").name == "step_000003"
+
+
+def _n_cfg():
+    # tests/llm/conftest.py's model: hidden 16, MLP 32, vocabulary ~40; rows of <= 20 tokens,
+    # 3 steps of AdamW whose update divides by sqrt(v) (a relative error of the gradient moves
+    # a parameter by at most lr per step): generous, the comparison is usually exact.
+    return 16 + 32 + 64 + 20 + 32 * 3
+
+
+def test_stacked_update_equals_each_runs_update_policy(tiny_model_path):
+    """One step's update from a fixed rollout: the batched gradient pass gives each run the
+    parameters `update_policy` gives it alone (two inner epochs: the second recomputes)."""
+    cfgs = [dataclasses.replace(c, optim=dataclasses.replace(c.optim, inner_epochs=2))
+            for c in _runs(tiny_model_path)]  # fmt: skip
+    tok = load_tokenizer(tiny_model_path)
+    models = _models(tiny_model_path, len(cfgs))
+    ref = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+    stops = stop_token_ids(tok, None)
+    gens = [torch.Generator().manual_seed(5 + r) for r in range(len(cfgs))]
+    rolls = sample_groups(StackedLM(models), tok, [PROMPTS[:2]] * len(cfgs), 4, generators=gens,
+                          max_new_tokens=8, stop_token_ids=stops, top_n=2,
+                          want_entropy=True)  # fmt: skip
+    rewards = torch.tensor([[1.0, 0.0, 0.1, 0.0], [0.0, 1.0, 1.0, 0.1]])
+    alone = [copy.deepcopy(m) for m in models]
+    behaviours, behaviours_alone, opts, scheds, opts_alone, scheds_alone = [], [], [], [], [], []
+    for cfg, m, a, roll in zip(cfgs, models, alone, rolls, strict=True):
+        needs = shaping.METHODS[cfg.method].needs_for(**cfg.loss_hyper)
+        ref_m = ref if cfg.kl_coef > 0 else None
+        behaviours.append(behaviour_batch(m, ref_m, roll, rewards, cfg=cfg, needs=needs))
+        behaviours_alone.append(behaviour_batch(a, ref_m, roll, rewards, cfg=cfg, needs=needs))
+        o, s = make_optimizer(cfg, m)
+        opts.append(o)
+        scheds.append(s)
+        o, s = make_optimizer(cfg, a)
+        opts_alone.append(o)
+        scheds_alone.append(s)
+    _update_runs(StackedLM(models), opts, scheds, behaviours, cfgs, step=1)
+    for i, cfg in enumerate(cfgs):
+        update_policy(alone[i], opts_alone[i], scheds_alone[i], behaviours_alone[i], cfg=cfg,
+                      info=DistInfo(), step=1)  # fmt: skip
+        for pb, pa in zip(models[i].parameters(), alone[i].parameters(), strict=True):
+            assert_close(pb, pa, dtype="float32", n=_n_cfg(), elementwise=True)
+        moved = sum(float((p - q).abs().sum()) for p, q in
+                    zip(models[i].parameters(), _models(tiny_model_path, len(cfgs))[i].parameters(),
+                        strict=True))  # fmt: skip
+        assert moved > 0
+
+
+def test_batched_resume_after_kill_matches_uninterrupted(tiny_model_path, tmp_path):
+    cfgs = _runs(tiny_model_path)[:2]
+    full = [tmp_path / "f0", tmp_path / "f1"]
+    killed = [tmp_path / "k0", tmp_path / "k1"]
+    train_batch(cfgs, full)
+    train_batch(cfgs, killed, stop_after=2)
+    train_batch(cfgs, killed, resume=True)
+    for f, k in zip(full, killed, strict=True):
+        assert _metrics(f) == _metrics(k)  # bit-identical: same kernels, same order
+
+
+def test_batch_errors_name_the_field(tiny_model_path, tmp_path):
+    a = _config(tiny_model_path, "grpo")
+    b = _config(tiny_model_path, "grpo", **{"rollout.group_size": 2})
+    assert batch_key(a) != batch_key(b)
+    assert batch_key(a) == batch_key(_config(tiny_model_path, "ds_grpo", seed=4))
+    with pytest.raises(ValueError, match="cfgs\\[1\\]: differs"):
+        train_batch([a, b], [tmp_path / "x", tmp_path / "y"])
+    dsdr = _config(tiny_model_path, "dsdr")
+    assert "diversity" in batchable(dsdr)
+    with pytest.raises(ValueError, match="cannot train in a batch"):
+        train_batch([dsdr], [tmp_path / "z"])
+    with pytest.raises(ValueError, match="own folder"):
+        train_batch([a, a], [tmp_path / "w", tmp_path / "w"])
