@@ -205,9 +205,7 @@ def sample_groups(
                 logp=run_logp,
                 texts=[texts[j * g : (j + 1) * g] for j in range(b)],
                 cand_ids=grouped(cand_ids).masked_fill(~mask3[..., None], pad) if top_n else None,
-                cand_logp=grouped(cand_logp).masked_fill(~mask3[..., None], 0.0)
-                if top_n
-                else None,
+                cand_logp=grouped(cand_logp).masked_fill(~mask3[..., None], 0.0) if top_n else None,
                 entropy=grouped(entropy).masked_fill(~mask3, 0.0) if entropy is not None else None,
             )
         )

@@ -296,9 +296,7 @@ def _update_runs(
                     )
                 optimizers[i].zero_grad(set_to_none=True)
                 results[i].losses.append(loss)
-                results[i].loss_metrics.append(
-                    {k: v for k, v in metrics.items() if v.numel() == 1}
-                )
+                results[i].loss_metrics.append({k: v for k, v in metrics.items() if v.numel() == 1})
     return results
 
 

@@ -21,6 +21,7 @@ from llm.rollout.base import stop_token_ids
 from llm.rollout.hf import sequence_logp
 from llm.rollout.stacked import filter_logits, left_pad, sample_groups
 from llm.run.checkpoint import latest_checkpoint
+from llm.run.distributed import DistInfo
 from llm.train.batched import (
     _update_runs,
     batch_key,
@@ -30,7 +31,6 @@ from llm.train.batched import (
 )
 from llm.train.behaviour import behaviour_batch
 from llm.train.update import make_optimizer, update_policy
-from llm.run.distributed import DistInfo
 from tests.tolerance import assert_close
 
 MAX_NUMBER = 30
@@ -98,8 +98,11 @@ def test_prompt_sharing_forward_equals_policy_forward(tiny_model_path):
                           max_new_tokens=6, stop_token_ids=stops, top_n=2,
                           want_entropy=True)  # fmt: skip
     t = max(r.response_ids.shape[2] for r in rolls)
-    pad = lambda x, v: torch.cat(  # noqa: E731
-        [x, torch.full((*x.shape[:2], t - x.shape[2]), v, dtype=x.dtype)], dim=2)
+
+    def pad(x, v):
+        extra = torch.full((*x.shape[:2], t - x.shape[2]), v, dtype=x.dtype)
+        return torch.cat([x, extra], dim=2)
+
     p_ids = torch.cat([r.prompt_ids for r in rolls])
     p_mask = torch.cat([r.prompt_mask for r in rolls])
     r_ids = torch.cat([pad(r.response_ids, 0) for r in rolls])
@@ -133,8 +136,14 @@ def test_sampler_draws_each_run_from_its_own_generator(tiny_model_path):
                              generators=[torch.Generator().manual_seed(10 + r) for r in range(3)],
                              **kw)  # fmt: skip
     for r in range(3):
-        alone = sample_groups(StackedLM([models[r]]), tok, [prompts[r]], 4,
-                              generators=[torch.Generator().manual_seed(10 + r)], **kw)[0]
+        alone = sample_groups(
+            StackedLM([models[r]]),
+            tok,
+            [prompts[r]],
+            4,
+            generators=[torch.Generator().manual_seed(10 + r)],
+            **kw,
+        )[0]
         a, b = together[r], alone
         assert a.texts == b.texts
         assert torch.equal(a.response_ids, b.response_ids)
@@ -145,8 +154,14 @@ def test_sampler_draws_each_run_from_its_own_generator(tiny_model_path):
         assert_close(a.logp, want, dtype="float32", n=_n(models[r], 16))
         assert a.response_mask.sum() > 0
         # Another generator, other tokens.
-    other = sample_groups(StackedLM([models[0]]), tok, [prompts[0]], 4,
-                          generators=[torch.Generator().manual_seed(99)], **kw)[0]
+    other = sample_groups(
+        StackedLM([models[0]]),
+        tok,
+        [prompts[0]],
+        4,
+        generators=[torch.Generator().manual_seed(99)],
+        **kw,
+    )[0]
     assert other.texts != together[0].texts
 
 
@@ -179,8 +194,13 @@ def _runs(path):
     return [
         _config(path, "grpo", seed=0),
         _config(path, "ds_grpo", seed=1, kl_coef=0.05, hyper={"gamma_p": 0.3, "gamma_n": 0.1}),
-        _config(path, "entropy_bonus", seed=2, **{"optim.lr": 3e-3, "optim.inner_epochs": 1},
-                hyper={"eta": 0.1}),
+        _config(
+            path,
+            "entropy_bonus",
+            seed=2,
+            **{"optim.lr": 3e-3, "optim.inner_epochs": 1},
+            hyper={"eta": 0.1},
+        ),
         _config(path, "casp", seed=3, hyper={"alpha": 0.5, "top_n": 2}),
     ]
 
