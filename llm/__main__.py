@@ -10,6 +10,7 @@
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
     python -m llm sweep --config FILE [--set KEY=VALUE ...] [--workers N] [--out DIR]
+                        [--engine {process,batched}]
                         [--executor {local,ray} [--address HOST:6379]]
     python -m llm study --config FILE [--workers N] [--out DIR]   # explore, pick, confirm
                         [--executor {local,ray} [--address HOST:6379]]
@@ -57,8 +58,8 @@ from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import check_device
 from llm.run.executor import EXECUTORS, check_executor
 from llm.study import run_study
+from llm.sweep import ENGINES, load_sweep, run_sweep
 from llm.sweep import describe as describe_sweep
-from llm.sweep import load_sweep, run_sweep
 from llm.tasks import TASKS
 from llm.train.trainer import train
 
@@ -229,8 +230,9 @@ def _sweep(args: argparse.Namespace) -> int:
     spec = load_sweep(args.config, args.sets)
     out = args.out or str(Path("runs") / "sweeps" / Path(args.config).stem)
     results = run_sweep(
-        spec, out, workers=args.workers, executor=args.executor, address=args.address
-    )
+        spec, out, workers=args.workers, executor=args.executor, address=args.address,
+        engine=args.engine,
+    )  # fmt: skip
     print(_format_results(results))
     print(f"wrote {out}/results.json")
     return 0
@@ -367,6 +369,11 @@ def _main(argv: list[str]) -> int:
     )  # fmt: skip
     sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     sw.add_argument("--out", help="output folder (default runs/sweeps/<config stem>)")
+    sw.add_argument(
+        "--engine", choices=ENGINES, default="process",
+        help="process: each run alone in a worker; batched: runs that can share a batch train "
+        "as one program (llm.train.batched), up to 8 per batch",
+    )  # fmt: skip
     _add_executor(sw)
     sw.set_defaults(func=_sweep)
 

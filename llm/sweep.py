@@ -52,8 +52,18 @@ from llm.eval.frontier import frontier_analysis, write_reports
 from llm.eval.heldout import k_values
 from llm.model.tiny import ensure_base_model
 from llm.run.executor import check_executor
-from llm.run.jobs import Job, collect, default_workers, map_jobs, problem_dict, run_job, weights_sha
+from llm.run.jobs import (
+    Job,
+    collect,
+    default_workers,
+    map_jobs,
+    problem_dict,
+    run_batch,
+    run_job,
+    weights_sha,
+)
 from llm.run.jobs import eval_key as jobs_eval_key
+from llm.train.batched import batch_key, batchable
 
 __all__ = [
     "Setting",
@@ -352,6 +362,42 @@ def _eval_problems(spec: SweepSpec, base_cfg: Any) -> tuple[list[Any], str]:
     return problems, f"{base_cfg.eval.source}:{name}"
 
 
+ENGINES = ("process", "batched")
+"""How a sweep trains its runs (`run_sweep`'s `engine`)."""
+
+MAX_BATCH = 8
+"""Runs per batch at most: measured on the tiny model (`bench/bench_batched.py`), the time per
+run stops falling beyond about 8 runs (its forward is compute-bound), and 8 runs' weights,
+optimizer state and KV cache take ~100 MB."""
+
+
+def pack_jobs(jobs: list[Job], workers: int, max_batch: int = MAX_BATCH) -> list[list[Job]]:
+    """The units of a batched sweep: the base model's evaluation alone, the runs that cannot be
+    batched (`llm.train.batched.batchable`) alone, and the others grouped by
+    `llm.train.batched.batch_key` into batches of at most `max_batch`, split so that every
+    worker gets work (``ceil(group / workers)`` runs per batch when smaller)."""
+    units: list[list[Job]] = []
+    groups: dict[str, list[Job]] = {}
+    for job in jobs:
+        cfg = config_from_dict(job.raw)
+        if job.setting is None or batchable(cfg) is not None:
+            units.append([job])
+        else:
+            groups.setdefault(batch_key(cfg), []).append(job)
+    for group in groups.values():
+        size = max(1, min(max_batch, math.ceil(len(group) / max(1, workers))))
+        units.extend(group[i : i + size] for i in range(0, len(group), size))
+    return units
+
+
+def run_unit(unit: list[Job]) -> list[dict[str, Any]]:
+    """`llm.run.jobs.run_job` of a one-job unit, `llm.run.jobs.run_batch` of a batch (module
+    level: workers pickle it by reference)."""
+    if len(unit) == 1 and (unit[0].setting is None or unit[0].eval_key.get("engine") != "batched"):
+        return [run_job(unit[0])]
+    return run_batch(unit)
+
+
 def run_sweep(
     spec: SweepSpec,
     out: str | os.PathLike[str],
@@ -361,8 +407,17 @@ def run_sweep(
     num_resamples: int = 1000,
     executor: str = "local",
     address: str | None = None,
+    engine: str = "process",
+    max_batch: int = MAX_BATCH,
 ) -> dict[str, Any]:
     """Train and evaluate every (setting, seed) of `spec` into `out` and write ``results.json``.
+
+    `engine`: ``process`` trains each run alone in a worker (`llm.train.trainer.train`, sampling
+    with transformers' `generate`); ``batched`` packs the runs that can share a batch
+    (`pack_jobs`) into batches of at most `max_batch` runs, each trained as one program with
+    its evaluations (`llm.run.jobs.run_batch`; the base model too is evaluated by the stacked
+    sampler), and trains the others alone. The engines draw different random streams: a run's
+    results depend on the engine, which its marker and the evaluation key record.
 
     The runs go to `executor` (`llm.run.executor.map_jobs`): ``local`` worker processes
     (`workers`, default one per core) or ``ray`` tasks on the Ray instance at `address` (None: a
@@ -392,7 +447,11 @@ def run_sweep(
         ensure_base_model(base_cfg.model_path, num_threads=max(1, workers), progress=progress)
     base_sha = weights_sha(base_cfg.model_path)
     problems, source = _eval_problems(spec, base_cfg)
+    if engine not in ENGINES:
+        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     eval_key = jobs_eval_key(spec.eval, base_cfg, problems, source)
+    if engine == "batched":
+        eval_key["engine"] = "batched"
     base_setting = Setting("base", base_cfg.method, {})
     jobs = [
         Job("base", None, 0, _run_raw(base_raw, base_setting, 0, spec.checkpoints),
@@ -407,10 +466,15 @@ def run_sweep(
                      progress and executor == "local" and workers <= 1)
             )  # fmt: skip
     t0 = time.perf_counter()
-    outcomes = map_jobs(
-        run_job, jobs, workers=workers, progress=progress, desc="runs (train + eval)",
-        name=lambda j: j.name, executor=executor, address=address,
+    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, workers, max_batch)
+    done = map_jobs(
+        run_unit, units, workers=workers, progress=progress, desc="runs (train + eval)",
+        name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
+        executor=executor, address=address,
     )  # fmt: skip
+    by_name = {j.name: o for unit, res in zip(units, done, strict=True)
+               for j, o in zip(unit, res, strict=True)}  # fmt: skip
+    outcomes = [by_name[j.name] for j in jobs]
     t_runs = time.perf_counter() - t0
 
     models, runs = collect(jobs, outcomes, spec.eval["ks"])
@@ -442,6 +506,8 @@ def run_sweep(
             "eval": {**eval_key, "ks": spec.eval["ks"]},
             "workers": workers,
             "executor": executor,
+            "engine": engine,
+            "batches": [len(u) for u in units],
         },
         "problems": [problem_dict(p) for p in problems],
         "models": models,

@@ -38,13 +38,16 @@ import torch
 from sacrebleu.metrics import BLEU
 
 from llm.eval.diversity import embed
+from llm.model.stacked import StackedLM
 from llm.model.tokens import check_vocabulary
+from llm.rollout.stacked import sample_groups
 from llm.tasks import TASKS, Problem, Task
 from theory.measures import pass_at_k
 
 __all__ = [
     "distinct_n",
     "evaluate",
+    "evaluate_models",
     "k_values",
     "plot_pass_at_k",
     "self_bleu",
@@ -202,6 +205,20 @@ def evaluate(
         prompts_per_batch=prompts_per_batch,
         max_responses_per_call=max_responses_per_call,
     )
+    return measure(task, problems, texts, n=n, distinct=distinct, bleu=bleu, encoder=encoder)
+
+
+def measure(
+    task: Task,
+    problems: Sequence[Problem],
+    texts: Sequence[Sequence[str]],
+    *,
+    n: int,
+    distinct: str = "commutative",
+    bleu: bool = True,
+    encoder: Any | None = None,
+) -> dict[str, Any]:
+    """`evaluate`'s record of sampled `texts` (P, n), one group per problem (its Returns)."""
     shared = _SharedMetrics(n, bleu=bleu, encoder=encoder)
     per_problem, formats = [], []
     for prob, group in zip(problems, texts, strict=True):
@@ -238,6 +255,65 @@ def evaluate(
             else 0.0
         )
     return result
+
+
+def evaluate_models(
+    models: Sequence[torch.nn.Module],
+    tokenizer: Any,
+    task: Task | str,
+    problems: Sequence[Problem],
+    *,
+    template: str,
+    stop_token_ids: Sequence[int],
+    n: int = 16,
+    max_new_tokens: int = 16,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    seed: int = 0,
+    prompts_per_batch: int = 8,
+    distinct: str = "commutative",
+    bleu: bool = True,
+    encoder: Any | None = None,
+) -> list[dict[str, Any]]:
+    """`evaluate` of M models of one architecture at once (issue 22): every call samples the
+    same prompts for all models in one stacked program (`llm.rollout.stacked.sample_groups`),
+    model m drawing from its own generator seeded with `seed` (paired: every model gets the same
+    random stream). Returns one `evaluate` record per model, in order.
+
+    The stream differs from `evaluate` through `HFGenerateBackend` (transformers' `generate`
+    draws from the global RNG), so the two give different samples of the same distribution.
+
+    Raises:
+        ValueError: as `evaluate`; models `llm.model.stacked.StackedLM` cannot stack.
+    """
+    task = TASKS[task] if isinstance(task, str) else task
+    if template not in task.templates:
+        raise ValueError(
+            f"template: expected one of {task.templates} (task {task.name!r}), got {template!r}"
+        )
+    if not problems:
+        raise ValueError("problems: expected at least one problem")
+    if n < 1 or prompts_per_batch < 1:
+        raise ValueError(f"n, prompts_per_batch: expected >= 1, got {n} and {prompts_per_batch}")
+    prompts = [task.prompt(p, template) for p in problems]
+    check_vocabulary(prompts, tokenizer, f"evaluation problems (task {task.name!r})")
+    lm = StackedLM(models)
+    generators = [torch.Generator().manual_seed(seed) for _ in models]
+    texts: list[list[list[str]]] = [[] for _ in models]
+    for start in range(0, len(prompts), prompts_per_batch):
+        chunk = prompts[start : start + prompts_per_batch]
+        rolls = sample_groups(
+            lm, tokenizer, [chunk] * len(models), n, generators=generators,
+            max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids,
+            temperature=temperature, top_p=top_p, top_k=top_k, want_logprobs=False,
+        )  # fmt: skip
+        for mine, roll in zip(texts, rolls, strict=True):
+            mine.extend(roll.texts)
+    return [
+        measure(task, problems, t, n=n, distinct=distinct, bleu=bleu, encoder=encoder)
+        for t in texts
+    ]
 
 
 def _sample_texts(

@@ -30,12 +30,14 @@ import numerics
 from experiment.store import read_json, read_toml, write_json
 from llm.config import config_from_dict, config_to_toml
 from llm.eval.diversity import load_encoder
-from llm.eval.heldout import evaluate
+from llm.eval.heldout import evaluate, evaluate_models
 from llm.model.load import load_model_and_tokenizer
 from llm.rollout.backend import make_backend
+from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint
 from llm.run.executor import map_jobs
 from llm.run.folder import read_metrics
+from llm.train.batched import train_batch
 from llm.train.trainer import train
 from theory.measures import pass_at_k
 
@@ -49,6 +51,7 @@ __all__ = [
     "evaluate_model",
     "map_jobs",
     "problem_dict",
+    "run_batch",
     "run_job",
     "weights_sha",
     "with_passk",
@@ -125,6 +128,11 @@ def evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[
         common["encoder"] = load_encoder("cpu")
     start = time.perf_counter()
     r = evaluate(backend, cfg.task, problems, distinct=cfg.distinct, **common)
+    return _record(r, n, time.perf_counter() - start)
+
+
+def _record(r: Mapping[str, Any], n: int, seconds: float) -> dict[str, Any]:
+    """A sweep's evaluation record of an `evaluate` result."""
     distinct = [p["distinct_correct"] for p in r["per_problem"]]
     correct = [int(p["correct"]) for p in r["per_problem"]]
     return {
@@ -135,7 +143,7 @@ def evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[
         "n": n,
         "correct": correct,
         "distinct": [int(d) for d in distinct],
-        "eval_seconds": round(time.perf_counter() - start, 2),
+        "eval_seconds": round(seconds, 2),
     }
 
 
@@ -148,7 +156,10 @@ def _eval_base(job: Job) -> dict[str, Any]:
     cached = read_json(path)
     if cached is not None and cached.get("eval") == key:
         return {"models": {0: cached["result"]}, "reused_run": False, "reused_evals": 1}
-    result = evaluate_model(cfg, Path(cfg.model_path), job.problems, job.eval_key)
+    if job.eval_key.get("engine") == "batched":
+        result = _evaluate_stacked(cfg, [Path(cfg.model_path)], job.problems, job.eval_key)[0]
+    else:
+        result = evaluate_model(cfg, Path(cfg.model_path), job.problems, job.eval_key)
     write_json(path, {"eval": key, "result": result})
     return {"models": {0: result}, "reused_run": False, "reused_evals": 0}
 
@@ -158,10 +169,10 @@ def _checkpoint_dir(out: Path, step: int) -> Path:
     return out / CHECKPOINTS / f"step_{step:06d}"
 
 
-def _train(job: Job, cfg: Any) -> tuple[dict[str, Any], bool]:
-    """Train `job`'s run unless a finished matching one exists (`llm.reproduce`'s resume rule);
-    returns (its marker, whether it was reused)."""
-
+def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, bool]:
+    """`job`'s marker before training: (marker, finished (reuse it), resume (from its newest
+    checkpoint)). A folder of another config, base model, numeric setting or engine, or one
+    killed before its first checkpoint, is emptied (`llm.reproduce`'s resume rule)."""
     out = Path(job.out)
     marker_path = out / RUN_MARKER
     marker = read_json(marker_path)
@@ -170,6 +181,7 @@ def _train(job: Job, cfg: Any) -> tuple[dict[str, Any], bool]:
         marker is not None
         and marker.get("base_sha") == job.base_sha
         and marker.get("numerics") == numerics.tag()
+        and marker.get("engine", "process") == engine
         and saved.is_file()
         and config_to_toml(config_from_dict(read_toml(saved))) == config_to_toml(cfg)
     )
@@ -180,7 +192,7 @@ def _train(job: Job, cfg: Any) -> tuple[dict[str, Any], bool]:
         and ckpt is not None
         and ckpt.name == f"step_{cfg.steps:06d}"
     ):
-        return marker, True
+        return marker, True, False
     if out.exists() and (not same or ckpt is None):
         # A run of another config or base model (its checkpoints are not this run's), or one
         # killed before its first checkpoint: a fresh start needs an empty folder.
@@ -191,20 +203,36 @@ def _train(job: Job, cfg: Any) -> tuple[dict[str, Any], bool]:
     marker = {
         "base_sha": job.base_sha,
         "numerics": numerics.tag(),
+        "engine": engine,
         "finished": False,
         "train_seconds": prior,
         "evals": evals,
     }
     write_json(marker_path, marker)
-    start = time.perf_counter()
-    train(cfg, out, resume=ckpt is not None, progress=job.progress)
-    marker["train_seconds"] = round(prior + time.perf_counter() - start, 1)
+    return marker, False, ckpt is not None
+
+
+def _finish(job: Job, marker: dict[str, Any], seconds: float) -> None:
+    """Record a trained run's time and training rewards in its marker."""
+    out = Path(job.out)
+    marker["train_seconds"] = round(float(marker.get("train_seconds", 0.0)) + seconds, 1)
     rewards = [m["charts/reward_mean"] for m in read_metrics(out / "metrics.jsonl")]
     tail = max(1, len(rewards) // 10)
     marker["train_reward_first"] = float(np.mean(rewards[:tail]))
     marker["train_reward_last"] = float(np.mean(rewards[-tail:]))
     marker["finished"] = True
-    write_json(marker_path, marker)
+    write_json(out / RUN_MARKER, marker)
+
+
+def _train(job: Job, cfg: Any) -> tuple[dict[str, Any], bool]:
+    """Train `job`'s run alone unless a finished matching one exists; returns (its marker,
+    whether it was reused)."""
+    marker, finished, resume = _prepare(job, cfg, "process")
+    if finished:
+        return marker, True
+    start = time.perf_counter()
+    train(cfg, Path(job.out), resume=resume, progress=job.progress)
+    _finish(job, marker, time.perf_counter() - start)
     return marker, False
 
 
@@ -245,6 +273,103 @@ def run_job(job: Job) -> dict[str, Any]:
         "train_reward_first": marker.get("train_reward_first"),
         "train_reward_last": marker.get("train_reward_last"),
     }
+
+
+def run_batch(jobs: Sequence[Job]) -> list[dict[str, Any]]:
+    """`run_job` of several runs that may share a batch (`llm.train.batched.batch_key`): the
+    runs that need training train together (`llm.train.batched.train_batch`, grouped by the step
+    they resume from), then every missing evaluation of every run is sampled in one stacked
+    program per chunk of prompts (`llm.eval.heldout.evaluate_models`). Markers record
+    ``engine: batched``; a run trained by the other engine is trained again. Returns one
+    `run_job` outcome per job, in order."""
+    _quiet_worker()
+    cfgs = [config_from_dict(j.raw) for j in jobs]
+    states = [_prepare(j, c, "batched") for j, c in zip(jobs, cfgs, strict=True)]
+    groups: dict[bool, list[int]] = {}
+    for i, (_, finished, resume) in enumerate(states):
+        if not finished:
+            groups.setdefault(resume, []).append(i)
+    for resume, members in groups.items():
+        if resume:  # resumed runs may stand at different steps: one batch per step
+            by_step: dict[str, list[int]] = {}
+            for i in members:
+                by_step.setdefault(latest_checkpoint(Path(jobs[i].out)).name, []).append(i)
+            batches = list(by_step.values())
+        else:
+            batches = [members]
+        for batch in batches:
+            start = time.perf_counter()
+            train_batch([cfgs[i] for i in batch], [jobs[i].out for i in batch], resume=resume)
+            seconds = (time.perf_counter() - start) / len(batch)
+            for i in batch:
+                _finish(jobs[i], states[i][0], seconds)
+    _quiet_worker()
+    markers = [s[0] for s in states]
+    todo = [
+        (i, step)
+        for i, (job, marker) in enumerate(zip(jobs, markers, strict=True))
+        for step in job.steps
+        if marker.get("evals", {}).get(str(step), {}).get("eval") != job.eval_key
+    ]
+    missing = [(i, s) for i, s in todo if not _checkpoint_dir(Path(jobs[i].out), s).is_dir()]
+    if missing:
+        raise FileNotFoundError(
+            f"{jobs[missing[0][0]].name}: checkpoint step {missing[0][1]} to evaluate was "
+            "deleted after an earlier evaluation; remove the run folder to train it again"
+        )
+    if todo:
+        _evaluate_batch(jobs, cfgs, markers, todo)
+    outcomes = []
+    for job, cfg, marker, (_, finished, _) in zip(jobs, cfgs, markers, states, strict=True):
+        _prune(Path(job.out), cfg.steps)
+        done = sum(1 for i, _ in todo if jobs[i] is job)
+        outcomes.append({
+            "models": {s: marker["evals"][str(s)]["result"] for s in job.steps},
+            "reused_run": finished,
+            "reused_evals": len(job.steps) - done,
+            "train_seconds": marker.get("train_seconds"),
+            "train_reward_first": marker.get("train_reward_first"),
+            "train_reward_last": marker.get("train_reward_last"),
+        })  # fmt: skip
+    return outcomes
+
+
+def _evaluate_batch(
+    jobs: Sequence[Job], cfgs: Sequence[Any], markers: Sequence[dict[str, Any]],
+    todo: Sequence[tuple[int, int]],
+) -> None:  # fmt: skip
+    """Evaluate the checkpoints `todo` ((job index, step) pairs) in one stacked program and
+    write each result into its run's marker."""
+    first = todo[0][0]
+    paths = [_checkpoint_dir(Path(jobs[i].out), step) for i, step in todo]
+    results = _evaluate_stacked(cfgs[first], paths, jobs[first].problems, jobs[first].eval_key)
+    for (i, step), record, path in zip(todo, results, paths, strict=True):
+        record["weights_sha256"] = weights_sha(path)
+        markers[i]["evals"][str(step)] = {"eval": jobs[i].eval_key, "result": record}
+    for i in sorted({i for i, _ in todo}):
+        write_json(Path(jobs[i].out) / RUN_MARKER, markers[i])
+
+
+def _evaluate_stacked(
+    cfg: Any, paths: Sequence[Path], problems: list[Any], ev: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """`evaluate_model` of the model folders `paths` in one stacked program
+    (`llm.eval.heldout.evaluate_models`)."""
+    models, tokenizer = [], None
+    for path in paths:
+        model, tokenizer = load_model_and_tokenizer(path, "cpu")
+        models.append(model)
+    start = time.perf_counter()
+    results = evaluate_models(
+        models, tokenizer, cfg.task, problems, template=cfg.template,
+        stop_token_ids=stop_token_ids(tokenizer, cfg.model_path), n=ev["samples"],
+        max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
+        temperature=cfg.eval.temperature, top_p=cfg.eval.top_p, top_k=cfg.eval.top_k,
+        seed=ev["seed"], distinct=cfg.distinct,
+        encoder=load_encoder("cpu") if ev["semantic"] else None,
+    )  # fmt: skip
+    seconds = (time.perf_counter() - start) / len(paths)
+    return [_record(r, ev["samples"], seconds) for r in results]
 
 
 def _prune(out: Path, last: int) -> None:

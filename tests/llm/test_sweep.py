@@ -321,3 +321,29 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(swept):
             again["evals"][step]["result"]["weights_sha256"]
             == (done["evals"][step]["result"]["weights_sha256"])
         )
+
+
+def test_batched_engine_packs_runs_records_the_engine_and_reuses(tmp_path, tiny_model_path):
+    """`--engine batched`: the runs train as one batch (issue 22), results hold every model,
+    markers and evaluation keys record the engine, and a second call reuses everything."""
+    config = _write(tmp_path, tiny_model_path)
+    out = tmp_path / "out"
+    args = ["sweep", "--config", str(config), "--out", str(out), "--workers", "1"]
+    assert main([*args, "--engine", "batched"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["settings"]["engine"] == "batched"
+    assert sorted(res["settings"]["batches"]) == [1, 2]  # the base model alone, two runs batched
+    assert res["settings"]["eval"]["engine"] == "batched"
+    assert [m["step"] for m in res["models"]] == [0, 1, 2, 1, 2]
+    for run in res["runs"]:
+        marker = json.loads((out / "runs" / run["run"] / RUN_MARKER).read_text())
+        assert marker["engine"] == "batched" and marker["finished"]
+    again = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20,
+                      engine="batched")  # fmt: skip
+    assert again["reused"] == {"runs": 2, "of": 2, "evals": 5, "evals_of": 5}
+    assert [m["pass1"] for m in again["models"]] == [m["pass1"] for m in res["models"]]
+    # The other engine's runs are not reused: another random stream, another result.
+    other = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20)
+    assert other["reused"]["runs"] == 0
+    with pytest.raises(ValueError, match="engine"):
+        run_sweep(load_sweep(config), out, workers=1, progress=False, engine="gpu")
