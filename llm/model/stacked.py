@@ -237,6 +237,41 @@ class StackedLM:
                               cache, 0)  # fmt: skip
         return logits
 
+    def decode(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        position_ids: Tensor,
+        cache: KVCache,
+        *,
+        params: dict[str, Tensor] | None = None,
+    ) -> Tensor:
+        """Logits of the next positions of rows whose earlier keys and values are in `cache`
+        (`cache_from_prefix`), which is filled in place.
+
+        Args:
+            input_ids, position_ids: (rows, L) the new tokens and their positions.
+            attention_mask: (rows, cache.length + L) 1 on real tokens, cached positions first.
+
+        Returns:
+            (rows, L, V) float32 logits.
+        """
+        logits, _ = self._run(input_ids, attention_mask, position_ids, params, None, 1, cache, 0)
+        return logits
+
+    def cache_from_prefix(self, prefix: Prefix, group: int, extra: int) -> KVCache:
+        """A `KVCache` for the ``R * B * group`` rows that continue `prefix`'s prompts (row
+        ``i`` continues prompt ``i // group``), holding the prompts' keys and values and room for
+        `extra` more positions: the prompt is copied once, not at every decoding step."""
+        rows = prefix.mask.shape[0] * group
+        p = prefix.mask.shape[1]
+        cache = self.new_cache(rows, p + extra, prefix.keys[0].device)
+        for layer in range(self.n_layers):
+            cache.keys[layer][:, :, :p] = prefix.keys[layer].repeat_interleave(group, dim=0)
+            cache.values[layer][:, :, :p] = prefix.values[layer].repeat_interleave(group, dim=0)
+        cache.length = p
+        return cache
+
     def new_cache(self, rows: int, max_len: int, device: torch.device | str = "cpu") -> KVCache:
         """An empty `KVCache` for `rows` (all runs') suffix rows and `max_len` positions."""
         shape = (rows, self.n_kv, max_len, self.head_dim)

@@ -139,7 +139,8 @@ def sample_groups(
     prefix = lm.encode_prefix(prompt_ids, prompt_mask, prompt_pos, params=params)
     rows = r * b * g
     n_run = b * g  # rows per run
-    cache = lm.new_cache(rows, t_max)
+    cache = lm.cache_from_prefix(prefix, g, t_max)
+    prompt_keys = prefix.mask.long().repeat_interleave(g, dim=0)  # (rows, P)
     next_pos = prompt_mask.sum(-1).repeat_interleave(g)[:, None]  # (rows, 1)
     logits = prefix.last_logits.repeat_interleave(g, dim=0)  # (rows, V)
     stops = torch.tensor(list(stop_token_ids), dtype=torch.long)
@@ -172,10 +173,8 @@ def sample_groups(
         steps = t + 1
         if not bool(running.any()) or t + 1 == t_max:
             break
-        key_mask = torch.ones(rows, t + 1, dtype=torch.long)
-        logits = lm.forward_suffix(
-            token[:, None], key_mask, next_pos + t, prefix, group=g, params=params, cache=cache
-        )[:, -1]
+        key_mask = torch.cat([prompt_keys, torch.ones(rows, t + 1, dtype=torch.long)], dim=1)
+        logits = lm.decode(token[:, None], key_mask, next_pos + t, cache, params=params)[:, -1]
 
     mask = response_mask_from_eos(tokens[:, :steps], stop_token_ids)  # (rows, steps)
     out = []
