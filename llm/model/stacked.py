@@ -275,9 +275,10 @@ class StackedLM:
     def new_cache(self, rows: int, max_len: int, device: torch.device | str = "cpu") -> KVCache:
         """An empty `KVCache` for `rows` (all runs') suffix rows and `max_len` positions."""
         shape = (rows, self.n_kv, max_len, self.head_dim)
+        # Uninitialized: positions past `length` are never read.
         return KVCache(
-            [torch.zeros(shape, device=device) for _ in range(self.n_layers)],
-            [torch.zeros(shape, device=device) for _ in range(self.n_layers)],
+            [torch.empty(shape, device=device) for _ in range(self.n_layers)],
+            [torch.empty(shape, device=device) for _ in range(self.n_layers)],
         )
 
     # -----------------------------------------------------------------------------------------
@@ -401,7 +402,14 @@ class StackedLM:
         if nkv != nh:  # grouped-query attention: repeat_kv
             k = k.repeat_interleave(nh // nkv, dim=1)
             v = v.repeat_interleave(nh // nkv, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(d))
+        if q.shape[2] == 1:
+            # One query per row (a decoding step): broadcast products and sums beat the fused
+            # kernel and batched matmuls, whose per-(row, head) set-up dominates at one query.
+            scores = (q * k).sum(-1, keepdim=True).transpose(-1, -2) * (1.0 / math.sqrt(d))
+            scores = scores.masked_fill(~mask, float("-inf"))  # (rows, heads, 1, L)
+            out = (torch.softmax(scores, dim=-1).transpose(-1, -2) * v).sum(-2, keepdim=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(d))
         out = out.transpose(1, 2).reshape(self.runs, n * length, nh * d)
         return _linear(out, p, pre + "self_attn.o_proj")
 
