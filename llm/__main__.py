@@ -13,6 +13,7 @@
                         [--engine {process,batched}]
                         [--executor {local,ray} [--address HOST:6379]]
     python -m llm study --config FILE [--workers N] [--out DIR]   # explore, pick, confirm
+                        [--engine {process,batched}]
                         [--executor {local,ray} [--address HOST:6379]]
 
 `--model` takes a model folder or a run folder (its newest checkpoint holding weights is used; for
@@ -247,6 +248,7 @@ def _study(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty(),
         executor=args.executor,
         address=args.address,
+        engine=args.engine,
     )
     for row in result["claims"]:
         head = row["verdict"] or f"{row['lift']:+.1f} points"  # the spread row: no verdict
@@ -265,6 +267,14 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override config keys: lr=3e-4 data.seed=3 method=ds_grpo (TOML literals)",
     )
+
+
+def _add_engine(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine", choices=ENGINES, default="process",
+        help="process: each run alone in a worker; batched: runs that can share a batch train "
+        "as one program (llm.train.batched), up to 8 per batch (another random stream)",
+    )  # fmt: skip
 
 
 def _add_executor(parser: argparse.ArgumentParser) -> None:
@@ -369,11 +379,7 @@ def _main(argv: list[str]) -> int:
     )  # fmt: skip
     sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     sw.add_argument("--out", help="output folder (default runs/sweeps/<config stem>)")
-    sw.add_argument(
-        "--engine", choices=ENGINES, default="process",
-        help="process: each run alone in a worker; batched: runs that can share a batch train "
-        "as one program (llm.train.batched), up to 8 per batch",
-    )  # fmt: skip
+    _add_engine(sw)
     _add_executor(sw)
     sw.set_defaults(func=_sweep)
 
@@ -383,6 +389,7 @@ def _main(argv: list[str]) -> int:
                                                     "(configs/study_*.toml)")  # fmt: skip
     st.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     st.add_argument("--out", help="output folder (default runs/llm_study/<config stem>)")
+    _add_engine(st)
     _add_executor(st)
     st.set_defaults(func=_study)
 

@@ -136,9 +136,10 @@ def run_study(
     num_resamples: int = 200,
     executor: str = "local",
     address: str | None = None,
+    engine: str = "process",
 ) -> dict[str, Any]:
     """Both stages of the study in `config_path` (module docstring); returns study.json's dict.
-    `workers`, `executor` and `address` go to `llm.sweep.run_sweep`.
+    `workers`, `executor`, `address` and `engine` (both stages) go to `llm.sweep.run_sweep`.
 
     Raises:
         ValueError: naming the file and key of a bad configuration, or a bad executor.
@@ -152,19 +153,19 @@ def run_study(
     sweep.source = str(config_path)
     explore = run_sweep(sweep, out / "explore", workers=workers, progress=progress,
                         num_resamples=num_resamples, executor=executor,
-                        address=address)  # fmt: skip
+                        address=address, engine=engine)  # fmt: skip
     picks = S.pick(explore["frontier"])
     cdoc = confirmation_doc(doc, spec, picks["pass_at_k"], config_path.parent)
     csweep = sweep_from_dict(cdoc, root=config_path.parent)
     csweep.source = f"{config_path} (confirmation)"
     confirm = run_sweep(csweep, out / "confirm", workers=workers, progress=progress,
                         num_resamples=num_resamples, executor=executor,
-                        address=address)  # fmt: skip
+                        address=address, engine=engine)  # fmt: skip
     design = {"explore_seeds": sweep.seeds, "explore_problems": sweep.eval["problems"],
               "confirm_seeds": list(spec.confirm_seeds),
               "confirm_problems": spec.confirm_problems,
               "confirm_offset": csweep.eval["offset"], "samples": csweep.eval["samples"],
-              "checkpoints": sweep.checkpoints}  # fmt: skip
+              "checkpoints": sweep.checkpoints, "engine": engine}  # fmt: skip
     result = S.conclude(
         spec.name, picks, confirm["frontier"], reference=sweep.reference[0], alpha=spec.alpha,
         size=spec.claim_size, size_distinct=spec.claim_size_distinct,
