@@ -29,6 +29,7 @@ PROCEDURES = {
     "curve": C.curve_procedure,
     "envelope": C.bootstrap_procedure,
     "pooled": lambda resamples: C.curve_procedure(resamples, per_setting=False),
+    "uncorrected": lambda resamples: C.curve_procedure(resamples, bias_correct=False),
 }
 DEFAULT_PROCEDURES = ("curve", "envelope")
 ALL_DESIGNS = C.DESIGNS | C.STRESS_DESIGNS
@@ -73,7 +74,8 @@ def _main(argv: list[str]) -> int:
     cal.add_argument("--seed", type=int, default=0, help="simulation seed")
     cal.add_argument("--procedure", choices=sorted(PROCEDURES), action="append",
                      help="procedure(s) to check (default: curve, the tables' maximum of "
-                          "per-setting curves, and envelope; pooled: one curve for all settings)")  # fmt: skip
+                          "per-setting curves, bias-corrected, and envelope; uncorrected: that maximum without "
+                          "the correction; pooled: one curve for all settings)")  # fmt: skip
     cal.add_argument("--design", choices=sorted(ALL_DESIGNS), action="append",
                      help="design(s) to simulate (default: the committed ones, "
                           "`experiment.calibration.DESIGNS`; also its STRESS_DESIGNS)")  # fmt: skip

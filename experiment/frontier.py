@@ -452,22 +452,109 @@ def max_curve_at(betas: Sequence[np.ndarray], x_max: Sequence[float], x: object)
     return np.where(np.isfinite(vals.max(0)), vals.max(0), curve_at(np.asarray(betas[far]), x))
 
 
+@dataclass
+class _PerSetting:
+    """The per-setting curves' lifts: `lifts` `(G, M)` against each setting's curve, `reach`
+    `(G, M)` whether the model's pass@1 is within the setting's range, `active` `(M,)` the
+    setting whose curve is the maximum there, and the Jacobians computed so far."""
+
+    groups: list[np.ndarray]
+    lifts: np.ndarray
+    reach: np.ndarray
+    active: np.ndarray
+    jacobians: dict[int, np.ndarray]
+
+
+def _per_setting(
+    px: np.ndarray, py: np.ndarray, ref: np.ndarray, models: Models, degree: int
+) -> _PerSetting:
+    groups = setting_groups(ref, models, degree)
+    lifts = np.stack([_curve_lifts(px, py, g, degree) for g in groups])  # (G, M)
+    reach = np.stack([px <= px[g].max() for g in groups])  # the setting's own pass@1 range
+    active = np.where(reach, lifts, np.inf).argmin(0)  # the highest curve: the smallest lift
+    active = np.where(reach.any(0), active, int(np.argmax([px[g].max() for g in groups])))
+    return _PerSetting(groups, lifts, reach, active, {})
+
+
+def _jacobian_of(
+    ps: _PerSetting, k: int, px: np.ndarray, py: np.ndarray, degree: int
+) -> np.ndarray:
+    if k not in ps.jacobians:
+        ps.jacobians[k] = _lift_jacobian(px, py, ps.groups[k], degree)
+    return ps.jacobians[k]
+
+
 def _max_curve_lifts(
     px: np.ndarray, py: np.ndarray, ref: np.ndarray, models: Models, degree: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """`curve_lift`'s ``per_setting`` lifts `(M,)` over the pointwise maximum of one curve per
     reference (method, setting) (`setting_groups`), each defined on pass@1 up to its setting's
     largest, and their `(M, 2, M)` Jacobian (the active setting's)."""
-    groups = setting_groups(ref, models, degree)
-    lifts = np.stack([_curve_lifts(px, py, g, degree) for g in groups])  # (G, M)
-    reach = np.stack([px <= px[g].max() for g in groups])  # the setting's own pass@1 range
-    active = np.where(reach, lifts, np.inf).argmin(0)  # the highest curve: the smallest lift
-    active = np.where(reach.any(0), active, int(np.argmax([px[g].max() for g in groups])))
+    ps = _per_setting(px, py, ref, models, degree)
+    return _active_lifts(ps, px, py, degree)
+
+
+def _active_lifts(
+    ps: _PerSetting, px: np.ndarray, py: np.ndarray, degree: int
+) -> tuple[np.ndarray, np.ndarray]:
     jac = np.zeros((px.size, 2, px.size))
-    for k in np.unique(active):  # only the settings some model is measured against
-        rows = active == k
-        jac[rows] = _lift_jacobian(px, py, groups[k], degree)[rows]
-    return lifts[active, np.arange(px.size)], jac
+    for k in np.unique(ps.active):  # only the settings some model is measured against
+        rows = ps.active == k
+        jac[rows] = _jacobian_of(ps, int(k), px, py, degree)[rows]
+    return ps.lifts[ps.active, np.arange(px.size)], jac
+
+
+CONTENDER_SE = 3.0
+"""A reference setting other than the maximum contends for it at a model's pass@1 when its lift
+is within this many standard errors of the smallest (`_max_bias`)."""
+
+MAX_BIAS_DRAWS = 4000
+"""Normal draws of the contending lifts per model in `_max_bias`."""
+
+
+def _max_bias(
+    ps: _PerSetting,
+    px: np.ndarray,
+    py: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    se: np.ndarray,
+    degree: int,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """`(M,)` the estimated bias of the per-setting lift, ``E[min_k L̂_k] − min_k L_k`` (≤ 0): the
+    maximum of noisy curves rides up on their noise when several settings are close. Plug-in
+    (bootstrap) estimate: the contending settings' lifts are drawn jointly normal around the
+    estimates, with the crossed-design covariance of their linearized contributions
+    (`crossed_variance` of sums and differences), and the mean of the draws' minimum is
+    compared with the minimum of the estimates (Efron & Tibshirani 1993, ch. 10, bias
+    correction). 0 where one setting alone contends."""
+    bias = np.zeros(px.size)
+    for m in range(px.size):
+        if not np.isfinite(se[m]) or se[m] <= SE_FLOOR:
+            continue
+        near = ps.reach[:, m] & (ps.lifts[:, m] - ps.lifts[ps.active[m], m] < CONTENDER_SE * se[m])
+        ks = np.flatnonzero(near)
+        if ks.size < 2:
+            continue
+        c = np.stack(
+            [
+                np.einsum("j,jsp->sp", _jacobian_of(ps, int(k), px, py, degree)[m, 0], x)
+                + np.einsum("j,jsp->sp", _jacobian_of(ps, int(k), px, py, degree)[m, 1], y)
+                for k in ks
+            ]
+        )  # fmt: skip  (K, S, P)
+        cov = np.diag(crossed_variance(c)[0])
+        for a in range(ks.size):
+            for b in range(a + 1, ks.size):
+                plus = crossed_variance(c[a] + c[b])[0]
+                minus = crossed_variance(c[a] - c[b])[0]
+                cov[a, b] = cov[b, a] = (plus - minus) / 4
+        w, v = np.linalg.eigh(cov)
+        root = v * np.sqrt(np.clip(w, 0.0, None))
+        draws = ps.lifts[ks, m] + rng.standard_normal((MAX_BIAS_DRAWS, ks.size)) @ root.T
+        bias[m] = draws.min(1).mean() - ps.lifts[ks, m].min()
+    return bias
 
 
 SE_FLOOR = 1e-6
@@ -595,6 +682,7 @@ def curve_lift(
     level: float = 0.95,
     seed: int = 0,
     per_setting: bool = False,
+    bias_correct: bool = False,
 ) -> LiftResult:
     """Lift at matched pass@1 over a smooth reference curve: a polynomial through the origin fitted
     to the reference models' points (means over seeds and problems), with a t interval whose
@@ -627,6 +715,9 @@ def curve_lift(
         models, reference: as `bootstrap_lift`. degree: of the polynomial (1: a line).
         num_resamples: problem bootstrap replicates for `inside_fraction` only. seed: its RNG.
         per_setting: the maximum of per-setting curves (above) instead of one pooled curve.
+        bias_correct: with `per_setting`, subtract the estimated bias of the maximum of the
+            settings' noisy curves (`_max_bias`: the lift is biased low where several settings'
+            curves are close).
 
     Returns:
         A `LiftResult` with `se`, `df` and `p` `(M,)` (NaN outside the reference's range; `p`
@@ -647,8 +738,10 @@ def curve_lift(
     lo_x, hi_x = min(0.0, px[ref].min()), px[ref].max()
     status = np.where(px < lo_x, "below", np.where(px > hi_x, "above", "inside"))
     inside = status == "inside"
+    ps = None
     if per_setting:
-        est, jac = _max_curve_lifts(px, py, ref, models, degree)
+        ps = _per_setting(px, py, ref, models, degree)
+        est, jac = _active_lifts(ps, px, py, degree)
         est = np.where(inside, est, np.nan)
     else:
         est = np.where(inside, _curve_lifts(px, py, ref, degree), np.nan)
@@ -658,6 +751,9 @@ def curve_lift(
     comp = np.where(inside[:, None], variance_components(contrib), np.nan)
     se = np.where(inside, np.sqrt(var), np.nan)
     df = np.where(inside, df, np.nan)
+    if ps is not None and bias_correct:
+        rng = np.random.default_rng([seed, 20])
+        est = est - np.where(inside, _max_bias(ps, px, py, x, y, se, degree, rng), 0.0)
     half = stats.t.ppf(0.5 + level / 2, np.where(inside, df, 1.0)) * se
     # A model whose every per-cell contribution is 0 (e.g. one that never left the base) has
     # standard error 0 up to rounding: no test, p NaN.

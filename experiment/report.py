@@ -168,11 +168,14 @@ def lift_analysis(
     level: float = 0.95,
     seed: int = 0,
     per_setting: bool = True,
+    bias_correct: bool = True,
 ) -> tuple[dict[str, Any], frontier.LiftResult]:
     """Lift at matched pass@1 of every model over the maximum of one quadratic per reference
     setting (`per_setting`; else one quadratic fitted to all the reference's points), with the
     calibrated t interval and p-value (`experiment.frontier.curve_lift`), and a bootstrap interval
-    of every model's point (over seeds and problems, for the figure). The section's ``curves``
+    of every model's point (over seeds and problems, for the figure); with `bias_correct` the
+    maximum's bias where several settings' curves are close is subtracted (calibrated:
+    docs/statistics.md). The section's ``curves``
     (each setting's coefficients and pass@1 reach) draw the curve; ``curve`` is the pooled fit.
 
     Args:
@@ -193,7 +196,8 @@ def lift_analysis(
         ValueError: as `curve_lift` (shapes, no reference model, num_resamples < 2, P < 2).
     """
     res = frontier.curve_lift(x, y, models, reference, num_resamples=num_resamples, level=level,
-                              seed=seed, per_setting=per_setting)  # fmt: skip
+                              seed=seed, per_setting=per_setting,
+                              bias_correct=bias_correct)  # fmt: skip
     seed_idx, problem_idx = frontier.bootstrap_indices(
         np.random.default_rng(seed), num_resamples, x.shape[1], x.shape[2]
     )
@@ -210,7 +214,8 @@ def lift_analysis(
         "num_resamples": num_resamples,
         "procedure": (
             "curve_lift: the maximum of per-setting quadratics through the base, "
-            "delta-method crossed-design t"
+            + ("bias-corrected, " if bias_correct else "")
+            + "delta-method crossed-design t"
             if per_setting
             else "curve_lift: quadratic through the base, delta-method crossed-design t"
         ),
