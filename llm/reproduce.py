@@ -122,6 +122,9 @@ class ReproduceSettings:
     """tqdm bars"""
     num_resamples: int = 1000
     """bootstrap replicates of the lift CIs"""
+    engine: str = "batched"
+    """how the sweep trains its runs (`llm.sweep.run_sweep`): batched (runs that share a batch
+    train as one program, `llm.train.batched`) or process (each run alone)"""
 
     def resolved(self) -> ReproduceSettings:
         """Apply `quick`: the first seed only, 2 steps, 4 problems x 4 samples, one process,
@@ -364,8 +367,9 @@ def reproduce(settings: ReproduceSettings) -> dict[str, Any]:
     # 2. The sweep.
     spec = _spec(s, base_dir)
     results = run_sweep(
-        spec, runs / "sweep", workers=s.jobs, progress=s.progress, num_resamples=s.num_resamples
-    )
+        spec, runs / "sweep", workers=s.jobs, progress=s.progress, num_resamples=s.num_resamples,
+        engine=s.engine,
+    )  # fmt: skip
     phases["train_and_eval"] = results["timings_seconds"]["runs"]
     phases["frontier"] = results["timings_seconds"]["frontier"]
 
