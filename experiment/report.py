@@ -68,7 +68,8 @@ METHOD_COLORS = {
 
 LIFT_METHOD = (
     "the reference curve is the maximum of one quadratic through the base per reference setting "
-    "(GRPO's best setting at each pass@1); CI: t "
+    "(GRPO's best setting at each pass@1), less the estimated bias of that maximum where "
+    "settings' curves are close; CI: t "
     "interval with the delta method's standard error over the crossed seeds × problems design "
     "(`experiment.frontier.curve_lift`, calibrated by `python -m experiment calibrate`); p: two-"
     "sided test of lift 0, per comparison (exploratory: not corrected for the many comparisons); "
