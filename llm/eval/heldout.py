@@ -184,11 +184,7 @@ def evaluate(
             a template `task` does not have, or a number the backend's tokenizer cannot encode.
         UnknownTaskError: `task` names no registered task.
     """
-    task = TASKS[task] if isinstance(task, str) else task
-    if template not in task.templates:
-        raise ValueError(
-            f"template: expected one of {task.templates} (task {task.name!r}), got {template!r}"
-        )
+    task = _task_with(task, template)
     prompts = [task.prompt(p, template) for p in problems]
     tokenizer = getattr(backend, "tokenizer", None)
     if tokenizer is not None:
@@ -287,11 +283,7 @@ def evaluate_models(
     Raises:
         ValueError: as `evaluate`; models `llm.model.stacked.StackedLM` cannot stack.
     """
-    task = TASKS[task] if isinstance(task, str) else task
-    if template not in task.templates:
-        raise ValueError(
-            f"template: expected one of {task.templates} (task {task.name!r}), got {template!r}"
-        )
+    task = _task_with(task, template)
     if not problems:
         raise ValueError("problems: expected at least one problem")
     if n < 1 or prompts_per_batch < 1:
@@ -314,6 +306,20 @@ def evaluate_models(
         measure(task, problems, t, n=n, distinct=distinct, bleu=bleu, encoder=encoder)
         for t in texts
     ]
+
+
+def _task_with(task: Task | str, template: str) -> Task:
+    """The registered task (by name or itself), checked to have `template`.
+
+    Raises:
+        ValueError: a template the task does not have. UnknownTaskError: an unknown name.
+    """
+    task = TASKS[task] if isinstance(task, str) else task
+    if template not in task.templates:
+        raise ValueError(
+            f"template: expected one of {task.templates} (task {task.name!r}), got {template!r}"
+        )
+    return task
 
 
 def _sample_texts(
