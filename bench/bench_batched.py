@@ -28,7 +28,6 @@ import argparse
 import copy
 import dataclasses
 import json
-import platform
 import tempfile
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ import numerics  # first: pins the numeric code paths before numpy, torch, JAX l
 import numpy as np
 import torch
 
+from experiment.study import cpu_model
 from llm.config import load_config
 from llm.eval.heldout import evaluate, evaluate_models
 from llm.model.load import load_model_and_tokenizer
@@ -140,7 +140,7 @@ def main() -> None:
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    result: dict[str, Any] = {"cpu": platform.processor() or platform.machine(),
+    result: dict[str, Any] = {"cpu": cpu_model(),
                               "numerics": numerics.tag()}  # fmt: skip
     result["steps"] = step_times(args)
     s = result["steps"]

@@ -49,6 +49,7 @@ __all__ = [
     "claims_table",
     "conclude",
     "confirm",
+    "cpu_model",
     "design_for",
     "designs_markdown",
     "pick",
@@ -325,7 +326,7 @@ def _git_commit() -> str:
         return "unknown"
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo; `platform.processor()` elsewhere)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -341,7 +342,7 @@ def provenance(config_path: str | Path, numerics_tag: str) -> dict[str, str]:
     the CPU model and the numerics level (`numerics.tag()`, passed by the leg)."""
     text = json.dumps(store.read_toml(config_path), sort_keys=True, default=str)
     return {"config": str(config_path), "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "git_commit": _git_commit(), "cpu": _cpu_model(), "numerics": numerics_tag}  # fmt: skip
+            "git_commit": _git_commit(), "cpu": cpu_model(), "numerics": numerics_tag}  # fmt: skip
 
 
 def pick(explore: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, dict]]:
