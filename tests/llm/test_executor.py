@@ -107,3 +107,19 @@ def test_executor_errors(monkeypatch, capsys):
         check_executor("ray")
     assert main(["sweep", "--config", "none.toml", "--executor", "ray"]) == 2
     assert "sharpening[ray]" in capsys.readouterr().err
+
+
+def test_ray_runs_the_batched_engine_as_the_local_one(tmp_path, tiny_model_path, ray_local):
+    """`--engine batched --executor ray`: batches are Ray tasks; a run's results do not depend on
+    its batch (two runs batched locally, alone on two Ray workers)."""
+    config = _write(tmp_path, tiny_model_path)
+    spec = load_sweep(config)
+    kw = {"progress": False, "num_resamples": 20, "engine": "batched"}
+    local = run_sweep(spec, tmp_path / "local", workers=1, **kw)
+    remote = run_sweep(spec, tmp_path / "ray", workers=2, executor="ray", **kw)
+    assert local["settings"]["batches"] == [1, 2] and remote["settings"]["batches"] == [1, 1, 1]
+    files = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("local", "ray")]
+    for doc in files:
+        for key in (*WHERE, "batches"):
+            doc["settings"].pop(key)
+    assert _strip(files[0]) == _strip(files[1])
