@@ -84,7 +84,9 @@ def test_shapes_and_base_point(results: dict[str, np.ndarray]) -> None:
 
 def test_lifts_match_the_reference_curve(results: dict[str, np.ndarray]) -> None:
     """Every inside point's lift is its gain minus the maximum of GRPO's per-setting fitted curves
-    at its pass@1 (experiment.frontier.curve_lift); CIs are ordered."""
+    at its pass@1 (experiment.frontier.curve_lift), plus the correction of that maximum's bias:
+    never negative, zero where one setting alone contends, and less than the expected minimum of
+    a few equal normal lifts allows (1.4 standard errors for 7 settings); CIs are ordered."""
     _, res, _ = passk.analysis(results)
     for metric in passk.MEASURES:
         lr: frontier.LiftResult = res[metric]["lift"]
@@ -94,7 +96,11 @@ def test_lifts_match_the_reference_curve(results: dict[str, np.ndarray]) -> None
         inside = np.flatnonzero(lr.status == "inside")
         assert inside.size > 0
         curve = frontier.max_curve_at(betas, reach, lr.x[inside])
-        np.testing.assert_allclose(lr.lift[inside], lr.y[inside] - curve, atol=1e-12)
+        correction = lr.lift[inside] - (lr.y[inside] - curve)
+        assert (correction >= -1e-12).all()
+        # A contender's noise, not the active setting's, drives it: bounded by the largest error.
+        assert (correction <= 3 * np.nanmax(lr.se[inside]) + 1e-12).all()
+        assert (correction < 1e-12).any()  # where one setting alone contends: no correction
         assert (lr.lo[inside] <= lr.hi[inside]).all()
 
 
