@@ -1,6 +1,8 @@
 """The rollout contract: G sampled responses per prompt with the behaviour log-probs (see
 CONTRACT.md). `RolloutBatch` is what every backend returns, `RolloutBackend` the protocol,
-`stop_token_ids` the stop ids both backends use, `response_mask_from_eos` the response mask.
+`stop_token_ids` the stop ids both backends use, `response_mask_from_eos` the response mask,
+`check_sampling` the sampling arguments every backend checks, `sampler_entropy` the sampler's
+token entropy (the stacked sampler, `llm.rollout.stacked`, shares them).
 
 Backends: `llm.rollout.hf.HFGenerateBackend` (transformers' `model.generate`) and
 `llm.rollout.vllm_engine.VLLMBackend`; `llm.rollout.backend.make_backend` picks one from a config.
@@ -112,3 +114,37 @@ def response_mask_from_eos(
     is_eos = torch.isin(response_ids, stops).long()
     eos_before = torch.cumsum(is_eos, dim=-1) - is_eos  # EOS strictly before t
     return eos_before == 0
+
+
+def check_sampling(
+    *,
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    top_n: int,
+    max_top_n: int,
+) -> None:
+    """The sampling arguments every backend takes (`RolloutBackend.generate`), checked.
+
+    Raises:
+        ValueError: `group_size < 1`, `max_new_tokens < 1`, `temperature <= 0`, `top_p` not in
+            (0, 1], or `top_n` not in [0, `max_top_n`] (the field named).
+    """
+    if group_size < 1:
+        raise ValueError(f"group_size: expected >= 1, got {group_size}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
+    if not temperature > 0:
+        raise ValueError(f"temperature: expected > 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
+    if not 0 <= top_n <= max_top_n:
+        raise ValueError(f"top_n: expected in [0, {max_top_n}], got {top_n}")
+
+
+def sampler_entropy(logprobs: torch.Tensor) -> torch.Tensor:
+    """Entropy `(...)` of the sampler's distribution from its log-probs `(..., V)`; entries that
+    top-k / top-p removed are -inf and contribute 0 (p log p -> 0), not NaN."""
+    p = logprobs.exp()
+    return -torch.where(p > 0, p * logprobs, torch.zeros_like(p)).sum(-1)

@@ -31,7 +31,13 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from llm.model.tokens import check_prompts
-from llm.rollout.base import RolloutBatch, response_mask_from_eos, stop_token_ids
+from llm.rollout.base import (
+    RolloutBatch,
+    check_sampling,
+    response_mask_from_eos,
+    sampler_entropy,
+    stop_token_ids,
+)
 
 
 class HFGenerateBackend:
@@ -115,16 +121,9 @@ class HFGenerateBackend:
         vocab = self.model.get_output_embeddings().weight.shape[0]
         if not prompts:
             raise ValueError("prompts: expected at least one prompt")
-        if group_size < 1:
-            raise ValueError(f"group_size: expected >= 1, got {group_size}")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
-        if not temperature > 0:
-            raise ValueError(f"temperature: expected > 0, got {temperature}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
-        if not 0 <= top_n <= vocab:
-            raise ValueError(f"top_n: expected in [0, {vocab}], got {top_n}")
+        check_sampling(group_size=group_size, max_new_tokens=max_new_tokens,
+                       temperature=temperature, top_p=top_p, top_n=top_n,
+                       max_top_n=vocab)  # fmt: skip
         if not want_logprobs and (top_n or want_entropy):
             raise ValueError("want_logprobs=False: expected top_n = 0 and want_entropy = False")
 
@@ -174,7 +173,7 @@ class HFGenerateBackend:
             logprobs = torch.log_softmax(scores.float(), dim=-1)  # (B*G, V) the sampler's
             logp[:, t] = logprobs.gather(-1, response[:, t, None]).squeeze(-1)
             if entropy is not None:
-                entropy[:, t] = _entropy(logprobs)
+                entropy[:, t] = sampler_entropy(logprobs)
             if top_n:
                 cand_logp[:, t], cand_ids[:, t] = torch.topk(logprobs, top_n, dim=-1)
 
@@ -236,12 +235,6 @@ def _stop_ids_of(model: Any, tokenizer: Any) -> list[int]:
     memory has none: the tokenizer's EOS)."""
     path = getattr(model, "name_or_path", None) or None
     return stop_token_ids(tokenizer, path if path and Path(path).is_dir() else None)
-
-
-def _entropy(logprobs: torch.Tensor) -> torch.Tensor:
-    # Entries removed by top-p are -inf; their contribution p * log p is 0, not nan.
-    p = logprobs.exp()
-    return -torch.where(p > 0, p * logprobs, torch.zeros_like(p)).sum(-1)
 
 
 def sequence_logp(

@@ -26,7 +26,12 @@ from transformers import PreTrainedTokenizerBase
 
 from llm.model.stacked import StackedLM
 from llm.model.tokens import check_prompts
-from llm.rollout.base import RolloutBatch, response_mask_from_eos
+from llm.rollout.base import (
+    RolloutBatch,
+    check_sampling,
+    response_mask_from_eos,
+    sampler_entropy,
+)
 
 __all__ = ["filter_logits", "left_pad", "sample_groups"]
 
@@ -113,16 +118,9 @@ def sample_groups(
     if b < 1 or any(len(x) != b for x in prompts):
         raise ValueError(f"prompts: expected the same number (>= 1) per run, got "
                          f"{[len(x) for x in prompts]}")  # fmt: skip
-    if group_size < 1:
-        raise ValueError(f"group_size: expected >= 1, got {group_size}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
-    if not temperature > 0:
-        raise ValueError(f"temperature: expected > 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
-    if not 0 <= top_n <= vocab:
-        raise ValueError(f"top_n: expected in [0, {vocab}], got {top_n}")
+    check_sampling(group_size=group_size, max_new_tokens=max_new_tokens,
+                   temperature=temperature, top_p=top_p, top_n=top_n,
+                   max_top_n=vocab)  # fmt: skip
     if not want_logprobs and (top_n or want_entropy):
         raise ValueError("want_logprobs=False: expected top_n = 0 and want_entropy = False")
 
@@ -166,7 +164,7 @@ def sample_groups(
             logprobs = torch.log_softmax(scores, dim=-1)
             logp[:, t] = logprobs.gather(-1, token[:, None]).squeeze(-1)
             if entropy is not None:
-                entropy[:, t] = _entropy(logprobs)
+                entropy[:, t] = sampler_entropy(logprobs)
             if top_n:
                 cand_logp[:, t], cand_ids[:, t] = torch.topk(logprobs, top_n, dim=-1)
         running = running & ~torch.isin(token, stops)
@@ -209,9 +207,3 @@ def sample_groups(
             )
         )
     return out
-
-
-def _entropy(logprobs: Tensor) -> Tensor:
-    # Entries removed by top-k / top-p are -inf; their contribution p * log p is 0, not nan.
-    p = logprobs.exp()
-    return -torch.where(p > 0, p * logprobs, torch.zeros_like(p)).sum(-1)

@@ -75,7 +75,7 @@ from typing import Any
 
 import torch
 
-from llm.rollout.base import RolloutBatch, stop_token_ids
+from llm.rollout.base import RolloutBatch, check_sampling, stop_token_ids
 from llm.rollout.vllm_convert import rollout_batch_from_outputs
 
 PINNED_VLLM_VERSION = "0.25.1"
@@ -397,16 +397,9 @@ class VLLMBackend:
         """
         if not prompts:
             raise ValueError("prompts: expected at least one prompt")
-        if group_size < 1:
-            raise ValueError(f"group_size: expected >= 1, got {group_size}")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
-        if not temperature > 0:
-            raise ValueError(f"temperature: expected > 0, got {temperature}")
-        if not 0 < top_p <= 1:
-            raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
-        if not 0 <= top_n <= self.max_logprobs:
-            raise ValueError(f"top_n: expected in [0, {self.max_logprobs}], got {top_n}")
+        check_sampling(group_size=group_size, max_new_tokens=max_new_tokens,
+                       temperature=temperature, top_p=top_p, top_n=top_n,
+                       max_top_n=self.max_logprobs)  # fmt: skip
         if top_n and not want_logprobs:
             raise ValueError(f"top_n: expected 0 without want_logprobs, got {top_n}")
 
