@@ -13,7 +13,6 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import shaping
-from llm.config import config_from_dict
 from llm.model.forward import build_rows, policy_forward
 from llm.model.load import load_tokenizer
 from llm.model.stacked import StackedLM, check_stackable
@@ -31,9 +30,9 @@ from llm.train.batched import (
 )
 from llm.train.behaviour import behaviour_batch
 from llm.train.update import make_optimizer, update_policy
+from tests.llm.test_trainer import _config as trainer_config
 from tests.tolerance import assert_close
 
-MAX_NUMBER = 30
 PROMPTS = ["3 5 7 = 15 :", "2 9 = 11 :", "1 2 3 4 = 10 :", "8 8 = 16 :"]
 
 
@@ -174,20 +173,8 @@ def test_filter_logits_keeps_top_k_then_top_p():
 
 
 def _config(model_path, method, **over):
-    raw = {
-        "model_path": model_path,
-        "method": method,
-        "steps": 3,
-        "data": {"source": "generate", "n_problems": 8, "max_number": 9, "max_target": MAX_NUMBER},
-        "rollout": {"group_size": 4, "prompts_per_step": 2, "max_new_tokens": 10, "top_n": 2},
-        "system": {"micro_batch_size": 3},
-        "optim": {"lr": 1e-2},
-        "run": {"tensorboard": False, "save_every": 2},
-    }
-    for key, value in over.items():
-        table, _, name = key.rpartition(".")
-        (raw[table] if table else raw)[name] = value
-    return config_from_dict(raw)
+    """`tests.llm.test_trainer`'s small run, 3 steps, a checkpoint every 2."""
+    return trainer_config(model_path, method, **{"steps": 3, "save_every": 2, **over})
 
 
 def _runs(path):
