@@ -537,12 +537,9 @@ def _max_bias(
         ks = np.flatnonzero(near)
         if ks.size < 2:
             continue
+        jacs = [_jacobian_of(ps, int(k), px, py, degree)[m] for k in ks]  # each (2, M)
         c = np.stack(
-            [
-                np.einsum("j,jsp->sp", _jacobian_of(ps, int(k), px, py, degree)[m, 0], x)
-                + np.einsum("j,jsp->sp", _jacobian_of(ps, int(k), px, py, degree)[m, 1], y)
-                for k in ks
-            ]
+            [np.einsum("j,jsp->sp", jm[0], x) + np.einsum("j,jsp->sp", jm[1], y) for jm in jacs]
         )  # fmt: skip  (K, S, P)
         cov = np.diag(crossed_variance(c)[0])
         for a in range(ks.size):
