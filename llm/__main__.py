@@ -146,7 +146,7 @@ def _eval(args: argparse.Namespace) -> int:
         "encoder": encoder,
         # vLLM schedules as many prompts as max_responses_per_call allows; transformers'
         # generate pads per call.
-        "prompts_per_batch": 10**9 if cfg.rollout.backend == "vllm" else 8,
+        "prompts_per_batch": 10**9 if cfg.rollout.backend == "vllm" else cfg.eval.prompts_per_batch,
         "max_responses_per_call": cfg.eval.max_responses_per_call,
     }
     for name, problems in sets.items():

@@ -102,6 +102,11 @@ class EvalConfig:
         "responses per rollout call at evaluation, at most (bounds the engine's outputs)",
         ge=1,
     )
+    prompts_per_batch: int = option(
+        8,
+        "prompts per transformers generate call at evaluation, at most (more fill a GPU)",
+        ge=1,
+    )
 
 
 @dataclass
@@ -240,6 +245,11 @@ class SystemConfig:
     )
     num_threads: int = option(
         0, "torch CPU threads (torch.set_num_threads); 0 = leave torch's default", ge=0
+    )
+    tf32: bool = option(
+        False,
+        "CUDA: float32 matrix products on TF32 tensor cores (torch.set_float32_matmul_precision "
+        "'high'; ~10 mantissa bits per product, fp32 accumulation)",
     )
 
 

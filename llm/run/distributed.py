@@ -61,6 +61,7 @@ __all__ = [
     "init_distributed",
     "local_rows",
     "rank_share",
+    "set_matmul_precision",
     "slice_rollout",
     "unwrap",
     "wrap_policy",
@@ -110,6 +111,14 @@ def check_device(device: str) -> None:
         raise ValueError(
             f"device: {device!r} cannot run here (only {torch.cuda.device_count()} CUDA devices)"
         )
+
+
+def set_matmul_precision(device: str, tf32: bool) -> None:
+    """float32 matrix products on TF32 tensor cores (``torch.set_float32_matmul_precision("high")``)
+    when `tf32` and `device` is CUDA, else full float32 (``"highest"``, torch's default); a CPU
+    run is never changed (`numerics` pins its code paths)."""
+    if device.startswith("cuda"):
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
 def init_distributed(device: str) -> DistInfo:

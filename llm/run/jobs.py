@@ -35,6 +35,7 @@ from llm.model.load import load_model_and_tokenizer
 from llm.rollout.backend import make_backend
 from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint
+from llm.run.distributed import set_matmul_precision
 from llm.run.executor import map_jobs
 from llm.run.folder import read_metrics
 from llm.train.batched import train_batch
@@ -112,11 +113,15 @@ def evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[
     distinct correct solutions, accuracy, Self-BLEU (pass@k follows from the counts,
     `with_passk`)."""
 
-    model, tokenizer = load_model_and_tokenizer(model_path, "cpu")
+    device = cfg.system.device
+    set_matmul_precision(device, cfg.system.tf32)
+    model, tokenizer = load_model_and_tokenizer(model_path, device)
     backend = make_backend(cfg, model, tokenizer)
     n = ev["samples"]
     common = {
         "n": n,
+        "prompts_per_batch": cfg.eval.prompts_per_batch,
+        "max_responses_per_call": cfg.eval.max_responses_per_call,
         "template": cfg.template,
         "max_new_tokens": cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
         "temperature": cfg.eval.temperature,
@@ -125,10 +130,14 @@ def evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[
         "seed": ev["seed"],
     }
     if ev["semantic"]:
-        common["encoder"] = load_encoder("cpu")
+        common["encoder"] = load_encoder(device)
     start = time.perf_counter()
     r = evaluate(backend, cfg.task, problems, distinct=cfg.distinct, **common)
-    return _record(r, n, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    del backend, model
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the next run of this worker gets the memory back
+    return _record(r, n, seconds)
 
 
 def _record(r: Mapping[str, Any], n: int, seconds: float) -> dict[str, Any]:
@@ -416,7 +425,13 @@ def eval_key(
         "template": base_cfg.template,
         "distinct": base_cfg.distinct,
         "numerics": numerics.tag(),
-    }
+        # Batching changes the samples (one seed per generate call) and a GPU changes the bits;
+        # named only when not the defaults, so that the CPU sweeps' caches stay valid.
+        **({"prompts_per_batch": base_cfg.eval.prompts_per_batch}
+           if base_cfg.eval.prompts_per_batch != 8 else {}),
+        **({"device": base_cfg.system.device, "tf32": base_cfg.system.tf32}
+           if base_cfg.system.device != "cpu" else {}),
+    }  # fmt: skip
 
 
 def collect(

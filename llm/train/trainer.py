@@ -57,6 +57,7 @@ from llm.run.distributed import (
     generate_shared,
     init_distributed,
     rank_share,
+    set_matmul_precision,
     wrap_policy,
     wrap_reference,
 )
@@ -368,6 +369,7 @@ def _start_run(
         torch.distributed.barrier()
     if cfg.system.num_threads > 0:
         torch.set_num_threads(cfg.system.num_threads)
+    set_matmul_precision(cfg.system.device, cfg.system.tf32)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)  # noqa: NPY002 (seeds the legacy global RNG that libraries use)
     torch.manual_seed(cfg.seed)

@@ -28,8 +28,8 @@ from llm.tasks.expr import (
 )
 from llm.tasks.registry import Task
 
-TemplateName = Literal["base", "qwen-instruct", "compact"]
-TEMPLATES: tuple[str, ...] = ("base", "qwen-instruct", "compact")
+TemplateName = Literal["base", "qwen-instruct", "compact", "chatml-fewshot"]
+TEMPLATES: tuple[str, ...] = ("base", "qwen-instruct", "compact", "chatml-fewshot")
 
 _USER_TURN = (
     "Using the numbers {nums}, write an equation whose value is {target}. You may use the basic "
@@ -55,6 +55,29 @@ _QWEN_INSTRUCT = (
     "<|im_start|>assistant\n" + _LEAD_IN
 )
 
+# For a small chat model that cannot yet follow the instruction (SmolLM2-135M-Instruct: 0.00 pass@1
+# and format rate with `qwen-instruct`, docs/gpu.md): ChatML with four solved two-number problems as
+# earlier turns (one per operation), answer only, no reasoning; the assistant turn is left open.
+_SHOT = "<|im_start|>user\nUsing the numbers {nums}, write an equation whose value is {target}.<|im_end|>\n"
+_SHOTS = (
+    ([3, 5], 8, "3 + 5"),
+    ([20, 6], 14, "20 - 6"),
+    ([12, 4], 3, "12 / 4"),
+    ([7, 9], 63, "7 * 9"),
+)
+_CHATML_FEWSHOT = (
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+    + "".join(
+        _SHOT.format(nums=str(n), target=t)
+        + f"<|im_start|>assistant\n<answer> {a} </answer><|im_end|>\n"
+        for n, t, a in _SHOTS
+    )
+    .replace("{", "{{")
+    .replace("}", "}}")
+    + _SHOT
+    + "<|im_start|>assistant\n"
+)
+
 # The compact template of the offline tiny model: every token a space-separated word.
 COMPACT_WORDS: tuple[str, ...] = ("nums", "target", ":", "<answer>", "</answer>", "(", ")", *OPS)
 
@@ -63,7 +86,8 @@ def make_prompt(problem: CountdownProblem, template: TemplateName = "base") -> s
     """The prompt for `problem` in one of `TEMPLATES`.
 
     `base` and `qwen-instruct` end with the `<think>` lead-in of TinyZero; the answer is expected on
-    the last line, in `<answer> ... </answer>`. `compact` is `nums 3 5 7 target 22 :`; the tiny
+    the last line, in `<answer> ... </answer>`. `chatml-fewshot` shows four solved problems as
+    earlier ChatML turns and expects the answer alone. `compact` is `nums 3 5 7 target 22 :`; the tiny
     model completes it with `compact_completion`.
 
     Raises:
@@ -76,6 +100,8 @@ def make_prompt(problem: CountdownProblem, template: TemplateName = "base") -> s
         return _BASE.format(**fields)
     if template == "qwen-instruct":
         return _QWEN_INSTRUCT.format(**fields)
+    if template == "chatml-fewshot":
+        return _CHATML_FEWSHOT.format(**fields)
     raise ValueError(f"template: expected one of {TEMPLATES}, got {template!r}")
 
 

