@@ -32,6 +32,18 @@ export PYTHONPATH=$PWD:$LEASE/site
   df -h . | tail -1
 } > "$OUT/device.txt" 2>&1
 cat "$OUT/device.txt"
+# CUDA MPS lets the workers' small kernels run side by side instead of time-sliced. Started once
+# (a daemon outlives the call); if a CUDA client cannot start under it, it is stopped for good.
+export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
+if [ "${MPS:-1}" = 1 ] && [ ! -f "$LEASE/mps.failed" ]; then
+  mkdir -p /tmp/mps_pipe /tmp/mps_log
+  pgrep -x nvidia-cuda-mps-control > /dev/null || nvidia-cuda-mps-control -d
+  if timeout 60 python3 -c "import torch; print('MPS client ok', float((torch.ones(8, device='cuda') * 2).sum()))"; then
+    echo "mps on" >> "$OUT/device.txt"
+  else
+    echo quit | nvidia-cuda-mps-control; touch "$LEASE/mps.failed"; echo "mps failed" >> "$OUT/device.txt"
+  fi
+fi
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/gpu_util.csv" 2>&1 &
 SMI=$!
 
@@ -60,10 +72,11 @@ for f in src.iterdir():
 PY
   fi
   python3 bench/gpu/lease.py smoke models/smollm2-random /tmp/lease/smoke.toml
-  timeout "$(( $(left) > 30 ? $(left) : 30 ))" python3 -m llm study --config /tmp/lease/smoke.toml --workers "$WORKERS" \
+  timeout "$(( $(left) > 30 ? $(left) : 30 ))" python3 -m llm --debug study --config /tmp/lease/smoke.toml --workers "$WORKERS" \
     --out runs/gpu/smoke > runs/gpu/smoke.log 2>&1
   log "smoke study rc=$?"
   grep -v Warning runs/gpu/smoke.log | tail -25
+  [ -f runs/gpu/smoke/study.json ] && touch "$LEASE/smoke.ok"
   pack
   exit 0
 fi
@@ -78,12 +91,12 @@ if [ ! -f runs/gpu/solo/metrics.jsonl ]; then
 fi
 log "base pass@k table (background) and the study"
 [ -f "$OUT/base_passk.json" ] || python3 bench/gpu/base_passk.py --model models/smollm2-135m-instruct \
-  --config configs/countdown_smollm2_gpu.toml --device cuda --problems 256 --samples 64 \
+  --config configs/countdown_smollm2_gpu.toml --device cuda --problems 128 --samples 64 \
   --prompts-per-batch 16 --variants 2:1-20:1-100 3:1-20:1-100 4:1-20:1-100 2:1-50:1-200 \
   --out runs/gpu/base_passk.json > runs/gpu/base_passk.log 2>&1 &
 ( while sleep 10; do python3 bench/gpu/lease.py prune runs/gpu/study > /dev/null; done ) &
 PRUNER=$!
-timeout "$(( $(left) > 60 ? $(left) - 20 : 40 ))" python3 -m llm study --config configs/study_countdown_smollm2.toml \
+timeout "$(( $(left) > 60 ? $(left) - 20 : 40 ))" python3 -m llm --debug study --config configs/study_countdown_smollm2.toml \
   --workers "$WORKERS" --out runs/gpu/study > runs/gpu/study.log 2>&1
 log "study rc=$?"
 kill "$PRUNER" 2>/dev/null
