@@ -2,12 +2,18 @@
 # One call of the GPU study's lease (issue 23; planned by `python bench/gpu/lease.py pack`).
 # Idempotent: each call installs the carried wheels once, keeps the GGUF pieces it brings in
 # /tmp/lease (the machine keeps files ~30 s between calls), and imports the model once all pieces
-# are there. Without the model it runs the smoke study on random weights of SmolLM2-135M's shape
-# (the whole GPU path: spawned CUDA workers, TF32, evaluation on the GPU, pruning); with it:
-#   1. a solo 4-step GRPO run (step time and where it goes, rollout tokens/s; nothing else running),
-#   2. the base model's pass@1 / pass@64 on Countdown variants (bench/gpu/base_passk.py), beside
-#   3. the study (configs/study_countdown_smollm2.toml, 8 workers on the one GPU) until DEADLINE
-#      seconds after the start; then everything but checkpoints is packed into $OUT.
+# are there. A carried .gpu/state/runs.tgz (run folders without checkpoints, from an earlier
+# lease) is unpacked first: finished runs are reused from their markers.
+# Without the model: the smoke study on random weights of SmolLM2-135M's shape (the whole GPU path:
+# spawned CUDA workers under MPS, TF32, evaluation on the GPU), then its folder is deleted.
+# With it, until DEADLINE seconds after the start:
+#   1. a solo 4-step GRPO run (step time and where it goes; nothing else running),
+#   2. the base model's pass@1 / pass@64 on Countdown variants (bench/gpu/base_passk.py), alone,
+#   3. the study (configs/study_countdown_smollm2.toml, WORKERS processes on the one GPU).
+# Every minute and at the end, the run folders without checkpoints go to $OUT/runs.tgz, so a call
+# killed at its limit still returns what finished. Measured on the 2026-11-25 lease
+# (bench/results/gpu_lease_smollm2_2026-11-25.json): 10 workers at micro-batch 64 and 512
+# responses per generate call ran out of GPU memory; checkpoints (1.6 GB each) filled the disk.
 # Usage there: DEADLINE=540 bash bench/gpu/device_call.sh
 set -uo pipefail
 START=$(date +%s)
@@ -17,6 +23,7 @@ LEASE=/tmp/lease
 WORKERS=${WORKERS:-8}
 mkdir -p "$OUT" "$LEASE" runs/gpu
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # less fragmentation across 8 processes
 left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
 log() { echo "[$(( $(date +%s) - START ))s] $*"; }
 
@@ -28,32 +35,38 @@ export PYTHONPATH=$PWD:$LEASE/site
 {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
   python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, 'cuda', torch.version.cuda)"
-  git rev-parse HEAD 2>/dev/null || echo "commit unknown"
   df -h . | tail -1
 } > "$OUT/device.txt" 2>&1
-cat "$OUT/device.txt"
 # CUDA MPS lets the workers' small kernels run side by side instead of time-sliced. Started once
 # (a daemon outlives the call); if a CUDA client cannot start under it, it is stopped for good.
 export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps_pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps_log
 if [ "${MPS:-1}" = 1 ] && [ ! -f "$LEASE/mps.failed" ]; then
   mkdir -p /tmp/mps_pipe /tmp/mps_log
-  pgrep -x nvidia-cuda-mps-control > /dev/null || nvidia-cuda-mps-control -d
+  pgrep -f nvidia-cuda-mps-control > /dev/null || nvidia-cuda-mps-control -d
   if timeout 60 python3 -c "import torch; print('MPS client ok', float((torch.ones(8, device='cuda') * 2).sum()))"; then
     echo "mps on" >> "$OUT/device.txt"
   else
     echo quit | nvidia-cuda-mps-control; touch "$LEASE/mps.failed"; echo "mps failed" >> "$OUT/device.txt"
   fi
 fi
+cat "$OUT/device.txt"
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/gpu_util.csv" 2>&1 &
 SMI=$!
-
-pack() {  # everything but checkpoints, weights and optimizer states
-  kill "$SMI" 2>/dev/null
-  [ -d runs/gpu ] && tar czf "$OUT/runs.tgz" --exclude=checkpoints --exclude='*.safetensors' \
-    --exclude='*.pt' runs/gpu
-  ls -la "$OUT"
+pack() {  # everything but checkpoints, weights and optimizer states; tmp + rename: never half
+  tar czf "$LEASE/runs.tgz.tmp" --exclude=checkpoints --exclude='*.safetensors' --exclude='*.pt' \
+    --exclude=smoke runs/gpu 2>/dev/null && mv "$LEASE/runs.tgz.tmp" "$OUT/runs.tgz"
 }
+# Every 10 s: evaluated runs lose their checkpoints (disk); every ~60 s: a fresh $OUT/runs.tgz.
+( i=0; while sleep 10; do
+    python3 bench/gpu/lease.py prune runs/gpu > /dev/null
+    i=$((i + 1)); [ $((i % 6)) = 0 ] && pack
+  done ) &
+KEEPER=$!
+finish() { kill "$SMI" "$KEEPER" 2>/dev/null; pack; ls -la "$OUT"; df -h . | tail -1; }
 
+if [ -f .gpu/state/runs.tgz ] && [ ! -d runs/gpu/study ]; then
+  tar xzf .gpu/state/runs.tgz && log "unpacked the run folders of an earlier lease"
+fi
 python3 bench/gpu/lease.py gather --into "$LEASE/gguf"
 if [ ! -f models/smollm2-135m-instruct/model.safetensors ]; then
   log "no model yet: the smoke study on random weights of its shape"
@@ -72,12 +85,13 @@ for f in src.iterdir():
 PY
   fi
   python3 bench/gpu/lease.py smoke models/smollm2-random /tmp/lease/smoke.toml
-  timeout "$(( $(left) > 30 ? $(left) : 30 ))" python3 -m llm --debug study --config /tmp/lease/smoke.toml --workers "$WORKERS" \
-    --out runs/gpu/smoke > runs/gpu/smoke.log 2>&1
+  timeout "$(( $(left) > 30 ? $(left) : 30 ))" python3 -m llm --debug study \
+    --config /tmp/lease/smoke.toml --workers "$WORKERS" --out runs/gpu/smoke > runs/gpu/smoke.log 2>&1
   log "smoke study rc=$?"
   grep -v Warning runs/gpu/smoke.log | tail -25
-  [ -f runs/gpu/smoke/study.json ] && touch "$LEASE/smoke.ok"
-  pack
+  tar czf "$OUT/smoke.tgz" --exclude=checkpoints runs/gpu/smoke runs/gpu/smoke.log
+  rm -rf runs/gpu/smoke  # 1.6 GB per run: the study needs the disk
+  finish
   exit 0
 fi
 
@@ -85,21 +99,20 @@ if [ ! -f runs/gpu/solo/metrics.jsonl ]; then
   log "solo run"
   timeout 90 python3 -m llm train --config configs/countdown_smollm2_gpu.toml --out runs/gpu/solo \
     --set steps=4 rollout.prompts_per_step=16 system.tf32=true system.gradient_checkpointing=true \
-    system.micro_batch_size=64 run.save_every=100 \
-    2>&1 | grep -v Warning | tail -6
+    system.micro_batch_size=32 run.save_every=100 2>&1 | grep -v Warning | tail -3
   rm -rf runs/gpu/solo/checkpoints
 fi
-log "base pass@k table (background) and the study"
-[ -f "$OUT/base_passk.json" ] || python3 bench/gpu/base_passk.py --model models/smollm2-135m-instruct \
-  --config configs/countdown_smollm2_gpu.toml --device cuda --problems 128 --samples 64 \
-  --prompts-per-batch 16 --variants 2:1-20:1-100 3:1-20:1-100 4:1-20:1-100 2:1-50:1-200 \
-  --out runs/gpu/base_passk.json > runs/gpu/base_passk.log 2>&1 &
-( while sleep 10; do python3 bench/gpu/lease.py prune runs/gpu/study > /dev/null; done ) &
-PRUNER=$!
-timeout "$(( $(left) > 60 ? $(left) - 20 : 40 ))" python3 -m llm --debug study --config configs/study_countdown_smollm2.toml \
-  --workers "$WORKERS" --out runs/gpu/study > runs/gpu/study.log 2>&1
+if [ ! -f runs/gpu/base_passk.json ]; then
+  log "base pass@k table"
+  timeout 150 python3 bench/gpu/base_passk.py --model models/smollm2-135m-instruct \
+    --config configs/countdown_smollm2_gpu.toml --device cuda --problems 128 --samples 64 \
+    --prompts-per-batch 16 --variants 2:1-20:1-100 3:1-20:1-100 4:1-20:1-100 2:1-50:1-200 \
+    --out runs/gpu/base_passk.json 2>&1 | grep -v Warning | tail -6
+fi
+log "the study"
+timeout "$(( $(left) > 60 ? $(left) - 20 : 40 ))" python3 -m llm --debug study \
+  --config configs/study_countdown_smollm2.toml --workers "$WORKERS" --out runs/gpu/study \
+  > runs/gpu/study.log 2>&1
 log "study rc=$?"
-kill "$PRUNER" 2>/dev/null
 grep -v Warning runs/gpu/study.log | tail -30
-cat runs/gpu/base_passk.log 2>/dev/null | tail -6
-pack
+finish

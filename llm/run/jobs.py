@@ -180,8 +180,10 @@ def _checkpoint_dir(out: Path, step: int) -> Path:
 
 def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, bool]:
     """`job`'s marker before training: (marker, finished (reuse it), resume (from its newest
-    checkpoint)). A folder of another config, base model, numeric setting or engine, or one
-    killed before its first checkpoint, is emptied (`llm.reproduce`'s resume rule)."""
+    checkpoint)). A finished run is reused when its last checkpoint is there or when every
+    evaluation `job` asks for is recorded. A folder of another config, base model, numeric
+    setting or engine, or one killed before its first checkpoint, is emptied (`llm.reproduce`'s
+    resume rule)."""
     out = Path(job.out)
     marker_path = out / RUN_MARKER
     marker = read_json(marker_path)
@@ -195,11 +197,15 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
         and config_to_toml(config_from_dict(read_toml(saved))) == config_to_toml(cfg)
     )
     ckpt = latest_checkpoint(out) if same else None
+    evaluated = same and all(
+        marker.get("evals", {}).get(str(s), {}).get("eval") == job.eval_key for s in job.steps
+    )
     if (
         same
         and marker.get("finished")
-        and ckpt is not None
-        and ckpt.name == f"step_{cfg.steps:06d}"
+        # Its last checkpoint, or every asked evaluation (its checkpoints may have been deleted
+        # for disk space, as bench/gpu/lease.py's pruner does on a GPU lease).
+        and ((ckpt is not None and ckpt.name == f"step_{cfg.steps:06d}") or evaluated)
     ):
         return marker, True, False
     if out.exists() and (not same or ckpt is None):

@@ -361,3 +361,24 @@ def test_the_loss_coefficients_are_resolved_once_read_only():
         hyper["kl_coef"] = 0.0  # type: ignore[index]
     cfg = config_from_dict({"method": "dr_grpo", "hyper": {"max_response_length": 32}})
     assert cfg.loss_hyper["max_response_length"] == 32
+
+
+def test_gpu_evaluation_settings_key_the_evaluation_only_when_not_the_defaults():
+    """``eval.prompts_per_batch`` changes the samples (one seed per generate call) and a GPU the
+    bits, so both key an evaluation; at their defaults the key is as before (CPU caches stay)."""
+    import torch
+
+    from llm.config import config_from_dict
+    from llm.run.distributed import set_matmul_precision
+    from llm.run.jobs import eval_key
+
+    ev = {"problems": 2, "samples": 2, "seed": 0}
+    plain = eval_key(ev, config_from_dict({}), [], "heldout")
+    assert "prompts_per_batch" not in plain and "device" not in plain
+    gpu = config_from_dict({"eval": {"prompts_per_batch": 16}, "system": {"tf32": True}})
+    gpu.system.device = "cuda"  # the key is computed without touching the device
+    key = eval_key(ev, gpu, [], "heldout")
+    assert key["prompts_per_batch"] == 16 and key["device"] == "cuda" and key["tf32"] is True
+    before = torch.get_float32_matmul_precision()
+    set_matmul_precision("cpu", True)  # a CPU run is never changed
+    assert torch.get_float32_matmul_precision() == before

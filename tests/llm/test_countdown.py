@@ -143,6 +143,30 @@ def test_split_on_assistant() -> None:
         assert compute_score(make_prompt(P3, template), P3, split_on_assistant=True) == 0.0
 
 
+def test_chatml_fewshot_shows_solved_problems_and_asks_for_the_answer_alone() -> None:
+    prompt = make_prompt(P3, "chatml-fewshot")
+    turns = prompt.split("<|im_start|>")[1:]
+    assert [t.split("\n", 1)[0] for t in turns] == ["system"] + ["user", "assistant"] * 5
+    assert (
+        turns[-2]
+        == "user\nUsing the numbers [3, 5, 7], write an equation whose value is 22.<|im_end|>\n"
+    )
+    assert turns[-1] == "assistant\n"  # left open for the answer
+    # Every shown answer solves its problem (a wrong shot would teach a wrong answer).
+    for user, reply in zip(turns[1:-2:2], turns[2:-2:2], strict=True):
+        nums, target = re.search(r"numbers \[(.*)\], .* value is (\d+)\.", user).groups()
+        problem = CountdownProblem(tuple(int(n) for n in nums.split(", ")), int(target))
+        assert (
+            compute_score(reply.removeprefix("assistant\n").removesuffix("<|im_end|>\n"), problem)
+            == 1.0
+        )
+    # The shots never count as the answer; the response does.
+    assert compute_score(prompt, P3, split_on_assistant=True) == 0.0
+    assert (
+        compute_score(prompt + "<answer> 3 * 5 + 7 </answer>", P3, split_on_assistant=True) == 1.0
+    )
+
+
 # ------------------------------------------------------------------------------------------------
 # Verifier: adversarial input
 

@@ -6,6 +6,7 @@ hand-computed layout."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +129,12 @@ def test_resume_reuses_finished_runs_and_retrains_only_a_changed_setting(swept, 
     assert changed["reused"]["runs"] == 1 and changed["reused"]["evals"] == 3  # base + grpo x 2
     assert weights.stat().st_mtime_ns == before
     assert (out / "runs" / "entropy_bonus_eta=0.2_seed0" / RUN_MARKER).is_file()
+    # A finished run whose checkpoints were deleted for disk (bench/gpu/lease.py's pruner) is
+    # still reused: every asked evaluation is in its marker.
+    shutil.rmtree(out / "runs" / "grpo_seed0" / "checkpoints")
+    pruned = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20)
+    assert pruned["reused"] == {"runs": 2, "of": 2, "evals": 5, "evals_of": 5}
+    assert not (out / "runs" / "grpo_seed0" / "checkpoints").exists()
 
 
 def _doc(tmp_path: Path, **over) -> dict:

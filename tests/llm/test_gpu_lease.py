@@ -1,0 +1,103 @@
+"""bench/gpu/lease.py without a GPU: the GGUF's pieces join to the same bytes only when all are
+there, a joined file that does not match its sha256 is refused, evaluated runs lose their
+checkpoints and nothing else does, and the smoke study and the GPU study files parse."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from llm.study import load_study
+from llm.sweep import sweep_from_dict
+
+ROOT = Path(__file__).resolve().parents[2]
+LEASE = ROOT / "bench" / "gpu" / "lease.py"
+
+
+@pytest.fixture
+def lease(tmp_path, monkeypatch):
+    """The module, with its repository root and carry folder moved under `tmp_path`."""
+    spec = importlib.util.spec_from_file_location("gpu_lease", LEASE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_lease"] = module
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "CARRY", tmp_path / ".gpu")
+    (tmp_path / "configs").mkdir()
+    for name in ("study_countdown_smollm2.toml", "countdown_smollm2_gpu.toml"):
+        (tmp_path / "configs" / name).write_text((ROOT / "configs" / name).read_text())
+    yield module
+    sys.modules.pop("gpu_lease", None)
+
+
+def test_pieces_join_once_all_are_there_and_import_once(lease, tmp_path, monkeypatch):
+    src = tmp_path / "model.gguf"
+    src.write_bytes(bytes(range(256)) * 40)  # 10,240 bytes: three pieces of 4,096
+    manifest = lease.split(src, tmp_path / "carried", piece_bytes=4096)
+    assert [p["name"] for p in manifest["pieces"]] == [f"model.gguf.{k:03d}" for k in range(3)]
+    imports = []
+
+    def fake_run(cmd, check, cwd):  # import-gguf: records the call, makes the folder
+        imports.append(cmd)
+        out = Path(cmd[cmd.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / "model.safetensors").write_bytes(Path(cmd[cmd.index("--gguf") + 1]).read_bytes())
+
+    monkeypatch.setattr(lease.subprocess, "run", fake_run)
+    keep = tmp_path / "kept"
+    carry = tmp_path / ".gpu"
+    for k in range(3):  # one call per piece; the machine keeps `keep` between calls
+        if carry.exists():
+            for old in carry.iterdir():
+                old.rename(tmp_path / f"gone{old.name}")
+        carry.mkdir(exist_ok=True)
+        (tmp_path / "carried" / f"part{k}").rename(carry / f"part{k}")
+        assert lease.gather(keep) is (k == 2)
+    model = tmp_path / lease.MODEL / "model.safetensors"
+    assert model.read_bytes() == src.read_bytes() and len(imports) == 1
+    assert lease.gather(keep) and len(imports) == 1  # a later call imports nothing
+
+
+def test_a_joined_file_that_does_not_match_is_refused(lease, tmp_path):
+    src = tmp_path / "model.gguf"
+    src.write_bytes(b"x" * 5000)
+    lease.split(src, tmp_path / ".gpu", piece_bytes=4096)
+    piece = tmp_path / ".gpu" / "part1" / "model.gguf.001"
+    piece.write_bytes(b"y" * len(piece.read_bytes()))
+    with pytest.raises(SystemExit, match="sha256"):
+        lease.gather(tmp_path / "kept")
+
+
+def _run(root: Path, name: str, *, finished: bool, evals: list[int], steps: int = 20) -> Path:
+    run = root / name
+    (run / "checkpoints" / f"step_{steps:06d}").mkdir(parents=True)
+    (run / "config.toml").write_text(f"steps = {steps}  # training steps\n")
+    marker = {"finished": finished, "evals": {str(s): {"eval": {}} for s in evals}}
+    (run / "sweep_run.json").write_text(json.dumps(marker))
+    return run
+
+
+def test_prune_deletes_only_evaluated_runs_checkpoints(lease, tmp_path):
+    done = _run(tmp_path / "runs", "done", finished=True, evals=[5, 10, 20])
+    evaluating = _run(tmp_path / "runs", "evaluating", finished=True, evals=[5, 10])
+    training = _run(tmp_path / "runs", "training", finished=False, evals=[])
+    assert lease.prune(tmp_path / "runs") == 1
+    assert not (done / "checkpoints").exists()
+    assert (evaluating / "checkpoints").is_dir() and (training / "checkpoints").is_dir()
+
+
+def test_the_study_and_its_smoke_version_parse(lease, tmp_path):
+    doc, spec = load_study(ROOT / "configs" / "study_countdown_smollm2.toml")
+    sweep = sweep_from_dict(doc, root=ROOT / "configs")
+    assert len(sweep.settings) == 9 and sweep.reference == ["grpo"]
+    assert sweep.seeds == [0, 1] and set(spec.confirm_seeds).isdisjoint(sweep.seeds)
+    assert spec.confirm_offset >= sweep.eval["problems"]  # fresh problems
+    smoke = lease.smoke_study("models/random", tmp_path / "smoke.toml")
+    sdoc, sspec = load_study(smoke)
+    s = sweep_from_dict(sdoc, root=tmp_path)
+    assert (s.steps, s.checkpoints, s.seeds, sspec.confirm_seeds) == (2, [1, 2], [0], [2])
+    assert 'model_path = "models/random"' in (tmp_path / "smoke_base.toml").read_text()
