@@ -118,7 +118,7 @@ def measured_costs(runs_dir: Path) -> dict[str, Any] | None:
         doc = store.read_json(marker)
         evals = [e["result"] for e in doc.get("evals", {}).values()
                  if "eval_seconds" in e.get("result", {})]  # fmt: skip
-        if doc.get("train_seconds") and evals:
+        if doc.get("train_seconds") is not None and doc.get("finished") and evals:
             train.append(float(doc["train_seconds"]))
             per_problem.append(sum(r["eval_seconds"] / len(r["correct"]) for r in evals))
     if not train:

@@ -230,7 +230,8 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
 def _finish(job: Job, marker: dict[str, Any], seconds: float) -> None:
     """Record a trained run's time and training rewards in its marker."""
     out = Path(job.out)
-    marker["train_seconds"] = round(float(marker.get("train_seconds", 0.0)) + seconds, 1)
+    # Milliseconds: a tiny run trains in well under 0.1 s, and a 0 would read as "not measured".
+    marker["train_seconds"] = round(float(marker.get("train_seconds", 0.0)) + seconds, 3)
     rewards = [m["charts/reward_mean"] for m in read_metrics(out / "metrics.jsonl")]
     tail = max(1, len(rewards) // 10)
     marker["train_reward_first"] = float(np.mean(rewards[:tail]))
