@@ -17,25 +17,23 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import sys
 import time
 from pathlib import Path
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before torch loads)
+
+# isort: split
 import torch
 from transformers.utils import logging as hf_logging
 
-import numerics  # noqa: F401  (before torch)
+from llm.config import load_config
+from llm.eval.heldout import evaluate
+from llm.model.load import load_model_and_tokenizer
+from llm.rollout.backend import make_backend
+from llm.run.distributed import check_device
+from llm.tasks import TASKS
 
 ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # run as a script from anywhere
-    sys.path.insert(0, str(ROOT))
-
-from llm.config import load_config  # noqa: E402
-from llm.eval.heldout import evaluate  # noqa: E402
-from llm.model.load import load_model_and_tokenizer  # noqa: E402
-from llm.rollout.backend import make_backend  # noqa: E402
-from llm.run.distributed import check_device  # noqa: E402
-from llm.tasks import TASKS  # noqa: E402
 
 
 def parse_variant(text: str) -> dict[str, object]:

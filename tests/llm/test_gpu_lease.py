@@ -101,3 +101,20 @@ def test_the_study_and_its_smoke_version_parse(lease, tmp_path):
     s = sweep_from_dict(sdoc, root=tmp_path)
     assert (s.steps, s.checkpoints, s.seeds, sspec.confirm_seeds) == (2, [1, 2], [0], [2])
     assert 'model_path = "models/random"' in (tmp_path / "smoke_base.toml").read_text()
+
+
+def test_base_passk_writes_one_row_per_variant(tmp_path, tiny_model_path):
+    """bench/gpu/base_passk.py on the offline tiny model (its compact template), on the CPU."""
+    spec = importlib.util.spec_from_file_location("base_passk", ROOT / "bench/gpu/base_passk.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "table.json"
+    args = ["--model", tiny_model_path, "--config", str(ROOT / "configs/countdown_tiny.toml"),
+            "--variants", "3:1-9:1-20", "2:1-9:1-20", "--problems", "2", "--samples", "4",
+            "--out", str(out)]  # fmt: skip
+    assert module.main(args) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["variant"] for r in rows] == ["3:1-9:1-20", "2:1-9:1-20"]
+    assert rows[1]["num_numbers"] == [2] and set(rows[0]["pass_at_k"]) == {"1", "2", "4"}
+    with pytest.raises(ValueError, match="--variants: '3-1-9'"):
+        module.parse_variant("3-1-9")
