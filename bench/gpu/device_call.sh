@@ -53,8 +53,9 @@ cat "$OUT/device.txt"
 nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -l 5 > "$OUT/gpu_util.csv" 2>&1 &
 SMI=$!
 pack() {  # everything but checkpoints, weights and optimizer states; tmp + rename: never half
-  tar czf "$LEASE/runs.tgz.tmp" --exclude=checkpoints --exclude='*.safetensors' --exclude='*.pt' \
-    --exclude=smoke runs/gpu 2>/dev/null && mv "$LEASE/runs.tgz.tmp" "$OUT/runs.tgz"
+  local tmp="$LEASE/runs.$BASHPID.tgz"  # the keeper's and the final pack never share a file
+  tar czf "$tmp" --exclude=checkpoints --exclude='*.safetensors' --exclude='*.pt' \
+    --exclude=smoke runs/gpu 2>/dev/null && mv "$tmp" "$OUT/runs.tgz"
 }
 # Every 10 s: evaluated runs lose their checkpoints (disk); every ~60 s: a fresh $OUT/runs.tgz.
 ( i=0; while sleep 10; do
