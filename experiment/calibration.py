@@ -99,13 +99,19 @@ STRESS_DESIGNS = {
                               sigma_along=0.35, sigma_off=0.3, pushes=_BOTH_WAYS),
     "strong_two_paths": Design(problems=512, seeds=8, ref_settings=((-0.1, 0.4), (0.03, 0.2)),
                                sigma_along=0.35, sigma_off=0.3, pushes=_BOTH_WAYS),
+    "short_dominant": Design(problems=512, seeds=8, ref_settings=((-0.1, 0.4), (0.01, 0.1)),
+                             sigma_along=0.35, sigma_off=0.3, pushes=_BOTH_WAYS),
 }  # fmt: skip
 """Designs shaped like the strong LLM study's confirmation (512 problems × 16 samples × 8 seeds;
 GRPO's pass@1 +5 and pass@16 −17 at the last checkpoint, seed effects along and off the path 3-6×
 the default designs'), with one reference path, or two whose trade-offs differ (lr 2e-4 and a
 milder one that dominates it and reaches further, as lr 1e-4 in the study's reference).
 `python -m experiment calibrate --design strong_two_paths --procedure pooled` measures what one
-quadratic through *all* reference points does when a setting is dominated: docs/statistics.md."""
+quadratic through *all* reference points does when a setting is dominated: docs/statistics.md.
+``short_dominant``: the milder setting dominates but stops short in pass@1 (3.9 points against
+5.3), so the maximum of the per-setting curves drops by ~6 points where it ends; a model near that
+edge is measured against either curve as the noise moves the edge: a known failure of the
+procedure (coverage far below 95%, docs/statistics.md), kept to measure a fix."""
 
 
 @dataclass(frozen=True)
