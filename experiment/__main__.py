@@ -30,6 +30,7 @@ PROCEDURES = {
     "envelope": C.bootstrap_procedure,
     "pooled": lambda resamples: C.curve_procedure(resamples, per_setting=False),
     "uncorrected": lambda resamples: C.curve_procedure(resamples, bias_correct=False),
+    "edge": lambda resamples: C.curve_procedure(resamples, edge_z=2.0),
 }
 DEFAULT_PROCEDURES = ("curve", "envelope")
 ALL_DESIGNS = C.DESIGNS | C.STRESS_DESIGNS

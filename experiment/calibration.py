@@ -294,6 +294,7 @@ def curve_procedure(
     degree: int = 2,
     per_setting: bool = True,
     bias_correct: bool = True,
+    edge_z: float = 0.0,
 ) -> Procedure:
     """The calibrated procedure the tables use: `experiment.frontier.curve_lift` (the maximum of
     one quadratic per reference setting through the base, a t interval with the delta method's
@@ -307,7 +308,7 @@ def curve_procedure(
         res = frontier.curve_lift(
             study.x, study.y, study.models, study.reference, degree=degree,
             num_resamples=num_resamples, level=level, seed=int(rng.integers(2**31)),
-            per_setting=per_setting, bias_correct=bias_correct,
+            per_setting=per_setting, bias_correct=bias_correct, edge_z=edge_z,
         )  # fmt: skip
         return res.lift, res.lo, res.hi, res.p
 

@@ -554,6 +554,31 @@ def _max_bias(
     return bias
 
 
+def _near_drop(
+    ps: _PerSetting, px: np.ndarray, py: np.ndarray, x: np.ndarray, degree: int, z: float
+) -> np.ndarray:
+    """`(M,)` whether a model's pass@1 is within `z` standard errors (its own and the edge's,
+    combined) of the end of a setting's reach where that setting's curve is above every curve
+    reaching further: the maximum of the per-setting curves drops there, and which side a model
+    is measured on is decided by noise."""
+    se_x = np.sqrt(crossed_variance(x)[0])  # (M,) of each model's mean pass@1 gain
+    reach = np.array([px[g].max() for g in ps.groups])
+    near = np.zeros(px.size, dtype=bool)
+    for k, g in enumerate(ps.groups):
+        further = [j for j in range(len(ps.groups)) if reach[j] > reach[k]]
+        if not further:
+            continue
+        at = np.array([reach[k]])
+        own = curve_at(fit_curve(px[g], py[g], degree), at)[0]
+        rest = max(curve_at(fit_curve(px[ps.groups[j]], py[ps.groups[j]], degree), at)[0]
+                   for j in further)  # fmt: skip
+        if own <= rest:
+            continue
+        edge = g[int(np.argmax(px[g]))]
+        near |= np.abs(px - reach[k]) < z * np.sqrt(se_x**2 + se_x[edge] ** 2)
+    return near
+
+
 SE_FLOOR = 1e-6
 """A lift whose standard error is at most this (in the measure's units) is not tested (`p` NaN):
 its model never left the base, up to rounding (the toy's metrics are float32: unit roundoff
@@ -680,6 +705,7 @@ def curve_lift(
     seed: int = 0,
     per_setting: bool = False,
     bias_correct: bool = False,
+    edge_z: float = 0.0,
 ) -> LiftResult:
     """Lift at matched pass@1 over a smooth reference curve: a polynomial through the origin fitted
     to the reference models' points (means over seeds and problems), with a t interval whose
@@ -715,6 +741,10 @@ def curve_lift(
         bias_correct: with `per_setting`, subtract the estimated bias of the maximum of the
             settings' noisy curves (`_max_bias`: the lift is biased low where several settings'
             curves are close).
+        edge_z: with `per_setting` and > 0 (experimental, off in the tables): no lift (NaN)
+            for a model whose pass@1 is within `edge_z` standard errors of the end of a
+            setting's reach where the maximum drops (`_near_drop`; the `short_dominant`
+            calibration design).
 
     Returns:
         A `LiftResult` with `se`, `df` and `p` `(M,)` (NaN outside the reference's range; `p`
@@ -751,6 +781,10 @@ def curve_lift(
     if ps is not None and bias_correct:
         rng = np.random.default_rng([seed, 20])
         est = est - np.where(inside, _max_bias(ps, px, py, x, y, se, degree, rng), 0.0)
+    if ps is not None and edge_z > 0:
+        drop = _near_drop(ps, px, py, x, degree, edge_z)
+        est, se = np.where(drop, np.nan, est), np.where(drop, np.nan, se)
+        inside = inside & ~drop
     half = stats.t.ppf(0.5 + level / 2, np.where(inside, df, 1.0)) * se
     # A model whose every per-cell contribution is 0 (e.g. one that never left the base) has
     # standard error 0 up to rounding: no test, p NaN.

@@ -123,3 +123,19 @@ def test_the_bias_correction_removes_the_maximums_ride_on_noise():
     assert abs(fixed["bias"]) <= 0.3 + 3 * fixed["bias_se"]
     assert raw["bias"] < fixed["bias"] - 0.15
     assert 0.93 - 3 * fixed["coverage_se"] <= fixed["coverage"] <= 0.97 + 3 * fixed["coverage_se"]
+
+
+def test_the_edge_rule_refuses_models_at_a_dominant_settings_drop_and_nothing_else():
+    """`curve_lift(edge_z=...)` (experimental): where a dominant setting stops short
+    (`short_dominant`) models near its reach get no lift; with one reference setting there is no
+    drop, and the lifts are those of the tables' procedure."""
+    rng = np.random.default_rng(3)
+    for name, refused in (("short_dominant", True), ("strong_one_path", False)):
+        d = C.STRESS_DESIGNS[name]
+        study = C.simulate(d, [("m", *C.method_path(d, 0.0))], rng, {})
+        plain = C.curve_procedure()(study, np.random.default_rng(0))[0]
+        edge = C.curve_procedure(edge_z=2.0)(study, np.random.default_rng(0))[0]
+        more = np.isnan(edge) & ~np.isnan(plain)
+        assert more.any() == refused
+        keep = ~np.isnan(edge)
+        np.testing.assert_array_equal(edge[keep], plain[keep])
