@@ -57,7 +57,7 @@ from llm.reproduce import (
 )
 from llm.rollout.backend import make_backend
 from llm.run.checkpoint import latest_checkpoint
-from llm.run.distributed import check_device
+from llm.run.distributed import check_device, set_matmul_precision
 from llm.run.executor import EXECUTORS, check_executor
 from llm.study import run_study
 from llm.sweep import ENGINES, load_sweep, run_sweep
@@ -128,6 +128,7 @@ def _eval(args: argparse.Namespace) -> int:
         if len(sets) == 1:
             sets = {"": next(iter(sets.values()))}
     check_device(cfg.system.device)
+    set_matmul_precision(cfg.system.device, cfg.system.tf32)
     model, tokenizer = load_model_and_tokenizer(model_path, cfg.system.device, cfg.system.precision)
     encoder = None
     if not args.no_semantic:

@@ -28,7 +28,7 @@ from transformers.utils import logging as hf_logging
 
 import numerics
 from experiment.store import read_json, read_toml, write_json
-from llm.config import config_from_dict, config_to_toml
+from llm.config import EvalConfig, config_from_dict, config_to_toml
 from llm.eval.diversity import load_encoder
 from llm.eval.heldout import evaluate, evaluate_models
 from llm.model.load import load_model_and_tokenizer
@@ -434,11 +434,16 @@ def eval_key(
         "numerics": numerics.tag(),
         # Batching changes the samples (one seed per generate call) and a GPU changes the bits;
         # named only when not the defaults, so that the CPU sweeps' caches stay valid.
-        **({"prompts_per_batch": base_cfg.eval.prompts_per_batch}
-           if base_cfg.eval.prompts_per_batch != 8 else {}),
+        **{k: getattr(base_cfg.eval, k) for k in _BATCHING
+           if getattr(base_cfg.eval, k) != getattr(_EVAL_DEFAULTS, k)},
         **({"device": base_cfg.system.device, "tf32": base_cfg.system.tf32}
            if base_cfg.system.device != "cpu" else {}),
     }  # fmt: skip
+
+
+_BATCHING = ("prompts_per_batch", "max_responses_per_call")
+"""`[eval]` keys that split the sampling into generate calls (`evaluate_model`)."""
+_EVAL_DEFAULTS = EvalConfig()
 
 
 def collect(

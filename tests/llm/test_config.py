@@ -379,6 +379,8 @@ def test_gpu_evaluation_settings_key_the_evaluation_only_when_not_the_defaults()
     gpu.system.device = "cuda"  # the key is computed without touching the device
     key = eval_key(ev, gpu, [], "heldout")
     assert key["prompts_per_batch"] == 16 and key["device"] == "cuda" and key["tf32"] is True
+    split = eval_key(ev, config_from_dict({"eval": {"max_responses_per_call": 512}}), [], "heldout")
+    assert split["max_responses_per_call"] == 512 and "prompts_per_batch" not in split
     before = torch.get_float32_matmul_precision()
     set_matmul_precision("cpu", True)  # a CPU run is never changed
     assert torch.get_float32_matmul_precision() == before
