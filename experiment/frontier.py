@@ -459,6 +459,8 @@ class _PerSetting:
     setting whose curve is the maximum there, and the Jacobians computed so far."""
 
     groups: list[np.ndarray]
+    betas: list[np.ndarray]
+    x_max: np.ndarray
     lifts: np.ndarray
     reach: np.ndarray
     active: np.ndarray
@@ -469,11 +471,13 @@ def _per_setting(
     px: np.ndarray, py: np.ndarray, ref: np.ndarray, models: Models, degree: int
 ) -> _PerSetting:
     groups = setting_groups(ref, models, degree)
-    lifts = np.stack([_curve_lifts(px, py, g, degree) for g in groups])  # (G, M)
-    reach = np.stack([px <= px[g].max() for g in groups])  # the setting's own pass@1 range
+    betas = [fit_curve(px[g], py[g], degree) for g in groups]
+    x_max = np.array([px[g].max() for g in groups])  # each setting's own pass@1 range
+    lifts = np.stack([py - curve_at(b, px) for b in betas])  # (G, M), as `_curve_lifts`
+    reach = px[None, :] <= x_max[:, None]
     active = np.where(reach, lifts, np.inf).argmin(0)  # the highest curve: the smallest lift
-    active = np.where(reach.any(0), active, int(np.argmax([px[g].max() for g in groups])))
-    return _PerSetting(groups, lifts, reach, active, {})
+    active = np.where(reach.any(0), active, int(np.argmax(x_max)))
+    return _PerSetting(groups, betas, x_max, lifts, reach, active, {})
 
 
 def _jacobian_of(
@@ -554,28 +558,23 @@ def _max_bias(
     return bias
 
 
-def _near_drop(
-    ps: _PerSetting, px: np.ndarray, py: np.ndarray, x: np.ndarray, degree: int, z: float
-) -> np.ndarray:
+def _near_drop(ps: _PerSetting, px: np.ndarray, x: np.ndarray, z: float) -> np.ndarray:
     """`(M,)` whether a model's pass@1 is within `z` standard errors (its own and the edge's,
     combined) of the end of a setting's reach where that setting's curve is above every curve
     reaching further: the maximum of the per-setting curves drops there, and which side a model
     is measured on is decided by noise."""
     se_x = np.sqrt(crossed_variance(x)[0])  # (M,) of each model's mean pass@1 gain
-    reach = np.array([px[g].max() for g in ps.groups])
     near = np.zeros(px.size, dtype=bool)
     for k, g in enumerate(ps.groups):
-        further = [j for j in range(len(ps.groups)) if reach[j] > reach[k]]
-        if not further:
+        further = np.flatnonzero(ps.x_max > ps.x_max[k])
+        if further.size == 0:
             continue
-        at = np.array([reach[k]])
-        own = curve_at(fit_curve(px[g], py[g], degree), at)[0]
-        rest = max(curve_at(fit_curve(px[ps.groups[j]], py[ps.groups[j]], degree), at)[0]
-                   for j in further)  # fmt: skip
-        if own <= rest:
+        at = ps.x_max[k]
+        rest = max_curve_at([ps.betas[j] for j in further], ps.x_max[further], at)
+        if curve_at(ps.betas[k], at) <= rest:
             continue
         edge = g[int(np.argmax(px[g]))]
-        near |= np.abs(px - reach[k]) < z * np.sqrt(se_x**2 + se_x[edge] ** 2)
+        near |= np.abs(px - at) < z * np.sqrt(se_x**2 + se_x[edge] ** 2)
     return near
 
 
@@ -782,7 +781,7 @@ def curve_lift(
         rng = np.random.default_rng([seed, 20])
         est = est - np.where(inside, _max_bias(ps, px, py, x, y, se, degree, rng), 0.0)
     if ps is not None and edge_z > 0:
-        drop = _near_drop(ps, px, py, x, degree, edge_z)
+        drop = _near_drop(ps, px, x, edge_z)
         est, se = np.where(drop, np.nan, est), np.where(drop, np.nan, se)
         inside = inside & ~drop
     half = stats.t.ppf(0.5 + level / 2, np.where(inside, df, 1.0)) * se
