@@ -48,6 +48,9 @@ def _sha(path: Path) -> str:
 
 
 def _package_gguf(package: str) -> Path:
+    """`llm.model.gguf.find_package_gguf`'s lookup, restated so that this file imports only the
+    standard library: on the GPU machine its pruner starts every 10 s, and torch would cost
+    seconds of CPU each time."""
     dist = metadata.distribution(package)
     files = [f for f in dist.files or [] if f.name.endswith(".gguf")]
     if len(files) != 1:
