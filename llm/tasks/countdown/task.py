@@ -71,9 +71,7 @@ _CHATML_FEWSHOT = (
         _SHOT.format(nums=str(n), target=t)
         + f"<|im_start|>assistant\n<answer> {a} </answer><|im_end|>\n"
         for n, t, a in _SHOTS
-    )
-    .replace("{", "{{")
-    .replace("}", "}}")
+    )  # the solved turns hold no braces: the result formats like `_SHOT`
     + _SHOT
     + "<|im_start|>assistant\n"
 )
