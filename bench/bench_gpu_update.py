@@ -70,6 +70,12 @@ SHAPES: dict[str, dict[str, Any]] = {
         num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
         tie_word_embeddings=False, max_position_embeddings=4096, rope_theta=10000.0,
     ),
+    # SmolLM2-135M-Instruct (configs/countdown_smollm2_gpu.toml's model_path: the folder name).
+    "smollm2-135m-instruct": dict(
+        model_type="llama", hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+        num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=49152,
+        tie_word_embeddings=True, max_position_embeddings=8192, rope_theta=100000.0,
+    ),
     # A CPU smoke-test shape (not a real model).
     "tiny": dict(
         model_type="qwen2", hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -128,7 +134,7 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
     from llm.config import load_config
     from llm.model.load import enable_gradient_checkpointing
     from llm.rollout.base import RolloutBatch
-    from llm.run.distributed import DistInfo
+    from llm.run.distributed import DistInfo, set_matmul_precision
     from llm.train.behaviour import behaviour_batch
     from llm.train.update import make_optimizer, update_policy
 
@@ -144,6 +150,7 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
         rollout["max_new_tokens"] = args.max_new_tokens
     cfg = load_config(
         ROOT / config,
+        sets=args.sets,
         rollout=rollout,
         optim={"prompts_per_update": groups},
         system={"device": args.device},
@@ -156,6 +163,7 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
     rows = groups * g
     device = args.device
     cuda = device.startswith("cuda")
+    set_matmul_precision(device, cfg.system.tf32)
     result: dict[str, Any] = {
         "config": config,
         "model": name,
@@ -171,6 +179,8 @@ def run_case(args: argparse.Namespace, config: str) -> dict[str, Any]:
         "attn": args.attn or "default",
         "pad": args.pad,
         "compile": args.compile,
+        "tf32": cfg.system.tf32,
+        "sets": args.sets,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "torch": torch.__version__,
     }
@@ -321,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
     ap.add_argument("--pad", type=int, default=0, help="left-pad the first prompt by this many")
     ap.add_argument("--profile", type=int, default=0, help="print the top-K ops of the last update")
+    ap.add_argument("--set", dest="sets", nargs="+", action="extend", default=[],
+                    metavar="KEY=VALUE", help="config overrides (system.tf32=true ...)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:  # the child: one config, one JSON line
@@ -336,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                 cmd += [f"--{flag.replace('_', '-')}", str(value)]
         if args.compile:
             cmd.append("--compile")
+        if args.sets:
+            cmd += ["--set", *args.sets]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if args.profile:
             print("\n".join(ln for ln in proc.stdout.splitlines() if not ln.startswith("RESULT ")))

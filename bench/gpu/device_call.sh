@@ -4,23 +4,29 @@
 # /tmp/lease (the machine keeps files ~30 s between calls), and imports the model once all pieces
 # are there. A carried .gpu/state/runs.tgz (run folders without checkpoints, from an earlier
 # lease) is unpacked first: finished runs are reused from their markers.
-# Without the model: the smoke study on random weights of SmolLM2-135M's shape (the whole GPU path:
-# spawned CUDA workers under MPS, TF32, evaluation on the GPU), then its folder is deleted.
-# With it, until DEADLINE seconds after the start:
-#   1. a solo 4-step GRPO run (step time and where it goes; nothing else running),
-#   2. the base model's pass@1 / pass@64 on Countdown variants (bench/gpu/base_passk.py), alone,
-#   3. the study (configs/study_countdown_smollm2.toml, WORKERS processes on the one GPU).
+# Without the model (the first call): the throughput benchmarks on random weights of
+# SmolLM2-135M's shape (bench/gpu/sampler_speed.py at the study's generate shapes;
+# bench/bench_gpu_update.py's update with and without per-layer torch.compile), then the smoke
+# study on the same weights until DEADLINE (the whole GPU path: spawned CUDA workers under MPS,
+# TF32, evaluation on the GPU), whose folder is deleted.
+# With it, until DEADLINE seconds after the start: the study (configs/study_countdown_smollm2.toml,
+# WORKERS processes on the one GPU: 10 with >= 120 GiB of GPU memory, else 7); SOLO=1 first adds a
+# solo 4-step GRPO run and BASE=1 the base model's pass@1 / pass@64 table (both measured on the
+# 2026-11-25 lease).
 # Every minute and at the end, the run folders without checkpoints go to $OUT/runs.tgz, so a call
-# killed at its limit still returns what finished. Measured on the 2026-11-25 lease
-# (bench/results/gpu_lease_smollm2_2026-11-25.json): 10 workers at micro-batch 64 and 512
-# responses per generate call ran out of GPU memory; checkpoints (1.6 GB each) filled the disk.
+# killed at its limit still returns what finished; every 10 s, evaluated runs lose their
+# checkpoints and running ones all but their newest optimizer state (lease.py prune). Measured on
+# the 2026-11-25 lease (bench/results/gpu_lease_smollm2_2026-11-25.json): 10 workers at
+# micro-batch 64 and 512 responses per generate call ran out of an H100's memory; checkpoints
+# (1.6 GB each) filled the disk.
 # Usage there: DEADLINE=540 bash bench/gpu/device_call.sh
 set -uo pipefail
 START=$(date +%s)
 DEADLINE=${DEADLINE:-540}
 OUT=${OUT:-gpu_out}
 LEASE=/tmp/lease
-WORKERS=${WORKERS:-8}
+MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+WORKERS=${WORKERS:-$([ "${MEM_MIB:-0}" -ge 122880 ] && echo 10 || echo 7)}
 mkdir -p "$OUT" "$LEASE" runs/gpu
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # less fragmentation across 8 processes
@@ -85,6 +91,20 @@ for f in src.iterdir():
         shutil.copy(f, dst / f.name)
 PY
   fi
+  if [ ! -f "$OUT/sampler_speed.json" ] && [ ! -f "$LEASE/bench.done" ]; then
+    log "sampler speed"
+    timeout 90 python3 bench/gpu/sampler_speed.py --model models/smollm2-random --device cuda \
+      --tf32 --config configs/countdown_smollm2_gpu.toml --shapes 16x8 16x32 32x32 64x32 \
+      --out "$OUT/sampler_speed.json" 2>&1 | grep -v Warning | tail -6
+    for compile in "" --compile; do
+      log "update $compile"
+      timeout 120 python3 bench/bench_gpu_update.py --configs configs/countdown_smollm2_gpu.toml \
+        --groups 16 --prompt-tokens 180 --repeats 3 --peak-tflops 494.7 $compile \
+        --set system.tf32=true system.gradient_checkpointing=true system.micro_batch_size=32 \
+        --out "$OUT/bench_update.jsonl" 2>&1 | grep -v Warning | tail -2
+    done
+    touch "$LEASE/bench.done"
+  fi
   python3 bench/gpu/lease.py smoke models/smollm2-random /tmp/lease/smoke.toml
   timeout "$(( $(left) > 30 ? $(left) : 30 ))" python3 -m llm --debug study \
     --config /tmp/lease/smoke.toml --workers "$WORKERS" --out runs/gpu/smoke > runs/gpu/smoke.log 2>&1
@@ -96,21 +116,21 @@ PY
   exit 0
 fi
 
-if [ ! -f runs/gpu/solo/metrics.jsonl ]; then
+if [ "${SOLO:-0}" = 1 ] && [ ! -f runs/gpu/solo/metrics.jsonl ]; then
   log "solo run"
   timeout 90 python3 -m llm train --config configs/countdown_smollm2_gpu.toml --out runs/gpu/solo \
     --set steps=4 rollout.prompts_per_step=16 system.tf32=true system.gradient_checkpointing=true \
     system.micro_batch_size=32 run.save_every=100 2>&1 | grep -v Warning | tail -3
   rm -rf runs/gpu/solo/checkpoints
 fi
-if [ ! -f runs/gpu/base_passk.json ]; then
+if [ "${BASE:-0}" = 1 ] && [ ! -f runs/gpu/base_passk.json ]; then
   log "base pass@k table"
   timeout 150 python3 bench/gpu/base_passk.py --model models/smollm2-135m-instruct \
     --config configs/countdown_smollm2_gpu.toml --device cuda --problems 128 --samples 64 \
     --prompts-per-batch 16 --variants 2:1-20:1-100 3:1-20:1-100 4:1-20:1-100 2:1-50:1-200 \
     --out runs/gpu/base_passk.json 2>&1 | grep -v Warning | tail -6
 fi
-log "the study"
+log "the study ($WORKERS workers)"
 timeout "$(( $(left) > 60 ? $(left) - 20 : 40 ))" python3 -m llm --debug study \
   --config configs/study_countdown_smollm2.toml --workers "$WORKERS" --out runs/gpu/study \
   > runs/gpu/study.log 2>&1

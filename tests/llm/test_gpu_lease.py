@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from llm.config import load_config
+from llm.run.checkpoint import STATE_FILE, latest_checkpoint
 from llm.study import load_study
 from llm.sweep import sweep_from_dict
 
@@ -90,6 +92,25 @@ def test_prune_deletes_only_evaluated_runs_checkpoints(lease, tmp_path):
     assert (evaluating / "checkpoints").is_dir() and (training / "checkpoints").is_dir()
 
 
+def test_prune_keeps_only_the_newest_optimizer_state_of_a_running_run(lease, tmp_path):
+    """Older checkpoints lose their states (the sweep evaluates their weights); the newest stays
+    what `latest_checkpoint` resumes from."""
+    run = _run(tmp_path / "runs", "training", finished=False, evals=[], steps=10)
+    ckpts = run / "checkpoints"
+    for step in (5, 10):
+        folder = ckpts / f"step_{step:06d}"
+        folder.mkdir(exist_ok=True)
+        (folder / lease.STATE_FILE).write_bytes(b"state")
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_bytes(b"w")
+    (ckpts / ".tmp_step_000015").mkdir()  # being written: not a checkpoint yet
+    assert lease.prune(tmp_path / "runs") == 0
+    assert not (ckpts / "step_000005" / lease.STATE_FILE).exists()
+    assert (ckpts / "step_000005" / "model.safetensors").is_file()
+    assert latest_checkpoint(run) == ckpts / "step_000010"
+    assert lease.STATE_FILE == STATE_FILE
+
+
 def test_the_study_and_its_smoke_version_parse(lease, tmp_path):
     doc, spec = load_study(ROOT / "configs" / "study_countdown_smollm2.toml")
     sweep = sweep_from_dict(doc, root=ROOT / "configs")
@@ -118,3 +139,23 @@ def test_base_passk_writes_one_row_per_variant(tmp_path, tiny_model_path):
     assert rows[1]["num_numbers"] == [2] and set(rows[0]["pass_at_k"]) == {"1", "2", "4"}
     with pytest.raises(ValueError, match="--variants: '3-1-9'"):
         module.parse_variant("3-1-9")
+
+
+def test_sampler_speed_times_each_shape(tmp_path, tiny_model_path):
+    """bench/gpu/sampler_speed.py on the offline tiny model, on the CPU: one row per shape, the
+    training shape (G samples) with log-probs, tokens counted from the response masks."""
+    spec = importlib.util.spec_from_file_location("sampler", ROOT / "bench/gpu/sampler_speed.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "speed.json"
+    config = ROOT / "configs/countdown_tiny.toml"
+    group = load_config(config).rollout.group_size
+    args = ["--model", tiny_model_path, "--config", str(config), "--shapes", f"2x{group}",
+            "3x2", "--repeats", "1", "--set", "data.max_target=20", "--out", str(out)]  # fmt: skip
+    assert module.main(args) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["shape"] for r in rows] == [f"2x{group}", "3x2"]
+    assert [r["training_call"] for r in rows] == [True, group == 2]
+    assert all(0 < r["new_tokens"] <= r["sequences"] * r["max_new_tokens"] for r in rows)
+    with pytest.raises(ValueError, match="--shapes: '16-8'"):
+        module.parse_shape("16-8")

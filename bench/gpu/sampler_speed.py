@@ -1,0 +1,116 @@
+"""Benchmark: the transformers sampler's new tokens per second at the study's batch shapes.
+
+    python bench/gpu/sampler_speed.py --model models/smollm2-random --device cuda \
+        --config configs/countdown_smollm2_gpu.toml --shapes 16x8 16x32 32x32 64x32 --out s.json
+
+A shape ``PxN`` is P prompts (Countdown problems of `--config`'s data bounds, rendered with its
+template) sampled N times in one `generate` call of the trainer's backend (`llm.rollout.hf`):
+16x8 is one training step of configs/study_countdown_smollm2.toml (with per-token log-probs and
+the top-3 candidates it keeps), 16x32 and 32x32 one evaluation call at ``eval.prompts_per_batch``
+16 and 32. Each shape runs `--repeats` times; the last is reported (the first pays for the
+kernels' warm-up): seconds, sequences/s, new tokens/s (the response masks' sum, so a model
+that stops early is credited only with what it wrote) and the peak GPU memory. On random
+weights every response runs to ``max_new_tokens``: the worst case per call. One JSON document
+with every row goes to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numerics  # noqa: F401  (first: pins the numeric code paths before torch loads)
+
+# isort: split
+import torch
+from transformers.utils import logging as hf_logging
+
+from llm.config import load_config
+from llm.model.load import load_model_and_tokenizer
+from llm.rollout.backend import make_backend
+from llm.run.distributed import check_device, set_matmul_precision
+from llm.tasks import TASKS
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    """``"16x8"`` as (prompts, samples per prompt).
+
+    Raises:
+        ValueError: naming `text` when it is not two positive integers joined by ``x``.
+    """
+    a, sep, b = text.partition("x")
+    if not (sep and a.isdigit() and b.isdigit() and int(a) > 0 and int(b) > 0):
+        raise ValueError(f"--shapes: {text!r} is not PROMPTSxSAMPLES (e.g. 16x8)")
+    return int(a), int(b)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True, help="model folder")
+    ap.add_argument("--config", required=True, help="train config (template, data, sampling)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--shapes", nargs="+", default=["16x8", "16x32", "32x32"])
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--tf32", action="store_true", help="TF32 matmuls (system.tf32)")
+    ap.add_argument("--set", dest="sets", nargs="+", action="extend", default=[],
+                    metavar="KEY=VALUE", help="config overrides (data.max_target=20 ...)")
+    ap.add_argument("--out", default="", help="JSON file for the rows")
+    args = ap.parse_args(argv)
+    shapes = [parse_shape(s) for s in args.shapes]
+    if args.repeats < 1:
+        raise ValueError(f"--repeats: need at least 1, got {args.repeats}")
+    hf_logging.disable_progress_bar()
+    check_device(args.device)
+    cuda = args.device.startswith("cuda")
+    set_matmul_precision(args.device, args.tf32)
+    cfg = load_config(args.config, sets=args.sets)
+    model, tokenizer = load_model_and_tokenizer(Path(args.model), args.device)
+    backend = make_backend(cfg, model, tokenizer)
+    task = TASKS[cfg.task]
+    problems = task.generate(max(p for p, _ in shapes), 4321, cfg.data)
+    max_new = cfg.rollout.max_new_tokens
+    rows = []
+    print(f"{'shape':>7} {'s/call':>7} {'seq/s':>8} {'tok/s':>9} {'GiB':>6}")
+    for p, n in shapes:
+        prompts = [task.prompt(q, cfg.template) for q in problems[:p]]
+        train = n == cfg.rollout.group_size  # a training call keeps log-probs and candidates
+        gen = torch.Generator().manual_seed(0)
+        for _ in range(args.repeats):
+            if cuda:
+                torch.cuda.synchronize()
+                torch.cuda.reset_peak_memory_stats()
+            start = time.perf_counter()
+            roll = backend.generate(
+                prompts, n, max_new_tokens=max_new, temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p, top_n=cfg.rollout.top_n if train else 0,
+                want_logprobs=train, generator=gen,
+            )  # fmt: skip
+            if cuda:
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - start
+        tokens = int(roll.response_mask.sum())
+        row = {
+            "shape": f"{p}x{n}", "prompts": p, "samples": n, "sequences": p * n,
+            "training_call": train, "max_new_tokens": max_new,
+            "prompt_tokens_max": int(roll.prompt_mask.sum(-1).max()),
+            "seconds": round(seconds, 4), "new_tokens": tokens,
+            "sequences_per_s": round(p * n / seconds, 1), "tokens_per_s": round(tokens / seconds),
+            "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+        }  # fmt: skip
+        rows.append(row)
+        print(f"{row['shape']:>7} {seconds:7.3f} {row['sequences_per_s']:8.1f} "
+              f"{row['tokens_per_s']:9d} {row['peak_gib'] or 0:6.2f}", flush=True)  # fmt: skip
+    if args.out:
+        doc = {"model": args.model, "device": args.device, "tf32": args.tf32,
+               "gpu": torch.cuda.get_device_name(0) if cuda else None,
+               "torch": torch.__version__, "python": platform.python_version(),
+               "template": cfg.template, "rows": rows}  # fmt: skip
+        Path(args.out).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
