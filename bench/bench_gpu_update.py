@@ -331,8 +331,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
     ap.add_argument("--pad", type=int, default=0, help="left-pad the first prompt by this many")
     ap.add_argument("--profile", type=int, default=0, help="print the top-K ops of the last update")
-    ap.add_argument("--set", dest="sets", nargs="+", action="extend", default=[],
-                    metavar="KEY=VALUE", help="config overrides (system.tf32=true ...)")
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides (system.tf32=true ...)",
+    )
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:  # the child: one config, one JSON line

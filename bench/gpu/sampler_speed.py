@@ -55,8 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", nargs="+", default=["16x8", "16x32", "32x32"])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--tf32", action="store_true", help="TF32 matmuls (system.tf32)")
-    ap.add_argument("--set", dest="sets", nargs="+", action="extend", default=[],
-                    metavar="KEY=VALUE", help="config overrides (data.max_target=20 ...)")
+    ap.add_argument(
+        "--set",
+        dest="sets",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="config overrides (data.max_target=20 ...)",
+    )
     ap.add_argument("--out", default="", help="JSON file for the rows")
     args = ap.parse_args(argv)
     shapes = [parse_shape(s) for s in args.shapes]
