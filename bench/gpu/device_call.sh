@@ -4,13 +4,13 @@
 # /tmp/lease (the machine keeps files ~30 s between calls), and imports the model once all pieces
 # are there. A carried .gpu/state/runs.tgz (run folders without checkpoints, from an earlier
 # lease) is unpacked first: finished runs are reused from their markers.
-# Without the model (the first call): the throughput benchmarks on random weights of
-# SmolLM2-135M's shape (bench/gpu/sampler_speed.py at the study's generate shapes;
-# bench/bench_gpu_update.py's update with and without per-layer torch.compile), then the smoke
-# study on the same weights until DEADLINE (the whole GPU path: spawned CUDA workers under MPS,
-# TF32, evaluation on the GPU), whose folder is deleted.
+# Without the model (the first call): the sampler's speed and profile on random weights of
+# SmolLM2-135M's shape (bench/gpu/sampler_speed.py at the study's generate shapes); UPDATE_BENCH=1
+# adds bench/bench_gpu_update.py's update with and without per-layer torch.compile, and SMOKE=1
+# the smoke study on the same weights until DEADLINE (the whole GPU path: spawned CUDA workers
+# under MPS, TF32, evaluation on the GPU), whose folder is deleted. Both ran on 2026-11-26.
 # With it, until DEADLINE seconds after the start: the study (configs/study_countdown_smollm2.toml,
-# WORKERS processes on the one GPU: 10 with >= 120 GiB of GPU memory, else 7); SOLO=1 first adds a
+# WORKERS processes on the one GPU: 7 with >= 120 GiB of GPU memory, else 4); SOLO=1 first adds a
 # solo 4-step GRPO run and BASE=1 the base model's pass@1 / pass@64 table (both measured on the
 # 2026-11-25 lease).
 # Every minute and at the end, the run folders without checkpoints go to $OUT/runs.tgz, so a call
@@ -26,7 +26,9 @@ DEADLINE=${DEADLINE:-540}
 OUT=${OUT:-gpu_out}
 LEASE=/tmp/lease
 MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-WORKERS=${WORKERS:-$([ "${MEM_MIB:-0}" -ge 122880 ] && echo 10 || echo 7)}
+# An evaluating worker holds ~17 GiB (1,024 responses per generate call, fp32 KV cache of a
+# 207-token prompt): 10 of them ran an H200 (140 GiB) out of memory on the 2026-11-26 lease.
+WORKERS=${WORKERS:-$([ "${MEM_MIB:-0}" -ge 122880 ] && echo 7 || echo 4)}
 mkdir -p "$OUT" "$LEASE" runs/gpu
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # less fragmentation across 8 processes
@@ -94,10 +96,13 @@ PY
   if [ ! -f "$OUT/sampler_speed.json" ] && [ ! -f "$LEASE/bench.done" ]; then
     log "sampler speed"
     timeout 90 python3 bench/gpu/sampler_speed.py --model models/smollm2-random --device cuda \
-      --tf32 --config configs/countdown_smollm2_gpu.toml --shapes 16x8 16x32 32x32 64x32 \
-      --out "$OUT/sampler_speed.json" 2>&1 | grep -v Warning | tail -6
-    for compile in "" --compile; do
-      log "update $compile"
+      --tf32 --config configs/countdown_smollm2_gpu.toml --shapes 16x8 32x32 --profile 25 \
+      --out "$OUT/sampler_speed.json" > "$OUT/sampler_profile.txt" 2>&1
+    grep -v Warning "$OUT/sampler_profile.txt" | head -4
+    modes=(); [ "${UPDATE_BENCH:-0}" = 1 ] && modes=(eager --compile)
+    for mode in "${modes[@]}"; do
+      compile=$([ "$mode" = --compile ] && echo --compile)
+      log "update $mode"
       timeout 120 python3 bench/bench_gpu_update.py --configs configs/countdown_smollm2_gpu.toml \
         --groups 16 --prompt-tokens 180 --repeats 3 --peak-tflops 494.7 $compile \
         --set system.tf32=true system.gradient_checkpointing=true system.micro_batch_size=32 \
@@ -105,6 +110,7 @@ PY
     done
     touch "$LEASE/bench.done"
   fi
+  [ "${SMOKE:-0}" = 1 ] || { finish; exit 0; }
   python3 bench/gpu/lease.py smoke models/smollm2-random /tmp/lease/smoke.toml
   timeout "$(( $(left) > 30 ? $(left) : 30 ))" python3 -m llm --debug study \
     --config /tmp/lease/smoke.toml --workers "$WORKERS" --out runs/gpu/smoke > runs/gpu/smoke.log 2>&1

@@ -11,12 +11,14 @@ the top-3 candidates it keeps), 16x32 and 32x32 one evaluation call at ``eval.pr
 kernels' warm-up): seconds, sequences/s, new tokens/s (the response masks' sum, so a model
 that stops early is credited only with what it wrote) and the peak GPU memory. On random
 weights every response runs to ``max_new_tokens``: the worst case per call. One JSON document
-with every row goes to `--out`.
+with every row goes to `--out`; `--profile K` prints the top K operators of each shape's last
+call (torch.profiler: where the time of a call goes).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import time
@@ -64,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="config overrides (data.max_target=20 ...)",
     )
+    ap.add_argument(
+        "--profile", type=int, default=0, help="print the top-K ops of each shape's last call"
+    )
     ap.add_argument("--out", default="", help="JSON file for the rows")
     args = ap.parse_args(argv)
     shapes = [parse_shape(s) for s in args.shapes]
@@ -85,19 +90,24 @@ def main(argv: list[str] | None = None) -> int:
         prompts = [task.prompt(q, cfg.template) for q in problems[:p]]
         train = n == cfg.rollout.group_size  # a training call keeps log-probs and candidates
         gen = torch.Generator().manual_seed(0)
-        for _ in range(args.repeats):
+        for i in range(args.repeats):
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
-            start = time.perf_counter()
-            roll = backend.generate(
-                prompts, n, max_new_tokens=max_new, temperature=cfg.rollout.temperature,
-                top_p=cfg.rollout.top_p, top_n=cfg.rollout.top_n if train else 0,
-                want_logprobs=train, generator=gen,
-            )  # fmt: skip
-            if cuda:
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - start
+            prof = _profiler(bool(args.profile) and i == args.repeats - 1, cuda)
+            with prof:
+                start = time.perf_counter()
+                roll = backend.generate(
+                    prompts, n, max_new_tokens=max_new, temperature=cfg.rollout.temperature,
+                    top_p=cfg.rollout.top_p, top_n=cfg.rollout.top_n if train else 0,
+                    want_logprobs=train, generator=gen,
+                )  # fmt: skip
+                if cuda:
+                    torch.cuda.synchronize()
+                seconds = time.perf_counter() - start
+        if args.profile:  # where a call's time goes: device time when on CUDA, else host time
+            sort = "cuda_time_total" if cuda else "cpu_time_total"
+            print(prof.key_averages().table(sort_by=sort, row_limit=args.profile), flush=True)
         tokens = int(roll.response_mask.sum())
         row = {
             "shape": f"{p}x{n}", "prompts": p, "samples": n, "sequences": p * n,
@@ -117,6 +127,16 @@ def main(argv: list[str] | None = None) -> int:
                "template": cfg.template, "rows": rows}  # fmt: skip
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return 0
+
+
+def _profiler(on: bool, cuda: bool) -> contextlib.AbstractContextManager:
+    """torch.profiler over host (and CUDA) activity when `on`, else a no-op context."""
+    if not on:
+        return contextlib.nullcontext()
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(activities=acts)
 
 
 if __name__ == "__main__":

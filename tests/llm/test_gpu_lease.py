@@ -151,7 +151,7 @@ def test_sampler_speed_times_each_shape(tmp_path, tiny_model_path):
     config = ROOT / "configs/countdown_tiny.toml"
     group = load_config(config).rollout.group_size
     args = ["--model", tiny_model_path, "--config", str(config), "--shapes", f"2x{group}",
-            "3x2", "--repeats", "1", "--set", "data.max_target=20", "--out", str(out)]  # fmt: skip
+            "3x2", "--repeats", "1", "--profile", "3", "--set", "data.max_target=20", "--out", str(out)]  # fmt: skip
     assert module.main(args) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["shape"] for r in rows] == [f"2x{group}", "3x2"]
