@@ -294,21 +294,25 @@ def curve_procedure(
     degree: int = 2,
     per_setting: bool = True,
     bias_correct: bool = True,
-    edge_z: float = 0.0,
+    edge_z: float = frontier.EDGE_Z,
+    edge_drop: float = frontier.EDGE_DROP,
 ) -> Procedure:
     """The calibrated procedure the tables use: `experiment.frontier.curve_lift` (the maximum of
     one quadratic per reference setting through the base, a t interval with the delta method's
     crossed seeds × problems standard error; `num_resamples` only feeds its `inside_fraction`);
     with `bias_correct`, the estimated bias of the maximum of close settings' noisy curves
     subtracted (`experiment.frontier.curve_lift`; without it the reproduce design's lifts are
-    biased by −0.4 to −0.8 points); without `per_setting`, one quadratic pooled over the settings
-    (biased up when their trade-offs differ: `STRESS_DESIGNS`)."""
+    biased by −0.4 to −0.8 points); with `edge_z` > 0, no lift for a model near a drop of that
+    maximum larger than `edge_drop` standard errors (counted as outside the range; 0 turns the
+    rule off); without `per_setting`, one quadratic pooled over the settings (biased up when
+    their trade-offs differ: `STRESS_DESIGNS`)."""
 
     def run(study: Study, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
         res = frontier.curve_lift(
             study.x, study.y, study.models, study.reference, degree=degree,
             num_resamples=num_resamples, level=level, seed=int(rng.integers(2**31)),
             per_setting=per_setting, bias_correct=bias_correct, edge_z=edge_z,
+            edge_drop=edge_drop,
         )  # fmt: skip
         return res.lift, res.lo, res.hi, res.p
 

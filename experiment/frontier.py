@@ -401,6 +401,27 @@ def fit_curve(px: np.ndarray, py: np.ndarray, degree: int = 2) -> np.ndarray:
     return beta if beta.shape[0] > 1 else beta[0]
 
 
+def setting_curve(px: np.ndarray, py: np.ndarray, degree: int = 2) -> tuple[np.ndarray, int]:
+    """One reference setting's curve through the base and its points `(px, py)` `(n,)`: the
+    `fit_curve` of `degree`, or a line through the base when that quadratic turns (its vertex)
+    in the gap between the base and the setting's nearest point, where no data shapes it.
+    Returns `(β, the degree used)`.
+
+    Why: a setting whose checkpoints cluster far from the base (GRPO with a KL penalty that stops
+    moving pass@1) gets a quadratic with a large curvature from the cluster's local slope, whose
+    hump between the base and the cluster rose 5 points above every other setting in the strong
+    LLM study and set the lifts there with standard errors of 8-14 points (docs/statistics.md)."""
+    beta = fit_curve(px, py, degree)
+    if degree != 2 or beta[1] == 0:
+        return beta, degree
+    vertex = -beta[0] / (2 * beta[1])
+    moved = px[px != 0]  # the base's own point (0, 0) shapes nothing: every curve passes there
+    if moved.size == 0:
+        return beta, degree
+    lo, hi = min(0.0, moved.max()), max(0.0, moved.min())  # the gap; empty if they straddle 0
+    return (fit_curve(px, py, 1), 1) if lo < vertex < hi else (beta, degree)
+
+
 def curve_at(beta: np.ndarray, x: np.ndarray) -> np.ndarray:
     """The fitted curve `Σ_j β_j x^j` at `x` (`beta` `(degree,)` with any `x`, or `(B, degree)` with
     `x` `(B, m)`)."""
@@ -410,8 +431,9 @@ def curve_at(beta: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 
 def _curve_lifts(px: np.ndarray, py: np.ndarray, ref: np.ndarray, degree: int) -> np.ndarray:
-    """`(M,)` lifts over the curve fitted to the reference points (no range check)."""
-    return py - curve_at(fit_curve(px[ref], py[ref], degree), px)
+    """`(M,)` lifts over the curve fitted to the reference points (`setting_curve`; no range
+    check)."""
+    return py - curve_at(setting_curve(px[ref], py[ref], degree)[0], px)
 
 
 def _lift_jacobian(px: np.ndarray, py: np.ndarray, ref: np.ndarray, degree: int) -> np.ndarray:
@@ -460,6 +482,7 @@ class _PerSetting:
 
     groups: list[np.ndarray]
     betas: list[np.ndarray]
+    degrees: list[int]
     x_max: np.ndarray
     lifts: np.ndarray
     reach: np.ndarray
@@ -471,20 +494,19 @@ def _per_setting(
     px: np.ndarray, py: np.ndarray, ref: np.ndarray, models: Models, degree: int
 ) -> _PerSetting:
     groups = setting_groups(ref, models, degree)
-    betas = [fit_curve(px[g], py[g], degree) for g in groups]
+    betas, degrees = map(list, zip(*(setting_curve(px[g], py[g], degree) for g in groups),
+                                   strict=True))  # fmt: skip
     x_max = np.array([px[g].max() for g in groups])  # each setting's own pass@1 range
     lifts = np.stack([py - curve_at(b, px) for b in betas])  # (G, M), as `_curve_lifts`
     reach = px[None, :] <= x_max[:, None]
     active = np.where(reach, lifts, np.inf).argmin(0)  # the highest curve: the smallest lift
     active = np.where(reach.any(0), active, int(np.argmax(x_max)))
-    return _PerSetting(groups, betas, x_max, lifts, reach, active, {})
+    return _PerSetting(groups, betas, degrees, x_max, lifts, reach, active, {})
 
 
-def _jacobian_of(
-    ps: _PerSetting, k: int, px: np.ndarray, py: np.ndarray, degree: int
-) -> np.ndarray:
-    if k not in ps.jacobians:
-        ps.jacobians[k] = _lift_jacobian(px, py, ps.groups[k], degree)
+def _jacobian_of(ps: _PerSetting, k: int, px: np.ndarray, py: np.ndarray) -> np.ndarray:
+    if k not in ps.jacobians:  # the setting's curve keeps its degree under the small steps
+        ps.jacobians[k] = _lift_jacobian(px, py, ps.groups[k], ps.degrees[k])
     return ps.jacobians[k]
 
 
@@ -504,7 +526,7 @@ def _active_lifts(
     jac = np.zeros((px.size, 2, px.size))
     for k in np.unique(ps.active):  # only the settings some model is measured against
         rows = ps.active == k
-        jac[rows] = _jacobian_of(ps, int(k), px, py, degree)[rows]
+        jac[rows] = _jacobian_of(ps, int(k), px, py)[rows]
     return ps.lifts[ps.active, np.arange(px.size)], jac
 
 
@@ -523,7 +545,6 @@ def _max_bias(
     x: np.ndarray,
     y: np.ndarray,
     se: np.ndarray,
-    degree: int,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """`(M,)` the estimated bias of the per-setting lift, ``E[min_k L̂_k] − min_k L_k`` (≤ 0): the
@@ -541,7 +562,7 @@ def _max_bias(
         ks = np.flatnonzero(near)
         if ks.size < 2:
             continue
-        jacs = [_jacobian_of(ps, int(k), px, py, degree)[m] for k in ks]  # each (2, M)
+        jacs = [_jacobian_of(ps, int(k), px, py)[m] for k in ks]  # each (2, M)
         c = np.stack(
             [np.einsum("j,jsp->sp", jm[0], x) + np.einsum("j,jsp->sp", jm[1], y) for jm in jacs]
         )  # fmt: skip  (K, S, P)
@@ -558,11 +579,16 @@ def _max_bias(
     return bias
 
 
-def _near_drop(ps: _PerSetting, px: np.ndarray, x: np.ndarray, z: float) -> np.ndarray:
+def _near_drop(
+    ps: _PerSetting, px: np.ndarray, x: np.ndarray, z: float, se: np.ndarray, drop_se: float
+) -> np.ndarray:
     """`(M,)` whether a model's pass@1 is within `z` standard errors (its own and the edge's,
     combined) of the end of a setting's reach where that setting's curve is above every curve
-    reaching further: the maximum of the per-setting curves drops there, and which side a model
-    is measured on is decided by noise."""
+    reaching further by more than `drop_se` times the model's lift standard error `se` `(M,)`:
+    the maximum of the per-setting curves drops there, and which side a model is measured on is
+    decided by noise. A drop within the lift's own noise is ignored: switching sides moves the
+    estimate by the drop, which the interval then absorbs (two near-identical settings make such
+    drops at every edge)."""
     se_x = np.sqrt(crossed_variance(x)[0])  # (M,) of each model's mean pass@1 gain
     near = np.zeros(px.size, dtype=bool)
     for k, g in enumerate(ps.groups):
@@ -571,12 +597,25 @@ def _near_drop(ps: _PerSetting, px: np.ndarray, x: np.ndarray, z: float) -> np.n
             continue
         at = ps.x_max[k]
         rest = max_curve_at([ps.betas[j] for j in further], ps.x_max[further], at)
-        if curve_at(ps.betas[k], at) <= rest:
+        drop = curve_at(ps.betas[k], at) - rest
+        if drop <= 0:
             continue
         edge = g[int(np.argmax(px[g]))]
-        near |= np.abs(px - at) < z * np.sqrt(se_x**2 + se_x[edge] ** 2)
+        close = np.abs(px - at) < z * np.sqrt(se_x**2 + se_x[edge] ** 2)
+        finite = np.isfinite(se)  # no lift anyway where not (outside the range)
+        near |= close & finite & (drop > drop_se * np.where(finite, se, 0.0))
     return near
 
+
+EDGE_Z = 2.0
+"""The tables' `curve_lift` ``edge_z``: a model within 2 standard errors of a drop of the
+reference's maximum curve gets no lift (docs/statistics.md: in the `short_dominant` calibration
+design the Holm false "above"/"below" rates fall from 0.59/0.68 to 0.00/0.02)."""
+
+EDGE_DROP = 2.0
+"""The tables' `curve_lift` ``edge_drop``: only a drop larger than 2 lift standard errors counts
+(with 0, two near-identical settings' tiny drops refused 59-67% of the null models of the
+`reproduce` and `study` designs; with 2, 5-6%, against 0-1% without the rule)."""
 
 SE_FLOOR = 1e-6
 """A lift whose standard error is at most this (in the measure's units) is not tested (`p` NaN):
@@ -705,6 +744,7 @@ def curve_lift(
     per_setting: bool = False,
     bias_correct: bool = False,
     edge_z: float = 0.0,
+    edge_drop: float = 1.0,
 ) -> LiftResult:
     """Lift at matched pass@1 over a smooth reference curve: a polynomial through the origin fitted
     to the reference models' points (means over seeds and problems), with a t interval whose
@@ -740,13 +780,15 @@ def curve_lift(
         bias_correct: with `per_setting`, subtract the estimated bias of the maximum of the
             settings' noisy curves (`_max_bias`: the lift is biased low where several settings'
             curves are close).
-        edge_z: with `per_setting` and > 0 (experimental, off in the tables): no lift (NaN)
-            for a model whose pass@1 is within `edge_z` standard errors of the end of a
-            setting's reach where the maximum drops (`_near_drop`; the `short_dominant`
-            calibration design).
+        edge_z: with `per_setting` and > 0 (the tables use 2): no lift (NaN, status
+            ``"edge"``) for a model whose pass@1 is within `edge_z` standard errors of the end
+            of a setting's reach where the maximum drops (`_near_drop`; the `short_dominant`
+            calibration design), when the drop there exceeds `edge_drop` times the model's
+            lift standard error (the tables use 2).
 
     Returns:
-        A `LiftResult` with `se`, `df` and `p` `(M,)` (NaN outside the reference's range; `p`
+        A `LiftResult` with `status` ``"inside"``, ``"below"``/``"above"`` the reference's
+        pass@1 range or ``"edge"`` (`edge_z`), `se`, `df` and `p` `(M,)` (NaN unless inside; `p`
         NaN where `se` ≤ `SE_FLOOR`) and the `variance_components` `(M, 3)` of each lift (NaN
         outside the range), which plan designs (`design_mde`).
 
@@ -779,10 +821,12 @@ def curve_lift(
     df = np.where(inside, df, np.nan)
     if ps is not None and bias_correct:
         rng = np.random.default_rng([seed, 20])
-        est = est - np.where(inside, _max_bias(ps, px, py, x, y, se, degree, rng), 0.0)
+        est = est - np.where(inside, _max_bias(ps, px, py, x, y, se, rng), 0.0)
     if ps is not None and edge_z > 0:
-        drop = _near_drop(ps, px, x, edge_z)
+        drop = inside & _near_drop(ps, px, x, edge_z, se, edge_drop)
         est, se = np.where(drop, np.nan, est), np.where(drop, np.nan, se)
+        comp = np.where(drop[:, None], np.nan, comp)
+        status = np.where(drop, "edge", status)
         inside = inside & ~drop
     half = stats.t.ppf(0.5 + level / 2, np.where(inside, df, 1.0)) * se
     # A model whose every per-cell contribution is 0 (e.g. one that never left the base) has

@@ -170,13 +170,16 @@ def lift_analysis(
     seed: int = 0,
     per_setting: bool = True,
     bias_correct: bool = True,
+    edge_z: float = frontier.EDGE_Z,
+    edge_drop: float = frontier.EDGE_DROP,
 ) -> tuple[dict[str, Any], frontier.LiftResult]:
     """Lift at matched pass@1 of every model over the maximum of one quadratic per reference
     setting (`per_setting`; else one quadratic fitted to all the reference's points), with the
     calibrated t interval and p-value (`experiment.frontier.curve_lift`), and a bootstrap interval
     of every model's point (over seeds and problems, for the figure); with `bias_correct` the
-    maximum's bias where several settings' curves are close is subtracted (calibrated:
-    docs/statistics.md). The section's ``curves``
+    maximum's bias where several settings' curves are close is subtracted, and a model within
+    `edge_z` standard errors of a drop of that maximum larger than `edge_drop` lift standard
+    errors gets no lift (status ``"edge"``; calibrated: docs/statistics.md). The section's ``curves``
     (each setting's coefficients and pass@1 reach) draw the curve; ``curve`` is the pooled fit.
 
     Args:
@@ -197,8 +200,8 @@ def lift_analysis(
         ValueError: as `curve_lift` (shapes, no reference model, num_resamples < 2, P < 2).
     """
     res = frontier.curve_lift(x, y, models, reference, num_resamples=num_resamples, level=level,
-                              seed=seed, per_setting=per_setting,
-                              bias_correct=bias_correct)  # fmt: skip
+                              seed=seed, per_setting=per_setting, bias_correct=bias_correct,
+                              edge_z=edge_z, edge_drop=edge_drop)  # fmt: skip
     seed_idx, problem_idx = frontier.bootstrap_indices(
         np.random.default_rng(seed), num_resamples, x.shape[1], x.shape[2]
     )
@@ -206,7 +209,7 @@ def lift_analysis(
     x_lo, x_hi = frontier.percentile_interval(bx, level)
     y_lo, y_hi = frontier.percentile_interval(by, level)
     ref = set(res.reference.tolist())
-    beta = frontier.fit_curve(res.x[res.reference], res.y[res.reference])
+    beta, _ = frontier.setting_curve(res.x[res.reference], res.y[res.reference])
     groups = (frontier.setting_groups(res.reference, models) if per_setting
               else [res.reference])  # fmt: skip
     section = {
@@ -216,6 +219,8 @@ def lift_analysis(
         "procedure": (
             "curve_lift: the maximum of per-setting quadratics through the base, "
             + ("bias-corrected, " if bias_correct else "")
+            + (f"no lift within {edge_z:g} SE of a drop over {edge_drop:g} SE, "
+               if edge_z > 0 else "")
             + "delta-method crossed-design t"
             if per_setting
             else "curve_lift: quadratic through the base, delta-method crossed-design t"
@@ -224,7 +229,7 @@ def lift_analysis(
         "curves": [
             {
                 "setting": f"{models.method[g[0]]} {models.setting[g[0]]}",
-                "beta": [float(b) for b in frontier.fit_curve(res.x[g], res.y[g])],
+                "beta": [float(b) for b in frontier.setting_curve(res.x[g], res.y[g])[0]],
                 "x_max": float(res.x[g].max()),
             }
             for g in groups

@@ -292,6 +292,14 @@ def verdicts_markdown(
     return "\n".join(parts) + "\n"
 
 
+_WHY_NO_LIFT = {
+    "edge": "at a drop of GRPO's curve",  # frontier.curve_lift's edge rule
+    "se 0": "never left the base",
+    None: "outside GRPO's range",
+}
+"""Why a claim's confirmed model has no lift, by its status (any other: outside the range)."""
+
+
 def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """The README's claims table from study records ``{study, claim, text, verdict, lift, lo, hi,
     mde, size, unit}`` (`claim_rows`): one row per claim, one column per study, each cell the
@@ -306,7 +314,7 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
         if r.get("claim") == "grpo_spread":
             return f"{r['lift']:+.1f} [{r['lo']:+.1f}, {r['hi']:+.1f}] ({r['where']})"
         if r.get("lift") is None:
-            return f"**{r['verdict']}** (outside GRPO's range)"
+            return f"**{r['verdict']}** ({_WHY_NO_LIFT.get(r.get('status'), _WHY_NO_LIFT[None])})"
         d = 2 if r.get("unit") == "per problem" else 1  # distinct correct: small numbers
         mde = "" if r.get("mde") is None else f", MDE {r['mde']:.{d}f}"
         return f"**{r['verdict']}** {r['lift']:+.{d}f} [{r['lo']:+.{d}f}, {r['hi']:+.{d}f}]{mde}"
@@ -421,7 +429,7 @@ def claim_rows(
         rows.append({"study": name, "claim": cid, "text": text,
                      "verdict": claim_verdict(r, claimed / scale), "lift": scaled(r["lift"]),
                      "lo": scaled(r["lo"]), "hi": scaled(r["hi"]), "mde": scaled(r["mde"]),
-                     "size": claimed,
+                     "size": claimed, "status": r.get("status", "inside"),
                      "unit": "points" if measure == "pass_at_k" else "per problem"})  # fmt: skip
     return rows
 

@@ -227,6 +227,9 @@ def test_curve_lift_equals_a_plain_loop():
     def lifts(xm, ym):  # xm, ym: (M,) points
         a = np.stack([xm[:4], xm[:4] ** 2], axis=1)
         beta = np.linalg.solve(a.T @ a, a.T @ ym[:4])
+        vertex = -beta[0] / (2 * beta[1])  # a turn between the base and the nearest point: a line
+        if min(0, xm[:4].max()) < vertex < max(0, xm[:4].min()):  # (no base among the 4)
+            beta = np.array([xm[:4] @ ym[:4] / (xm[:4] @ xm[:4]), 0.0])
         return ym - (beta[0] * xm + beta[1] * xm**2)
 
     est = lifts(x.mean((1, 2)), y.mean((1, 2)))
@@ -399,3 +402,26 @@ def test_per_setting_curve_is_the_max_of_single_setting_curves():
     b = F.curve_lift(x[idx], y[idx], one, "grpo", num_resamples=10)
     np.testing.assert_allclose(a.lift, b.lift, equal_nan=True)
     np.testing.assert_allclose(a.se, b.se, equal_nan=True)
+
+
+def test_a_setting_curve_that_turns_in_the_gap_before_its_first_point_is_a_line():
+    """`setting_curve`: checkpoints clustered far from the base with a steep local slope give a
+    quadratic that rises into a hump between the base and the cluster (no data there): a line
+    through the base instead; spread points (or a turn among them) keep the quadratic; the base's
+    own point does not close the gap."""
+    px = np.array([0.0215, 0.0224, 0.0234])  # the strong LLM study's KL setting
+    py = np.array([-0.0226, -0.0382, -0.0485])
+    quad = F.fit_curve(px, py, 2)
+    assert 0 < -quad[0] / (2 * quad[1]) < px.min()  # the hump's top in the gap
+    beta, degree = F.setting_curve(px, py)
+    assert degree == 1 and beta.shape == (1,)
+    np.testing.assert_allclose(beta, [px @ py / (px @ px)], rtol=1e-12)
+    assert F.curve_at(beta, 0.01) < 0 < F.curve_at(quad, 0.01)
+    with_base = F.setting_curve(np.r_[0.0, px], np.r_[0.0, py])
+    np.testing.assert_allclose(with_base[0], beta, rtol=1e-12)
+    spread = np.array([0.01, 0.03, 0.06])
+    for y in (-(spread**2) * 20, spread - 10 * spread**2):  # no turn; a turn among the points
+        beta, degree = F.setting_curve(spread, y)
+        assert degree == 2
+        np.testing.assert_allclose(beta, F.fit_curve(spread, y, 2), rtol=1e-12)
+    assert F.setting_curve(-px, py)[1] == 1  # the same on the side of lost pass@1
