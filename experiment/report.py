@@ -219,8 +219,11 @@ def lift_analysis(
         "procedure": (
             "curve_lift: the maximum of per-setting quadratics through the base, "
             + ("bias-corrected, " if bias_correct else "")
-            + (f"no lift within {edge_z:g} SE of a drop over {edge_drop:g} SE, "
-               if edge_z > 0 else "")
+            + (
+                f"no lift within {edge_z:g} SE of a drop over {edge_drop:g} SE, "
+                if edge_z > 0
+                else ""
+            )
             + "delta-method crossed-design t"
             if per_setting
             else "curve_lift: quadratic through the base, delta-method crossed-design t"
