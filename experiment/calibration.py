@@ -314,7 +314,8 @@ def curve_procedure(
             per_setting=per_setting, bias_correct=bias_correct, edge_z=edge_z,
             edge_drop=edge_drop,
         )  # fmt: skip
-        return res.lift, res.lo, res.hi, res.p
+        tested = res.status != "edge"  # an edge model gets no verdict: counted as refused
+        return tuple(np.where(tested, v, np.nan) for v in (res.lift, res.lo, res.hi, res.p))
 
     return run
 

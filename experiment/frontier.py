@@ -780,15 +780,17 @@ def curve_lift(
         bias_correct: with `per_setting`, subtract the estimated bias of the maximum of the
             settings' noisy curves (`_max_bias`: the lift is biased low where several settings'
             curves are close).
-        edge_z: with `per_setting` and > 0 (the tables use 2): no lift (NaN, status
-            ``"edge"``) for a model whose pass@1 is within `edge_z` standard errors of the end
+        edge_z: with `per_setting` and > 0 (the tables use 2): no test (status ``"edge"``,
+            `p` NaN; the estimate and interval are kept, to rank exploratory picks, but are not
+            calibrated) for a model whose pass@1 is within `edge_z` standard errors of the end
             of a setting's reach where the maximum drops (`_near_drop`; the `short_dominant`
             calibration design), when the drop there exceeds `edge_drop` times the model's
             lift standard error (the tables use 2).
 
     Returns:
         A `LiftResult` with `status` ``"inside"``, ``"below"``/``"above"`` the reference's
-        pass@1 range or ``"edge"`` (`edge_z`), `se`, `df` and `p` `(M,)` (NaN unless inside; `p`
+        pass@1 range or ``"edge"`` (`edge_z`), `se`, `df` and `p` `(M,)` (NaN outside; `p`
+        also NaN at an edge;
         NaN where `se` ≤ `SE_FLOOR`) and the `variance_components` `(M, 3)` of each lift (NaN
         outside the range), which plan designs (`design_mde`).
 
@@ -822,16 +824,14 @@ def curve_lift(
     if ps is not None and bias_correct:
         rng = np.random.default_rng([seed, 20])
         est = est - np.where(inside, _max_bias(ps, px, py, x, y, se, rng), 0.0)
+    edge = np.zeros(px.size, dtype=bool)
     if ps is not None and edge_z > 0:
-        drop = inside & _near_drop(ps, px, x, edge_z, se, edge_drop)
-        est, se = np.where(drop, np.nan, est), np.where(drop, np.nan, se)
-        comp = np.where(drop[:, None], np.nan, comp)
-        status = np.where(drop, "edge", status)
-        inside = inside & ~drop
+        edge = inside & _near_drop(ps, px, x, edge_z, se, edge_drop)
+        status = np.where(edge, "edge", status)
     half = stats.t.ppf(0.5 + level / 2, np.where(inside, df, 1.0)) * se
     # A model whose every per-cell contribution is 0 (e.g. one that never left the base) has
-    # standard error 0 up to rounding: no test, p NaN.
-    ok = inside & (se > SE_FLOOR)
+    # standard error 0 up to rounding: no test, p NaN. Nor has a model at an edge (`edge_z`).
+    ok = inside & ~edge & (se > SE_FLOOR)
     pval = np.where(ok, 2 * stats.t.sf(np.abs(est) / np.where(ok, se, 1.0),
                                        np.where(ok, df, 1.0)), np.nan)  # fmt: skip
     _, problem_idx = bootstrap_indices(np.random.default_rng(seed), num_resamples, s, p)

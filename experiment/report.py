@@ -68,8 +68,10 @@ METHOD_COLORS = {
 
 LIFT_METHOD = (
     "the reference curve is the maximum of one quadratic through the base per reference setting "
-    "(GRPO's best setting at each pass@1), less the estimated bias of that maximum where "
-    "settings' curves are close; CI: t "
+    "(a line where that quadratic would turn before the setting's first point; GRPO's best "
+    "setting at each pass@1), less the estimated bias of that maximum where settings' curves "
+    "are close; edge: within 2 standard errors of a drop of that maximum larger than 2 lift "
+    "standard errors, where a lift is not tested; CI: t "
     "interval with the delta method's standard error over the crossed seeds × problems design "
     "(`experiment.frontier.curve_lift`, calibrated by `python -m experiment calibrate`); p: two-"
     "sided test of lift 0, per comparison (exploratory: not corrected for the many comparisons); "
@@ -296,10 +298,12 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
         for m in a["models"]:
             if m["reference"]:
                 continue
-            if m["status"] == "inside" and m["lift"] is not None:
+            if m["status"] in ("inside", "edge") and m["lift"] is not None:
                 cell = f"{scale * m['lift']:+.2f}"
                 if m["lift_lo"] is not None:
                     cell += f" [{scale * m['lift_lo']:+.2f}, {scale * m['lift_hi']:+.2f}]"
+                if m["status"] == "edge":  # no test: the curve drops near its pass@1
+                    cell += " (edge: untested)"
             else:
                 cell = f"n/a ({m['status']})"
             pv = "" if m.get("lift_p") is None else f"{m['lift_p']:.3f}"

@@ -81,21 +81,32 @@ confirmation (a claim whose method a study lacks is left out of its table)."""
 
 
 def _inside(m: Mapping[str, Any]) -> bool:
-    """A testable comparison: inside the reference's range, with a p-value (standard error > 0)."""
+    """A testable comparison: inside the reference's range, with a p-value (standard error > 0,
+    not at a drop of the reference's curve)."""
     return m["status"] == "inside" and m["lift"] is not None and m.get("lift_p") is not None
+
+
+def _rankable(m: Mapping[str, Any]) -> bool:
+    """An exploratory candidate: a lift with an interval, inside the range or at a drop of the
+    reference's curve (the drop makes its test uncalibrated, not its rank: the confirmation
+    tests it)."""
+    if m["status"] == "edge":
+        return m["lift"] is not None and m.get("lift_lo") is not None
+    return _inside(m)
 
 
 def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> dict[str, dict]:
     """The exploratory picks: per non-reference label (or each of `labels`), its model (record of
     `lift_analysis`'s section) with the largest lower bound of the lift, among models inside the
-    reference's pass@1 range. A label with no such model is left out.
+    reference's pass@1 range (a model at a drop of its curve included: `_rankable`). A label
+    with no such model is left out.
 
     Args:
         section: one measure's section of `experiment.report.lift_analysis`.
     """
     best: dict[str, tuple[tuple[float, float], dict]] = {}
     for m in section["models"]:
-        if m["reference"] or not _inside(m) or (labels is not None and m["label"] not in labels):
+        if m["reference"] or not _rankable(m) or (labels is not None and m["label"] not in labels):
             continue
         key = (m["lift_lo"], m["lift"])
         if m["label"] not in best or key > best[m["label"]][0]:
@@ -145,7 +156,7 @@ def confirm(
             "df": m["lift_df"] if ok else None, "p": m["lift_p"] if ok else None,
             "p_holm": float(a) if ok else None, "mde": mde, "verdict": verdict,
             "components": m.get("lift_var") if ok else None, "level": alpha / max(n, 1),
-            "status": m["status"] if m["lift_p"] is not None or m["lift"] is None else "se 0",
+            "status": "se 0" if m["status"] == "inside" and m["lift"] is not None and m["lift_p"] is None else m["status"],
         }  # fmt: skip
     return out
 
