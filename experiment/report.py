@@ -71,7 +71,8 @@ LIFT_METHOD = (
     "(a line where that quadratic would turn before the setting's first point; GRPO's best "
     "setting at each pass@1), less the estimated bias of that maximum where settings' curves "
     "are close; edge: within 2 standard errors of a drop of that maximum larger than 2 lift "
-    "standard errors, where a lift is not tested; CI: t "
+    "standard errors, tested against the curves on both sides (union of the intervals, the "
+    "larger p); CI: t "
     "interval with the delta method's standard error over the crossed seeds × problems design "
     "(`experiment.frontier.curve_lift`, calibrated by `python -m experiment calibrate`); p: two-"
     "sided test of lift 0, per comparison (exploratory: not corrected for the many comparisons); "
@@ -181,7 +182,8 @@ def lift_analysis(
     of every model's point (over seeds and problems, for the figure); with `bias_correct` the
     maximum's bias where several settings' curves are close is subtracted, and a model within
     `edge_z` standard errors of a drop of that maximum larger than `edge_drop` lift standard
-    errors gets no lift (status ``"edge"``; calibrated: docs/statistics.md). The section's ``curves``
+    errors is tested on both sides of it (status ``"edge"``; calibrated: docs/statistics.md).
+    The section's ``curves``
     (each setting's coefficients and pass@1 reach) draw the curve; ``curve`` is the pooled fit.
 
     Args:
@@ -222,7 +224,7 @@ def lift_analysis(
             "curve_lift: the maximum of per-setting quadratics through the base, "
             + ("bias-corrected, " if bias_correct else "")
             + (
-                f"no lift within {edge_z:g} SE of a drop over {edge_drop:g} SE, "
+                f"both sides within {edge_z:g} SE of a drop over {edge_drop:g} SE, "
                 if edge_z > 0
                 else ""
             )
@@ -302,8 +304,8 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
                 cell = f"{scale * m['lift']:+.2f}"
                 if m["lift_lo"] is not None:
                     cell += f" [{scale * m['lift_lo']:+.2f}, {scale * m['lift_hi']:+.2f}]"
-                if m["status"] == "edge":  # no test: the curve drops near its pass@1
-                    cell += " (edge: untested)"
+                if m["status"] == "edge":  # the curve drops near its pass@1: both sides
+                    cell += " (edge)"
             else:
                 cell = f"n/a ({m['status']})"
             pv = "" if m.get("lift_p") is None else f"{m['lift_p']:.3f}"

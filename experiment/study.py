@@ -81,32 +81,24 @@ confirmation (a claim whose method a study lacks is left out of its table)."""
 
 
 def _inside(m: Mapping[str, Any]) -> bool:
-    """A testable comparison: inside the reference's range, with a p-value (standard error > 0,
-    not at a drop of the reference's curve)."""
-    return m["status"] == "inside" and m["lift"] is not None and m.get("lift_p") is not None
-
-
-def _rankable(m: Mapping[str, Any]) -> bool:
-    """An exploratory candidate: a lift with an interval, inside the range or at a drop of the
-    reference's curve (the drop makes its test uncalibrated, not its rank: the confirmation
-    tests it)."""
-    if m["status"] == "edge":
-        return m["lift"] is not None and m.get("lift_lo") is not None
-    return _inside(m)
+    """A testable comparison: inside the reference's range (at a drop of its curve: tested on both
+    sides, `experiment.frontier.curve_lift`), with a p-value (standard error > 0)."""
+    return (
+        m["status"] in ("inside", "edge") and m["lift"] is not None and m.get("lift_p") is not None
+    )
 
 
 def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> dict[str, dict]:
     """The exploratory picks: per non-reference label (or each of `labels`), its model (record of
     `lift_analysis`'s section) with the largest lower bound of the lift, among models inside the
-    reference's pass@1 range (a model at a drop of its curve included: `_rankable`). A label
-    with no such model is left out.
+    reference's pass@1 range. A label with no such model is left out.
 
     Args:
         section: one measure's section of `experiment.report.lift_analysis`.
     """
     best: dict[str, tuple[tuple[float, float], dict]] = {}
     for m in section["models"]:
-        if m["reference"] or not _rankable(m) or (labels is not None and m["label"] not in labels):
+        if m["reference"] or not _inside(m) or (labels is not None and m["label"] not in labels):
             continue
         key = (m["lift_lo"], m["lift"])
         if m["label"] not in best or key > best[m["label"]][0]:
@@ -304,7 +296,6 @@ def verdicts_markdown(
 
 
 _WHY_NO_LIFT = {
-    "edge": "at a drop of GRPO's curve",  # frontier.curve_lift's edge rule
     "se 0": "never left the base",
     None: "outside GRPO's range",
 }
@@ -326,9 +317,12 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
             return f"{r['lift']:+.1f} [{r['lo']:+.1f}, {r['hi']:+.1f}] ({r['where']})"
         if r.get("lift") is None:
             return f"**{r['verdict']}** ({_WHY_NO_LIFT.get(r.get('status'), _WHY_NO_LIFT[None])})"
+        edge = " (at a drop of GRPO's curve: both sides)" if r.get("status") == "edge" else ""
         d = 2 if r.get("unit") == "per problem" else 1  # distinct correct: small numbers
         mde = "" if r.get("mde") is None else f", MDE {r['mde']:.{d}f}"
-        return f"**{r['verdict']}** {r['lift']:+.{d}f} [{r['lo']:+.{d}f}, {r['hi']:+.{d}f}]{mde}"
+        return (
+            f"**{r['verdict']}** {r['lift']:+.{d}f} [{r['lo']:+.{d}f}, {r['hi']:+.{d}f}]{mde}{edge}"
+        )
 
     out = [f"| claim | {' | '.join(studies)} |", "|---" * (len(studies) + 1) + "|"]
     for text in claims:

@@ -164,17 +164,18 @@ def test_reference_spread_takes_each_settings_best_checkpoint_and_feeds_one_row(
     assert S.spread_row("st", {}) is None
 
 
-def test_a_model_at_a_drop_of_the_curve_is_ranked_but_not_tested():
-    """Status "edge" (`frontier.curve_lift`'s drop rule): the exploratory pick may fall on it (its
-    lower bound ranks it), but the confirmation gives it no lift, no Holm share and no verdict."""
-    edge = {**_model("a", 0.02, 0.01, 0.03, p=None), "status": "edge"}
+def test_a_model_at_a_drop_of_the_curve_is_tested_and_labelled():
+    """Status "edge" (`frontier.curve_lift` tested it on both sides of a drop of GRPO's curve):
+    a pick and a member of Holm's family like any tested model; the claims table says so."""
+    edge = {**_model("a", -0.05, -0.07, -0.03, p=0.001), "status": "edge"}
     section = {"models": [_model("grpo", 0.0, -1, 1, ref=True), edge,
                           _model("b", 0.01, -0.01, 0.03, p=0.2)]}  # fmt: skip
     assert S.select(section) == {"a": edge, "b": section["models"][2]}
     out = S.confirm(section, ["a", "b"])
-    assert out["a"]["lift"] is None and out["a"]["status"] == "edge" and out["a"]["p_holm"] is None
-    assert out["b"]["p_holm"] == 0.2  # a family of one
-    assert S.claim_verdict(out["a"], 0.03) == "not resolved"
+    assert out["a"]["status"] == "edge" and out["a"]["p_holm"] == 0.002
+    assert out["a"]["verdict"] == "below"
+    assert S.claim_verdict(out["a"], 0.03) == "refuted"
     row = S.claim_rows("s", {"pass_at_k": {"ds_grpo": out["a"]}}, {"verdict": "supported", "y": 0,
                        "y_lo": 0, "y_hi": 0}, size=3.0, size_distinct=0.1)  # fmt: skip
-    assert "at a drop of GRPO's curve" in S.claims_table(row)
+    assert "**refuted** -5.0 [-7.0, -3.0]" in S.claims_table(row)
+    assert "at a drop of GRPO's curve: both sides" in S.claims_table(row)
