@@ -821,7 +821,7 @@ def curve_lift(
             drops by more than `edge_drop` lift standard errors (`_near_drop`; the
             `short_dominant` calibration design) is tested on both sides of the drop (status
             ``"edge"``, `_both_sides`): the union of its two intervals, the
-            intersection-union p-value; the estimate stays the active curve's.
+            intersection-union p-value; the estimate is the active curve's, uncorrected.
 
     Returns:
         A `LiftResult` with `status` ``"inside"``, ``"below"``/``"above"`` the reference's
@@ -873,6 +873,10 @@ def curve_lift(
             lo[m], hi[m], pval[m], se[m], df[m] = _both_sides(
                 ps, int(m), int(edge_of[m]), px, py, x, y, level
             )
+            # The active curve's plain lift: the maximum's bias correction assumes the curves
+            # contend smoothly, which they do not across a drop, and could move the estimate
+            # out of its own interval.
+            est[m] = ps.lifts[ps.active[m], m]
     _, problem_idx = bootstrap_indices(np.random.default_rng(seed), num_resamples, s, p)
     seed_idx = np.broadcast_to(np.arange(s), (num_resamples, s))
     bx, _ = resampled_points(x, y, seed_idx, problem_idx)  # (B, M)
