@@ -621,16 +621,17 @@ def _both_sides(
     level: float,
 ) -> tuple[float, float, float, float, float]:
     """Model `m` at the drop where setting `k`'s reach ends (`_near_drop`): its lift against
-    `k`'s curve and against the highest curve reaching further, each with its delta-method t
-    interval. Returns `(lo, hi, p, se, df)`: the union of the two intervals, the
-    intersection-union p-value (the larger of the two, when both lifts have the same sign; else
-    1: lift 0 is rejected only when it is rejected whichever side the model is on; Berger 1982,
-    "Multiparameter hypothesis testing and acceptance sampling"), the larger standard error and
-    the smaller degrees of freedom."""
+    `k`'s curve, against the highest curve reaching further and against the active one (the
+    maximum at its pass@1, when another), each with its delta-method t interval. Returns
+    `(lo, hi, p, se, df)`: the union of the intervals, the intersection-union p-value (the
+    largest, when every lift has the same sign; else 1: lift 0 is rejected only when it is
+    rejected whichever side the model is on; Berger 1982, "Multiparameter hypothesis testing
+    and acceptance sampling"), the largest standard error and the smallest degrees of
+    freedom."""
     further = np.flatnonzero(ps.x_max > ps.x_max[k])
     j = int(further[np.argmin(ps.lifts[further, m])])  # the highest curve past the edge
     sides = []
-    for c in (k, j):
+    for c in dict.fromkeys((k, j, int(ps.active[m]))):  # and the one the estimate uses
         jm = _jacobian_of(ps, c, px, py)[m]  # (2, M)
         contrib = np.einsum("j,jsp->sp", jm[0], x) + np.einsum("j,jsp->sp", jm[1], y)
         var, df = crossed_variance(contrib)
@@ -638,9 +639,9 @@ def _both_sides(
         half = stats.t.ppf(0.5 + level / 2, df) * se_c
         p_c = 2 * stats.t.sf(abs(lift) / se_c, df) if se_c > SE_FLOOR else np.nan
         sides.append((lift - half, lift + half, p_c, se_c, float(df), lift))
-    (lo_a, hi_a, p_a, se_a, df_a, l_a), (lo_b, hi_b, p_b, se_b, df_b, l_b) = sides
-    p = max(p_a, p_b) if np.sign(l_a) == np.sign(l_b) else 1.0
-    return min(lo_a, lo_b), max(hi_a, hi_b), p, max(se_a, se_b), min(df_a, df_b)
+    lo, hi, ps_, se, df, lifts = (np.array(v) for v in zip(*sides, strict=True))
+    p = float(ps_.max()) if np.all(np.sign(lifts) == np.sign(lifts[0])) else 1.0
+    return float(lo.min()), float(hi.max()), p, float(se.max()), float(df.min())
 
 
 EDGE_Z = 2.0

@@ -146,6 +146,7 @@ def test_the_edge_rule_tests_both_sides_of_a_dominant_settings_drop_and_nothing_
         np.testing.assert_array_equal(edge.lo[~at], plain.lo[~at])
         assert np.all(edge.lo[at] <= plain.lo[at]) and np.all(edge.hi[at] >= plain.hi[at])
         assert np.all(np.isfinite(edge.p[at]))
+        assert np.all((edge.lo[at] <= edge.lift[at]) & (edge.lift[at] <= edge.hi[at]))
 
 
 def test_the_edge_rule_covers_where_a_dominant_setting_stops_short():
