@@ -303,19 +303,14 @@ def _prompt_mask(groups: int, p_len: int, pad: int) -> Any:
 
 
 def _profiler(on: bool, cuda: bool) -> Any:
-    import contextlib
+    from llm.run.distributed import device_profiler
 
-    import torch
-
-    if not on:
-        return contextlib.nullcontext()
-    acts = [torch.profiler.ProfilerActivity.CPU]
-    if cuda:
-        acts.append(torch.profiler.ProfilerActivity.CUDA)
-    return torch.profiler.profile(activities=acts)
+    return device_profiler(on, cuda)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from llm.config import add_set_argument
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", nargs="+", default=DEFAULT_CONFIGS)
     ap.add_argument("--groups", type=int, default=2, help="prompts (groups of G) to time")
@@ -331,15 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compile", action="store_true", help="torch.compile each decoder layer")
     ap.add_argument("--pad", type=int, default=0, help="left-pad the first prompt by this many")
     ap.add_argument("--profile", type=int, default=0, help="print the top-K ops of the last update")
-    ap.add_argument(
-        "--set",
-        dest="sets",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config overrides (system.tf32=true ...)",
-    )
+    add_set_argument(ap, "config overrides (system.tf32=true ...)")
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one:  # the child: one config, one JSON line

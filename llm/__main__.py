@@ -39,7 +39,13 @@ import numpy as np
 from transformers.utils import logging as hf_logging
 
 from experiment import cli
-from llm.config import apply_overrides, check_model_path, config_from_dict, load_config
+from llm.config import (
+    add_set_argument,
+    apply_overrides,
+    check_model_path,
+    config_from_dict,
+    load_config,
+)
 from llm.config import describe as describe_config
 from llm.data import check_data_file, load_eval_sets
 from llm.eval.diversity import load_encoder
@@ -261,14 +267,8 @@ def _study(args: argparse.Namespace) -> int:
 
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--set",
-        dest="sets",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override config keys: lr=3e-4 data.seed=3 method=ds_grpo (TOML literals)",
+    add_set_argument(
+        parser, "override config keys: lr=3e-4 data.seed=3 method=ds_grpo (TOML literals)"
     )
 
 
@@ -381,10 +381,9 @@ def _main(argv: list[str]) -> int:
     sw = sub.add_parser("sweep", help="a grid of methods x settings x seeds, paths, frontier")
     sw.add_argument("--config", help="sweep TOML (configs/sweep_*.toml; see --describe)")
     sw.add_argument("--describe", action="store_true", help="print every sweep key and exit")
-    sw.add_argument(
-        "--set", dest="sets", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-        help="override sweep keys: seeds=[0] train.steps=20 eval.problems=8 (TOML literals)",
-    )  # fmt: skip
+    add_set_argument(
+        sw, "override sweep keys: seeds=[0] train.steps=20 eval.problems=8 (TOML literals)"
+    )
     sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     sw.add_argument("--out", help="output folder (default runs/sweeps/<config stem>)")
     _add_engine(sw)

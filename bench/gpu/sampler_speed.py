@@ -18,7 +18,6 @@ call (torch.profiler: where the time of a call goes).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import platform
 import time
@@ -30,10 +29,10 @@ import numerics  # noqa: F401  (first: pins the numeric code paths before torch 
 import torch
 from transformers.utils import logging as hf_logging
 
-from llm.config import load_config
+from llm.config import add_set_argument, load_config
 from llm.model.load import load_model_and_tokenizer
 from llm.rollout.backend import make_backend
-from llm.run.distributed import check_device, set_matmul_precision
+from llm.run.distributed import check_device, device_profiler, set_matmul_precision
 from llm.tasks import TASKS
 
 
@@ -57,15 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", nargs="+", default=["16x8", "16x32", "32x32"])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--tf32", action="store_true", help="TF32 matmuls (system.tf32)")
-    ap.add_argument(
-        "--set",
-        dest="sets",
-        nargs="+",
-        action="extend",
-        default=[],
-        metavar="KEY=VALUE",
-        help="config overrides (data.max_target=20 ...)",
-    )
+    add_set_argument(ap, "config overrides (data.max_target=20 ...)")
     ap.add_argument(
         "--profile", type=int, default=0, help="print the top-K ops of each shape's last call"
     )
@@ -94,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
             if cuda:
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
-            prof = _profiler(bool(args.profile) and i == args.repeats - 1, cuda)
+            prof = device_profiler(bool(args.profile) and i == args.repeats - 1, cuda)
             with prof:
                 start = time.perf_counter()
                 roll = backend.generate(
@@ -127,16 +118,6 @@ def main(argv: list[str] | None = None) -> int:
                "template": cfg.template, "rows": rows}  # fmt: skip
         Path(args.out).write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
     return 0
-
-
-def _profiler(on: bool, cuda: bool) -> contextlib.AbstractContextManager:
-    """torch.profiler over host (and CUDA) activity when `on`, else a no-op context."""
-    if not on:
-        return contextlib.nullcontext()
-    acts = [torch.profiler.ProfilerActivity.CPU]
-    if cuda:
-        acts.append(torch.profiler.ProfilerActivity.CUDA)
-    return torch.profiler.profile(activities=acts)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ one release with a `FutureWarning` (`MOVED_KEYS`). `apply_overrides` sets any ke
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import os
 import tomllib
@@ -62,6 +63,7 @@ __all__ = [
     "SystemConfig",
     "TrainConfig",
     "VLLMConfig",
+    "add_set_argument",
     "apply_overrides",
     "check_model_path",
     "config_from_dict",
@@ -266,6 +268,15 @@ def config_from_dict(raw: Mapping[str, Any]) -> TrainConfig:
     cfg = schema.from_dict(TrainConfig, upgrade_keys(raw))
     validate(cfg)
     return cfg
+
+
+def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """The ``--set KEY=VALUE ...`` option of every command that takes config overrides (into
+    ``args.sets``, in order; parsed by `apply_overrides` or the sweep's own)."""
+    parser.add_argument(
+        "--set", dest="sets", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+        help=help,
+    )  # fmt: skip
 
 
 def apply_overrides(raw: Mapping[str, Any], pairs: Iterable[str]) -> dict[str, Any]:

@@ -121,6 +121,17 @@ def set_matmul_precision(device: str, tf32: bool) -> None:
         torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
+def device_profiler(on: bool, cuda: bool) -> contextlib.AbstractContextManager:
+    """`torch.profiler.profile` over host (and, with `cuda`, CUDA) activity when `on`, else a
+    no-op context: where a benchmark's timed call spends its time."""
+    if not on:
+        return contextlib.nullcontext()
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if cuda:
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(activities=acts)
+
+
 def init_distributed(device: str) -> DistInfo:
     """Join the process group torchrun set up (``WORLD_SIZE`` > 1), or return a single-process
     `DistInfo`. The backend is NCCL on CUDA and gloo on CPU; ``device = "cuda"`` becomes
