@@ -781,7 +781,7 @@ def curve_lift(
     per_setting: bool = False,
     bias_correct: bool = False,
     edge_z: float = 0.0,
-    edge_drop: float = 1.0,
+    edge_drop: float = EDGE_DROP,
 ) -> LiftResult:
     """Lift at matched pass@1 over a smooth reference curve: a polynomial through the origin fitted
     to the reference models' points (means over seeds and problems), with a t interval whose
