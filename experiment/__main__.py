@@ -30,7 +30,7 @@ PROCEDURES = {
     "envelope": C.bootstrap_procedure,
     "pooled": lambda resamples: C.curve_procedure(resamples, per_setting=False),
     "uncorrected": lambda resamples: C.curve_procedure(resamples, bias_correct=False),
-    "edge": C.curve_procedure,  # the edge rule is in the tables' procedure now: the same
+    "edge": C.curve_procedure,  # kept as a name: its rule is in the tables' procedure now
     "no-edge": lambda resamples: C.curve_procedure(resamples, edge_z=0.0),
 }
 DEFAULT_PROCEDURES = ("curve", "envelope")
@@ -76,7 +76,7 @@ def _main(argv: list[str]) -> int:
     cal.add_argument("--seed", type=int, default=0, help="simulation seed")
     cal.add_argument("--procedure", choices=sorted(PROCEDURES), action="append",
                      help="procedure(s) to check (default: curve, the tables' maximum of "
-                          "per-setting curves, bias-corrected, no lift at a drop (edge: the same), "
+                          "per-setting curves, bias-corrected, both sides tested at a drop (edge: the same), "
                           "and envelope; uncorrected: that maximum without the correction; "
                           "no-edge: without the drop rule; pooled: one curve for all settings)")  # fmt: skip
     cal.add_argument("--design", choices=sorted(ALL_DESIGNS), action="append",

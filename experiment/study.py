@@ -88,6 +88,12 @@ def _inside(m: Mapping[str, Any]) -> bool:
     )
 
 
+def _never_moved(m: Mapping[str, Any]) -> bool:
+    """Inside the range with a lift but no p-value: its standard error is 0 (it never left the
+    base)."""
+    return m["status"] == "inside" and m["lift"] is not None and m.get("lift_p") is None
+
+
 def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> dict[str, dict]:
     """The exploratory picks: per non-reference label (or each of `labels`), its model (record of
     `lift_analysis`'s section) with the largest lower bound of the lift, among models inside the
@@ -148,7 +154,7 @@ def confirm(
             "df": m["lift_df"] if ok else None, "p": m["lift_p"] if ok else None,
             "p_holm": float(a) if ok else None, "mde": mde, "verdict": verdict,
             "components": m.get("lift_var") if ok else None, "level": alpha / max(n, 1),
-            "status": "se 0" if m["status"] == "inside" and m["lift"] is not None and m["lift_p"] is None else m["status"],
+            "status": "se 0" if _never_moved(m) else m["status"],
         }  # fmt: skip
     return out
 
