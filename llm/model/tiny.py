@@ -68,6 +68,10 @@ BUILD_FILE = "tiny_build.json"
 BUILD_VERSION = 1
 # The held-out stream is reserved up to this many problems: the training set excludes all of them.
 HELDOUT_RESERVED = 2000
+# The train stream holds at most this many problems. The held-out stream goes on past its reserved
+# prefix (a study's later confirmations need fresh problems) by skipping every one of them, so a
+# problem of that extension is never trained on either.
+TRAIN_LIMIT = 8000
 
 
 @dataclass(frozen=True)
@@ -280,22 +284,27 @@ def tiny_problems(
     """The first `n` problems of the `split` stream of `config`'s distribution, deterministic.
 
     Both streams hold distinct problems (same multiset of numbers and same target counts as the
-    same problem). `heldout` is drawn with seed `(data_seed, 1)`; use its first
-    `n <= HELDOUT_RESERVED` problems for evaluation. `train` is drawn with seed `(data_seed, 0)`
-    and skips every problem of the reserved held-out prefix, so a held-out problem is never
-    trained on. A stream's prefix does not depend on `n`.
+    same problem). `heldout` is drawn with seed `(data_seed, 1)`. Its first `HELDOUT_RESERVED`
+    problems are reserved: `train` (seed `(data_seed, 0)`, at most `TRAIN_LIMIT` problems) skips
+    them, so they are never trained on. Past that prefix the held-out stream goes on and skips
+    every problem of the train stream's first `TRAIN_LIMIT`, so no held-out problem is ever
+    trained on (the extension, for later confirmations, is drawn the same way but leaves out
+    the problems seen before, which are the more frequent ones). A stream's prefix does not
+    depend on `n`.
 
     Raises:
-        ValueError: `n < 0`, unknown `split`, or `n > HELDOUT_RESERVED` for `heldout`.
+        ValueError: `n < 0`, unknown `split`, or `n > TRAIN_LIMIT` for `train`.
     """
     if n < 0:
         raise ValueError(f"n: expected >= 0, got {n}")
     if split == "heldout":
-        if n > HELDOUT_RESERVED:
-            raise ValueError(f"n: the held-out split holds {HELDOUT_RESERVED} problems, got {n}")
-        return list(_reserved(config)[:n])
+        if n <= HELDOUT_RESERVED:
+            return list(_reserved(config)[:n])
+        return list(_heldout_extended(config, n))
     if split != "train":
         raise ValueError(f"split: expected 'train' or 'heldout', got {split!r}")
+    if n > TRAIN_LIMIT:
+        raise ValueError(f"n: the train split holds {TRAIN_LIMIT} problems, got {n}")
     return _distinct_stream(config, 0, n, {_problem_key(p) for p in _reserved(config)})
 
 
@@ -304,17 +313,30 @@ def _reserved(config: TinyConfig) -> tuple[CountdownProblem, ...]:
     return tuple(_distinct_stream(config, 1, HELDOUT_RESERVED, set()))
 
 
+@functools.lru_cache(maxsize=4)
+def _heldout_extended(config: TinyConfig, n: int) -> tuple[CountdownProblem, ...]:
+    trained = {_problem_key(p) for p in tiny_problems(config, "train", TRAIN_LIMIT)}
+    return tuple(_distinct_stream(config, 1, n, set(), skip_after=(HELDOUT_RESERVED, trained)))
+
+
 def _distinct_stream(
-    config: TinyConfig, stream: int, n: int, exclude: set[tuple[tuple[int, ...], int]]
+    config: TinyConfig,
+    stream: int,
+    n: int,
+    exclude: set[tuple[tuple[int, ...], int]],
+    skip_after: tuple[int, set[tuple[tuple[int, ...], int]]] = (0, set()),
 ) -> list[CountdownProblem]:
+    """The first `n` distinct problems of `stream`, leaving out `exclude` and, once `skip_after`'s
+    count is reached, its set too."""
     rng = np.random.default_rng([config.data_seed, stream])
     seen = set(exclude)
+    after, skip = skip_after
     out: list[CountdownProblem] = []
     while len(out) < n:
         # Each problem consumes the generator in order, so chunking never changes the stream.
         for p in _draw(config, rng, max(256, n - len(out))):
             key = _problem_key(p)
-            if key not in seen:
+            if key not in seen and not (len(out) >= after and key in skip):
                 seen.add(key)
                 out.append(p)
                 if len(out) == n:

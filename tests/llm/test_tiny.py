@@ -108,8 +108,25 @@ def test_problem_splits_are_deterministic_and_disjoint():
     assert tiny_problems(replace(cfg, data_seed=1), "train", 20) != train[:20]
     with pytest.raises(ValueError, match="split"):
         tiny_problems(cfg, "test", 3)
-    with pytest.raises(ValueError, match="n"):
-        tiny_problems(cfg, "heldout", tiny.HELDOUT_RESERVED + 1)
+    with pytest.raises(ValueError, match="train split holds"):
+        tiny_problems(cfg, "train", tiny.TRAIN_LIMIT + 1)
+
+
+def test_heldout_extension_is_fresh_and_never_trained_on():
+    cfg = TinyConfig()
+    reserved = tiny_problems(cfg, "heldout", tiny.HELDOUT_RESERVED)
+    extended = tiny_problems(cfg, "heldout", tiny.HELDOUT_RESERVED + 500)
+    assert extended[: tiny.HELDOUT_RESERVED] == reserved  # the reserved prefix is unchanged
+    key = lambda p: (tuple(sorted(p.nums)), p.target)  # noqa: E731
+    keys = [key(p) for p in extended]
+    assert len(set(keys)) == len(keys)
+    trained = {key(p) for p in tiny_problems(cfg, "train", tiny.TRAIN_LIMIT)}
+    assert not set(keys) & trained
+    # the extension is stream 1's continuation: the same problems as a plain distinct draw of
+    # that stream, less the trained ones
+    plain = tiny._distinct_stream(cfg, 1, tiny.HELDOUT_RESERVED + 2000, set())
+    tail = [p for p in plain[tiny.HELDOUT_RESERVED :] if key(p) not in trained]
+    assert extended[tiny.HELDOUT_RESERVED :] == tail[:500]
 
 
 def test_collate_masks_the_prompt_out_of_the_loss():
