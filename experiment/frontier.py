@@ -902,6 +902,62 @@ def minimum_detectable(
     return np.where(ok, out, np.nan)
 
 
+@dataclass(frozen=True)
+class Dominance:
+    """`dominance`'s answer, each `(M,)`: the reference model that most clearly has more of both
+    measures (`index`, −1 for reference models), its pass@1 and measure differences over the model
+    (`dx`, `dy`: reference minus model), and the p-value of "it does not dominate", Bonferroni-
+    adjusted over the reference models tried (`p`; NaN for reference models)."""
+
+    index: np.ndarray
+    dx: np.ndarray
+    dy: np.ndarray
+    p: np.ndarray
+
+
+def _one_sided_p(d: np.ndarray) -> float:
+    """p of `mean(d) ≤ 0` against `> 0` for a crossed seeds × problems difference `d` `(S, P)`
+    (`crossed_variance`'s t)."""
+    var, df = crossed_variance(d)
+    mean = float(d.mean())
+    if var <= 0:
+        return 0.0 if mean > 0 else 1.0
+    return float(stats.t.sf(mean / np.sqrt(var), df))
+
+
+def dominance(x: object, y: object, models: Models, reference: str | Sequence[str]) -> Dominance:
+    """A curve-free check of each model against the reference's own models (the base included):
+    is some reference model better in pass@1 *and* in the measure? For each pair the one-sided
+    paired t tests of both differences (`crossed_variance`'s standard error over seeds and
+    problems) are combined by intersection-union (the larger p: Berger 1982), and a model's
+    p is the smallest pair's, times the number of reference models (Bonferroni), so that a small
+    p says "GRPO, stopped or tuned somewhere, beats this model on both axes" at that level
+    whatever the shape of GRPO's curve between its points.
+
+    Args:
+        x, y: `(M, S, P)` per-problem gains in pass@1 and in the measure (as `curve_lift`).
+        models: the M models; reference: the reference's method name(s).
+
+    Raises:
+        ValueError: shapes that differ, no reference model.
+    """
+    x, y = _check_values(x, y, models)
+    ref = _check_lift_args(models, reference, 1, 0.5)
+    m_all = x.shape[0]
+    index = np.full(m_all, -1)
+    dx, dy, p = (np.full(m_all, np.nan) for _ in range(3))
+    for m in np.setdiff1d(np.arange(m_all), ref):
+        best = (np.inf, -1)
+        for r in ref:
+            pr = max(_one_sided_p(x[r] - x[m]), _one_sided_p(y[r] - y[m]))
+            best = min(best, (pr, int(r)))
+        index[m] = best[1]
+        dx[m] = float((x[best[1]] - x[m]).mean())
+        dy[m] = float((y[best[1]] - y[m]).mean())
+        p[m] = min(1.0, ref.size * best[0])
+    return Dominance(index, dx, dy, p)
+
+
 def holm(p: object) -> np.ndarray:
     """Holm's step-down adjusted p-values of a family of tests `(n,)` (NaN entries are not part of
     the family and stay NaN): reject test `i` at family-wise level `α` iff its adjusted p ≤ `α`.

@@ -213,6 +213,7 @@ def lift_analysis(
     x_lo, x_hi = frontier.percentile_interval(bx, level)
     y_lo, y_hi = frontier.percentile_interval(by, level)
     ref = set(res.reference.tolist())
+    dom = frontier.dominance(x, y, models, reference)
     beta, _ = frontier.setting_curve(res.x[res.reference], res.y[res.reference])
     groups = (frontier.setting_groups(res.reference, models) if per_setting
               else [res.reference])  # fmt: skip
@@ -260,11 +261,23 @@ def lift_analysis(
                 "status": str(res.status[i]),
                 "inside_fraction": float(res.inside_fraction[i]),
                 "reference": bool(i in ref),
+                "dominated_by": _dominator(dom, models, i),
             }
             for i, row in enumerate(rows)
         ],
     }
     return section, res
+
+
+def _dominator(dom: frontier.Dominance, models: frontier.Models, i: int) -> dict | None:
+    """Model `i`'s `experiment.frontier.dominance` record for results.json: the reference model
+    (``setting``, ``step``), ``dx``, ``dy`` (reference minus model) and ``p`` (Bonferroni over the
+    reference's models), or None for a reference model."""
+    r = int(dom.index[i])
+    if r < 0:
+        return None
+    return {"setting": models.setting[r], "step": int(models.step[r]), "dx": float(dom.dx[i]),
+            "dy": float(dom.dy[i]), "p": float(dom.p[i])}  # fmt: skip
 
 
 def _components(v: np.ndarray) -> list[float] | None:

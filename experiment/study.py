@@ -52,6 +52,7 @@ __all__ = [
     "cpu_model",
     "design_for",
     "designs_markdown",
+    "dominance_markdown",
     "pick",
     "problems_for",
     "provenance",
@@ -155,6 +156,7 @@ def confirm(
             "p_holm": float(a) if ok else None, "mde": mde, "verdict": verdict,
             "components": m.get("lift_var") if ok else None, "level": alpha / max(n, 1),
             "status": "se 0" if _never_moved(m) else m["status"],
+            "dominated_by": m.get("dominated_by"),
         }  # fmt: skip
     return out
 
@@ -298,7 +300,36 @@ def verdicts_markdown(
             mde = "" if r["mde"] is None else f"{scale * r['mde']:.2f}"
             parts.append(f"| {label} | {where} | {explo} | {ci} | {p} | {ph} "
                          f"| {mde} | {r['verdict']} |")  # fmt: skip
+        parts.append(dominance_markdown(rows, scale, legend=measure == next(iter(confirmed))))
     return "\n".join(parts) + "\n"
+
+
+def dominance_markdown(
+    rows: Mapping[str, Mapping[str, Any]], scale: float, *, legend: bool = True
+) -> str:
+    """The curve-free check under a confirmation table: per pick, GRPO's model (base included)
+    that most clearly has more pass@1 *and* more of the measure, the two differences (GRPO minus
+    pick, in the table's units) and the p-value (intersection-union of the two one-sided t tests,
+    Bonferroni over GRPO's models: `experiment.frontier.dominance`), after a `legend` that says
+    so. Empty without records."""
+    found = {label: r["dominated_by"] for label, r in rows.items() if r.get("dominated_by")}
+    if not found:
+        return ""
+    text = (
+        "Curve-free check: GRPO's own model with the most evidence of more pass@1 *and* more "
+        "of the measure than the pick (differences GRPO minus pick; p: both one-sided t "
+        "tests (intersection-union), Bonferroni over GRPO's models). A small p says that "
+        "GRPO, stopped or tuned at that point, beats the pick on both axes, whatever its "
+        "curve does between its points."
+        if legend
+        else "Curve-free check (as above):"
+    )
+    lines = [f"\n{text}\n", "| method | GRPO's model | pass@1 | measure | p |\n"
+             "|---|---|---|---|---|"]  # fmt: skip
+    for label, d in found.items():
+        lines.append(f"| {label} | {d['setting']}, {d['step']} | {100 * d['dx']:+.2f} "
+                     f"| {scale * d['dy']:+.2f} | {d['p']:.3f} |")  # fmt: skip
+    return "\n".join(lines)
 
 
 _WHY_NO_LIFT = {

@@ -425,3 +425,31 @@ def test_a_setting_curve_that_turns_in_the_gap_before_its_first_point_is_a_line(
         assert degree == 2
         np.testing.assert_allclose(beta, F.fit_curve(spread, y, 2), rtol=1e-12)
     assert F.setting_curve(-px, py)[1] == 1  # the same on the side of lost pass@1
+
+
+def test_dominance_holds_its_level_and_finds_a_dominated_model():
+    """`dominance` under its null: a method path equal to a reference path (its models are draws
+    from the reference models' distributions, so none is dominated by its own twin's checkpoint),
+    simulated in `experiment.calibration`'s strong design; the rate of p ≤ 0.05 stays under 5%
+    (Monte Carlo error accounted for). A path that moves less and sharpens more than GRPO's lies
+    below GRPO's early checkpoints on both axes, and is found there."""
+    from experiment import calibration as C
+
+    d = C.STRESS_DESIGNS["strong_two_paths"]
+    twin = ("twin", *d.ref_settings[1])
+    worse = ("worse", -0.3, 0.6)  # at (1.2, −12), (2.3, −20), (3.2, −25): under GRPO
+    rng = np.random.default_rng(7)
+    hits, found = [], []
+    for _ in range(40):
+        study = C.simulate(d, [twin, worse], rng)
+        dom = F.dominance(study.x, study.y, study.models, "grpo")
+        ref = np.asarray(study.models.method) == "grpo"
+        assert (dom.index[ref] == -1).all() and np.isnan(dom.p[ref]).all()
+        methods = np.asarray(study.models.method)
+        hits.extend(dom.p[methods == "twin"] <= 0.05)
+        found.extend(dom.p[methods == "worse"] <= 0.05)
+        w = np.flatnonzero(methods == "worse")
+        assert (dom.dx[w][dom.p[w] <= 0.05] > 0).all() and (dom.dy[w][dom.p[w] <= 0.05] > 0).all()
+    rate = float(np.mean(hits))
+    assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / len(hits)), rate
+    assert np.mean(found) > 0.5

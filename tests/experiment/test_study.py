@@ -179,3 +179,20 @@ def test_a_model_at_a_drop_of_the_curve_is_tested_and_labelled():
                        "y_lo": 0, "y_hi": 0}, size=3.0, size_distinct=0.1)  # fmt: skip
     assert "**refuted** -5.0 [-7.0, -3.0]" in S.claims_table(row)
     assert "at a drop of GRPO's curve: both sides" in S.claims_table(row)
+
+
+def test_the_curve_free_check_is_carried_to_the_confirmation_table():
+    dom = {"setting": "kl_coef=0.1", "step": 50, "dx": 0.012, "dy": 0.034, "p": 0.004}
+    section = {"models": [
+        _model("grpo", 0.0, -1, 1, ref=True),
+        {**_model("a", -0.04, -0.06, -0.02, p=0.001), "dominated_by": dom},
+        _model("b", 0.03, 0.01, 0.05, p=0.03),  # an older results.json: no record
+    ]}  # fmt: skip
+    out = S.confirm(section, ["a", "b"])
+    assert out["a"]["dominated_by"] == dom and out["b"]["dominated_by"] is None
+    picks = {"pass_at_k": {k: {"setting": "s", "step": 10, "lift": 0.0} for k in "ab"}}
+    md = S.verdicts_markdown({"pass_at_k": out, "distinct_correct": out}, picks, "intro")
+    assert md.count("| a | kl_coef=0.1, 50 | +1.20 | +3.40 | 0.004 |") == 1  # pass@k: points
+    assert md.count("| a | kl_coef=0.1, 50 | +1.20 | +0.03 | 0.004 |") == 1  # distinct: as is
+    assert md.count("intersection-union") == 1 and md.count("Curve-free check (as above)") == 1
+    assert "| b |" not in md.split("Curve-free")[1].split("###")[0]
