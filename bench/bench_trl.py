@@ -116,6 +116,7 @@ from llm.data import data_indices, load_train_problems
 from llm.model.load import load_model_and_tokenizer
 from llm.rollout.backend import make_backend
 from llm.tasks import CountdownProblem, compute_score, make_prompt
+from llm.train.batched import train_batch
 from llm.train.trainer import train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,6 +150,10 @@ class Args:
     """runs of each trainer, alternated ours, TRL, TRL, ours, ...; post-warm-up steps are pooled"""
     vllm: bool = False
     """vLLM rollouts on a GPU for both (ours: backend vllm; TRL: use_vllm, colocate)"""
+    batched: int = 8
+    """also time our batched engine (`llm.train.batched.train_batch`): R runs of the config
+    (seeds seed .. seed + R - 1) as one program, its step per run next to TRL's (0: off; not with
+    --vllm)"""
     out: str = ""
     """write the results as JSON to this file"""
 
@@ -318,6 +323,19 @@ def run_ours(cfg: TrainConfig) -> dict[str, Any]:
         # Model loading, data, and the last-step checkpoint: train()'s time outside its steps.
         "outside_steps": total - sum(steps),
         "prompts": backend.prompts,
+    }
+
+
+def run_batched(cfg: TrainConfig, runs: int) -> dict[str, Any]:
+    """Train `runs` copies of `cfg` (seeds `cfg.seed + r`) as one batch in a temporary folder;
+    the batch's per-step times divided by `runs` (s per run)."""
+    _threads(cfg)
+    cfgs = [replace(cfg, seed=cfg.seed + r) for r in range(runs)]
+    with tempfile.TemporaryDirectory(prefix="bench_trl_batched_") as out:
+        history = train_batch(cfgs, [Path(out) / f"r{r}" for r in range(runs)])[0]
+    return {
+        key: [float(h[f"time/{key}"]) / runs for h in history]
+        for key in ("step", "rollout", "logprob", "optim")
     }
 
 
@@ -602,10 +620,17 @@ def run(args: Args) -> dict[str, Any]:
     problems = prompt_stream(cfg)
     expected = [make_prompt(p, cfg.template) for p in problems]
     load_before = os.getloadavg()
+    if args.batched and args.vllm:
+        sys.exit(
+            "--batched: the batched engine samples with its own decoder (CPU); not with --vllm"
+        )
     ours: list[dict[str, Any]] = []
     theirs: list[dict[str, Any]] = []
+    batched: list[dict[str, Any]] = []
     for r in range(args.rounds):
         order = ("ours", "trl") if r % 2 == 0 else ("trl", "ours")
+        if args.batched:
+            batched.append(call(run_batched, cfg, args.batched))
         for name in order:
             # --vllm: each run in its own spawned process, since vLLM allows one engine per
             # process (its executor initializes torch.distributed; sleep mode's allocator).
@@ -638,6 +663,13 @@ def run(args: Args) -> dict[str, Any]:
     summary["ratio_loop"] = summary["ours_loop_s"] / summary["trl_loop_s"]
     summary["ratio_loop_cpu"] = summary["ours_loop_cpu_s"] / summary["trl_loop_cpu_s"]
     summary["goal_met"] = bool(summary["ratio_step"] <= GOAL)
+    if batched:
+        summary["batched_runs"] = args.batched
+        for key in ("step", "rollout", "logprob", "optim"):
+            summary[f"batched_{key}_s"] = _median(batched, key, w)
+        summary["batched_step_min_s"] = _median(batched, "step", w, min)
+        summary["ratio_batched_step"] = summary["batched_step_s"] / summary["trl_step_s"]
+        summary["goal_met_batched"] = bool(summary["ratio_batched_step"] <= GOAL)
     strip = ("prompts",)
     return {
         "args": asdict(args),
@@ -672,6 +704,7 @@ def run(args: Args) -> dict[str, Any]:
         "summary": summary,
         "ours": [{k: v for k, v in run.items() if k not in strip} for run in ours],
         "trl": [{k: v for k, v in run.items() if k not in strip} for run in theirs],
+        "batched": batched,
         "differences": differences(),
     }
 
@@ -736,11 +769,28 @@ def report(res: dict[str, Any]) -> str:
         f"{mean(r['outside_steps'] for r in res['trl']):.2f} s",
         f"goal ours / TRL <= {GOAL}: {'met' if s['goal_met'] else 'NOT met'} "
         f"({s['ratio_step']:.2f}x per step)",
+        *batched_lines(s),
         "",
         "What the two compute differently:",
         *(f"- {d}" for d in res["differences"]),
     ]
     return "\n".join(lines)
+
+
+def batched_lines(s: dict[str, Any]) -> list[str]:
+    """The batched engine's per-run step next to TRL's (empty when it was not timed)."""
+    if "batched_runs" not in s:
+        return []
+    ms = 1e3
+    return [
+        f"ours, batched ({s['batched_runs']} runs as one program; per run): step "
+        f"{s['batched_step_s'] * ms:.1f} ms (fastest {s['batched_step_min_s'] * ms:.1f}): rollout "
+        f"{s['batched_rollout_s'] * ms:.1f}, behaviour pass {s['batched_logprob_s'] * ms:.1f}, "
+        f"update {s['batched_optim_s'] * ms:.1f}",
+        f"goal ours (batched) / TRL <= {GOAL}: "
+        f"{'met' if s['goal_met_batched'] else 'NOT met'} ({s['ratio_batched_step']:.2f}x per "
+        "step and run)",
+    ]
 
 
 def parse(argv: list[str] | None = None) -> Args:

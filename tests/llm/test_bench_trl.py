@@ -40,7 +40,7 @@ def test_bench_trl_smoke(random_tiny: str, tmp_path: Path) -> None:
     argv = [
         "--model", random_tiny, "--steps", "3", "--warmup", "1", "--threads", "1",
         "--group-size", "4", "--prompts-per-step", "2", "--micro-batch-size", "4",
-        "--max-new-tokens", "6", "--out", str(out),
+        "--max-new-tokens", "6", "--batched", "2", "--out", str(out),
     ]  # fmt: skip
     res = bench.main(argv)
     saved = json.loads(out.read_text())
@@ -51,8 +51,11 @@ def test_bench_trl_smoke(random_tiny: str, tmp_path: Path) -> None:
         assert len(run["step"]) == 3
         assert all(t > 0 for t in run["step"])
     s = saved["summary"]
-    for key in ("ours_step_s", "trl_step_s", "ratio_step", "ratio_loop"):
+    for key in ("ours_step_s", "trl_step_s", "ratio_step", "ratio_loop", "batched_step_s",
+                "ratio_batched_step"):  # fmt: skip
         assert math.isfinite(s[key]) and s[key] > 0, key
+    (batched,) = saved["batched"]
+    assert len(batched["step"]) == 3 and s["batched_runs"] == 2
     assert len(saved["differences"]) >= 5
 
 
