@@ -198,7 +198,8 @@ def lift_analysis(
         "procedure", "curve" (the fitted coefficients β_1..β_d of Σ β_j x^j), "models": [{**row, x,
         y, x_lo, x_hi, y_lo, y_hi, lift, lift_lo, lift_hi, lift_se, lift_df, lift_p, lift_var
         (the `experiment.frontier.variance_components` of the lift, or null), status,
-        inside_fraction, reference}]}`` (NaN written as null) and the `LiftResult`.
+        inside_fraction, reference, dominated_by (the curve-free check of `_dominator`, null for
+        reference models)}]}`` (NaN written as null) and the `LiftResult`.
 
     Raises:
         ValueError: as `curve_lift` (shapes, no reference model, num_resamples < 2, P < 2).
