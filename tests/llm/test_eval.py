@@ -7,10 +7,19 @@ import json
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
 
 from llm.__main__ import main
-from llm.eval.heldout import distinct_n, evaluate, k_values, self_bleu, write_eval
+from llm.eval.heldout import (
+    distinct_n,
+    evaluate,
+    k_values,
+    self_bleu,
+    self_bleu_reference,
+    write_eval,
+)
 from llm.model.load import load_tokenizer
 from llm.tasks import generate_problems, write_problems_jsonl
 from tests.llm.test_trainer import MAX_NUMBER, PlantingBackend
@@ -43,6 +52,18 @@ def test_distinct_n_and_self_bleu():
     assert self_bleu(["a b c d", "a b c d"]) == pytest.approx(1.0)
     assert self_bleu(["a b c d", "e f g h"]) < 0.1
     assert self_bleu(["only one"]) is None
+
+
+_RESPONSES = ["<answer> 3 + 4 * 5 </answer>", "<answer> 4 * 5 + 3 </answer>", "<answer> 23 </answer>",
+              "<answer> ( 3 + 4 ) * 5 </answer>", "3 + 4", "", "<answer> 5 * 4 + 3 </answer> 7"]  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(_RESPONSES), min_size=2, max_size=16))
+def test_self_bleu_shares_equal_texts_and_equals_the_plain_loop_to_the_bit(texts):
+    """Sharpened groups repeat texts: one sentence BLEU per distinct text gives the same bits."""
+    assert self_bleu(texts) == self_bleu_reference(texts)
+    assert self_bleu(tuple(texts)) == self_bleu_reference(texts)
 
 
 def test_evaluate_keys_and_monotone_pass_at_k(tiny_model_path, tmp_path):
