@@ -1,4 +1,5 @@
-"""The two backend-specific helpers of `shaping/`: stop-gradient and a partial sort (`top_k`).
+"""The backend-specific helpers of `shaping/`: stop-gradient, a partial sort (`top_k`) and a
+square root that is the same on every CPU (`sqrt`).
 
 Everything else in the package is written against the array API through `array_api_compat`.
 JAX and torch are imported lazily, only when an array of that kind is seen, so a NumPy-only
@@ -12,7 +13,7 @@ from typing import Any
 
 from array_api_compat import array_namespace, is_jax_array, is_numpy_array, is_torch_array
 
-__all__ = ["stop_gradient", "top_k"]
+__all__ = ["sqrt", "stop_gradient", "top_k"]
 
 
 def stop_gradient(x: Any) -> Any:
@@ -36,10 +37,41 @@ def stop_gradient(x: Any) -> Any:
     return x
 
 
+def sqrt(x: Any) -> Any:
+    """The correctly rounded square root of `x` (any shape), on every backend and CPU.
+
+    torch's CPU ``sqrt`` is not correctly rounded (1 ulp off for ~17% of float32 inputs, measured
+    with torch 2.13), and which inputs are off changes with the CPU: an AMD EPYC and QEMU's
+    emulated AVX2 CPU disagree on the square roots of GRPO's group variances
+    (`python -m numerics.emulate`, docs/numerics.md). For a torch tensor on the CPU the value is
+    NumPy's square root (the hardware instruction, correctly rounded) and the gradient torch's:
+    ``y + (exact - y).detach()`` with ``y = torch.sqrt(x)`` equals ``exact`` to the bit, as the
+    two differ by a few ulp (Sterbenz). Elsewhere ``xp.sqrt`` (NumPy, JAX's XLA and CUDA round
+    correctly).
+
+    Args:
+        x: a non-negative real array (NumPy, JAX, including tracers, or torch).
+
+    Returns:
+        an array of `x`'s shape, dtype and namespace.
+    """
+    if is_torch_array(x) and x.device.type == "cpu":
+        import numpy as np
+        import torch
+
+        y = torch.sqrt(x)
+        if x.dtype in (torch.float16, torch.float32, torch.float64):
+            exact = torch.from_numpy(np.sqrt(x.detach().numpy()))
+        else:  # bfloat16, which NumPy lacks: float32's root, rounded once more
+            exact = torch.from_numpy(np.sqrt(x.detach().float().numpy())).to(x.dtype)
+        return y + (exact - y).detach() if y.requires_grad else exact
+    return array_namespace(x).sqrt(x)
+
+
 def top_k(x: Any, k: int, *, largest: bool) -> Any:
     """The `k` largest (or smallest) values along the last axis, sorted.
 
-    This is the second (and last) backend-specific helper of `shaping/`. The array API has a
+    This is the second backend-specific helper of `shaping/`. The array API has a
     full ``sort`` but no partial sort, and the masked quantile (CaSP, q = 0.8) and ProGRPO's
     low-probability confidence (lowest 20%) only need the top or bottom ~20% of each row. Measured
     on torch CPU, one thread, a (64, 1024) float32 row block: ``torch.sort`` ~2.1-3 ms against

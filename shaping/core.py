@@ -19,7 +19,7 @@ from typing import Any
 
 from array_api_compat import array_namespace, device
 
-from shaping.backend import stop_gradient, top_k
+from shaping.backend import sqrt, stop_gradient, top_k
 
 Array = Any
 
@@ -163,7 +163,7 @@ def grpo_advantages(rewards: Array, *, std_correction: int = 1, eps: float = 1e-
     group = r.shape[-1]
     centred = r - xp.mean(r, axis=-1, keepdims=True)
     var = xp.sum(centred * centred, axis=-1, keepdims=True) / max(group - std_correction, 1)
-    return _safe_divide(xp, centred, xp.sqrt(var) + eps)
+    return _safe_divide(xp, centred, sqrt(var) + eps)
 
 
 def dr_grpo_advantages(rewards: Array) -> Array:
@@ -532,7 +532,7 @@ def passk_advantages(rewards: Array, *, k: int = 4) -> Array:
     den = xp.where(i < k - 1, group - 1.0 - i, 1.0)
     with_neg = xp.prod(xp.where(i < k - 1, (n_neg - 1.0 - i) / den, 1.0), axis=-1, keepdims=True)
     r_bar = 1.0 - all_neg
-    sigma = xp.sqrt(xp.maximum(r_bar * (1.0 - r_bar), 0.0))
+    sigma = sqrt(xp.maximum(r_bar * (1.0 - r_bar), 0.0))
     a_pos = _safe_divide(xp, 1.0 - r_bar, sigma)
     a_neg = _safe_divide(xp, 1.0 - r_bar - with_neg, sigma)
     return xp.where(correct, a_pos, a_neg)

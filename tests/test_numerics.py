@@ -12,56 +12,24 @@ checkpoint's weight hash; its wall-clock fields are dropped).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import numerics
+from numerics import emulate
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PIECES = ("theory", "toy", "llm")
-
-
-def _piece(name: str, out: Path, env: dict[str, str]) -> bytes:
-    """Run piece `name` into `out` under `env`; return the bytes it reports."""
-    py = sys.executable
-    if name == "theory":
-        cmd = [py, "-m", "theory", "check", "--json", "--trials", "3", "--seed", "0"]
-        res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=600)
-        assert res.returncode == 0, res.stderr.decode()[-3000:]
-        return res.stdout
-    if name == "toy":
-        cmd = [py, "-m", "toymdp", "sweep", "--config", "configs/toy/quick.toml"]
-        cmd += ["--out", str(out), "--no-cache"]
-        report = out / "results.json"
-    else:
-        cmd = [py, "-m", "llm", "reproduce", "--quick", "--steps", "20", "--out-runs", str(out)]
-        cmd += ["--methods", "entropy_bonus", "--figures", str(out / "figures")]
-        report = out / "quick" / "sweep" / "results.json"  # with every model's weight hash
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=600)
-    assert res.returncode == 0, res.stderr.decode()[-3000:]
-    return json.dumps(_untimed(json.loads(report.read_bytes())), sort_keys=True).encode()
-
-
-def _untimed(doc: Any) -> Any:
-    """`doc` without its wall-clock fields (``*_seconds``), the only ones that may differ."""
-    if isinstance(doc, dict):
-        return {k: _untimed(v) for k, v in doc.items() if not k.endswith("seconds")}
-    if isinstance(doc, list):
-        return [_untimed(v) for v in doc]
-    return doc
+PIECES = emulate.PIECES
 
 
 def _env(level: str, mode: str) -> dict[str, str]:
-    env = numerics.original_environ()
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = emulate.piece_env()
     env[numerics.OPT_OUT_ENV] = mode
     if level == "baseline":
         env.update(numerics.BASELINE_ENV)
@@ -74,7 +42,7 @@ def _two_levels(name: str, mode: str, tmp_path: Path) -> tuple[bytes, bytes]:
     out = []
     for level in ("machine", "baseline"):
         shutil.rmtree(tmp_path / "out", ignore_errors=True)
-        out.append(_piece(name, tmp_path / "out", _env(level, mode)))
+        out.append(emulate.piece_bytes(name, tmp_path / "out", _env(level, mode)))
     return out[0], out[1]
 
 
@@ -160,3 +128,22 @@ def test_cpu_flags_read():
     flags = numerics.cpu_flags()
     if Path("/proc/cpuinfo").exists():
         assert "sse2" in flags
+
+
+def test_emulate_pieces_run_in_one_process_and_name_bad_input(tmp_path):
+    cmd, report = emulate.piece_command("llm", tmp_path)
+    assert cmd[cmd.index("--jobs") + 1] == "1"  # a spawned worker would escape the emulator
+    assert report == tmp_path / "quick" / "sweep" / "results.json"
+    assert emulate.piece_command("theory", tmp_path)[1] is None
+    with pytest.raises(ValueError, match="piece: expected one of theory, toy, llm, got 'x'"):
+        emulate.piece_command("x", tmp_path)
+    assert emulate.untimed({"a_seconds": 1, "b": [{"c_seconds": 2, "d": 3}]}) == {"b": [{"d": 3}]}
+
+
+@needs_pin
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which(emulate.QEMU) is None, reason="QEMU's user-mode emulator absent")
+def test_the_theory_piece_is_the_same_on_an_emulated_cpu():
+    """`python -m numerics.emulate --piece theory` (~30 s): the emulated CPU (no AVX-512) gives
+    the native bytes. The other pieces (~3 min emulated) are left to the command."""
+    assert emulate.main(["--piece", "theory"]) == 0

@@ -459,8 +459,13 @@ def warm_start(
         progress_ = (step - warmup) / max(1, total - warmup)
         return 0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress_))
 
+    # fused: its step is the same on every CPU (torch's default one is not: `llm.train.update`).
     optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.98)
+        model.parameters(),
+        lr=config.lr,
+        weight_decay=config.weight_decay,
+        betas=(0.9, 0.98),
+        fused=True,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     losses: list[float] = []

@@ -361,13 +361,18 @@ def make_optimizer(
     """AdamW on the policy's parameters (``lr``, ``adam_betas``, ``weight_decay``) and its
     `make_scheduler` over ``steps * inner_epochs`` optimizer steps.
 
-    On CUDA with plain (unsharded) parameters AdamW runs ``fused``: torch's default ``foreach``
+    With plain (unsharded) parameters AdamW runs ``fused``. On CUDA torch's default ``foreach``
     step allocates a temporary copy of the weights (4P bytes, the peak of every one-GPU update
-    measured on an H100: docs/gpu_memory.md); the fused kernel updates in place. Elsewhere (CPU,
-    FSDP2's sharded DTensors) torch's default implementation is kept.
+    measured on an H100: docs/gpu_memory.md); the fused kernel updates in place. On the CPU the
+    default step takes the square root of its second moment with torch's ``sqrt``, which is not
+    correctly rounded and whose last bits change with the CPU (an AMD EPYC and an emulated AVX2
+    CPU differ: docs/numerics.md); the fused kernel's step is the same on both. FSDP2's sharded
+    DTensors keep torch's default implementation.
     """
     params = list(policy.parameters())
-    fused = bool(params) and all(p.is_cuda and not hasattr(p, "to_local") for p in params)
+    fused = bool(params) and all(
+        p.device.type in ("cuda", "cpu") and not hasattr(p, "to_local") for p in params
+    )
     optimizer = torch.optim.AdamW(
         params,
         lr=cfg.optim.lr,

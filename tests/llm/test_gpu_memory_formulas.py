@@ -168,16 +168,16 @@ def test_training_states(precision, dtype):
     ("precision", "dtype"), [("bf16-mixed", torch.float32), ("bf16", torch.bfloat16)]
 )
 def test_foreach_adamw_step_allocates_one_more_copy_of_the_weights(precision, dtype):
-    """On CUDA `make_optimizer`'s AdamW takes torch's foreach path, whose step allocates
-    sqrt(exp_avg_sq) for all parameters at once: the update's peak on the H100. The fused
-    implementation would not."""
+    """torch's foreach AdamW (its CUDA default, which `make_optimizer` used there before it turned
+    fused) allocates sqrt(exp_avg_sq) for all parameters at once: the update's peak on the H100.
+    The fused implementation does not."""
     shape = TINY["qwen2_untied"]
     p = gm.param_count(shape)
     model = _build(shape, dtype)
     optimizer = _train_step(model, precision)
     optimizer.step()  # the moments exist from here on, as in every later step
     for group in optimizer.param_groups:
-        group["foreach"] = True  # the CUDA default (CPU tensors default to the for-loop)
+        group["foreach"], group["fused"] = True, False  # torch's CUDA default
     with LiveBytes() as live:
         optimizer.step()
     assert gm.adamw_step_temp_bytes(p, precision) <= live.peak
