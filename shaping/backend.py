@@ -64,7 +64,9 @@ def sqrt(x: Any) -> Any:
             exact = torch.from_numpy(np.sqrt(x.detach().numpy()))
         else:  # bfloat16, which NumPy lacks: float32's root, rounded once more
             exact = torch.from_numpy(np.sqrt(x.detach().float().numpy())).to(x.dtype)
-        return y + (exact - y).detach() if y.requires_grad else exact
+        if not y.requires_grad:
+            return exact
+        return y + torch.nan_to_num((exact - y).detach(), nan=0.0, posinf=0.0, neginf=0.0)  # inf
     return array_namespace(x).sqrt(x)
 
 
