@@ -915,14 +915,14 @@ class Dominance:
     p: np.ndarray
 
 
-def _one_sided_p(d: np.ndarray) -> float:
-    """p of `mean(d) ≤ 0` against `> 0` for a crossed seeds × problems difference `d` `(S, P)`
-    (`crossed_variance`'s t)."""
+def _one_sided_p(d: np.ndarray) -> np.ndarray:
+    """`(...)` p of `mean(d) ≤ 0` against `> 0` for crossed seeds × problems differences `d`
+    `(..., S, P)` (`crossed_variance`'s t; 0 or 1 where the variance is 0)."""
     var, df = crossed_variance(d)
-    mean = float(d.mean())
-    if var <= 0:
-        return 0.0 if mean > 0 else 1.0
-    return float(stats.t.sf(mean / np.sqrt(var), df))
+    mean = d.mean(axis=(-2, -1))
+    pos = var > 0
+    t = mean / np.sqrt(np.where(pos, var, 1.0))
+    return np.where(pos, stats.t.sf(t, np.where(pos, df, 1.0)), np.where(mean > 0, 0.0, 1.0))
 
 
 def dominance(x: object, y: object, models: Models, reference: str | Sequence[str]) -> Dominance:
@@ -947,14 +947,11 @@ def dominance(x: object, y: object, models: Models, reference: str | Sequence[st
     index = np.full(m_all, -1)
     dx, dy, p = (np.full(m_all, np.nan) for _ in range(3))
     for m in np.setdiff1d(np.arange(m_all), ref):
-        best = (np.inf, -1)
-        for r in ref:
-            pr = max(_one_sided_p(x[r] - x[m]), _one_sided_p(y[r] - y[m]))
-            best = min(best, (pr, int(r)))
-        index[m] = best[1]
-        dx[m] = float((x[best[1]] - x[m]).mean())
-        dy[m] = float((y[best[1]] - y[m]).mean())
-        p[m] = min(1.0, ref.size * best[0])
+        ddx, ddy = x[ref] - x[m], y[ref] - y[m]  # (R, S, P): each reference model minus m
+        pr = np.maximum(_one_sided_p(ddx), _one_sided_p(ddy))
+        b = int(np.argmin(pr))  # the first of equals: the lowest index
+        index[m], dx[m], dy[m] = ref[b], ddx[b].mean(), ddy[b].mean()
+        p[m] = min(1.0, ref.size * float(pr[b]))
     return Dominance(index, dx, dy, p)
 
 
