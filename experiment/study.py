@@ -12,7 +12,11 @@ training seeds and evaluates them on fresh problems. Both stages are analysed by
   at the first step of Holm's procedure (level `alpha / n`, `experiment.frontier.minimum_detectable`);
 - `claim_verdict`: a claim "X lifts the measure by at least `size`" is **supported** when its
   confirmed lift is > 0 after Holm, **refuted** when the confirmed interval lies below `size`,
-  or the lift is ≤ 0 with an MDE ≤ `size`, and **not resolved** otherwise (with the MDE reached);
+  or the lift is ≤ 0 with an MDE ≤ `size`, and **not resolved** otherwise (with the MDE reached).
+  A pick outside GRPO's pass@1 range has no lift; it is **refuted** when one of GRPO's models
+  (the base included) has more pass@1 *and* more of the measure (`experiment.frontier.dominance`,
+  Bonferroni over GRPO's models and over the picks: p ≤ `alpha / picks`), else not resolved
+  (rule added 2026-11-26, before the strong study's fourth confirmation ran);
 - `sharpening_verdict`: the claim "GRPO sharpens" from GRPO's final checkpoint in the
   confirmation: pass@1 gain > 0 and the measure's gain < 0, both intervals excluding 0;
 - `problems_for`: the power calculation: the problems (or dataset draws) a comparison needs for a
@@ -49,10 +53,12 @@ __all__ = [
     "claims_table",
     "conclude",
     "confirm",
+    "cpu_id",
     "cpu_model",
     "design_for",
     "designs_markdown",
     "dominance_markdown",
+    "dominated",
     "pick",
     "problems_for",
     "provenance",
@@ -117,7 +123,8 @@ def confirm(
     section: Mapping[str, Any], labels: Sequence[str], *, alpha: float = 0.05, power: float = 0.8
 ) -> dict[str, dict]:
     """Per picked label, its confirmation result: ``{lift, lo, hi, se, df, p, p_holm, mde,
-    verdict ("above" | "below" | "none"), x, y, setting, step}`` (lift, interval and MDE in the
+    verdict ("above" | "below" | "none"), x, y, setting, step, dominated_by, dominance_level
+    (alpha over the picks, the curve-free check's level)}`` (lift, interval and MDE in the
     measure's units; None where the model fell outside the reference's range, which counts as
     not resolved). Holm is over the labels with a lift.
 
@@ -156,21 +163,31 @@ def confirm(
             "p_holm": float(a) if ok else None, "mde": mde, "verdict": verdict,
             "components": m.get("lift_var") if ok else None, "level": alpha / max(n, 1),
             "status": "se 0" if _never_moved(m) else m["status"],
-            "dominated_by": m.get("dominated_by"),
+            "dominated_by": m.get("dominated_by"), "dominance_level": alpha / len(models),
         }  # fmt: skip
     return out
 
 
 def claim_verdict(result: Mapping[str, Any], size: float) -> str:
     """The verdict of "the method lifts the measure by at least `size`" from its `confirm` record
-    (module docstring's rule)."""
+    (module docstring's rule). A record without ``dominance_level`` (written before the rule for
+    picks outside GRPO's range) leaves such a pick not resolved."""
     if result["lift"] is None:
-        return "not resolved"
+        return "refuted" if dominated(result) else "not resolved"
     if result["verdict"] == "above":
         return "supported"
     if result["hi"] < size or (result["lift"] <= 0 and result["mde"] <= size):
         return "refuted"
     return "not resolved"
+
+
+def dominated(result: Mapping[str, Any]) -> bool:
+    """Whether a `confirm` record's pick is beaten on both axes by one of GRPO's models: its
+    curve-free check's p (Bonferroni over GRPO's models) ≤ ``dominance_level`` (alpha over the
+    picks). False for a pick with a lift (the curve decides there) and for a record without the
+    check or the level."""
+    d, level = result.get("dominated_by"), result.get("dominance_level")
+    return result["lift"] is None and d is not None and level is not None and d["p"] <= level
 
 
 def sharpening_verdict(
@@ -353,7 +370,13 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
         if r.get("claim") == "grpo_spread":
             return f"{r['lift']:+.1f} [{r['lo']:+.1f}, {r['hi']:+.1f}] ({r['where']})"
         if r.get("lift") is None:
-            return f"**{r['verdict']}** ({_WHY_NO_LIFT.get(r.get('status'), _WHY_NO_LIFT[None])})"
+            why = _WHY_NO_LIFT.get(r.get("status"), _WHY_NO_LIFT[None])
+            d = r.get("dominated_by")
+            if r["verdict"] == "refuted" and d is not None:
+                why += (
+                    f"; GRPO {d['setting']}, step {d['step']} beats it on both axes, p {d['p']:.3f}"
+                )
+            return f"**{r['verdict']}** ({why})"
         edge = " (at a drop of GRPO's curve: both sides)" if r.get("status") == "edge" else ""
         d = 2 if r.get("unit") == "per problem" else 1  # distinct correct: small numbers
         mde = "" if r.get("mde") is None else f", MDE {r['mde']:.{d}f}"
@@ -387,12 +410,38 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
+"""The CPU features that decide a library's kernels here (docs/numerics.md), named in `cpu_id`."""
+
+
+def cpu_id() -> str:
+    """The CPU as far as the pinned numerics care: vendor, family, model and stepping, and which
+    of `CPU_FLAGS` it has (/proc/cpuinfo), e.g. ``"AuthenticAMD family 26 model 2 stepping 0;
+    avx2 fma avx512f avx512_bf16"``: "AMD EPYC" alone names several generations. ``unknown``
+    without /proc/cpuinfo."""
+    fields: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if not line.strip():
+                break  # the first processor's block
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    except OSError:
+        return "unknown"
+    flags = set(fields.get("flags", "").split())
+    have = " ".join(f for f in CPU_FLAGS if f in flags) or "none of " + " ".join(CPU_FLAGS)
+    return (f"{fields.get('vendor_id', '?')} family {fields.get('cpu family', '?')} model "
+            f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')}; {have}")  # fmt: skip
+
+
 def provenance(config_path: str | Path, numerics_tag: str) -> dict[str, str]:
     """A study's provenance: the config file, the SHA-256 of its parsed content, the git commit,
-    the CPU model and the numerics level (`numerics.tag()`, passed by the leg)."""
+    the CPU model and its `cpu_id`, and the numerics level (`numerics.tag()`, passed by the
+    leg)."""
     text = json.dumps(store.read_toml(config_path), sort_keys=True, default=str)
     return {"config": str(config_path), "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "git_commit": _git_commit(), "cpu": cpu_model(), "numerics": numerics_tag}  # fmt: skip
+            "git_commit": _git_commit(), "cpu": cpu_model(), "cpu_id": cpu_id(),
+            "numerics": numerics_tag}  # fmt: skip
 
 
 def pick(explore: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, dict]]:
@@ -472,6 +521,7 @@ def claim_rows(
                      "verdict": claim_verdict(r, claimed / scale), "lift": scaled(r["lift"]),
                      "lo": scaled(r["lo"]), "hi": scaled(r["hi"]), "mde": scaled(r["mde"]),
                      "size": claimed, "status": r.get("status", "inside"),
+                     "dominated_by": r.get("dominated_by") if dominated(r) else None,
                      "unit": "points" if measure == "pass_at_k" else "per problem"})  # fmt: skip
     return rows
 

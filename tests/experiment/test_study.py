@@ -62,6 +62,40 @@ def test_the_claims_rule(lift, half, size, mde, verdict):
     else:
         assert v == "not resolved"
     assert S.claim_verdict({**r, "lift": None}, size) == "not resolved"
+    # a curve-free check never overrides a lift: the curve decides inside GRPO's range
+    dom = {"setting": "s", "step": 1, "dx": 0.01, "dy": 0.01, "p": 0.0}
+    assert S.claim_verdict({**r, "dominated_by": dom, "dominance_level": 0.05}, size) == v
+
+
+@given(p=st.floats(0.0, 1.0), picks=st.integers(1, 6))
+@settings(max_examples=100, deadline=None)
+def test_a_pick_outside_the_range_is_refuted_only_when_a_grpo_model_beats_it(p, picks):
+    """Outside GRPO's range (no lift): refuted iff the curve-free check's p ≤ alpha / picks;
+    an older record (no level, or no check) stays not resolved."""
+    dom = {"setting": "lr=1e-4", "step": 50, "dx": 0.02, "dy": 0.04, "p": p}
+    labels = [f"m{i}" for i in range(picks)]
+    section = {"models": [_model("grpo", 0.0, -1, 1, ref=True)] + [
+        {**_model(lab, None, None, None, p=None, status="below"), "dominated_by": dom}
+        for lab in labels]}  # fmt: skip
+    out = S.confirm(section, labels, alpha=0.05)
+    r = out["m0"]
+    assert r["lift"] is None and r["dominance_level"] == pytest.approx(0.05 / picks)
+    assert S.dominated(r) == (p <= 0.05 / picks)
+    assert S.claim_verdict(r, 0.03) == ("refuted" if p <= 0.05 / picks else "not resolved")
+    assert S.claim_verdict({k: v for k, v in r.items() if k != "dominance_level"}, 0.03) == (
+        "not resolved"
+    )
+    assert S.claim_verdict({**r, "dominated_by": None}, 0.03) == "not resolved"
+    rows = S.claim_rows("s", {"pass_at_k": {"unlikeliness": r}}, {"verdict": "supported", "y": 0,
+                        "y_lo": 0, "y_hi": 0}, size=3.0, size_distinct=0.1)  # fmt: skip
+    cell = S.claims_table(rows)
+    if p <= 0.05 / picks:
+        assert (
+            f"**refuted** (outside GRPO's range; GRPO lr=1e-4, step 50 beats it on both axes, "
+            f"p {p:.3f})" in cell
+        )
+    else:
+        assert "**not resolved** (outside GRPO's range) |" in cell
 
 
 def test_problems_for_scales_with_the_square_of_the_mde_ratio():

@@ -45,7 +45,14 @@ def test_the_study_confirms_the_picks_on_fresh_draws_and_keys(study_file: Path, 
     assert [r["label"] for r in confirm["runs"]].count("grpo") == 2  # kl_coef 0 and 0.1
     assert {r["claim"] for r in doc["claims"]} == {"grpo_sharpens", "ds_grpo", "grpo_spread"}
     assert all(r["verdict"] in S.VERDICTS for r in doc["claims"] if r["claim"] != "grpo_spread")
-    assert set(doc["provenance"]) == {"config", "config_sha256", "git_commit", "cpu", "numerics"}
+    assert set(doc["provenance"]) == {
+        "config",
+        "config_sha256",
+        "git_commit",
+        "cpu",
+        "cpu_id",
+        "numerics",
+    }
     text = (tmp_path / "verdicts.md").read_text()
     assert "## Claims" in text and "| ds_grpo |" in text
     # The power calculation over seeds × draws, from the confirmation's variance components.
