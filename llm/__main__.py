@@ -16,6 +16,8 @@
     python -m llm study --config FILE [--workers N] [--out DIR]   # explore, pick, confirm
                         [--engine {process,batched}]
                         [--executor {local,ray} [--address HOST:6379]]
+    python -m llm spot-check STUDY.json [--runs 1] [--seed 0] [--out DIR] [--workers N]
+                        # re-train a few confirmation runs here: the same bytes as the study's?
 
 `--model` takes a model folder or a run folder (its newest checkpoint holding weights is used; for
 an FSDP2 run, whose checkpoints are sharded, the last step's Hugging Face export). `--config` gives
@@ -65,7 +67,7 @@ from llm.rollout.backend import make_backend
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import check_device, set_matmul_precision
 from llm.run.executor import EXECUTORS, check_executor
-from llm.study import run_study
+from llm.study import run_study, spot_check
 from llm.sweep import ENGINES, load_sweep, run_sweep
 from llm.sweep import describe as describe_sweep
 from llm.tasks import TASKS
@@ -272,6 +274,20 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _spot_check(args: argparse.Namespace) -> int:
+    r = spot_check(args.study, runs=args.runs, seed=args.seed, out=args.out,
+                   workers=args.workers, progress=sys.stderr.isatty())  # fmt: skip
+    print(f"study: {r['cpu_id']['study']} ({r['numerics']['study']})")
+    print(f"here:  {r['cpu_id']['here']} ({r['numerics']['here']})")
+    for row in r["runs"]:
+        print(
+            f"{'same' if row['same'] else 'DIFFERENT':>9}  {row['run']}"
+            f"{' (drawn)' if row['drawn'] else ''}  {row['study'][:12]} / {row['here'][:12]}"
+        )
+    print(f"{r['same']} of {r['of']} runs identical (engine {r['engine']})")
+    return 0 if r["same"] == r["of"] else 1
+
+
 def _add_engine(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine", choices=ENGINES, default="process",
@@ -399,6 +415,17 @@ def _main(argv: list[str]) -> int:
     _add_engine(st)
     _add_executor(st)
     st.set_defaults(func=_study)
+
+    sc = sub.add_parser("spot-check", help="re-train a few of a study's confirmation runs here "
+                        "and compare their fingerprints with the study's")  # fmt: skip
+    sc.add_argument("study", help="a study.json with fingerprints (figures/llm_study_*/study.json)")
+    sc.add_argument("--runs", type=int, default=1, help="runs drawn (default 1), with the base "
+                    "model's evaluation and, under the batched engine, each drawn run's whole "
+                    "batch (up to 8 runs)")  # fmt: skip
+    sc.add_argument("--seed", type=int, default=0, help="which runs: the draw's seed (default 0)")
+    sc.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    sc.add_argument("--out", help="output folder (default runs/llm_spot_check/<config stem>)")
+    sc.set_defaults(func=_spot_check)
 
     args = parser.parse_args(argv)
     hf_logging.disable_progress_bar()  # per-checkpoint bars would break tqdm's line

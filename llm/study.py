@@ -34,9 +34,16 @@ from experiment import schema, store
 from experiment import study as S
 from experiment.schema import meta, option
 from llm.run.executor import check_executor
-from llm.sweep import run_sweep, sweep_from_dict
+from llm.sweep import rerun_runs, run_sweep, sweep_from_dict
 
-__all__ = ["StudySpec", "confirmation_doc", "load_study", "measured_costs", "run_study"]
+__all__ = [
+    "StudySpec",
+    "confirmation_doc",
+    "load_study",
+    "measured_costs",
+    "run_study",
+    "spot_check",
+]
 
 
 @dataclass(frozen=True)
@@ -180,6 +187,79 @@ def run_study(
            f"{spec.confirm_seeds} and evaluated on {spec.confirm_problems} fresh problems (from "
            f"{csweep.eval['offset']} on) × {csweep.eval['samples']} samples; each pick read at "
            "its checkpoint.")  # fmt: skip
+    result["fingerprints"] = {"explore": explore["fingerprints"],
+                              "confirm": confirm["fingerprints"]}  # fmt: skip
     store.write_json(out / "study.json", result, indent=1)
     store.write_text(out / "verdicts.md", S.study_markdown(result, how, "Problems"))
     return result
+
+
+def spot_check(
+    study_path: str | Path,
+    *,
+    runs: int = 1,
+    seed: int = 0,
+    out: str | Path | None = None,
+    workers: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Re-train a few of a committed study's confirmation runs on this machine and compare their
+    `llm.sweep.run_fingerprint` (checkpoint weights and per-problem counts) with the ones the
+    study recorded: the base model's evaluation and `runs` runs drawn with `seed`, under the
+    study's engine ``batched`` each with its whole batch (`llm.sweep.rerun_runs`). Equal
+    fingerprints on another CPU say that this machine would reproduce the study's bytes, and so
+    its verdicts, at the cost of a few runs (issue 20: "on a second machine the verdicts are the
+    same"). Writes ``OUT/spot_check.json`` (default OUT: ``runs/llm_spot_check/<config stem>``;
+    runs found there from an earlier check are reused).
+
+    Returns:
+        ``{"study", "config", "engine", "numerics": {"study", "here"}, "cpu_id": {"study",
+        "here"}, "runs": [{"run", "drawn", "study", "here", "same"}] (the base first), "same",
+        "of"}``.
+
+    Raises:
+        ValueError: a study.json without fingerprints (written before they were recorded: read
+            the study again with ``python -m llm study``), a config whose content changed since
+            (the two SHA-256 named), or `runs` < 1.
+        FileNotFoundError: the study or its config is missing.
+    """
+    if runs < 1:
+        raise ValueError(f"runs: expected >= 1, got {runs}")
+    study_path = Path(study_path)
+    if not study_path.is_file():
+        raise FileNotFoundError(f"study: no such file {str(study_path)!r}")
+    doc = store.read_json(study_path)
+    prints = doc.get("fingerprints", {}).get("confirm") if isinstance(doc, dict) else None
+    if not prints:
+        raise ValueError(f"{study_path}: no fingerprints (a study.json written before they were "
+                         "recorded); read the study again with python -m llm study")  # fmt: skip
+    prov = doc["provenance"]
+    config_path = Path(prov["config"])
+    here = S.provenance(config_path, numerics.tag())
+    if here["config_sha256"] != prov["config_sha256"]:
+        raise ValueError(f"{config_path}: its content changed since the study (sha256 "
+                         f"{here['config_sha256'][:12]}, the study's {prov['config_sha256'][:12]}); "
+                         "check out the study's commit "
+                         f"{prov.get('git_commit', '?')[:12]}")  # fmt: skip
+    sweep_doc, spec = load_study(config_path)
+    cdoc = confirmation_doc(sweep_doc, spec, doc["picks"]["pass_at_k"], config_path.parent)
+    csweep = sweep_from_dict(cdoc, root=config_path.parent)
+    engine = doc["design"]["engine"]
+    trained = [n for n in prints if n != "base"]
+    rng = np.random.default_rng(seed)
+    take = min(runs, len(trained))
+    drawn = {trained[i] for i in rng.choice(len(trained), size=take, replace=False).tolist()}
+    out = Path(out) if out is not None else Path("runs/llm_spot_check") / config_path.stem
+    got = rerun_runs(csweep, out, ["base", *sorted(drawn)], engine=engine, workers=workers,
+                     progress=progress)  # fmt: skip
+    names = ["base", *(n for n in prints if n in got and n != "base")]  # the study's order
+    rows = [{"run": n, "drawn": n in drawn, "study": prints[n], "here": got[n],
+             "same": prints[n] == got[n]} for n in names]  # fmt: skip
+    report = {
+        "study": str(study_path), "config": str(config_path), "engine": engine,
+        "numerics": {"study": prov.get("numerics"), "here": here["numerics"]},
+        "cpu_id": {"study": prov.get("cpu_id", "not recorded"), "here": here["cpu_id"]},
+        "runs": rows, "same": sum(r["same"] for r in rows), "of": len(rows),
+    }  # fmt: skip
+    store.write_json(out / "spot_check.json", report, indent=1)
+    return report

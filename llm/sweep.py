@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
+import json
 import math
 import os
 import re
@@ -70,6 +72,8 @@ __all__ = [
     "SweepSpec",
     "describe",
     "load_sweep",
+    "rerun_runs",
+    "run_fingerprint",
     "run_name",
     "run_sweep",
     "sweep_from_dict",
@@ -371,11 +375,20 @@ run stops falling beyond about 8 runs (its forward is compute-bound), and 8 runs
 optimizer state and KV cache take ~100 MB."""
 
 
-def pack_jobs(jobs: list[Job], workers: int, max_batch: int = MAX_BATCH) -> list[list[Job]]:
+PACK_SPLIT = 2
+"""A group of fewer than ``PACK_SPLIT * MAX_BATCH`` runs is packed into this many batches."""
+
+
+def pack_jobs(jobs: list[Job], max_batch: int = MAX_BATCH) -> list[list[Job]]:
     """The units of a batched sweep: the base model's evaluation alone, the runs that cannot be
     batched (`llm.train.batched.batchable`) alone, and the others grouped by
-    `llm.train.batched.batch_key` into batches of at most `max_batch`, split so that every
-    worker gets work (``ceil(group / workers)`` runs per batch when smaller)."""
+    `llm.train.batched.batch_key`, in file order, into batches of
+    ``min(max_batch, ceil(group / PACK_SPLIT))`` runs (the last one smaller).
+
+    The batches are a function of the jobs alone, never of the machine's cores: a run's bytes
+    depend on its batch-mates (the batch's prompts are left-padded to their common width, and a
+    run's sums see its own prompt at another offset: measured, docs/numerics.md), so packing
+    by the worker count would give another machine other results."""
     units: list[list[Job]] = []
     groups: dict[str, list[Job]] = {}
     for job in jobs:
@@ -385,7 +398,7 @@ def pack_jobs(jobs: list[Job], workers: int, max_batch: int = MAX_BATCH) -> list
         else:
             groups.setdefault(batch_key(cfg), []).append(job)
     for group in groups.values():
-        size = max(1, min(max_batch, math.ceil(len(group) / max(1, workers))))
+        size = max(1, min(max_batch, math.ceil(len(group) / PACK_SPLIT)))
         units.extend(group[i : i + size] for i in range(0, len(group), size))
     return units
 
@@ -438,35 +451,13 @@ def run_sweep(
     t_start = time.perf_counter()
     check_executor(executor, address)
     out = Path(out)
-    (out / "runs").mkdir(parents=True, exist_ok=True)
     workers = default_workers() if workers is None else workers
-    base_raw = _base_raw(spec)
-    base_cfg = config_from_dict(base_raw)
-    if base_cfg.build_base_model:
-        # Here, once: workers building it side by side would race on the folder.
-        ensure_base_model(base_cfg.model_path, num_threads=max(1, workers), progress=progress)
-    base_sha = weights_sha(base_cfg.model_path)
-    problems, source = _eval_problems(spec, base_cfg)
-    if engine not in ENGINES:
-        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
-    eval_key = jobs_eval_key(spec.eval, base_cfg, problems, source)
-    if engine == "batched":
-        eval_key["engine"] = "batched"
-    base_setting = Setting("base", base_cfg.method, {})
-    jobs = [
-        Job("base", None, 0, _run_raw(base_raw, base_setting, 0, spec.checkpoints),
-             str(out), base_sha, [0], problems, eval_key, False)
-    ]  # fmt: skip
-    for setting in spec.settings:
-        for seed in spec.seeds:
-            name = run_name(setting, seed)
-            jobs.append(
-                Job(name, setting, seed, _run_raw(base_raw, setting, seed, spec.checkpoints),
-                     str(out / "runs" / name), base_sha, spec.checkpoints, problems, eval_key,
-                     progress and executor == "local" and workers <= 1)
-            )  # fmt: skip
+    jobs, base_cfg, base_sha, problems, eval_key = _sweep_jobs(
+        spec, out, engine=engine, workers=workers, progress=progress,
+        run_bars=progress and executor == "local" and workers <= 1,
+    )  # fmt: skip
     t0 = time.perf_counter()
-    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, workers, max_batch)
+    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, max_batch)
     done = map_jobs(
         run_unit, units, workers=workers, progress=progress, desc="runs (train + eval)",
         name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
@@ -478,6 +469,7 @@ def run_sweep(
     t_runs = time.perf_counter() - t0
 
     models, runs = collect(jobs, outcomes, spec.eval["ks"])
+    fingerprints = {j.name: run_fingerprint(o) for j, o in zip(jobs, outcomes, strict=True)}
     results: dict[str, Any] = {
         **report.results_header(
             "llm",
@@ -518,6 +510,7 @@ def run_sweep(
             "evals": sum(r["reused_evals"] for r in outcomes),
             "evals_of": sum(len(j.steps) for j in jobs),
         },
+        "fingerprints": fingerprints,
         "timings_seconds": {
             "runs": round(t_runs, 1),
             "total": round(time.perf_counter() - t_start, 1),
@@ -530,3 +523,99 @@ def run_sweep(
     results["timings_seconds"]["total"] = round(time.perf_counter() - t_start, 1)
     write_json(out / RESULTS, results)
     return results
+
+
+def _sweep_jobs(
+    spec: SweepSpec, out: Path, *, engine: str, workers: int, progress: bool, run_bars: bool
+) -> tuple[list[Job], TrainConfig, str, list[Any], dict[str, Any]]:
+    """Every job of `spec` under `out` (the base model's evaluation first, then each setting ×
+    seed in file order), with the base config, the base weights' SHA-256, the problems and the
+    evaluation key; builds the base model when the config asks (here, once: workers building it
+    side by side would race on the folder). `run_bars`: each run's own progress bar.
+
+    Raises:
+        ValueError: an unknown `engine`, or evaluation settings the problem set cannot meet.
+    """
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    base_raw = _base_raw(spec)
+    base_cfg = config_from_dict(base_raw)
+    if base_cfg.build_base_model:
+        ensure_base_model(base_cfg.model_path, num_threads=max(1, workers), progress=progress)
+    base_sha = weights_sha(base_cfg.model_path)
+    problems, source = _eval_problems(spec, base_cfg)
+    if engine not in ENGINES:
+        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    eval_key = jobs_eval_key(spec.eval, base_cfg, problems, source)
+    if engine == "batched":
+        eval_key["engine"] = "batched"
+    base_setting = Setting("base", base_cfg.method, {})
+    jobs = [
+        Job("base", None, 0, _run_raw(base_raw, base_setting, 0, spec.checkpoints),
+             str(out), base_sha, [0], problems, eval_key, False)
+    ]  # fmt: skip
+    for setting in spec.settings:
+        for seed in spec.seeds:
+            name = run_name(setting, seed)
+            jobs.append(
+                Job(name, setting, seed, _run_raw(base_raw, setting, seed, spec.checkpoints),
+                     str(out / "runs" / name), base_sha, spec.checkpoints, problems, eval_key,
+                     run_bars)
+            )  # fmt: skip
+    return jobs, base_cfg, base_sha, problems, eval_key
+
+
+FINGERPRINTED = ("weights_sha256", "correct", "distinct", "accuracy", "distinct_correct",
+                 "self_bleu", "semantic_cosine_correct")  # fmt: skip
+"""The fields of a run's evaluation records that `run_fingerprint` covers (not its timings)."""
+
+
+def run_fingerprint(outcome: Mapping[str, Any]) -> str:
+    """The SHA-256 (hex) of a run's results: at every evaluated step, the checkpoint's weights
+    (`llm.run.jobs.weights_sha`) and its per-problem counts, accuracy, distinct correct and
+    Self-BLEU (`FINGERPRINTED`), as canonical JSON. Two machines that train and evaluate a run
+    alike give the same fingerprint; a study records them (`rerun_runs` checks them).
+
+    Args:
+        outcome: a `llm.run.jobs.run_job` outcome (``{"models": {step: record}, ...}``).
+    """
+    models = outcome["models"]
+    doc = {str(step): {k: models[step].get(k) for k in FINGERPRINTED}
+           for step in sorted(models, key=int)}  # fmt: skip
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+def rerun_runs(
+    spec: SweepSpec,
+    out: str | os.PathLike[str],
+    names: Iterable[str],
+    *,
+    engine: str,
+    workers: int | None = None,
+    progress: bool = True,
+) -> dict[str, str]:
+    """Train and evaluate the runs `names` of `spec` (``"base"``: the base model's evaluation)
+    into `out` as `run_sweep` would, on local workers, and return their `run_fingerprint`s:
+    under engine ``process`` each run alone; under ``batched`` each named run's whole batch
+    (`pack_jobs`: its batch-mates shape its bytes), whose every member is returned. A spot
+    check of a study on another machine (`llm.study.spot_check`).
+
+    Raises:
+        ValueError: a name that is not a run of `spec` (the message lists a few that are), or as
+            `run_sweep`.
+    """
+    out = Path(out)
+    workers = default_workers() if workers is None else workers
+    jobs, *_ = _sweep_jobs(spec, out, engine=engine, workers=workers, progress=progress,
+                           run_bars=progress and workers <= 1)  # fmt: skip
+    known = {j.name for j in jobs}
+    wanted = set(names)
+    unknown = sorted(wanted - known)
+    if unknown:
+        raise ValueError(f"runs: {unknown} are not runs of the sweep (e.g. {sorted(known)[:3]})")
+    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs)
+    units = [u for u in units if wanted & {j.name for j in u}]
+    done = map_jobs(run_unit, units, workers=workers, progress=progress, desc="runs (spot check)",
+                    name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
+                    executor="local", address=None)  # fmt: skip
+    return {j.name: run_fingerprint(o) for unit, res in zip(units, done, strict=True)
+            for j, o in zip(unit, res, strict=True)}  # fmt: skip

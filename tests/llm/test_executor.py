@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,18 +14,11 @@ import pytest
 from llm.__main__ import main
 from llm.run.executor import check_executor, map_jobs
 from llm.sweep import load_sweep, run_sweep
-from tests.llm.test_sweep import BASE, SWEEP
+from tests.llm.test_sweep import _write
 
 # What differs between two identical sweeps run apart: wall-clock times and where they ran.
 WALL_CLOCK = {"timings_seconds", "eval_seconds", "train_seconds"}
 WHERE = {"workers", "executor"}
-
-
-def _write(folder: Path, model: str) -> Path:
-    (folder / "base.toml").write_text(BASE.format(model=model))
-    path = folder / "sweep.toml"
-    path.write_text(SWEEP.format(eta=0.1))
-    return path
 
 
 def _strip(doc: Any) -> Any:
@@ -110,14 +102,14 @@ def test_executor_errors(monkeypatch, capsys):
 
 
 def test_ray_runs_the_batched_engine_as_the_local_one(tmp_path, tiny_model_path, ray_local):
-    """`--engine batched --executor ray`: batches are Ray tasks; a run's results do not depend on
-    its batch (two runs batched locally, alone on two Ray workers)."""
-    config = _write(tmp_path, tiny_model_path)
+    """`--engine batched --executor ray`: batches are Ray tasks, the same batches as the local
+    executor's (one worker locally, two Ray workers): the same results."""
+    config = _write(tmp_path, tiny_model_path, "0.1, 0.3, 0.5")
     spec = load_sweep(config)
     kw = {"progress": False, "num_resamples": 20, "engine": "batched"}
     local = run_sweep(spec, tmp_path / "local", workers=1, **kw)
     remote = run_sweep(spec, tmp_path / "ray", workers=2, executor="ray", **kw)
-    assert local["settings"]["batches"] == [1, 2] and remote["settings"]["batches"] == [1, 1, 1]
+    assert local["settings"]["batches"] == remote["settings"]["batches"] == [1, 2, 2]
     files = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("local", "ray")]
     for doc in files:
         for key in (*WHERE, "batches"):

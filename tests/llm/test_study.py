@@ -11,7 +11,7 @@ import pytest
 
 from experiment import study as S
 from llm.__main__ import main
-from llm.study import load_study
+from llm.study import load_study, spot_check
 from tests.llm.test_sweep import BASE, SWEEP
 
 STUDY = """
@@ -30,7 +30,7 @@ def _write(folder: Path, model: str, study: str = STUDY) -> Path:
 
 
 def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
-    tmp_path, tiny_model_path, monkeypatch
+    tmp_path, tiny_model_path, monkeypatch, capsys
 ):
     config = _write(tmp_path, tiny_model_path)
     out = tmp_path / "out"
@@ -56,6 +56,31 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     # The cost model of the power calculation, measured in the confirmation's runs.
     assert doc["costs"]["unit"] == "core-s" and doc["costs"]["run"] > 0
     assert doc["costs"]["problem"] > 0 and "designs_for_goal" in doc
+    # Every run's fingerprint, and a spot check that re-trains a few here: the same bytes.
+    assert set(doc["fingerprints"]) == {"explore", "confirm"}
+    assert set(doc["fingerprints"]["confirm"]) == {"base", *(r["run"] for r in confirm["runs"])}
+    spot = tmp_path / "spot"
+    rep = spot_check(out / "study.json", runs=2, out=spot, workers=1, progress=False)
+    n = min(3, 1 + len(confirm["runs"]))
+    assert rep["of"] == rep["same"] == n and rep["runs"][0]["run"] == "base"
+    assert sum(r["drawn"] for r in rep["runs"]) == n - 1
+    assert rep["cpu_id"]["here"] == rep["cpu_id"]["study"] == S.cpu_id()
+    assert json.loads((spot / "spot_check.json").read_text()) == rep
+    # A fingerprint that differs is named, and the command fails (the runs are reused).
+    doc["fingerprints"]["confirm"][rep["runs"][1]["run"]] = "0" * 64
+    (tmp_path / "other.json").write_text(json.dumps(doc))
+    argv = ["spot-check", str(tmp_path / "other.json"), "--runs", "2", "--out", str(spot)]
+    assert main([*argv, "--workers", "1"]) == 1
+    printed = capsys.readouterr().out
+    assert f"DIFFERENT  {rep['runs'][1]['run']}" in printed
+    assert f"{n - 1} of {n} runs identical" in printed
+    del doc["fingerprints"]
+    (tmp_path / "old.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="no fingerprints"):
+        spot_check(tmp_path / "old.json")
+    config.write_text(config.read_text().replace('name = "tiny study"', 'name = "renamed"'))
+    with pytest.raises(ValueError, match="its content changed since the study"):
+        spot_check(out / "study.json")
 
 
 def test_study_errors_name_the_key(tmp_path, tiny_model_path):

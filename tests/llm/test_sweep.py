@@ -17,9 +17,11 @@ from llm.__main__ import main
 from llm.eval.frontier import frontier_arrays
 from llm.run.jobs import RUN_MARKER, weights_sha
 from llm.sweep import (
+    PACK_SPLIT,
     _base_raw,
     _run_raw,
     load_sweep,
+    rerun_runs,
     run_name,
     run_sweep,
     sweep_from_dict,
@@ -65,7 +67,7 @@ grid = {{ eta = [{eta}] }}
 """
 
 
-def _write(folder: Path, model: str, eta: float = 0.1) -> Path:
+def _write(folder: Path, model: str, eta: float | str = 0.1) -> Path:
     (folder / "base.toml").write_text(BASE.format(model=model))
     path = folder / "sweep.toml"
     path.write_text(SWEEP.format(eta=eta))
@@ -333,21 +335,36 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(swept):
 def test_batched_engine_packs_runs_records_the_engine_and_reuses(tmp_path, tiny_model_path):
     """`--engine batched`: the runs train as one batch (issue 22), results hold every model,
     markers and evaluation keys record the engine, and a second call reuses everything."""
-    config = _write(tmp_path, tiny_model_path)
+    config = _write(tmp_path, tiny_model_path, "0.1, 0.3, 0.5")
     out = tmp_path / "out"
     args = ["sweep", "--config", str(config), "--out", str(out), "--workers", "1"]
     assert main([*args, "--engine", "batched"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["settings"]["engine"] == "batched"
-    assert sorted(res["settings"]["batches"]) == [1, 2]  # the base model alone, two runs batched
+    # The base model alone, four runs in PACK_SPLIT batches, whatever the worker count.
+    assert res["settings"]["batches"] == [1, 2, 2] and PACK_SPLIT == 2
     assert res["settings"]["eval"]["engine"] == "batched"
-    assert [m["step"] for m in res["models"]] == [0, 1, 2, 1, 2]
+    assert [m["step"] for m in res["models"]] == [0] + [1, 2] * 4
     for run in res["runs"]:
         marker = json.loads((out / "runs" / run["run"] / RUN_MARKER).read_text())
         assert marker["engine"] == "batched" and marker["finished"]
     again = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20,
                       engine="batched")  # fmt: skip
-    assert again["reused"] == {"runs": 2, "of": 2, "evals": 5, "evals_of": 5}
+    assert again["reused"] == {"runs": 4, "of": 4, "evals": 9, "evals_of": 9}
+    assert again["fingerprints"] == res["fingerprints"]
+    # Two workers, another folder: the same batches, the same bytes (a run's bytes depend on its
+    # batch-mates, so packing by cores would not). A spot re-run of one run trains its batch.
+    two = run_sweep(load_sweep(config), tmp_path / "two", workers=2, progress=False,
+                    num_resamples=20, engine="batched")  # fmt: skip
+    assert two["settings"]["batches"] == [1, 2, 2]
+    assert two["fingerprints"] == res["fingerprints"]
+    last = res["runs"][-1]["run"]
+    spot = rerun_runs(load_sweep(config), tmp_path / "spot", [last], engine="batched", workers=1,
+                      progress=False)  # fmt: skip
+    assert len(spot) == 2 and last in spot
+    assert all(res["fingerprints"][name] == fp for name, fp in spot.items())
+    with pytest.raises(ValueError, match="not runs of the sweep"):
+        rerun_runs(load_sweep(config), tmp_path / "spot", ["nope"], engine="batched")
     assert [m["pass1"] for m in again["models"]] == [m["pass1"] for m in res["models"]]
     # The other engine's runs are not reused: another random stream, another result.
     other = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20)
