@@ -65,6 +65,7 @@ from llm.run.jobs import (
     weights_sha,
 )
 from llm.run.jobs import eval_key as jobs_eval_key
+from llm.train.batched import VERSION as BATCHED_VERSION
 from llm.train.batched import batch_key, batchable
 
 __all__ = [
@@ -548,6 +549,7 @@ def _sweep_jobs(
     eval_key = jobs_eval_key(spec.eval, base_cfg, problems, source)
     if engine == "batched":
         eval_key["engine"] = "batched"
+        eval_key["batched_version"] = BATCHED_VERSION
     base_setting = Setting("base", base_cfg.method, {})
     jobs = [
         Job("base", None, 0, _run_raw(base_raw, base_setting, 0, spec.checkpoints),

@@ -38,6 +38,7 @@ from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint
 from llm.run.distributed import set_matmul_precision
 from llm.run.executor import map_jobs
 from llm.run.folder import read_metrics
+from llm.train.batched import VERSION as BATCHED_VERSION
 from llm.train.batched import train_batch
 from llm.train.trainer import train
 from theory.measures import pass_at_k
@@ -193,6 +194,7 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
         and marker.get("base_sha") == job.base_sha
         and marker.get("numerics") == numerics.tag()
         and marker.get("engine", "process") == engine
+        and marker.get("batched_version") == (BATCHED_VERSION if engine == "batched" else None)
         and saved.is_file()
         and config_to_toml(config_from_dict(read_toml(saved))) == config_to_toml(cfg)
     )
@@ -219,6 +221,7 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
         "base_sha": job.base_sha,
         "numerics": numerics.tag(),
         "engine": engine,
+        **({"batched_version": BATCHED_VERSION} if engine == "batched" else {}),
         "finished": False,
         "train_seconds": prior,
         "evals": evals,

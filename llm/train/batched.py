@@ -68,6 +68,7 @@ from llm.train.update import UpdateResult, leaf_gradients, make_optimizer, step_
 
 __all__ = [
     "PER_RUN",
+    "VERSION",
     "batch_key",
     "batchable",
     "stacked_policy_forward",
@@ -90,6 +91,12 @@ PER_RUN: tuple[str, ...] = (
     "optim.warmup_steps",
 )
 """Config keys that may differ between the runs of one batch; all others must be equal."""
+
+VERSION = 2
+"""The batched trainer's arithmetic, recorded in run markers and evaluation keys so that runs of
+another version are trained again, not reused: 2 pads responses to ``max_new_tokens``, so that
+a run's bytes do not depend on its batch-mates (`_batch_tensors`); 1 padded to the batch's
+longest response."""
 
 
 def batch_key(cfg: TrainConfig) -> str:
@@ -194,15 +201,22 @@ def _pad_left(x: Tensor, width: int, value: float | int) -> Tensor:
 
 
 def _batch_tensors(
-    behaviours: Sequence[BehaviourBatch], start: int, stop: int, cand_n: int
+    behaviours: Sequence[BehaviourBatch], start: int, stop: int, cand_n: int, t_max: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, list[int]]:
     """Prompt groups ``start:stop`` of every run, padded to common widths: prompts (R * B', P)
-    on the left, responses (R * B', G, T) and candidates (R * B' * G, T, N) on the right.
-    Returns them and each run's own T."""
+    on the left, responses (R * B', G, `t_max`) and candidates (R * B' * G, `t_max`, N) on the
+    right. Returns them and each run's own T.
+
+    `t_max` is the config's ``max_new_tokens``, not the batch's longest response: the weight
+    gradients sum over rows × positions, and a wider row moves where each row's positions fall
+    in those sums, so padding to the batch-mates' widths would change a run's bytes with its
+    batch (measured: the same run alone and in a batch of 6 parted at step 3)."""
     g = behaviours[0].shape[1]
     p_ids, p_mask, r_ids, r_mask, cands, widths = [], [], [], [], [], []
     p_max = max(beh.rows.prompt_len for beh in behaviours)
-    t_max = max(beh.shape[2] for beh in behaviours)
+    longest = max(beh.shape[2] for beh in behaviours)
+    if longest > t_max:
+        raise ValueError(f"responses of {longest} tokens exceed max_new_tokens = {t_max}")
     for beh in behaviours:
         rows = beh.rows.slice(start * g, stop * g)
         p, t = rows.prompt_len, beh.shape[2]
@@ -253,7 +267,7 @@ def _update_runs(
         for start in range(0, b, per_update):
             stop = min(start + per_update, b)
             rows_per_run = (stop - start) * g
-            batch = _batch_tensors(behaviours, start, stop, cand_n)
+            batch = _batch_tensors(behaviours, start, stop, cand_n, cfg0.rollout.max_new_tokens)
             p_ids, p_mask, r_ids, r_mask, cands, widths = batch
             if epoch == 0 and start == 0:
                 currents = [slice_outputs(beh.old, 0, rows_per_run) for beh in behaviours]

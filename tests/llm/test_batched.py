@@ -16,6 +16,7 @@ import shaping
 from llm.model.forward import build_rows, policy_forward
 from llm.model.load import load_tokenizer
 from llm.model.stacked import StackedLM, check_stackable
+from llm.model.tiny import build_tiny_model, build_tokenizer
 from llm.rollout.base import stop_token_ids
 from llm.rollout.hf import sequence_logp
 from llm.rollout.stacked import filter_logits, left_pad, sample_groups
@@ -30,6 +31,7 @@ from llm.train.batched import (
 )
 from llm.train.behaviour import behaviour_batch
 from llm.train.update import make_optimizer, update_policy
+from tests.llm.conftest import TEST_MAX_NUMBER
 from tests.llm.test_trainer import _config as trainer_config
 from tests.tolerance import assert_close
 
@@ -215,6 +217,40 @@ def test_batched_runs_equal_the_runs_alone(tiny_model_path, tmp_path):
         for pb, pa in zip(wb.parameters(), wa.parameters(), strict=True):
             assert_close(pb, pa, dtype="float32", n=_n_cfg(), elementwise=True)
         assert latest_checkpoint(tmp_path / f"b{i}").name == "step_000003"
+
+
+def test_a_run_of_a_batch_is_the_run_alone_to_the_bit(tmp_path):
+    """At the tiny base model's size (`llm.model.tiny.TinyConfig`: 4 layers, 128 wide), where a
+    row's width shows in the sums of the weight gradients: each run of a batch of three is the
+    same run trained alone, to the bit, weights and metrics, because responses are padded to
+    ``max_new_tokens`` and not to the batch-mates' longest (`_batch_tensors`). So a run's bytes
+    do not depend on its batch, and a spot check can re-train one run alone."""
+    tok = build_tokenizer(TEST_MAX_NUMBER)
+    path = tmp_path / "model"
+    model = build_tiny_model(tok, seed=0)
+    with torch.no_grad():  # a louder <eos> (tied embeddings): responses end at many lengths
+        model.get_input_embeddings().weight[tok.eos_token_id] *= 4.0
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    over = {"steps": 4, "save_every": 2, "max_new_tokens": 16}
+    cfgs = [
+        trainer_config(str(path), "grpo", seed=0, **over),
+        trainer_config(str(path), "grpo", seed=1, **over),
+        trainer_config(str(path), "ds_grpo", seed=2, hyper={"gamma_p": 1.0, "gamma_n": 0.2},
+                       **over),
+    ]  # fmt: skip
+    train_batch(cfgs, [tmp_path / f"b{i}" for i in range(3)])
+    lengths = set()
+    for i, cfg in enumerate(cfgs):
+        train_batch([cfg], [tmp_path / f"a{i}"])
+        batched, alone = _metrics(tmp_path / f"b{i}"), _metrics(tmp_path / f"a{i}")
+        assert batched == alone, i
+        lengths |= {r["charts/response_len"] for r in alone}
+        wb = AutoModelForCausalLM.from_pretrained(latest_checkpoint(tmp_path / f"b{i}"))
+        wa = AutoModelForCausalLM.from_pretrained(latest_checkpoint(tmp_path / f"a{i}"))
+        assert all(torch.equal(p, q) for p, q in zip(wb.parameters(), wa.parameters(),
+                                                     strict=True))  # fmt: skip
+    assert min(lengths) < 12  # responses ended early, at lengths that differ between runs
 
 
 def _n_cfg():

@@ -26,6 +26,7 @@ from llm.sweep import (
     run_sweep,
     sweep_from_dict,
 )
+from llm.train.batched import VERSION as BATCHED_VERSION
 from theory.measures import pass_at_k
 
 BASE = """
@@ -352,6 +353,16 @@ def test_batched_engine_packs_runs_records_the_engine_and_reuses(tmp_path, tiny_
                       engine="batched")  # fmt: skip
     assert again["reused"] == {"runs": 4, "of": 4, "evals": 9, "evals_of": 9}
     assert again["fingerprints"] == res["fingerprints"]
+    # A run of another version of the batched trainer is trained again, not reused.
+    path = out / "runs" / res["runs"][0]["run"] / RUN_MARKER
+    marker = json.loads(path.read_text())
+    assert (
+        marker["batched_version"] == BATCHED_VERSION == res["settings"]["eval"]["batched_version"]
+    )
+    path.write_text(json.dumps({**marker, "batched_version": BATCHED_VERSION - 1}))
+    third = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20,
+                      engine="batched")  # fmt: skip
+    assert third["reused"]["runs"] == 3 and third["fingerprints"] == res["fingerprints"]
     # Two workers, another folder: the same batches, the same bytes (a run's bytes depend on its
     # batch-mates, so packing by cores would not). A spot re-run of one run trains its batch.
     two = run_sweep(load_sweep(config), tmp_path / "two", workers=2, progress=False,
