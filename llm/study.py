@@ -197,7 +197,7 @@ def run_study(
 def spot_check(
     study_path: str | Path,
     *,
-    runs: int = 1,
+    runs: int = 3,
     seed: int = 0,
     out: str | Path | None = None,
     workers: int | None = None,
@@ -205,8 +205,8 @@ def spot_check(
 ) -> dict[str, Any]:
     """Re-train a few of a committed study's confirmation runs on this machine and compare their
     `llm.sweep.run_fingerprint` (checkpoint weights and per-problem counts) with the ones the
-    study recorded: the base model's evaluation and `runs` runs drawn with `seed`, under the
-    study's engine ``batched`` each with its whole batch (`llm.sweep.rerun_runs`). Equal
+    study recorded: the base model's evaluation and `runs` runs drawn with `seed`, each trained
+    alone (`llm.sweep.rerun_runs`). Equal
     fingerprints on another CPU say that this machine would reproduce the study's bytes, and so
     its verdicts, at the cost of a few runs (issue 20: "on a second machine the verdicts are the
     same"). Writes ``OUT/spot_check.json`` (default OUT: ``runs/llm_spot_check/<config stem>``;
@@ -214,8 +214,7 @@ def spot_check(
 
     Returns:
         ``{"study", "config", "engine", "numerics": {"study", "here"}, "cpu_id": {"study",
-        "here"}, "runs": [{"run", "drawn", "study", "here", "same"}] (the base first), "same",
-        "of"}``.
+        "here"}, "runs": [{"run", "study", "here", "same"}] (the base first), "same", "of"}``.
 
     Raises:
         ValueError: a study.json without fingerprints (written before they were recorded: read
@@ -252,9 +251,9 @@ def spot_check(
     out = Path(out) if out is not None else Path("runs/llm_spot_check") / config_path.stem
     got = rerun_runs(csweep, out, ["base", *sorted(drawn)], engine=engine, workers=workers,
                      progress=progress)  # fmt: skip
-    names = ["base", *(n for n in prints if n in got and n != "base")]  # the study's order
-    rows = [{"run": n, "drawn": n in drawn, "study": prints[n], "here": got[n],
-             "same": prints[n] == got[n]} for n in names]  # fmt: skip
+    names = ["base", *(n for n in prints if n in drawn)]  # the study's order
+    rows = [{"run": n, "study": prints[n], "here": got[n], "same": prints[n] == got[n]}
+            for n in names]  # fmt: skip
     report = {
         "study": str(study_path), "config": str(config_path), "engine": engine,
         "numerics": {"study": prov.get("numerics"), "here": here["numerics"]},

@@ -63,7 +63,6 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     rep = spot_check(out / "study.json", runs=2, out=spot, workers=1, progress=False)
     n = min(3, 1 + len(confirm["runs"]))
     assert rep["of"] == rep["same"] == n and rep["runs"][0]["run"] == "base"
-    assert sum(r["drawn"] for r in rep["runs"]) == n - 1
     assert rep["cpu_id"]["here"] == rep["cpu_id"]["study"] == S.cpu_id()
     assert json.loads((spot / "spot_check.json").read_text()) == rep
     # A fingerprint that differs is named, and the command fails (the runs are reused).
