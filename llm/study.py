@@ -206,11 +206,12 @@ def spot_check(
     """Re-train a few of a committed study's confirmation runs on this machine and compare their
     `llm.sweep.run_fingerprint` (checkpoint weights and per-problem counts) with the ones the
     study recorded: the base model's evaluation and `runs` runs drawn with `seed`, each trained
-    alone (`llm.sweep.rerun_runs`). Equal
-    fingerprints on another CPU say that this machine would reproduce the study's bytes, and so
-    its verdicts, at the cost of a few runs (issue 20: "on a second machine the verdicts are the
-    same"). Writes ``OUT/spot_check.json`` (default OUT: ``runs/llm_spot_check/<config stem>``;
-    runs found there from an earlier check are reused).
+    alone (`llm.sweep.rerun_runs`). Equal fingerprints on another CPU say that this machine would
+    reproduce the study's bytes, and so its verdicts, at the cost of a few runs (issue 20: "on a
+    second machine the verdicts are the same"). The study's config is read at the path its
+    provenance records (relative: run from the repository root). Writes ``OUT/spot_check.json``
+    (default OUT: ``runs/llm_spot_check/<config stem>``; runs found there from an earlier check
+    are reused).
 
     Returns:
         ``{"study", "config", "engine", "numerics": {"study", "here"}, "cpu_id": {"study",

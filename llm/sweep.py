@@ -14,7 +14,8 @@ The runs go to local worker processes or to Ray tasks, on this machine or a clus
 (`llm.run.executor`; `llm.run.jobs`: reuse, resume and pruning of runs). Writes
 ``OUT/results.json`` (the schema of `experiment.report`; per model and seed pass@k for every k
 from the per-problem counts, distinct correct solutions, the counts; under ``frontier`` each
-model's lift at matched pass@1 over the reference curve), ``OUT/frontier.png`` and
+model's lift at matched pass@1 over the reference curve; under ``fingerprints`` each run's
+`run_fingerprint`), ``OUT/frontier.png`` and
 ``OUT/lifts.md`` (`llm.eval.frontier`).
 """
 
