@@ -417,8 +417,10 @@ def run_sweep(
     address: str | None = None,
     engine: str = "process",
     max_batch: int = MAX_BATCH,
+    log: bool = False,
 ) -> dict[str, Any]:
     """Train and evaluate every (setting, seed) of `spec` into `out` and write ``results.json``.
+    Without `progress`, `log` prints a line per finished run (`llm.run.executor.LineProgress`).
 
     `engine`: ``process`` trains each run alone in a worker (`llm.train.trainer.train`, sampling
     with transformers' `generate`); ``batched`` packs the runs that can share a batch
@@ -456,7 +458,7 @@ def run_sweep(
     done = map_jobs(
         run_unit, units, workers=workers, progress=progress, desc="runs (train + eval)",
         name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
-        executor=executor, address=address,
+        executor=executor, address=address, log=log,
     )  # fmt: skip
     by_name = {j.name: o for unit, res in zip(units, done, strict=True)
                for j, o in zip(unit, res, strict=True)}  # fmt: skip
@@ -588,6 +590,7 @@ def rerun_runs(
     engine: str,
     workers: int | None = None,
     progress: bool = True,
+    log: bool = False,
 ) -> dict[str, str]:
     """Train and evaluate only the runs `names` of `spec` (``"base"``: the base model's
     evaluation) into `out`, each alone (under engine ``batched`` a batch of one: a run's bytes do
@@ -609,5 +612,6 @@ def rerun_runs(
         raise ValueError(f"runs: {unknown} are not runs of the sweep (e.g. {list(by_name)[:3]})")
     units = [[by_name[n]] for n in wanted]
     done = map_jobs(run_unit, units, workers=workers, progress=progress, desc="runs (spot check)",
-                    name=lambda u: u[0].name, executor="local", address=None)  # fmt: skip
+                    name=lambda u: u[0].name, executor="local", address=None,
+                    log=log)  # fmt: skip
     return {u[0].name: run_fingerprint(r[0]) for u, r in zip(units, done, strict=True)}
