@@ -42,6 +42,7 @@ __all__ = [
     "MethodEntry",
     "apply_sets",
     "describe",
+    "extend_checkpoints",
     "move_keys",
     "parse_checkpoints",
     "parse_methods",
@@ -280,6 +281,23 @@ def parse_checkpoints(value: object, steps: int) -> tuple[int, ...]:
     if min(value) < 0 or max(value) > steps:
         raise ValueError(f"checkpoints: expected steps in [0, steps = {steps}], got {value!r}")
     return tuple(sorted({*value, steps} - {0}))
+
+
+def extend_checkpoints(checkpoints: Sequence[int], steps: int) -> tuple[int, ...]:
+    """The evaluated steps of a setting that trains `steps` steps where the sweep's runs are
+    evaluated at `checkpoints` (ascending, `parse_checkpoints`): those up to `steps`, continued
+    at their last spacing, and `steps` itself. E.g. ``[40, 80, 120]`` for 240 steps gives
+    ``[40, 80, 120, 160, 200, 240]``, for 100 steps ``[40, 80, 100]``.
+
+    Raises:
+        ValueError: `steps` < 1 or no checkpoints.
+    """
+    if steps < 1 or not checkpoints:
+        raise ValueError(f"steps: expected >= 1 with checkpoints, got {steps} and {checkpoints!r}")
+    gap = checkpoints[-1] - (checkpoints[-2] if len(checkpoints) > 1 else 0)
+    out = {c for c in checkpoints if c <= steps} | {steps}
+    out |= set(range(checkpoints[-1] + gap, steps, gap))
+    return tuple(sorted(out))
 
 
 def parse_reference(value: object, entries: Sequence[MethodEntry]) -> tuple[str, ...]:

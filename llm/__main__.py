@@ -243,7 +243,7 @@ def _sweep(args: argparse.Namespace) -> int:
     out = args.out or str(Path("runs") / "sweeps" / Path(args.config).stem)
     results = run_sweep(
         spec, out, workers=args.workers, executor=args.executor, address=args.address,
-        engine=args.engine,
+        engine=args.engine, progress=sys.stderr.isatty(), log=not sys.stderr.isatty(),
     )  # fmt: skip
     print(_format_results(results))
     print(f"wrote {out}/results.json")
@@ -257,6 +257,7 @@ def _study(args: argparse.Namespace) -> int:
         out,
         workers=args.workers,
         progress=sys.stderr.isatty(),
+        log=not sys.stderr.isatty(),
         executor=args.executor,
         address=args.address,
         engine=args.engine,
@@ -276,7 +277,8 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
 
 def _spot_check(args: argparse.Namespace) -> int:
     r = spot_check(args.study, runs=args.runs, seed=args.seed, out=args.out,
-                   workers=args.workers, progress=sys.stderr.isatty())  # fmt: skip
+                   workers=args.workers, progress=sys.stderr.isatty(),
+                   log=not sys.stderr.isatty())  # fmt: skip
     print(f"study: {r['cpu_id']['study']} ({r['numerics']['study']})")
     print(f"here:  {r['cpu_id']['here']} ({r['numerics']['here']})")
     for row in r["runs"]:

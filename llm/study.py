@@ -144,9 +144,11 @@ def run_study(
     executor: str = "local",
     address: str | None = None,
     engine: str = "process",
+    log: bool = False,
 ) -> dict[str, Any]:
     """Both stages of the study in `config_path` (module docstring); returns study.json's dict.
-    `workers`, `executor`, `address` and `engine` (both stages) go to `llm.sweep.run_sweep`.
+    `workers`, `executor`, `address`, `engine` and `log` (both stages) go to
+    `llm.sweep.run_sweep`.
 
     Raises:
         ValueError: naming the file and key of a bad configuration, or a bad executor.
@@ -160,14 +162,14 @@ def run_study(
     sweep.source = str(config_path)
     explore = run_sweep(sweep, out / "explore", workers=workers, progress=progress,
                         num_resamples=num_resamples, executor=executor,
-                        address=address, engine=engine)  # fmt: skip
+                        address=address, engine=engine, log=log)  # fmt: skip
     picks = S.pick(explore["frontier"])
     cdoc = confirmation_doc(doc, spec, picks["pass_at_k"], config_path.parent)
     csweep = sweep_from_dict(cdoc, root=config_path.parent)
     csweep.source = f"{config_path} (confirmation)"
     confirm = run_sweep(csweep, out / "confirm", workers=workers, progress=progress,
                         num_resamples=num_resamples, executor=executor,
-                        address=address, engine=engine)  # fmt: skip
+                        address=address, engine=engine, log=log)  # fmt: skip
     design = {"explore_seeds": sweep.seeds, "explore_problems": sweep.eval["problems"],
               "confirm_seeds": list(spec.confirm_seeds),
               "confirm_problems": spec.confirm_problems,
@@ -202,6 +204,7 @@ def spot_check(
     out: str | Path | None = None,
     workers: int | None = None,
     progress: bool = True,
+    log: bool = False,
 ) -> dict[str, Any]:
     """Re-train a few of a committed study's confirmation runs on this machine and compare their
     `llm.sweep.run_fingerprint` (checkpoint weights and per-problem counts) with the ones the
@@ -251,7 +254,7 @@ def spot_check(
     drawn = {trained[i] for i in rng.choice(len(trained), size=take, replace=False).tolist()}
     out = Path(out) if out is not None else Path("runs/llm_spot_check") / config_path.stem
     got = rerun_runs(csweep, out, ["base", *sorted(drawn)], engine=engine, workers=workers,
-                     progress=progress)  # fmt: skip
+                     progress=progress, log=log)  # fmt: skip
     names = ["base", *(n for n in prints if n in drawn)]  # the study's order
     rows = [{"run": n, "study": prints[n], "here": got[n], "same": prints[n] == got[n]}
             for n in names]  # fmt: skip

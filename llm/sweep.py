@@ -7,8 +7,11 @@ the sweep file), ``[train]`` (its overrides for every run) and ``[eval]`` (`Swee
 model on the same problems with the same sampling seed, so comparisons are paired). A setting's
 key is a hyper-parameter of the method (``gamma_p``), a top-level train-config key (``kl_coef``)
 or a dotted one (``optim.lr``, ``hyper.eta``, ``data.n_problems``); a train-config key that moved
-into a table (``lr``, `llm.config.MOVED_KEYS`) goes there, with a `FutureWarning`. Every run is evaluated at every checkpoint, so
-each run is a path; the base model is step 0 of all.
+into a table (``lr``, `llm.config.MOVED_KEYS`) goes there, with a `FutureWarning`. Every run is
+evaluated at every checkpoint, so each run is a path; the base model is step 0 of all. A setting
+may train its own number of ``steps`` (e.g. GRPO's KL setting further, so that its curve reaches
+the methods' pass@1): its runs are evaluated at the sweep's checkpoints up to its steps,
+continued at their last spacing (`SweepSpec.checkpoints_of`).
 
 The runs go to local worker processes or to Ray tasks, on this machine or a cluster
 (`llm.run.executor`; `llm.run.jobs`: reuse, resume and pruning of runs). Writes
@@ -40,6 +43,7 @@ from experiment import report, schema
 from experiment.spec import (
     COMMON_KEYS,
     apply_sets,
+    extend_checkpoints,
     parse_checkpoints,
     parse_methods,
     parse_reference,
@@ -85,7 +89,7 @@ RESULTS = "results.json"
 
 _TOP_KEYS = {*COMMON_KEYS, "base", "train", "eval"}
 # Set per run by the sweep itself: a grid over them would break the paths or the pairing.
-_RESERVED = {"method", "seed", "steps", "run.save_every", "model_path", "build_base_model", "eval"}
+_RESERVED = {"method", "seed", "run.save_every", "model_path", "build_base_model", "eval"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +151,15 @@ class SweepSpec:
     """the sweep file (for the record)"""
     doc: dict[str, Any] = field(default_factory=dict)
     """the parsed sweep document (for the record: results.json's ``config``)"""
+
+    def checkpoints_of(self, setting: Setting) -> list[int]:
+        """The steps at which `setting`'s runs are evaluated: the sweep's `checkpoints`, or, for
+        a setting with its own ``steps`` (GRPO's KL setting trained further, say), those
+        continued at their last spacing up to its steps (`experiment.spec.extend_checkpoints`)."""
+        steps = setting.params.get("steps", self.steps)
+        if steps == self.steps:
+            return self.checkpoints
+        return list(extend_checkpoints(self.checkpoints, steps))
 
     @property
     def labels(self) -> list[str]:
@@ -263,7 +276,11 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         for point in entry.points:
             params = {**entry.fixed, **point}
             setting = Setting(entry.label, entry.method, params)
-            run_raw = _run_raw(base_raw, setting, seeds[0], checkpoints, where)
+            steps = params.get("steps", base_cfg.steps)
+            if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+                raise ValueError(f"{where}.steps: expected an integer >= 1, got {steps!r}")
+            own = list(extend_checkpoints(checkpoints, steps))
+            run_raw = _run_raw(base_raw, setting, seeds[0], own, where)
             try:
                 config_from_dict(run_raw)
             except ValueError as e:
@@ -417,8 +434,10 @@ def run_sweep(
     address: str | None = None,
     engine: str = "process",
     max_batch: int = MAX_BATCH,
+    log: bool = False,
 ) -> dict[str, Any]:
     """Train and evaluate every (setting, seed) of `spec` into `out` and write ``results.json``.
+    Without `progress`, `log` prints a line per finished run (`llm.run.executor.LineProgress`).
 
     `engine`: ``process`` trains each run alone in a worker (`llm.train.trainer.train`, sampling
     with transformers' `generate`); ``batched`` packs the runs that can share a batch
@@ -456,7 +475,7 @@ def run_sweep(
     done = map_jobs(
         run_unit, units, workers=workers, progress=progress, desc="runs (train + eval)",
         name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
-        executor=executor, address=address,
+        executor=executor, address=address, log=log,
     )  # fmt: skip
     by_name = {j.name: o for unit, res in zip(units, done, strict=True)
                for j, o in zip(unit, res, strict=True)}  # fmt: skip
@@ -552,10 +571,10 @@ def _sweep_jobs(
     for setting in spec.settings:
         for seed in spec.seeds:
             name = run_name(setting, seed)
+            steps = spec.checkpoints_of(setting)
             jobs.append(
-                Job(name, setting, seed, _run_raw(base_raw, setting, seed, spec.checkpoints),
-                     str(out / "runs" / name), base_sha, spec.checkpoints, problems, eval_key,
-                     run_bars)
+                Job(name, setting, seed, _run_raw(base_raw, setting, seed, steps),
+                     str(out / "runs" / name), base_sha, steps, problems, eval_key, run_bars)
             )  # fmt: skip
     return jobs, base_cfg, base_sha, problems, eval_key
 
@@ -588,6 +607,7 @@ def rerun_runs(
     engine: str,
     workers: int | None = None,
     progress: bool = True,
+    log: bool = False,
 ) -> dict[str, str]:
     """Train and evaluate only the runs `names` of `spec` (``"base"``: the base model's
     evaluation) into `out`, each alone (under engine ``batched`` a batch of one: a run's bytes do
@@ -609,5 +629,6 @@ def rerun_runs(
         raise ValueError(f"runs: {unknown} are not runs of the sweep (e.g. {list(by_name)[:3]})")
     units = [[by_name[n]] for n in wanted]
     done = map_jobs(run_unit, units, workers=workers, progress=progress, desc="runs (spot check)",
-                    name=lambda u: u[0].name, executor="local", address=None)  # fmt: skip
+                    name=lambda u: u[0].name, executor="local", address=None,
+                    log=log)  # fmt: skip
     return {u[0].name: run_fingerprint(r[0]) for u, r in zip(units, done, strict=True)}

@@ -15,6 +15,8 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -62,8 +64,10 @@ def map_jobs(
     executor: str = "local",
     address: str | None = None,
     cpus_per_job: float = 1,
+    log: bool = False,
 ) -> list[Any]:
-    """`fn` over `jobs` (results in job order) with a tqdm bar over finished jobs.
+    """`fn` over `jobs` (results in job order) with a tqdm bar over finished jobs, or with `log`
+    and no `progress` (a run in the background, its stderr a file) a `LineProgress` line each.
 
     Args:
         fn: the job function; module-level (it is pickled by reference).
@@ -79,13 +83,40 @@ def map_jobs(
         ImportError: ``ray`` without Ray installed.
     """
     check_executor(executor, address)
-    bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="run")
+    if log and not progress:
+        bar: Any = LineProgress(len(jobs), desc)
+    else:
+        bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="run")
     try:
         if executor == "ray":
             return _map_ray(fn, jobs, bar, name, workers, address, cpus_per_job)
         return _map_local(fn, jobs, bar, name, workers)
     finally:
         bar.close()
+
+
+class LineProgress:
+    """Progress for a log file: one line on stderr per finished job (`map_jobs` with `log`):
+    ``DESC: 12/51 (NAME), 5:31 elapsed, ~18:02 left`` (time left: the mean time per finished job
+    so far), where a tqdm bar would write carriage returns. The bar's methods `map_jobs` calls."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc, self.done, self.name = total, desc, 0, ""
+        self.start = time.monotonic()
+
+    def set_postfix_str(self, name: str) -> None:
+        self.name = name
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        spent = time.monotonic() - self.start
+        left = spent / self.done * (self.total - self.done)
+        print(f"{self.desc}: {self.done}/{self.total} ({self.name}), "
+              f"{tqdm.format_interval(spent)} elapsed, ~{tqdm.format_interval(left)} left",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    def close(self) -> None:
+        pass
 
 
 def _map_local(

@@ -89,6 +89,21 @@ def test_ray_keeps_job_order_and_fails_fast(ray_local):
     assert ray_local.is_initialized()
 
 
+def test_a_log_gets_a_line_per_finished_job(capsys):
+    """`log` without `progress` (stderr a file): one `LineProgress` line per job, in order."""
+    out = map_jobs(abs, [-1, -2, -3], workers=1, progress=False, desc="jobs", name=str, log=True)
+    assert out == [1, 2, 3]
+    lines = capsys.readouterr().err.splitlines()
+    assert [x.split(",")[0] for x in lines] == [
+        "jobs: 1/3 (-1)",
+        "jobs: 2/3 (-2)",
+        "jobs: 3/3 (-3)",
+    ]
+    assert all(x.endswith("left") and "elapsed" in x for x in lines)
+    map_jobs(abs, [-1], workers=1, progress=False, desc="jobs", name=str)  # neither: silent
+    assert capsys.readouterr().err == ""
+
+
 def test_executor_errors(monkeypatch, capsys):
     with pytest.raises(ValueError, match="expected one of local, ray"):
         check_executor("dask")

@@ -37,6 +37,9 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     monkeypatch.chdir(tmp_path.parent)  # a relative --config, as users type it
     config = config.relative_to(tmp_path.parent)
     assert main(["study", "--config", str(config), "--out", str(out), "--workers", "1"]) == 0
+    # stderr is no terminal here: a line per finished run instead of a bar, as in a log file
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith("runs (train")]
+    assert lines and all("elapsed, ~" in x and "\r" not in x for x in lines)
     doc = json.loads((out / "study.json").read_text())
     explore = json.loads((out / "explore" / "results.json").read_text())
     confirm = json.loads((out / "confirm" / "results.json").read_text())

@@ -236,6 +236,7 @@ def _base(tmp_path: Path) -> dict:
         ({"methods": [{"method": "grpo", "zip": {"optim.lr": [1.0], "kl_coef": [0, 1]}}]},
          "methods[grpo].zip"),
         ({"methods": [{"method": "grpo", "points": [{}, {}]}]}, "appears twice"),
+        ({"methods": [{"method": "grpo", "points": [{"steps": 0}]}]}, "methods[grpo].steps"),
         ({"methods": [{"method": "grpo"}, {"method": "grpo"}]}, "used twice"),
     ],
 )  # fmt: skip
@@ -243,6 +244,31 @@ def test_config_errors_name_the_key(tmp_path, over, named):
     with pytest.raises(ValueError) as err:
         sweep_from_dict(_doc(tmp_path, **over), root=tmp_path)
     assert named in str(err.value)
+
+
+def test_a_setting_trains_its_own_steps_evaluated_at_the_continued_checkpoints(
+    tmp_path, tiny_model_path
+):
+    """``steps`` in a point: that setting's runs train longer and are evaluated at the sweep's
+    checkpoints continued at their spacing; the others as before; the frontier reads them all."""
+    config = _write(tmp_path, tiny_model_path)
+    text = config.read_text().replace(
+        'method = "grpo"\n', 'method = "grpo"\npoints = [{}, { steps = 4 }]\n', 1
+    )
+    config.write_text(text)  # fmt: skip
+    spec = load_sweep(config)
+    longer = spec.settings[1]
+    assert spec.checkpoints == [1, 2] and spec.checkpoints_of(longer) == [1, 2, 3, 4]
+    assert spec.checkpoints_of(spec.settings[0]) == [1, 2]
+    res = run_sweep(spec, tmp_path / "out", workers=1, progress=False, num_resamples=20)
+    steps = {}
+    for m in res["models"]:
+        steps.setdefault((m["label"], json.dumps(m["params"])), []).append(m["step"])
+    assert steps[("grpo", json.dumps({"steps": 4}))] == [1, 2, 3, 4]
+    assert steps[("grpo", "{}")] == [1, 2] and steps[("entropy_bonus", '{"eta": 0.1}')] == [1, 2]
+    lifted = [m for m in res["frontier"]["pass_at_k"]["models"] if m["label"] == "entropy_bonus"]
+    assert len(lifted) == 2 and all(m["reference"] is False for m in lifted)
+    assert res["runs"][1]["run"] == "grpo_steps=4_seed0"
 
 
 def test_old_keys_are_accepted_with_a_message_naming_the_new_one(tmp_path):
