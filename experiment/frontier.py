@@ -464,12 +464,19 @@ def setting_groups(ref: np.ndarray, models: Models, degree: int = 2) -> list[np.
     return [g for g in groups if g.size >= degree] or [np.asarray(ref)]
 
 
-def max_curve_at(betas: Sequence[np.ndarray], x_max: Sequence[float], x: object) -> np.ndarray:
-    """The pointwise maximum at `x` of the curves `betas` (`curve_at`), each defined up to its
-    `x_max`; beyond every `x_max`, the curve reaching furthest."""
+def max_curve_at(
+    betas: Sequence[np.ndarray],
+    x_max: Sequence[float],
+    x: object,
+    x_min: Sequence[float] | None = None,
+) -> np.ndarray:
+    """The pointwise maximum at `x` of the curves `betas` (`curve_at`), each defined on
+    ``[x_min, x_max]`` (`x_min` None: from −∞); beyond every `x_max`, the curve reaching
+    furthest."""
     x = np.asarray(x, dtype=np.float64)
-    vals = np.stack([np.where(x <= xm, curve_at(np.asarray(b), x), -np.inf)
-                     for b, xm in zip(betas, x_max, strict=True)])  # fmt: skip
+    lows = [-np.inf] * len(betas) if x_min is None else list(x_min)
+    vals = np.stack([np.where((x <= xm) & (x >= xl), curve_at(np.asarray(b), x), -np.inf)
+                     for b, xm, xl in zip(betas, x_max, lows, strict=True)])  # fmt: skip
     far = int(np.argmax(x_max))
     return np.where(np.isfinite(vals.max(0)), vals.max(0), curve_at(np.asarray(betas[far]), x))
 
@@ -483,6 +490,7 @@ class _PerSetting:
     groups: list[np.ndarray]
     betas: list[np.ndarray]
     degrees: list[int]
+    x_min: np.ndarray
     x_max: np.ndarray
     lifts: np.ndarray
     reach: np.ndarray
@@ -496,12 +504,16 @@ def _per_setting(
     groups = setting_groups(ref, models, degree)
     betas, degrees = map(list, zip(*(setting_curve(px[g], py[g], degree) for g in groups),
                                    strict=True))  # fmt: skip
-    x_max = np.array([px[g].max() for g in groups])  # each setting's own pass@1 range
+    # Each setting's own pass@1 range, from the base (0) to its furthest point on either side:
+    # a curve is never read where its setting's path did not go (before 2026-11-26 it was read
+    # from -inf, so below the base other settings' quadratics were extrapolated).
+    x_min = np.array([min(0.0, px[g].min()) for g in groups])
+    x_max = np.array([px[g].max() for g in groups])
     lifts = np.stack([py - curve_at(b, px) for b in betas])  # (G, M), as `_curve_lifts`
-    reach = px[None, :] <= x_max[:, None]
+    reach = (px[None, :] <= x_max[:, None]) & (px[None, :] >= x_min[:, None])
     active = np.where(reach, lifts, np.inf).argmin(0)  # the highest curve: the smallest lift
     active = np.where(reach.any(0), active, int(np.argmax(x_max)))
-    return _PerSetting(groups, betas, degrees, x_max, lifts, reach, active, {})
+    return _PerSetting(groups, betas, degrees, x_min, x_max, lifts, reach, active, {})
 
 
 def _jacobian_of(ps: _PerSetting, k: int, px: np.ndarray, py: np.ndarray) -> np.ndarray:
@@ -514,8 +526,8 @@ def _max_curve_lifts(
     px: np.ndarray, py: np.ndarray, ref: np.ndarray, models: Models, degree: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """`curve_lift`'s ``per_setting`` lifts `(M,)` over the pointwise maximum of one curve per
-    reference (method, setting) (`setting_groups`), each defined on pass@1 up to its setting's
-    largest, and their `(M, 2, M)` Jacobian (the active setting's)."""
+    reference (method, setting) (`setting_groups`), each defined on its setting's own pass@1
+    range (`_per_setting`), and their `(M, 2, M)` Jacobian (the active setting's)."""
     ps = _per_setting(px, py, ref, models, degree)
     return _active_lifts(ps, px, py, degree)
 
@@ -599,7 +611,8 @@ def _near_drop(
         if further.size == 0:
             continue
         at = ps.x_max[k]
-        rest = max_curve_at([ps.betas[j] for j in further], ps.x_max[further], at)
+        rest = max_curve_at([ps.betas[j] for j in further], ps.x_max[further], at,
+                            ps.x_min[further])  # fmt: skip
         drop = float(curve_at(ps.betas[k], at) - rest)
         if drop <= 0:
             continue
@@ -788,7 +801,8 @@ def curve_lift(
     standard error is the delta method's over the crossed seeds × problems design.
 
     With `per_setting`, one polynomial per reference (method, setting) (its checkpoints), each
-    defined up to its setting's largest pass@1, and the curve is their pointwise maximum (GRPO's
+    defined on its setting's own pass@1 range (from the base to its furthest point, on either
+    side of the base), and the curve is their pointwise maximum (GRPO's
     best setting at each pass@1); a lift's error is the delta method's of the setting that is the
     maximum there. The pooled curve lies below that maximum when the settings' trade-offs differ
     (`experiment.calibration.STRESS_DESIGNS`: +3.8 points of bias with a dominated setting); the

@@ -239,6 +239,7 @@ def lift_analysis(
             {
                 "setting": f"{models.method[g[0]]} {models.setting[g[0]]}",
                 "beta": [float(b) for b in frontier.setting_curve(res.x[g], res.y[g])[0]],
+                "x_min": min(0.0, float(res.x[g].min())),
                 "x_max": float(res.x[g].max()),
             }
             for g in groups
@@ -382,7 +383,8 @@ def plot_frontier(
                 grid = np.linspace(min(0.0, px.min()), px.max(), 100)
                 curves = a.get("curves")
                 ys = (frontier.max_curve_at([cv["beta"] for cv in curves],
-                                            [cv["x_max"] for cv in curves], grid)
+                                            [cv["x_max"] for cv in curves], grid,
+                                            [cv.get("x_min", -np.inf) for cv in curves])
                       if curves else frontier.curve_at(np.array(a["curve"]), grid))  # fmt: skip
                 ax.plot(grid, ys, "-", color=c, lw=2.5, label=f"{name}: fitted curve")
             else:  # E is flat left of its first vertex down to the smallest pass@1 of the set.

@@ -393,7 +393,8 @@ def test_per_setting_curve_is_the_max_of_single_setting_curves():
         idx = [i for i in range(m) if sets[i] in (keep, "base") or meth[i] == "m"]
         sub = F.Models([meth[i] for i in idx], [sets[i] for i in idx], [steps[i] for i in idx])
         r = F.curve_lift(x[idx], y[idx], sub, "grpo", num_resamples=10)
-        reach = px[-1] <= px[[i for i in range(m) if sets[i] == keep]].max()
+        own = px[[i for i in range(m) if sets[i] == keep]]
+        reach = min(0.0, own.min()) <= px[-1] <= own.max()
         singles.append(r.lift[-1] if reach else np.inf)
     assert res.lift[-1] == pytest.approx(min(singles), abs=1e-12)
     one = F.Models([*meth[:4], "m"], [*sets[:4], "x"], [*steps[:4], 2])
@@ -402,6 +403,34 @@ def test_per_setting_curve_is_the_max_of_single_setting_curves():
     b = F.curve_lift(x[idx], y[idx], one, "grpo", num_resamples=10)
     np.testing.assert_allclose(a.lift, b.lift, equal_nan=True)
     np.testing.assert_allclose(a.se, b.se, equal_nan=True)
+
+
+def test_below_the_base_only_a_setting_that_went_there_is_read():
+    """A setting's curve covers its own pass@1 range on either side of the base: a model below
+    the base is measured against the setting whose path went below it, never against another
+    setting's quadratic extrapolated there (which rose steeply in the strong study's fourth
+    confirmation)."""
+    rng = np.random.default_rng(5)
+    m, s, p = 8, 4, 60
+    steps = [0, 1, 2, 3, 1, 2, 3, 2]
+    sets = ["base", "up", "up", "up", "back", "back", "back", "x"]
+    meth = ["grpo"] * 7 + ["m"]
+    mx = np.array([0, 0.02, 0.035, 0.045, -0.005, -0.012, -0.02, -0.01])
+    my = np.array([0, -0.03, -0.07, -0.12, -0.06, -0.12, -0.18, -0.09])
+    x = rng.normal(0, 0.01, (m, s, p)) + mx[:, None, None]
+    y = rng.normal(0, 0.01, (m, s, p)) + my[:, None, None]
+    x[0], y[0] = 0.0, 0.0
+    models = F.Models(meth, sets, steps)
+    res = F.curve_lift(x, y, models, "grpo", per_setting=True, num_resamples=10)
+    idx = [0, 4, 5, 6, 7]  # the base, the setting that went below it, the model
+    sub = F.Models([meth[i] for i in idx], [sets[i] for i in idx], [steps[i] for i in idx])
+    alone = F.curve_lift(x[idx], y[idx], sub, "grpo", num_resamples=10)
+    assert res.status[-1] == "inside"
+    assert res.lift[-1] == pytest.approx(alone.lift[-1], abs=1e-12)
+    # "up"'s quadratic, read below the base, would give another (here: far lower) lift
+    px, py = F.points(x, y)
+    beta_up, _ = F.setting_curve(px[1:4], py[1:4])
+    assert py[-1] - F.curve_at(beta_up, px[-1]) != pytest.approx(res.lift[-1], abs=0.01)
 
 
 def test_a_setting_curve_that_turns_in_the_gap_before_its_first_point_is_a_line():
