@@ -16,7 +16,7 @@
     python -m llm study --config FILE [--workers N] [--out DIR]   # explore, pick, confirm
                         [--engine {process,batched}]
                         [--executor {local,ray} [--address HOST:6379]]
-    python -m llm spot-check STUDY.json [--runs 3] [--seed 0] [--out DIR] [--workers N]
+    python -m llm spot-check STUDY.json [--runs 1] [--seed 0] [--out DIR] [--workers N]
                         # re-train a few confirmation runs here: the same bytes as the study's?
 
 `--model` takes a model folder or a run folder (its newest checkpoint holding weights is used; for
@@ -421,8 +421,9 @@ def _main(argv: list[str]) -> int:
     sc = sub.add_parser("spot-check", help="re-train a few of a study's confirmation runs here "
                         "and compare their fingerprints with the study's")  # fmt: skip
     sc.add_argument("study", help="a study.json with fingerprints (figures/llm_study_*/study.json)")
-    sc.add_argument("--runs", type=int, default=3, help="runs drawn (default 3), each trained "
-                    "alone, and the base model's evaluation")  # fmt: skip
+    sc.add_argument("--runs", type=int, default=1, help="runs drawn (default 1), with the base "
+                    "model's evaluation and, under the batched engine, each drawn run's whole "
+                    "batch (up to 8 runs)")  # fmt: skip
     sc.add_argument("--seed", type=int, default=0, help="which runs: the draw's seed (default 0)")
     sc.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     sc.add_argument("--out", help="output folder (default runs/llm_spot_check/<config stem>)")

@@ -199,7 +199,7 @@ def run_study(
 def spot_check(
     study_path: str | Path,
     *,
-    runs: int = 3,
+    runs: int = 1,
     seed: int = 0,
     out: str | Path | None = None,
     workers: int | None = None,
@@ -208,8 +208,9 @@ def spot_check(
 ) -> dict[str, Any]:
     """Re-train a few of a committed study's confirmation runs on this machine and compare their
     `llm.sweep.run_fingerprint` (checkpoint weights and per-problem counts) with the ones the
-    study recorded: the base model's evaluation and `runs` runs drawn with `seed`, each trained
-    alone (`llm.sweep.rerun_runs`). Equal fingerprints on another CPU say that this machine would
+    study recorded: the base model's evaluation and `runs` runs drawn with `seed`, each alone or,
+    under the study's engine ``batched``, with its whole batch (`llm.sweep.rerun_runs`), every
+    re-trained run compared. Equal fingerprints on another CPU say that this machine would
     reproduce the study's bytes, and so its verdicts, at the cost of a few runs (issue 20: "on a
     second machine the verdicts are the same"). The study's config is read at the path its
     provenance records (relative: run from the repository root). Writes ``OUT/spot_check.json``
@@ -255,7 +256,7 @@ def spot_check(
     out = Path(out) if out is not None else Path("runs/llm_spot_check") / config_path.stem
     got = rerun_runs(csweep, out, ["base", *sorted(drawn)], engine=engine, workers=workers,
                      progress=progress, log=log)  # fmt: skip
-    names = ["base", *(n for n in prints if n in drawn)]  # the study's order
+    names = ["base", *(n for n in prints if n in got and n != "base")]  # the study's order
     rows = [{"run": n, "study": prints[n], "here": got[n], "same": prints[n] == got[n]}
             for n in names]  # fmt: skip
     report = {

@@ -394,13 +394,21 @@ run stops falling beyond about 8 runs (its forward is compute-bound), and 8 runs
 optimizer state and KV cache take ~100 MB."""
 
 
-def pack_jobs(jobs: list[Job], workers: int, max_batch: int = MAX_BATCH) -> list[list[Job]]:
+PACK_SPLIT = 2
+"""A group of fewer than ``PACK_SPLIT * MAX_BATCH`` runs is packed into this many batches."""
+
+
+def pack_jobs(jobs: list[Job], max_batch: int = MAX_BATCH) -> list[list[Job]]:
     """The units of a batched sweep: the base model's evaluation alone, the runs that cannot be
     batched (`llm.train.batched.batchable`) alone, and the others grouped by
-    `llm.train.batched.batch_key`, in file order, into batches of at most `max_batch`, split so
-    that every worker gets work (``ceil(group / workers)`` runs per batch when smaller). A
-    run's bytes do not depend on its batch (`llm.train.batched.VERSION` 2, tested), so the
-    packing may follow the machine's cores."""
+    `llm.train.batched.batch_key`, in file order, into batches of
+    ``min(max_batch, ceil(group / PACK_SPLIT))`` runs (the last one smaller).
+
+    The batches are a function of the jobs alone, never of the machine's cores: a run's training
+    does not depend on its batch (`llm.train.batched.VERSION` 2), but its stacked evaluation
+    does (a model's sampling generator draws at every decoding step of the stack, also after its
+    own rows ended: docs/numerics.md), so packing by the worker count would give another machine
+    other results."""
     units: list[list[Job]] = []
     groups: dict[str, list[Job]] = {}
     for job in jobs:
@@ -410,7 +418,7 @@ def pack_jobs(jobs: list[Job], workers: int, max_batch: int = MAX_BATCH) -> list
         else:
             groups.setdefault(batch_key(cfg), []).append(job)
     for group in groups.values():
-        size = max(1, min(max_batch, math.ceil(len(group) / max(1, workers))))
+        size = max(1, min(max_batch, math.ceil(len(group) / PACK_SPLIT)))
         units.extend(group[i : i + size] for i in range(0, len(group), size))
     return units
 
@@ -471,7 +479,7 @@ def run_sweep(
         run_bars=progress and executor == "local" and workers <= 1,
     )  # fmt: skip
     t0 = time.perf_counter()
-    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, workers, max_batch)
+    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, max_batch)
     done = map_jobs(
         run_unit, units, workers=workers, progress=progress, desc="runs (train + eval)",
         name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
@@ -609,10 +617,11 @@ def rerun_runs(
     progress: bool = True,
     log: bool = False,
 ) -> dict[str, str]:
-    """Train and evaluate only the runs `names` of `spec` (``"base"``: the base model's
-    evaluation) into `out`, each alone (under engine ``batched`` a batch of one: a run's bytes do
-    not depend on its batch, `llm.train.batched.VERSION` 2), on local workers, and return their
-    `run_fingerprint`s. A spot check of a study on another machine (`llm.study.spot_check`).
+    """Train and evaluate the runs `names` of `spec` (``"base"``: the base model's evaluation)
+    into `out` as `run_sweep` would, on local workers, and return their `run_fingerprint`s:
+    under engine ``process`` each run alone; under ``batched`` each named run's whole batch
+    (`pack_jobs`: its stacked evaluation depends on its batch-mates), whose every member is
+    returned. A spot check of a study on another machine (`llm.study.spot_check`).
 
     Raises:
         ValueError: a name that is not a run of `spec` (the message lists a few that are), or as
@@ -622,13 +631,15 @@ def rerun_runs(
     workers = default_workers() if workers is None else workers
     jobs, *_ = _sweep_jobs(spec, out, engine=engine, workers=workers, progress=progress,
                            run_bars=progress and workers <= 1)  # fmt: skip
-    by_name = {j.name: j for j in jobs}
-    wanted = list(dict.fromkeys(names))
-    unknown = [n for n in wanted if n not in by_name]
+    known = [j.name for j in jobs]
+    wanted = set(names)
+    unknown = sorted(wanted - set(known))
     if unknown:
-        raise ValueError(f"runs: {unknown} are not runs of the sweep (e.g. {list(by_name)[:3]})")
-    units = [[by_name[n]] for n in wanted]
+        raise ValueError(f"runs: {unknown} are not runs of the sweep (e.g. {known[:3]})")
+    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs)
+    units = [u for u in units if wanted & {j.name for j in u}]
     done = map_jobs(run_unit, units, workers=workers, progress=progress, desc="runs (spot check)",
-                    name=lambda u: u[0].name, executor="local", address=None,
-                    log=log)  # fmt: skip
-    return {u[0].name: run_fingerprint(r[0]) for u, r in zip(units, done, strict=True)}
+                    name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
+                    executor="local", address=None, log=log)  # fmt: skip
+    return {j.name: run_fingerprint(o) for unit, res in zip(units, done, strict=True)
+            for j, o in zip(unit, res, strict=True)}  # fmt: skip
