@@ -399,15 +399,24 @@ def _git_commit() -> str:
         return "unknown"
 
 
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo; `platform.processor()` elsewhere)."""
+def _cpuinfo() -> dict[str, str] | None:
+    """The first processor's fields of /proc/cpuinfo (None where there is none)."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break  # the first processor's block
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        return None
+    return fields
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo; `platform.processor()` elsewhere)."""
+    name = (_cpuinfo() or {}).get("model name")
+    return name or platform.processor() or "unknown"
 
 
 CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16")
@@ -419,14 +428,8 @@ def cpu_id() -> str:
     of `CPU_FLAGS` it has (/proc/cpuinfo), e.g. ``"AuthenticAMD family 26 model 2 stepping 0;
     avx2 fma avx512f avx512_bf16"``: "AMD EPYC" alone names several generations. ``unknown``
     without /proc/cpuinfo."""
-    fields: dict[str, str] = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if not line.strip():
-                break  # the first processor's block
-            key, _, value = line.partition(":")
-            fields[key.strip()] = value.strip()
-    except OSError:
+    fields = _cpuinfo()
+    if fields is None:
         return "unknown"
     flags = set(fields.get("flags", "").split())
     have = " ".join(f for f in CPU_FLAGS if f in flags) or "none of " + " ".join(CPU_FLAGS)

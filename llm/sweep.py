@@ -156,10 +156,7 @@ class SweepSpec:
         """The steps at which `setting`'s runs are evaluated: the sweep's `checkpoints`, or, for
         a setting with its own ``steps`` (GRPO's KL setting trained further, say), those
         continued at their last spacing up to its steps (`experiment.spec.extend_checkpoints`)."""
-        steps = setting.params.get("steps", self.steps)
-        if steps == self.steps:
-            return self.checkpoints
-        return list(extend_checkpoints(self.checkpoints, steps))
+        return list(extend_checkpoints(self.checkpoints, setting.params.get("steps", self.steps)))
 
     @property
     def labels(self) -> list[str]:
