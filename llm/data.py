@@ -25,6 +25,7 @@ __all__ = [
     "drop_long_prompts",
     "load_eval_sets",
     "load_train_problems",
+    "tiny_config",
 ]
 
 # A whitespace-delimited run of digits: a number the prompt states as its own word.
@@ -75,7 +76,7 @@ def load_train_problems(cfg: TrainConfig, tokenizer: Any = None) -> list[Problem
     d = cfg.data
     task = TASKS[cfg.task]
     if d.source == "tiny":
-        problems = tiny_problems(TinyConfig(), "train", d.n_problems)
+        problems = tiny_problems(tiny_config(cfg), "train", d.n_problems)
     elif d.source == "file":
         problems = _from_file(cfg, d.path)
     else:
@@ -88,13 +89,20 @@ def load_train_problems(cfg: TrainConfig, tokenizer: Any = None) -> list[Problem
     return problems
 
 
+def tiny_config(cfg: TrainConfig) -> TinyConfig:
+    """The `llm.model.tiny.TinyConfig` of `cfg`: the package's default, with ``cfg.tiny_data_seed``
+    as its ``data_seed`` (the problem streams of the ``tiny`` sources and the base model
+    `build_base_model` builds)."""
+    return TinyConfig(data_seed=cfg.tiny_data_seed)
+
+
 def load_eval_sets(cfg: TrainConfig) -> dict[str, list[Problem]]:
     """Held-out problems of ``cfg.eval`` by set name: ``{"heldout": [...]}`` for the tiny and
     generated sources, ``{file stem: [...]}`` per file of ``eval.paths`` (each cut to
     ``eval.n_problems``)."""
     e = cfg.eval
     if e.source == "tiny":
-        return {"heldout": tiny_problems(TinyConfig(), "heldout", e.n_problems)}
+        return {"heldout": tiny_problems(tiny_config(cfg), "heldout", e.n_problems)}
     if e.source == "generate":
         return {"heldout": TASKS[cfg.task].generate(e.n_problems, e.seed, cfg.data)}
     return {Path(p).stem: _from_file(cfg, p)[: e.n_problems] for p in e.paths}

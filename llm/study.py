@@ -33,6 +33,7 @@ import numerics
 from experiment import schema, store
 from experiment import study as S
 from experiment.schema import meta, option
+from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.executor import check_executor
 from llm.sweep import rerun_runs, run_sweep, sweep_from_dict
 
@@ -174,7 +175,8 @@ def run_study(
               "confirm_seeds": list(spec.confirm_seeds),
               "confirm_problems": spec.confirm_problems,
               "confirm_offset": csweep.eval["offset"], "samples": csweep.eval["samples"],
-              "checkpoints": sweep.checkpoints, "engine": engine}  # fmt: skip
+              "checkpoints": sweep.checkpoints, "engine": engine,
+              **({"sampler_version": SAMPLER_VERSION} if engine == "batched" else {})}  # fmt: skip
     result = S.conclude(
         spec.name, picks, confirm["frontier"], reference=sweep.reference[0], alpha=spec.alpha,
         size=spec.claim_size, size_distinct=spec.claim_size_distinct,
@@ -208,9 +210,9 @@ def spot_check(
 ) -> dict[str, Any]:
     """Re-train a few of a committed study's confirmation runs on this machine and compare their
     `llm.sweep.run_fingerprint` (checkpoint weights and per-problem counts) with the ones the
-    study recorded: the base model's evaluation and `runs` runs drawn with `seed`, each alone or,
-    under the study's engine ``batched``, with its whole batch (`llm.sweep.rerun_runs`), every
-    re-trained run compared. Equal fingerprints on another CPU say that this machine would
+    study recorded: the base model's evaluation and `runs` runs drawn with `seed`, each alone (a
+    run of the ``batched`` engine as a batch of one: its bytes do not depend on its batch,
+    `llm.sweep.pack_jobs`). Equal fingerprints on another CPU say that this machine would
     reproduce the study's bytes, and so its verdicts, at the cost of a few runs (issue 20: "on a
     second machine the verdicts are the same"). The study's config is read at the path its
     provenance records (relative: run from the repository root). Writes ``OUT/spot_check.json``
@@ -224,7 +226,8 @@ def spot_check(
     Raises:
         ValueError: a study.json without fingerprints (written before they were recorded: read
             the study again with ``python -m llm study``), a config whose content changed since
-            (the two SHA-256 named), or `runs` < 1.
+            (the two SHA-256 named), a batched study sampled by another version of the stacked
+            sampler (`llm.rollout.stacked.VERSION`; the study's commit named), or `runs` < 1.
         FileNotFoundError: the study or its config is missing.
     """
     if runs < 1:
@@ -245,10 +248,16 @@ def spot_check(
                          f"{here['config_sha256'][:12]}, the study's {prov['config_sha256'][:12]}); "
                          "check out the study's commit "
                          f"{prov.get('git_commit', '?')[:12]}")  # fmt: skip
+    engine = doc["design"]["engine"]
+    made = doc["design"].get("sampler_version", 1)
+    if engine == "batched" and made != SAMPLER_VERSION:
+        raise ValueError(f"{study_path}: its batched evaluations were sampled by version {made} of "
+                         f"the stacked sampler, this code's is {SAMPLER_VERSION} "
+                         "(llm.rollout.stacked.VERSION); check out the study's commit "
+                         f"{prov.get('git_commit', '?')[:12]}")  # fmt: skip
     sweep_doc, spec = load_study(config_path)
     cdoc = confirmation_doc(sweep_doc, spec, doc["picks"]["pass_at_k"], config_path.parent)
     csweep = sweep_from_dict(cdoc, root=config_path.parent)
-    engine = doc["design"]["engine"]
     trained = [n for n in prints if n != "base"]
     rng = np.random.default_rng(seed)
     take = min(runs, len(trained))

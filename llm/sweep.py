@@ -54,10 +54,11 @@ from experiment.spec import (
 )
 from experiment.store import read_toml, write_json
 from llm.config import TrainConfig, config_from_dict, new_key, upgrade_keys
-from llm.data import load_eval_sets
+from llm.data import load_eval_sets, tiny_config
 from llm.eval.frontier import frontier_analysis, write_reports
 from llm.eval.heldout import k_values
 from llm.model.tiny import ensure_base_model
+from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.executor import check_executor
 from llm.run.jobs import (
     Job,
@@ -391,21 +392,16 @@ run stops falling beyond about 8 runs (its forward is compute-bound), and 8 runs
 optimizer state and KV cache take ~100 MB."""
 
 
-PACK_SPLIT = 2
-"""A group of fewer than ``PACK_SPLIT * MAX_BATCH`` runs is packed into this many batches."""
-
-
-def pack_jobs(jobs: list[Job], max_batch: int = MAX_BATCH) -> list[list[Job]]:
+def pack_jobs(jobs: list[Job], max_batch: int = MAX_BATCH, workers: int = 1) -> list[list[Job]]:
     """The units of a batched sweep: the base model's evaluation alone, the runs that cannot be
     batched (`llm.train.batched.batchable`) alone, and the others grouped by
     `llm.train.batched.batch_key`, in file order, into batches of
-    ``min(max_batch, ceil(group / PACK_SPLIT))`` runs (the last one smaller).
+    ``min(max_batch, ceil(group / workers))`` runs (the last one smaller), so that every worker
+    gets a batch.
 
-    The batches are a function of the jobs alone, never of the machine's cores: a run's training
-    does not depend on its batch (`llm.train.batched.VERSION` 2), but its stacked evaluation
-    does (a model's sampling generator draws at every decoding step of the stack, also after its
-    own rows ended: docs/numerics.md), so packing by the worker count would give another machine
-    other results."""
+    The batches follow the worker count, and results do not: a run trains in a batch as alone
+    (`llm.train.batched.VERSION` 2) and a stacked evaluation samples each model as alone
+    (`llm.rollout.stacked.VERSION` 2), to the bit (tests/llm/test_batched.py)."""
     units: list[list[Job]] = []
     groups: dict[str, list[Job]] = {}
     for job in jobs:
@@ -415,16 +411,22 @@ def pack_jobs(jobs: list[Job], max_batch: int = MAX_BATCH) -> list[list[Job]]:
         else:
             groups.setdefault(batch_key(cfg), []).append(job)
     for group in groups.values():
-        size = max(1, min(max_batch, math.ceil(len(group) / PACK_SPLIT)))
+        size = max(1, min(max_batch, math.ceil(len(group) / max(1, workers))))
         units.extend(group[i : i + size] for i in range(0, len(group), size))
     return units
 
 
 def run_unit(unit: list[Job]) -> list[dict[str, Any]]:
-    """`llm.run.jobs.run_job` of a one-job unit, `llm.run.jobs.run_batch` of a batch (module
-    level: workers pickle it by reference)."""
-    if len(unit) == 1 and (unit[0].setting is None or unit[0].eval_key.get("engine") != "batched"):
-        return [run_job(unit[0])]
+    """`llm.run.jobs.run_job` of a one-job unit that is not a batched run (the base model's
+    evaluation, the process engine, a run `llm.train.batched.batchable` refuses),
+    `llm.run.jobs.run_batch` of the others (module level: workers pickle it by reference)."""
+    job = unit[0]
+    if len(unit) == 1 and (
+        job.setting is None
+        or job.eval_key.get("engine") != "batched"
+        or batchable(config_from_dict(job.raw)) is not None
+    ):
+        return [run_job(job)]
     return run_batch(unit)
 
 
@@ -476,7 +478,7 @@ def run_sweep(
         run_bars=progress and executor == "local" and workers <= 1,
     )  # fmt: skip
     t0 = time.perf_counter()
-    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, max_batch)
+    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, max_batch, workers)
     done = map_jobs(
         run_unit, units, workers=workers, progress=progress, desc="runs (train + eval)",
         name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
@@ -559,7 +561,8 @@ def _sweep_jobs(
     base_raw = _base_raw(spec)
     base_cfg = config_from_dict(base_raw)
     if base_cfg.build_base_model:
-        ensure_base_model(base_cfg.model_path, num_threads=max(1, workers), progress=progress)
+        ensure_base_model(base_cfg.model_path, config=tiny_config(base_cfg),
+                          num_threads=max(1, workers), progress=progress)  # fmt: skip
     base_sha = weights_sha(base_cfg.model_path)
     problems, source = _eval_problems(spec, base_cfg)
     if engine not in ENGINES:
@@ -568,6 +571,7 @@ def _sweep_jobs(
     if engine == "batched":
         eval_key["engine"] = "batched"
         eval_key["batched_version"] = BATCHED_VERSION
+        eval_key["sampler_version"] = SAMPLER_VERSION
     base_setting = Setting("base", base_cfg.method, {})
     jobs = [
         Job("base", None, 0, _run_raw(base_raw, base_setting, 0, spec.checkpoints),
@@ -616,9 +620,8 @@ def rerun_runs(
 ) -> dict[str, str]:
     """Train and evaluate the runs `names` of `spec` (``"base"``: the base model's evaluation)
     into `out` as `run_sweep` would, on local workers, and return their `run_fingerprint`s:
-    under engine ``process`` each run alone; under ``batched`` each named run's whole batch
-    (`pack_jobs`: its stacked evaluation depends on its batch-mates), whose every member is
-    returned. A spot check of a study on another machine (`llm.study.spot_check`).
+    each run alone (under engine ``batched``, a batch of one: a run's bytes do not depend on its
+    batch, `pack_jobs`). A spot check of a study on another machine (`llm.study.spot_check`).
 
     Raises:
         ValueError: a name that is not a run of `spec` (the message lists a few that are), or as
@@ -633,8 +636,7 @@ def rerun_runs(
     unknown = sorted(wanted - set(known))
     if unknown:
         raise ValueError(f"runs: {unknown} are not runs of the sweep (e.g. {known[:3]})")
-    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs)
-    units = [u for u in units if wanted & {j.name for j in u}]
+    units = [[j] for j in jobs if j.name in wanted]
     done = map_jobs(run_unit, units, workers=workers, progress=progress, desc="runs (spot check)",
                     name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
                     executor="local", address=None, log=log)  # fmt: skip

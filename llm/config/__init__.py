@@ -97,6 +97,14 @@ class TrainConfig:
         False,
         "build the offline tiny base model at `model_path` first (llm.model.tiny.ensure_base_model)",
     )
+    tiny_data_seed: int = option(
+        0,
+        """seed of llm.model.tiny's problem streams (TinyConfig.data_seed): the training and held-out
+        problems of the `tiny` data and eval sources, and the base model `build_base_model` warm-
+        starts on them (give each seed its own `model_path`)""",
+        ge=0,
+        le=MAX_SEED,
+    )
     method: str = option(
         "grpo", "shaping method, a key of shaping.METHODS", choices=lambda: sorted(shaping.METHODS)
     )

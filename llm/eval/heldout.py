@@ -295,7 +295,9 @@ def evaluate_models(
     """`evaluate` of M models of one architecture at once (issue 22): every call samples the
     same prompts for all models in one stacked program (`llm.rollout.stacked.sample_groups`),
     model m drawing from its own generator seeded with `seed` (paired: every model gets the same
-    random stream). Returns one `evaluate` record per model, in order.
+    random stream). Each model's records are its records evaluated alone, to the bit
+    (`llm.rollout.stacked.VERSION` 2: a generator draws only while its model's rows decode).
+    Returns one `evaluate` record per model, in order.
 
     The stream differs from `evaluate` through `HFGenerateBackend` (transformers' `generate`
     draws from the global RNG), so the two give different samples of the same distribution.

@@ -8,7 +8,7 @@ mask is all ones), which vmap refuses ("data-dependent control flow"; measured w
 `torch.bmm`), the network of `transformers.models.llama.modeling_llama` (the installed 5.x source
 read: `LlamaRMSNorm`, `LlamaRotaryEmbedding` with the default rope, `apply_rotary_pos_emb`,
 `LlamaAttention`, `LlamaMLP`, `LlamaDecoderLayer`), and tested equal to the transformers forward
-of each run (tests/llm/test_stacked.py).
+of each run (tests/llm/test_batched.py).
 
 Shapes: R runs, N rows per run, L positions, H hidden units, heads ``nh`` of ``D`` units, V
 vocabulary entries. Rows of a flat batch are **run-major**: rows ``r * N .. (r + 1) * N - 1``

@@ -3,8 +3,10 @@
 values, and every decoding step is one stacked forward of all runs' rows with a KV cache.
 
 Randomness: run r draws its tokens with its own `torch.Generator` (``torch.multinomial`` on its
-rows only), so its responses depend on its generator and its weights alone, not on the other runs
-of the batch (tests/llm/test_stacked.py trains runs batched and alone and compares). The
+rows only, and only while one of them decodes), so its responses, and the state its generator is
+left in, depend on its generator and its weights alone, not on the other runs of the batch: a
+stacked evaluation that goes on to the next prompts with the same generators samples each model
+as alone (`VERSION`; tests/llm/test_batched.py compares batched and alone). The
 distribution is the transformers sampler's (`llm.rollout.hf.HFGenerateBackend`): softmax of the
 logits / temperature after top-k (0: off) and top-p, the order of transformers' logits
 processors (`GenerationMixin._get_logits_processor`, read in transformers 5.x); the top-p rule is
@@ -33,7 +35,13 @@ from llm.rollout.base import (
     sampler_entropy,
 )
 
-__all__ = ["filter_logits", "left_pad", "sample_groups"]
+__all__ = ["VERSION", "filter_logits", "left_pad", "sample_groups"]
+
+VERSION = 2
+"""The stacked sampler's random stream, recorded in the evaluation keys of batched sweeps so that
+evaluations of another version are sampled again: 2 draws a run's tokens only while one of its
+rows decodes (a generator's state after a call no longer depends on the batch-mates); 1 drew at
+every step of the stack. Training is the same under both (each step seeds its generators)."""
 
 Tensor = torch.Tensor
 
@@ -154,10 +162,15 @@ def sample_groups(
     for t in range(t_max):
         scores = filter_logits(logits.float() / temperature, top_k=top_k, top_p=top_p)
         probs = scores.softmax(dim=-1)
-        drawn = torch.cat([
-            torch.multinomial(probs[i * n_run : (i + 1) * n_run], 1, generator=generators[i])
-            for i in range(r)
-        ]).squeeze(-1)  # fmt: skip
+        # A run draws only while one of its rows decodes, as it would alone (whose loop stops
+        # there), so its generator leaves this call in the same state with any batch-mates.
+        decoding = running.view(r, n_run).any(-1).tolist()
+        drawn = torch.full((rows,), pad, dtype=torch.long)
+        for i in range(r):
+            if decoding[i]:
+                drawn[i * n_run : (i + 1) * n_run] = torch.multinomial(
+                    probs[i * n_run : (i + 1) * n_run], 1, generator=generators[i]
+                ).squeeze(-1)
         token = torch.where(running, drawn, torch.full_like(drawn, pad))
         tokens[:, t] = token
         if want_logprobs:

@@ -271,7 +271,7 @@ def run_job(job: Job) -> dict[str, Any]:
         ev = m.get("evals", {})
         return [s for s in job.steps if ev.get(str(s), {}).get("eval") != job.eval_key]
 
-    if any(not _checkpoint_dir(out, s).is_dir() for s in missing(marker)):
+    if _unevaluable(job, marker):
         # An evaluation asked of a checkpoint deleted after an earlier evaluation: train again.
         shutil.rmtree(out)
         marker, reused = _train(job, cfg)
@@ -304,6 +304,12 @@ def run_batch(jobs: Sequence[Job]) -> list[dict[str, Any]]:
     _quiet_worker()
     cfgs = [config_from_dict(j.raw) for j in jobs]
     states = [_prepare(j, c, "batched") for j, c in zip(jobs, cfgs, strict=True)]
+    for i, (job, (marker, finished, _)) in enumerate(zip(jobs, states, strict=True)):
+        if finished and _unevaluable(job, marker):
+            # An evaluation asked of a checkpoint deleted after an earlier evaluation (another
+            # evaluation key, e.g. another sampler version): train the run again.
+            shutil.rmtree(job.out)
+            states[i] = _prepare(job, cfgs[i], "batched")
     groups: dict[bool, list[int]] = {}
     for i, (_, finished, resume) in enumerate(states):
         if not finished:
@@ -330,12 +336,6 @@ def run_batch(jobs: Sequence[Job]) -> list[dict[str, Any]]:
         for step in job.steps
         if marker.get("evals", {}).get(str(step), {}).get("eval") != job.eval_key
     ]
-    missing = [(i, s) for i, s in todo if not _checkpoint_dir(Path(jobs[i].out), s).is_dir()]
-    if missing:
-        raise FileNotFoundError(
-            f"{jobs[missing[0][0]].name}: checkpoint step {missing[0][1]} to evaluate was "
-            "deleted after an earlier evaluation; remove the run folder to train it again"
-        )
     if todo:
         _evaluate_batch(jobs, cfgs, markers, todo)
     outcomes = []
@@ -351,6 +351,16 @@ def run_batch(jobs: Sequence[Job]) -> list[dict[str, Any]]:
             "train_reward_last": marker.get("train_reward_last"),
         })  # fmt: skip
     return outcomes
+
+
+def _unevaluable(job: Job, marker: dict[str, Any]) -> bool:
+    """Whether `job` asks for an evaluation its marker lacks of a checkpoint no longer there."""
+    evals = marker.get("evals", {})
+    return any(
+        evals.get(str(s), {}).get("eval") != job.eval_key
+        and not _checkpoint_dir(Path(job.out), s).is_dir()
+        for s in job.steps
+    )
 
 
 def _evaluate_batch(

@@ -96,7 +96,7 @@ VERSION = 2
 """The batched trainer's arithmetic, recorded in run markers and evaluation keys so that runs of
 another version are trained again, not reused: 2 pads responses to ``max_new_tokens``, so that
 a run's training does not depend on its batch-mates (`_batch_tensors`; its stacked evaluation
-still does: `llm.sweep.pack_jobs`); 1 padded to the batch's longest response."""
+neither, since `llm.rollout.stacked.VERSION` 2); 1 padded to the batch's longest response."""
 
 
 def batch_key(cfg: TrainConfig) -> str:

@@ -35,7 +35,7 @@ from tqdm.auto import tqdm
 
 import shaping
 from llm.config import TrainConfig, save_config
-from llm.data import Problem, data_indices, drop_long_prompts, load_train_problems
+from llm.data import Problem, data_indices, drop_long_prompts, load_train_problems, tiny_config
 from llm.eval.diversity import diversity_scores, load_encoder
 from llm.model.load import (
     load_policy_and_reference,
@@ -364,7 +364,7 @@ def _start_run(
         save_config(cfg, out / "config.toml")
         if cfg.build_base_model:
             check_base_model_folder(cfg.model_path, BUILD_FILE)
-            ensure_base_model(cfg.model_path)
+            ensure_base_model(cfg.model_path, config=tiny_config(cfg))
     if info.enabled:
         torch.distributed.barrier()
     if cfg.system.num_threads > 0:

@@ -13,6 +13,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 import shaping
+from llm.eval.heldout import evaluate_models
 from llm.model.forward import build_rows, policy_forward
 from llm.model.load import load_tokenizer
 from llm.model.stacked import StackedLM, check_stackable
@@ -22,6 +23,7 @@ from llm.rollout.hf import sequence_logp
 from llm.rollout.stacked import filter_logits, left_pad, sample_groups
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import DistInfo
+from llm.tasks import generate_problems
 from llm.train.batched import (
     _update_runs,
     batch_key,
@@ -251,6 +253,30 @@ def test_a_run_of_a_batch_is_the_run_alone_to_the_bit(tmp_path):
         assert all(torch.equal(p, q) for p, q in zip(wb.parameters(), wa.parameters(),
                                                      strict=True))  # fmt: skip
     assert min(lengths) < 12  # responses ended early, at lengths that differ between runs
+
+
+def test_a_stacked_evaluation_samples_each_model_as_alone(tmp_path):
+    """Three models evaluated in one stack, over several chunks of prompts, give each model's
+    records of its evaluation alone, to the bit: a model's generator draws only while one of its
+    rows decodes (`llm.rollout.stacked.VERSION` 2), so the next chunk starts from the state it
+    would have alone. Under version 1 (a draw at every step of the stack) this fails."""
+    tok = build_tokenizer(TEST_MAX_NUMBER)
+    base = build_tiny_model(tok, seed=0)
+    models = []
+    for louder in [12.0, 6.0, 1.0]:  # a louder <eos>: a model's rows all end sooner
+        m = copy.deepcopy(base).eval()
+        with torch.no_grad():
+            m.get_input_embeddings().weight[tok.eos_token_id] *= louder
+        models.append(m)
+    problems = generate_problems(9, seed=3, num_numbers=3, max_number=9,
+                                 max_target=TEST_MAX_NUMBER)  # fmt: skip
+    kw = {"template": "compact", "stop_token_ids": stop_token_ids(tok, None), "n": 4,
+          "max_new_tokens": 16, "seed": 7, "prompts_per_batch": 2, "bleu": False}  # fmt: skip
+    together = evaluate_models(models, tok, "countdown", problems, **kw)
+    for r, m in enumerate(models):
+        alone = evaluate_models([m], tok, "countdown", problems, **kw)[0]
+        assert together[r] == alone, r
+    assert len({json.dumps(t["distinct_n"]) for t in together}) == 3  # three samplings
 
 
 def _n_cfg():

@@ -117,14 +117,14 @@ def test_executor_errors(monkeypatch, capsys):
 
 
 def test_ray_runs_the_batched_engine_as_the_local_one(tmp_path, tiny_model_path, ray_local):
-    """`--engine batched --executor ray`: batches are Ray tasks, the same batches as the local
-    executor's (one worker locally, two Ray workers): the same results."""
+    """`--engine batched --executor ray`: batches are Ray tasks; one local worker packs one batch,
+    two Ray workers two: the same results."""
     config = _write(tmp_path, tiny_model_path, "0.1, 0.3, 0.5")
     spec = load_sweep(config)
     kw = {"progress": False, "num_resamples": 20, "engine": "batched"}
     local = run_sweep(spec, tmp_path / "local", workers=1, **kw)
     remote = run_sweep(spec, tmp_path / "ray", workers=2, executor="ray", **kw)
-    assert local["settings"]["batches"] == remote["settings"]["batches"] == [1, 2, 2]
+    assert local["settings"]["batches"] == [1, 4] and remote["settings"]["batches"] == [1, 2, 2]
     files = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("local", "ray")]
     for doc in files:
         for key in (*WHERE, "batches"):

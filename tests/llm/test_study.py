@@ -76,6 +76,11 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     printed = capsys.readouterr().out
     assert f"DIFFERENT  {rep['runs'][1]['run']}" in printed
     assert f"{n - 1} of {n} runs identical" in printed
+    # A batched study sampled by the stacked sampler's version 1 (no sampler_version) is refused.
+    v1 = {**doc, "design": {**doc["design"], "engine": "batched"}}
+    (tmp_path / "v1.json").write_text(json.dumps(v1))
+    with pytest.raises(ValueError, match="version 1 of the stacked sampler"):
+        spot_check(tmp_path / "v1.json")
     del doc["fingerprints"]
     (tmp_path / "old.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="no fingerprints"):

@@ -17,7 +17,6 @@ from llm.__main__ import main
 from llm.eval.frontier import frontier_arrays
 from llm.run.jobs import RUN_MARKER, weights_sha
 from llm.sweep import (
-    PACK_SPLIT,
     _base_raw,
     _run_raw,
     load_sweep,
@@ -368,8 +367,8 @@ def test_batched_engine_packs_runs_records_the_engine_and_reuses(tmp_path, tiny_
     assert main([*args, "--engine", "batched"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["settings"]["engine"] == "batched"
-    # The base model alone, four runs in PACK_SPLIT batches, whatever the worker count.
-    assert res["settings"]["batches"] == [1, 2, 2] and PACK_SPLIT == 2
+    # The base model alone, the four runs in one batch per worker.
+    assert res["settings"]["batches"] == [1, 4]
     assert res["settings"]["eval"]["engine"] == "batched"
     assert [m["step"] for m in res["models"]] == [0] + [1, 2] * 4
     for run in res["runs"]:
@@ -389,8 +388,18 @@ def test_batched_engine_packs_runs_records_the_engine_and_reuses(tmp_path, tiny_
     third = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20,
                       engine="batched")  # fmt: skip
     assert third["reused"]["runs"] == 3 and third["fingerprints"] == res["fingerprints"]
-    # Two workers, another folder: the same batches, the same bytes. A spot re-run of one run
-    # trains its batch (its stacked evaluation depends on its batch-mates): the same bytes.
+    # An evaluation by the stacked sampler's version 1 is sampled again; the checkpoint of
+    # step 1 was pruned, so the run trains again: the same bytes.
+    path = out / "runs" / res["runs"][1]["run"] / RUN_MARKER
+    marker = json.loads(path.read_text())
+    for ev in marker["evals"].values():
+        ev["eval"] = {**ev["eval"], "sampler_version": 1}
+    path.write_text(json.dumps(marker))
+    fourth = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20,
+                       engine="batched")  # fmt: skip
+    assert fourth["reused"]["runs"] == 3 and fourth["fingerprints"] == res["fingerprints"]
+    # Two workers, another folder: other batches, the same bytes (a run trains and is evaluated
+    # in a batch as alone). A spot re-run trains the run alone: the same bytes.
     two = run_sweep(load_sweep(config), tmp_path / "two", workers=2, progress=False,
                     num_resamples=20, engine="batched")  # fmt: skip
     assert two["settings"]["batches"] == [1, 2, 2]
@@ -398,7 +407,7 @@ def test_batched_engine_packs_runs_records_the_engine_and_reuses(tmp_path, tiny_
     last = res["runs"][-1]["run"]
     spot = rerun_runs(load_sweep(config), tmp_path / "spot", [last], engine="batched", workers=1,
                       progress=False)  # fmt: skip
-    assert len(spot) == 2 and last in spot
+    assert list(spot) == [last]
     assert all(res["fingerprints"][name] == fp for name, fp in spot.items())
     with pytest.raises(ValueError, match="not runs of the sweep"):
         rerun_runs(load_sweep(config), tmp_path / "spot", ["nope"], engine="batched")

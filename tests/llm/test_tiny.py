@@ -10,6 +10,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from llm.config import TrainConfig, config_from_dict
+from llm.data import load_eval_sets, load_train_problems, tiny_config
 from llm.model import tiny, tokens
 from llm.model.tiny import (
     BUILD_FILE,
@@ -275,3 +277,18 @@ def test_warm_start_refuses_problems_outside_the_vocabulary():
                              num_attention_heads=2, intermediate_size=32)  # fmt: skip
     with pytest.raises(tokens.UnrepresentableNumberError, match=r"number 21 .* 0\.\.20"):
         warm_start(model, tok, [CountdownProblem(nums=(3, 7), target=21)], progress=False)
+
+
+def test_a_configs_tiny_data_seed_draws_the_problems_and_names_the_base_model():
+    """`tiny_data_seed` reaches the training and held-out streams of the `tiny` sources and the
+    TinyConfig the base model is built from; 0 is the package's default."""
+    default = TrainConfig()
+    seeded = config_from_dict({"tiny_data_seed": 1, "data": {"n_problems": 20},
+                               "eval": {"n_problems": 20}})  # fmt: skip
+    assert tiny_config(default) == TinyConfig()
+    assert tiny_config(seeded) == replace(TinyConfig(), data_seed=1)
+    assert load_train_problems(seeded) == tiny_problems(tiny_config(seeded), "train", 20)
+    assert load_eval_sets(seeded)["heldout"] == tiny_problems(tiny_config(seeded), "heldout", 20)
+    assert load_eval_sets(seeded)["heldout"] != tiny_problems(TinyConfig(), "heldout", 20)
+    with pytest.raises(ValueError, match="tiny_data_seed"):
+        config_from_dict({"tiny_data_seed": -1})
