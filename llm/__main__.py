@@ -17,7 +17,9 @@
                         [--engine {process,batched}]
                         [--executor {local,ray} [--address HOST:6379]]
     python -m llm spot-check STUDY.json [--runs 1] [--seed 0] [--out DIR] [--workers N]
-                        # re-train a few confirmation runs here: the same bytes as the study's?
+                        [--emulate CPU]
+                        # re-train a few confirmation runs here (or on a CPU QEMU emulates):
+                        # the same bytes as the study's?
 
 `--model` takes a model folder or a run folder (its newest checkpoint holding weights is used; for
 an FSDP2 run, whose checkpoints are sharded, the last step's Hugging Face export). `--config` gives
@@ -72,6 +74,7 @@ from llm.sweep import ENGINES, load_sweep, run_sweep
 from llm.sweep import describe as describe_sweep
 from llm.tasks import TASKS
 from llm.train.trainer import train
+from numerics.emulate import run_emulated
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -276,6 +279,11 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
 
 
 def _spot_check(args: argparse.Namespace) -> int:
+    if args.emulate:  # the same command, in one process, under QEMU
+        again = ["-m", "llm", "spot-check", args.study, "--runs", str(args.runs),
+                 "--seed", str(args.seed), "--workers", "1",
+                 *(["--out", args.out] if args.out else [])]  # fmt: skip
+        return run_emulated(again, args.emulate)
     r = spot_check(args.study, runs=args.runs, seed=args.seed, out=args.out,
                    workers=args.workers, progress=sys.stderr.isatty(),
                    log=not sys.stderr.isatty())  # fmt: skip
@@ -421,12 +429,14 @@ def _main(argv: list[str]) -> int:
     sc = sub.add_parser("spot-check", help="re-train a few of a study's confirmation runs here "
                         "and compare their fingerprints with the study's")  # fmt: skip
     sc.add_argument("study", help="a study.json with fingerprints (figures/llm_study_*/study.json)")
-    sc.add_argument("--runs", type=int, default=1, help="runs drawn (default 1), with the base "
-                    "model's evaluation and, under the batched engine, each drawn run's whole "
-                    "batch (up to 8 runs)")  # fmt: skip
+    sc.add_argument("--runs", type=int, default=1, help="runs drawn (default 1), each re-trained "
+                    "alone, with the base model's evaluation")  # fmt: skip
     sc.add_argument("--seed", type=int, default=0, help="which runs: the draw's seed (default 0)")
     sc.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     sc.add_argument("--out", help="output folder (default runs/llm_spot_check/<config stem>)")
+    sc.add_argument("--emulate", metavar="CPU", help="run on an emulated CPU, qemu-x86_64 -cpu CPU "
+                    "(e.g. max: AVX2 and FMA, no AVX-512), in one process (~9x slower; "
+                    "apt-get install qemu-user)")  # fmt: skip
     sc.set_defaults(func=_spot_check)
 
     args = parser.parse_args(argv)

@@ -36,6 +36,7 @@ from experiment.schema import meta, option
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.executor import check_executor
 from llm.sweep import rerun_runs, run_sweep, sweep_from_dict
+from numerics.emulate import emulated
 
 __all__ = [
     "StudySpec",
@@ -221,7 +222,9 @@ def spot_check(
 
     Returns:
         ``{"study", "config", "engine", "numerics": {"study", "here"}, "cpu_id": {"study",
-        "here"}, "runs": [{"run", "study", "here", "same"}] (the base first), "same", "of"}``.
+        "here"}, "emulated" (the emulator when ``python -m llm spot-check --emulate`` ran it,
+        `numerics.emulate.emulated`, else None), "runs": [{"run", "study", "here", "same"}] (the
+        base first), "same", "of"}``.
 
     Raises:
         ValueError: a study.json without fingerprints (written before they were recorded: read
@@ -268,10 +271,13 @@ def spot_check(
     names = ["base", *(n for n in prints if n in got and n != "base")]  # the study's order
     rows = [{"run": n, "study": prints[n], "here": got[n], "same": prints[n] == got[n]}
             for n in names]  # fmt: skip
+    emulator = emulated()  # /proc/cpuinfo is the host's under QEMU: name the emulated CPU
+    here_cpu = f"{emulator} on {here['cpu_id']}" if emulator else here["cpu_id"]
     report = {
         "study": str(study_path), "config": str(config_path), "engine": engine,
         "numerics": {"study": prov.get("numerics"), "here": here["numerics"]},
-        "cpu_id": {"study": prov.get("cpu_id", "not recorded"), "here": here["cpu_id"]},
+        "cpu_id": {"study": prov.get("cpu_id", "not recorded"), "here": here_cpu},
+        "emulated": emulator,
         "runs": rows, "same": sum(r["same"] for r in rows), "of": len(rows),
     }  # fmt: skip
     store.write_json(out / "spot_check.json", report, indent=1)

@@ -38,6 +38,33 @@ PIECES = ("theory", "toy", "llm")
 
 QEMU = "qemu-x86_64"
 
+EMULATED_ENV = "SHARPENING_EMULATED"
+"""Set by `run_emulated` to the emulator's command line in the emulated process (`emulated`):
+``/proc/cpuinfo`` there is the host's, so a record of the CPU must say it was emulated."""
+
+
+def emulated() -> str | None:
+    """The emulator this process runs under when `run_emulated` started it (e.g.
+    ``"qemu-x86_64 -cpu max"``), else None."""
+    return os.environ.get(EMULATED_ENV) or None
+
+
+def run_emulated(args: list[str], cpu: str = "max") -> int:
+    """Run this interpreter with `args` under ``qemu-x86_64 -cpu CPU``, in the current folder, in
+    the environment as it was before the pin (the child pins itself), and return its exit code.
+    The child runs in one process: a worker it spawned would start natively.
+
+    Raises:
+        FileNotFoundError: QEMU's user-mode emulator is not installed (``apt-get install
+            qemu-user``).
+    """
+    if shutil.which(QEMU) is None:
+        raise FileNotFoundError(f"{QEMU} not found: install QEMU's user-mode emulator "
+                                "(apt-get install qemu-user)")  # fmt: skip
+    env = piece_env()
+    env[EMULATED_ENV] = f"{QEMU} -cpu {cpu}"
+    return subprocess.run([QEMU, "-cpu", cpu, sys.executable, *args], env=env).returncode
+
 
 def piece_command(name: str, out: Path) -> tuple[list[str], Path | None]:
     """Piece `name`'s command (run from the repository root with this interpreter) and the file

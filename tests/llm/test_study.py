@@ -5,6 +5,7 @@ name the key."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from experiment import study as S
 from llm.__main__ import main
 from llm.study import load_study, spot_check
+from numerics import emulate
 from tests.llm.test_sweep import BASE, SWEEP
 
 STUDY = """
@@ -88,6 +90,25 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     config.write_text(config.read_text().replace('name = "tiny study"', 'name = "renamed"'))
     with pytest.raises(ValueError, match="its content changed since the study"):
         spot_check(out / "study.json")
+
+
+@pytest.mark.skipif(shutil.which(emulate.QEMU) is None, reason="QEMU's user-mode emulator absent")
+def test_a_spot_check_on_an_emulated_cpu_gives_the_same_bytes(
+    tmp_path, tiny_model_path, monkeypatch
+):
+    """`spot-check --emulate max` re-runs itself under QEMU (AVX2 and FMA, no AVX-512), in one
+    process: the base model's evaluation and one run re-trained there equal the study's, and the
+    report names the emulator (its /proc/cpuinfo is the host's)."""
+    config = _write(tmp_path, tiny_model_path, STUDY.replace("[5]", "[5, 6]"))
+    monkeypatch.chdir(tmp_path.parent)
+    config = config.relative_to(tmp_path.parent)
+    out = tmp_path / "out"
+    assert main(["study", "--config", str(config), "--out", str(out), "--workers", "1"]) == 0
+    argv = ["spot-check", str(out / "study.json"), "--out", str(tmp_path / "emu")]
+    assert main([*argv, "--emulate", "max"]) == 0
+    rep = json.loads((tmp_path / "emu" / "spot_check.json").read_text())
+    assert rep["emulated"] == f"{emulate.QEMU} -cpu max" and rep["of"] == 2
+    assert rep["same"] == 2 and rep["cpu_id"]["here"].startswith(rep["emulated"])
 
 
 def test_study_errors_name_the_key(tmp_path, tiny_model_path):

@@ -417,3 +417,19 @@ def test_batched_engine_packs_runs_records_the_engine_and_reuses(tmp_path, tiny_
     assert other["reused"]["runs"] == 0
     with pytest.raises(ValueError, match="engine"):
         run_sweep(load_sweep(config), out, workers=1, progress=False, engine="gpu")
+
+
+def test_a_batched_sweep_trains_a_run_it_cannot_batch_alone(tmp_path, tiny_model_path):
+    """`--engine batched` with a setting `llm.train.batched.batchable` refuses (gradient
+    checkpointing): that run trains alone with the process engine, the others in a batch."""
+    config = _write(tmp_path, tiny_model_path)
+    config.write_text(config.read_text().replace(
+        'grid = { eta = [0.1] }', 'grid = { eta = [0.1], "system.gradient_checkpointing" = [true] }'
+    ))  # fmt: skip
+    out = tmp_path / "out"
+    res = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20,
+                    engine="batched")  # fmt: skip
+    assert res["settings"]["batches"] == [1, 1, 1]
+    engines = {r["run"]: json.loads((out / "runs" / r["run"] / RUN_MARKER).read_text())["engine"]
+               for r in res["runs"]}  # fmt: skip
+    assert sorted(engines.values()) == ["batched", "process"]
