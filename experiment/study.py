@@ -104,19 +104,36 @@ def _never_moved(m: Mapping[str, Any]) -> bool:
 def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> dict[str, dict]:
     """The exploratory picks: per non-reference label (or each of `labels`), its model (record of
     `lift_analysis`'s section) with the largest lower bound of the lift, among models inside the
-    reference's pass@1 range. A label with no such model is left out.
+    reference's pass@1 range. A label none of whose models is inside, but some outside (status
+    ``below`` or ``above``: they moved pass@1 further than any of GRPO's models), gets its model
+    nearest the range: the largest share of bootstrap replicates inside it (``inside_fraction``),
+    then the pass@1 nearest it. Confirmed like the others, such a pick has no lift if it stays
+    outside, and the curve-free rule decides its claim (`dominated`), so that every method
+    gets a verdict (rule added 2026-11-26, before the confirmation it decided). A label with
+    neither is left out (its models never left the base: no standard error).
 
     Args:
         section: one measure's section of `experiment.report.lift_analysis`.
     """
     best: dict[str, tuple[tuple[float, float], dict]] = {}
+    nearest: dict[str, tuple[tuple[float, float], dict]] = {}
+    order: list[str] = []
     for m in section["models"]:
-        if m["reference"] or not _inside(m) or (labels is not None and m["label"] not in labels):
+        label = m["label"]
+        if m["reference"] or (labels is not None and label not in labels):
             continue
-        key = (m["lift_lo"], m["lift"])
-        if m["label"] not in best or key > best[m["label"]][0]:
-            best[m["label"]] = (key, m)
-    return {label: m for label, (_, m) in best.items()}
+        if label not in order:
+            order.append(label)
+        if _inside(m):
+            key = (m["lift_lo"], m["lift"])
+            if label not in best or key > best[label][0]:
+                best[label] = (key, m)
+        elif m["status"] in ("below", "above"):
+            near = (m.get("inside_fraction") or 0.0, m["x"] if m["status"] == "below" else -m["x"])
+            if label not in nearest or near > nearest[label][0]:
+                nearest[label] = (near, m)
+    chosen = {**{k: v for k, (_, v) in nearest.items()}, **{k: v for k, (_, v) in best.items()}}
+    return {label: chosen[label] for label in order if label in chosen}
 
 
 def confirm(

@@ -26,10 +26,19 @@ def test_select_takes_the_largest_lower_bound_inside_the_range():
         _model("a", 0.05, -0.01, 0.11, setting="big"),   # largest lift, wide interval
         _model("a", 0.03, 0.01, 0.05, setting="tight"),  # largest lower bound: the pick
         _model("a", 0.09, None, None, status="above", setting="out"),
-        _model("b", None, None, None, status="below"),
+        # b never reached GRPO's range: its model nearest it, by the bootstrap's share inside
+        # the range, then by pass@1
+        {**_model("b", None, None, None, status="below", setting="far"), "inside_fraction": 0.0},
+        {**_model("b", None, None, None, status="below", setting="near"), "inside_fraction": 0.4},
+        {**_model("b", None, None, None, status="below", setting="tie"), "inside_fraction": 0.4,
+         "x": 0.05},
+        {**_model("c", None, None, None, status="above", setting="high"), "x": 0.3},
+        {**_model("c", None, None, None, status="above", setting="low"), "x": 0.2},
     ]}  # fmt: skip
     picks = S.select(section)
-    assert set(picks) == {"a"} and picks["a"]["setting"] == "tight"
+    assert list(picks) == ["a", "b", "c"] and picks["a"]["setting"] == "tight"
+    assert picks["b"]["setting"] == "near" and picks["c"]["setting"] == "low"
+    assert list(S.select(section, ["b"])) == ["b"]
 
 
 def test_confirm_applies_holm_over_the_picks_and_names_missing_labels():
