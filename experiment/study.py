@@ -132,8 +132,8 @@ def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> d
             near = (m.get("inside_fraction") or 0.0, m["x"] if m["status"] == "below" else -m["x"])
             if label not in nearest or near > nearest[label][0]:
                 nearest[label] = (near, m)
-    chosen = {**{k: v for k, (_, v) in nearest.items()}, **{k: v for k, (_, v) in best.items()}}
-    return {label: chosen[label] for label in order if label in chosen}
+    return {label: (best.get(label) or nearest[label])[1]
+            for label in order if label in best or label in nearest}  # fmt: skip
 
 
 def confirm(

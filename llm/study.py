@@ -268,7 +268,7 @@ def spot_check(
     out = Path(out) if out is not None else Path("runs/llm_spot_check") / config_path.stem
     got = rerun_runs(csweep, out, ["base", *sorted(drawn)], engine=engine, workers=workers,
                      progress=progress, log=log)  # fmt: skip
-    names = ["base", *(n for n in prints if n in got and n != "base")]  # the study's order
+    names = ["base", *(n for n in prints if n in drawn)]  # the study's order
     rows = [{"run": n, "study": prints[n], "here": got[n], "same": prints[n] == got[n]}
             for n in names]  # fmt: skip
     emulator = emulated()  # /proc/cpuinfo is the host's under QEMU: name the emulated CPU

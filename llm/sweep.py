@@ -392,7 +392,7 @@ run stops falling beyond about 8 runs (its forward is compute-bound), and 8 runs
 optimizer state and KV cache take ~100 MB."""
 
 
-def pack_jobs(jobs: list[Job], max_batch: int = MAX_BATCH, workers: int = 1) -> list[list[Job]]:
+def pack_jobs(jobs: list[Job], workers: int, max_batch: int = MAX_BATCH) -> list[list[Job]]:
     """The units of a batched sweep: the base model's evaluation alone, the runs that cannot be
     batched (`llm.train.batched.batchable`) alone, and the others grouped by
     `llm.train.batched.batch_key`, in file order, into batches of
@@ -478,7 +478,7 @@ def run_sweep(
         run_bars=progress and executor == "local" and workers <= 1,
     )  # fmt: skip
     t0 = time.perf_counter()
-    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, max_batch, workers)
+    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, workers, max_batch)
     done = map_jobs(
         run_unit, units, workers=workers, progress=progress, desc="runs (train + eval)",
         name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
@@ -631,14 +631,13 @@ def rerun_runs(
     workers = default_workers() if workers is None else workers
     jobs, *_ = _sweep_jobs(spec, out, engine=engine, workers=workers, progress=progress,
                            run_bars=progress and workers <= 1)  # fmt: skip
-    known = [j.name for j in jobs]
-    wanted = set(names)
-    unknown = sorted(wanted - set(known))
+    by_name = {j.name: j for j in jobs}
+    wanted = list(dict.fromkeys(names))
+    unknown = [n for n in wanted if n not in by_name]
     if unknown:
-        raise ValueError(f"runs: {unknown} are not runs of the sweep (e.g. {known[:3]})")
-    units = [[j] for j in jobs if j.name in wanted]
+        raise ValueError(f"runs: {unknown} are not runs of the sweep (e.g. {list(by_name)[:3]})")
+    units = [[by_name[n]] for n in wanted]
     done = map_jobs(run_unit, units, workers=workers, progress=progress, desc="runs (spot check)",
-                    name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
-                    executor="local", address=None, log=log)  # fmt: skip
-    return {j.name: run_fingerprint(o) for unit, res in zip(units, done, strict=True)
-            for j, o in zip(unit, res, strict=True)}  # fmt: skip
+                    name=lambda u: u[0].name, executor="local", address=None,
+                    log=log)  # fmt: skip
+    return {u[0].name: run_fingerprint(r[0]) for u, r in zip(units, done, strict=True)}
