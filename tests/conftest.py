@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -35,6 +36,32 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_report_to_serializable(config, report):
+    """A test report as pytest-xdist sends it from a worker, every string made UTF-8-encodable.
+
+    execnet refuses a string that UTF-8 cannot encode (a lone surrogate, e.g. from bytes decoded
+    with ``surrogateescape``): the worker then dies with an INTERNALERROR that hides which test
+    failed and how. Lone surrogates become ``\\udcXX`` escapes, so the failure is reported.
+    """
+    return _encodable((yield))
+
+
+def _encodable(data):
+    if isinstance(data, str):
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError:
+            return data.encode("utf-8", "backslashreplace").decode("utf-8")
+        return data
+    if isinstance(data, dict):
+        return {_encodable(k): _encodable(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return type(data)(_encodable(v) for v in data)
+    return data
+
 
 # tests/vllm_api checks our vLLM calls against the real vLLM (`make test-vllm`, its own venv with the
 # `gpu` extra); without vLLM installed it is not collected at all.
