@@ -1,11 +1,13 @@
 """The speed cost of the pinned numeric paths (`numerics`, issue 19): each piece of the two-level
-check timed as a whole process, pinned and native (``SHARPENING_NUMERICS=native``) alternating in
-one run, and the ratio pinned / native of the medians.
+check timed as a whole process, pinned (this version), pinned to version 1 (``pinned-v1``: MKL's
+AVX2 branch, the same bytes only among CPUs of one vendor) and native
+(``SHARPENING_NUMERICS=native``) alternating in one run, and the ratios of the medians.
 
-    python bench/bench_numerics.py [--rounds 3] [--only theory toy llm]
+    python bench/bench_numerics.py [--rounds 3] [--only theory toy llm base]
 
 Pieces: ``theory check`` (numpy, scipy, OpenBLAS on one thread when pinned), the quick toy sweep
-(XLA), and 20 steps of the tiny LLM trainer plus evaluation (torch). Prints one line per piece.
+(XLA), 20 steps of the tiny LLM trainer plus evaluation (torch), and the tiny base model's warm
+start (``base``: 510 steps of larger matrix products). Prints one line per piece.
 """
 
 from __future__ import annotations
@@ -31,7 +33,12 @@ def _commands(out: Path) -> dict[str, list[str]]:
         "theory": [py, "-m", "theory", "check", "--json"],
         "toy": [py, "-m", "toymdp", "sweep", *toy],
         "llm": [py, "-m", "llm", "reproduce", *llm, "--figures", str(out / "fig")],
-    }
+        "base": [py, "-c", "import sys; from llm.model.tiny import ensure_base_model; "
+                 "ensure_base_model(sys.argv[1], progress=False)", str(out / "base")],
+    }  # fmt: skip
+
+
+MODES = ("pinned", "pinned-v1", "native")
 
 
 def _time(cmd: list[str], mode: str, out: Path) -> float:
@@ -51,20 +58,21 @@ def _time(cmd: list[str], mode: str, out: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", nargs="+", choices=["theory", "toy", "llm"])
+    parser.add_argument("--only", nargs="+", choices=["theory", "toy", "llm", "base"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
         cmds = _commands(out / "out")
         for name in args.only or list(cmds):
-            times: dict[str, list[float]] = {"pinned": [], "native": []}
+            times: dict[str, list[float]] = {mode: [] for mode in MODES}
             for _ in range(args.rounds):
-                for mode in ("pinned", "native"):
+                for mode in MODES:
                     times[mode].append(_time(cmds[name], mode, out / "out"))
-            p, n = statistics.median(times["pinned"]), statistics.median(times["native"])
+            p, v1, n = (statistics.median(times[mode]) for mode in MODES)
             print(
-                f"{name:7s} pinned {p:6.2f} s  native {n:6.2f} s  ratio pinned/native {p / n:.2f}"
-                f"  (median of {args.rounds}, whole processes)",
+                f"{name:7s} pinned {p:6.2f} s  pinned-v1 {v1:6.2f} s  native {n:6.2f} s  "
+                f"pinned/native {p / n:.2f}  pinned/pinned-v1 {p / v1:.2f}  "
+                f"(median of {args.rounds}, whole processes)",
                 flush=True,
             )
 

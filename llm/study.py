@@ -230,7 +230,9 @@ def spot_check(
         ValueError: a study.json without fingerprints (written before they were recorded: read
             the study again with ``python -m llm study``), a config whose content changed since
             (the two SHA-256 named), a batched study sampled by another version of the stacked
-            sampler (`llm.rollout.stacked.VERSION`; the study's commit named), or `runs` < 1.
+            sampler (`llm.rollout.stacked.VERSION`; the study's commit named), a study pinned to
+            another version of `numerics.PINS` than this process (the ``SHARPENING_NUMERICS``
+            value that pins it named), or `runs` < 1.
         FileNotFoundError: the study or its config is missing.
     """
     if runs < 1:
@@ -251,6 +253,12 @@ def spot_check(
                          f"{here['config_sha256'][:12]}, the study's {prov['config_sha256'][:12]}); "
                          "check out the study's commit "
                          f"{prov.get('git_commit', '?')[:12]}")  # fmt: skip
+    pinned = str(prov.get("numerics", ""))
+    if pinned.startswith("pinned") and pinned != here["numerics"]:
+        version = pinned.rsplit(" v", 1)[-1]
+        raise ValueError(f"{study_path}: the study ran pinned to {pinned!r}, this process to "
+                         f"{here['numerics']!r}: their bytes differ; run the check with "
+                         f"{numerics.OPT_OUT_ENV}=pinned-v{version} set before Python starts")  # fmt: skip
     engine = doc["design"]["engine"]
     made = doc["design"].get("sampler_version", 1)
     if engine == "batched" and made != SAMPLER_VERSION:

@@ -12,7 +12,7 @@ measured to change a result (`docs/numerics.md` gives the measurements):
 variable                        value                                   what it pins
 =============================  ======================================  ============================
 ``ATEN_CPU_CAPABILITY``         ``avx2``                                torch's vectorized kernels
-``MKL_CBWR``                    ``AVX2``                                torch's BLAS (MKL) code path
+``MKL_CBWR``                    ``COMPATIBLE``                          torch's MKL (GEMM, exp) code path
 ``ONEDNN_MAX_CPU_ISA``          ``AVX2``                                torch's oneDNN (bf16 matmuls)
 ``NPY_DISABLE_CPU_FEATURES``    ``X86_V4 AVX512_ICL AVX512_SPR``        numpy's AVX-512 loops
 ``OPENBLAS_CORETYPE``           ``Haswell``                             OpenBLAS kernels (numpy/scipy)
@@ -29,6 +29,12 @@ records `tag()` (theory check, toy summaries, LLM results and sweeps) says ``nat
 byte-comparable across machines). Importing this module after numpy, torch or JAX have loaded
 cannot pin them any more: it warns, and `tag()` says ``late``. Caches key their entries on `tag()`.
 
+Versions (`PINS`). Version 1 held MKL to ``MKL_CBWR=AVX2``: MKL's AVX2 branch is the same on every
+CPU of one vendor but not across vendors (an Intel CPU takes other small-GEMM, batched-GEMM and
+``exp`` kernels than an AMD one: measured under QEMU's Intel and AMD models, docs/numerics.md).
+Version 2 holds it to ``COMPATIBLE``, MKL's one branch for every x86-64 CPU. Outputs recorded under
+version 1 are reproduced on an AMD CPU with ``SHARPENING_NUMERICS=pinned-v1``.
+
 Imports nothing outside the standard library (it must run before numpy does).
 """
 
@@ -40,9 +46,10 @@ import sys
 import warnings
 
 OPT_OUT_ENV = "SHARPENING_NUMERICS"
-"""``pinned`` (default) or ``native``: whether this module pins the libraries' code paths."""
+"""``pinned`` (default: `VERSION`'s pins), ``pinned-vN`` (version N's pins, `PINS`) or ``native``:
+whether and how this module pins the libraries' code paths."""
 
-VERSION = 1
+VERSION = 2
 """Bumped whenever `PINNED_ENV` changes, so caches and committed outputs know the settings."""
 
 LEVEL = "avx2"
@@ -51,7 +58,7 @@ LEVEL = "avx2"
 XLA_FLAG = "--xla_cpu_max_isa=AVX2"
 """The XLA flag appended to ``XLA_FLAGS`` (an unknown flag aborts XLA, so only this one)."""
 
-PINNED_ENV: dict[str, str] = {
+_V1: dict[str, str] = {
     "ATEN_CPU_CAPABILITY": "avx2",
     "MKL_CBWR": "AVX2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
@@ -59,6 +66,11 @@ PINNED_ENV: dict[str, str] = {
     "OPENBLAS_CORETYPE": "Haswell",
     "OPENBLAS_NUM_THREADS": "1",
 }
+
+PINS: dict[int, dict[str, str]] = {1: _V1, 2: {**_V1, "MKL_CBWR": "COMPATIBLE"}}
+"""Every version's pins, by version (version 1 is the same bytes only among CPUs of one vendor)."""
+
+PINNED_ENV: dict[str, str] = PINS[VERSION]
 """Each library's own variable and the value that pins it (``XLA_FLAGS`` is merged separately)."""
 
 BASELINE_ENV: dict[str, str] = {
@@ -114,19 +126,19 @@ def pin(environ: dict[str, str] | None = None) -> dict[str, object]:
     cannot be pinned; warns (`RuntimeWarning`) when a library of `_HEAVY` has already been imported.
 
     Raises:
-        ValueError: ``SHARPENING_NUMERICS`` is neither ``pinned`` nor ``native``.
+        ValueError: ``SHARPENING_NUMERICS`` is none of ``pinned``, ``pinned-vN`` (N a version of
+            `PINS`) and ``native``.
     """
     env = os.environ if environ is None else environ
     mode = env.get(OPT_OUT_ENV, "pinned").strip().lower() or "pinned"
-    if mode not in ("pinned", "native"):
-        raise ValueError(f"{OPT_OUT_ENV}={mode!r}: expected 'pinned' or 'native'")
+    version = pinned_version(mode)
     reason = "opted out" if mode == "native" else _pinnable()
     if reason is not None:
         _state.update(pinned=False, reason=reason, tag=f"native ({reason}): not byte-comparable")
         return state()
     if environ is None and "before" not in _state:
         _state["before"] = {k: env.get(k) for k in [*PINNED_ENV, "XLA_FLAGS"]}
-    for key, value in PINNED_ENV.items():
+    for key, value in PINS[version].items():
         env[key] = value
     env["XLA_FLAGS"] = merge_xla_flags(env.get("XLA_FLAGS"))
     late = sorted(m for m in _HEAVY if m in sys.modules) if environ is None else []
@@ -139,8 +151,25 @@ def pin(environ: dict[str, str] | None = None) -> dict[str, object]:
         )
         _state.update(pinned=False, reason="late", tag=f"late ({', '.join(late)} loaded first)")
     else:
-        _state.update(pinned=True, reason=None, tag=f"pinned {LEVEL} v{VERSION}")
+        _state.update(pinned=True, reason=None, tag=f"pinned {LEVEL} v{version}")
     return state()
+
+
+def pinned_version(mode: str) -> int | None:
+    """The pin version a ``SHARPENING_NUMERICS`` value asks for (None for ``native``).
+
+    Raises:
+        ValueError: `mode` is none of ``pinned``, ``pinned-vN`` (N in `PINS`) and ``native``.
+    """
+    if mode == "native":
+        return None
+    if mode == "pinned":
+        return VERSION
+    head, _, number = mode.partition("-v")
+    if head == "pinned" and number.isdigit() and int(number) in PINS:
+        return int(number)
+    versions = ", ".join(f"'pinned-v{v}'" for v in PINS)
+    raise ValueError(f"{OPT_OUT_ENV}={mode!r}: expected 'pinned', {versions} or 'native'")
 
 
 def state() -> dict[str, object]:

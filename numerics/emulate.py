@@ -2,8 +2,9 @@
 
 A short piece of every leg (`PIECES`: the theory check, a toy sweep, a tiny LLM sweep with its
 weight hashes) runs twice in a fresh process: on this machine's CPU, then under QEMU's user-mode
-emulator (``qemu-x86_64 -cpu max``: an x86-64 CPU with AVX2 and FMA but no AVX-512 and no native
-bf16, whose CPUID every library reads afresh). The pinned results must be equal byte for byte.
+emulator (``qemu-x86_64 -cpu max``: an AMD x86-64 CPU with AVX2 and FMA but no AVX-512 and no
+native bf16, whose CPUID every library reads afresh; ``--cpu Haswell`` emulates an Intel one, which
+MKL's vendor-specific branches tell apart). The pinned results must be equal byte for byte.
 `tests/test_numerics.py` holds the same pieces to a weaker stand-in for another CPU (the libraries
 forced down through their own variables); this one also catches what no variable controls, such
 as an instruction whose result is implementation-defined (the approximate reciprocal square root

@@ -88,6 +88,22 @@ def test_opt_out_pins_nothing_and_bad_values_are_named(monkeypatch):
     assert numerics.tag().startswith("native (opted out)")
     with pytest.raises(ValueError, match="SHARPENING_NUMERICS='fast'"):
         numerics.pin({numerics.OPT_OUT_ENV: "fast"})
+    with pytest.raises(ValueError, match="'pinned-v1', 'pinned-v2' or 'native'"):
+        numerics.pin({numerics.OPT_OUT_ENV: "pinned-v9"})
+
+
+def test_an_earlier_version_pins_its_own_values(monkeypatch):
+    """``SHARPENING_NUMERICS=pinned-v1`` pins version 1 (MKL's AVX2 branch, the same bytes only
+    among CPUs of one vendor) and says so in the tag; the default is `VERSION`, MKL's one branch
+    for every x86-64 CPU."""
+    monkeypatch.setattr(numerics, "_state", dict(numerics._state))
+    assert numerics.PINNED_ENV is numerics.PINS[numerics.VERSION]
+    assert numerics.PINS[2]["MKL_CBWR"] == "COMPATIBLE" and numerics.PINS[1]["MKL_CBWR"] == "AVX2"
+    for mode, version in (("pinned-v1", 1), ("pinned", numerics.VERSION)):
+        env = {numerics.OPT_OUT_ENV: mode}
+        numerics.pin(env)
+        assert env["MKL_CBWR"] == numerics.PINS[version]["MKL_CBWR"]
+        assert numerics.tag() == f"pinned {numerics.LEVEL} v{version}"
 
 
 def test_merge_xla_flags():
@@ -147,3 +163,44 @@ def test_the_theory_piece_is_the_same_on_an_emulated_cpu():
     """`python -m numerics.emulate --piece theory` (~30 s): the emulated CPU (no AVX-512) gives
     the native bytes. The other pieces (~3 min emulated) are left to the command."""
     assert emulate.main(["--piece", "theory"]) == 0
+
+
+# torch's kernels that MKL's AVX2 branch (pin version 1) ran differently on Intel and AMD CPUs:
+# GEMMs large and small, a batched GEMM, SDPA at the tiny model's shapes, exp (docs/numerics.md).
+KERNELS = """
+import numerics, hashlib, torch
+import torch.nn.functional as F
+torch.set_num_threads(1)
+g = torch.Generator().manual_seed(0)
+out = []
+for m, k, n in [(256, 128, 512), (1024, 128, 128), (8, 16, 8), (7, 33, 129)]:
+    a, b = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+    out += [a @ b, torch.bmm(a.expand(3, m, k).contiguous(), b.expand(3, k, n).contiguous())]
+for shape in [(32, 2, 8, 16), (4, 2, 30, 16)]:
+    q, k, v = (torch.randn(shape, generator=g) for _ in range(3))
+    out += [F.scaled_dot_product_attention(q, k, v, is_causal=True)]
+out += [torch.randn(4096, generator=g).exp(), torch.randn(1920, generator=g).exp()]
+print(numerics.tag(), [hashlib.sha256(t.numpy().tobytes()).hexdigest()[:12] for t in out])
+"""
+
+
+@needs_pin
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which(emulate.QEMU) is None, reason="QEMU's user-mode emulator absent")
+def test_torch_kernels_are_the_same_on_emulated_intel_and_amd_cpus():
+    """GEMMs, SDPA and exp give this CPU's bytes on QEMU's AMD (``max``) and Intel (``Haswell``)
+    CPUs (~30 s). Under pin version 1 (MKL's AVX2 branch) the Intel CPU's bytes differ: the
+    check can fail."""
+    env = emulate.piece_env()
+    runs = {}
+    for mode in ("pinned", "pinned-v1"):
+        env[numerics.OPT_OUT_ENV] = mode
+        for cpu in (None, "max", "Haswell"):
+            prefix = [emulate.QEMU, "-cpu", cpu] if cpu else []
+            res = subprocess.run([*prefix, sys.executable, "-c", KERNELS], env=env,
+                                 capture_output=True, text=True, timeout=600)  # fmt: skip
+            assert res.returncode == 0, res.stderr[-3000:]
+            runs[mode, cpu] = res.stdout
+    assert runs["pinned", None].startswith(f"pinned avx2 v{numerics.VERSION} ")
+    assert runs["pinned", None] == runs["pinned", "max"] == runs["pinned", "Haswell"]
+    assert runs["pinned-v1", "max"] != runs["pinned-v1", "Haswell"]  # MKL's AVX2 branch by vendor

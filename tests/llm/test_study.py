@@ -83,6 +83,11 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     (tmp_path / "v1.json").write_text(json.dumps(v1))
     with pytest.raises(ValueError, match="version 1 of the stacked sampler"):
         spot_check(tmp_path / "v1.json")
+    # A study pinned to another version of numerics.PINS names the variable that reproduces it.
+    v0 = {**doc, "provenance": {**doc["provenance"], "numerics": "pinned avx2 v0"}}
+    (tmp_path / "v0.json").write_text(json.dumps(v0))
+    with pytest.raises(ValueError, match="SHARPENING_NUMERICS=pinned-v0 set before Python"):
+        spot_check(tmp_path / "v0.json")
     del doc["fingerprints"]
     (tmp_path / "old.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="no fingerprints"):
