@@ -255,10 +255,14 @@ def spot_check(
                          f"{prov.get('git_commit', '?')[:12]}")  # fmt: skip
     pinned = str(prov.get("numerics", ""))
     if pinned.startswith("pinned") and pinned != here["numerics"]:
-        version = pinned.rsplit(" v", 1)[-1]
+        setting = numerics.setting_for(pinned)
+        how = (
+            f"run the check with {numerics.OPT_OUT_ENV}={setting} set before Python starts"
+            if setting
+            else f"check out the study's commit {prov.get('git_commit', '?')[:12]}"
+        )
         raise ValueError(f"{study_path}: the study ran pinned to {pinned!r}, this process to "
-                         f"{here['numerics']!r}: their bytes differ; run the check with "
-                         f"{numerics.OPT_OUT_ENV}=pinned-v{version} set before Python starts")  # fmt: skip
+                         f"{here['numerics']!r}: their bytes differ; {how}")  # fmt: skip
     engine = doc["design"]["engine"]
     made = doc["design"].get("sampler_version", 1)
     if engine == "batched" and made != SAMPLER_VERSION:

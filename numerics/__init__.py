@@ -151,8 +151,19 @@ def pin(environ: dict[str, str] | None = None) -> dict[str, object]:
         )
         _state.update(pinned=False, reason="late", tag=f"late ({', '.join(late)} loaded first)")
     else:
-        _state.update(pinned=True, reason=None, tag=f"pinned {LEVEL} v{version}")
+        _state.update(pinned=True, reason=None, tag=_pinned_tag(version))
     return state()
+
+
+def _pinned_tag(version: int) -> str:
+    return f"pinned {LEVEL} v{version}"
+
+
+def setting_for(recorded: str) -> str | None:
+    """The ``SHARPENING_NUMERICS`` value that pins a process as an output's recorded `tag()` says
+    (``"pinned-v1"`` for ``"pinned avx2 v1"``), or None for a tag of no version of `PINS`."""
+    versions = {_pinned_tag(v): v for v in PINS}
+    return f"pinned-v{versions[recorded]}" if recorded in versions else None
 
 
 def pinned_version(mode: str) -> int | None:

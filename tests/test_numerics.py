@@ -104,6 +104,8 @@ def test_an_earlier_version_pins_its_own_values(monkeypatch):
         numerics.pin(env)
         assert env["MKL_CBWR"] == numerics.PINS[version]["MKL_CBWR"]
         assert numerics.tag() == f"pinned {numerics.LEVEL} v{version}"
+        assert numerics.setting_for(numerics.tag()) == f"pinned-v{version}"
+    assert numerics.setting_for("native (opted out): not byte-comparable") is None
 
 
 def test_merge_xla_flags():

@@ -84,10 +84,14 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     with pytest.raises(ValueError, match="version 1 of the stacked sampler"):
         spot_check(tmp_path / "v1.json")
     # A study pinned to another version of numerics.PINS names the variable that reproduces it.
+    v1 = {**doc, "provenance": {**doc["provenance"], "numerics": "pinned avx2 v1"}}
+    (tmp_path / "pin_v1.json").write_text(json.dumps(v1))
+    with pytest.raises(ValueError, match="SHARPENING_NUMERICS=pinned-v1 set before Python"):
+        spot_check(tmp_path / "pin_v1.json")
     v0 = {**doc, "provenance": {**doc["provenance"], "numerics": "pinned avx2 v0"}}
-    (tmp_path / "v0.json").write_text(json.dumps(v0))
-    with pytest.raises(ValueError, match="SHARPENING_NUMERICS=pinned-v0 set before Python"):
-        spot_check(tmp_path / "v0.json")
+    (tmp_path / "pin_v0.json").write_text(json.dumps(v0))
+    with pytest.raises(ValueError, match=r"'pinned avx2 v0'.*check out the study's commit"):
+        spot_check(tmp_path / "pin_v0.json")
     del doc["fingerprints"]
     (tmp_path / "old.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="no fingerprints"):
@@ -106,8 +110,7 @@ def test_a_spot_check_on_an_emulated_cpu_gives_the_same_bytes(
     report names the emulator (its /proc/cpuinfo is the host's). The emulated CPU is of the other
     vendor (an Intel ``Haswell`` on an AMD host, else QEMU's AMD ``max``): MKL picks kernels by
     vendor, which numerics pin version 2 makes irrelevant (docs/numerics.md)."""
-    amd = "AuthenticAMD" in Path("/proc/cpuinfo").read_text(errors="replace")
-    cpu = "Haswell" if amd else "max"
+    cpu = "Haswell" if S.cpu_id().startswith("AuthenticAMD") else "max"
     config = _write(tmp_path, tiny_model_path, STUDY.replace("[5]", "[5, 6]"))
     monkeypatch.chdir(tmp_path.parent)
     config = config.relative_to(tmp_path.parent)
