@@ -164,7 +164,7 @@ def _eval_base(job: Job) -> dict[str, Any]:
     path = Path(job.out) / BASE_EVAL
     key = {**job.eval_key, "weights_sha256": job.base_sha}
     cached = read_json(path)
-    if cached is not None and cached.get("eval") == key:
+    if cached is not None and same_eval(cached.get("eval"), key):
         return {"models": {0: cached["result"]}, "reused_run": False, "reused_evals": 1}
     if job.eval_key.get("engine") == "batched":
         result = _evaluate_stacked(cfg, [Path(cfg.model_path)], job.problems, job.eval_key)[0]
@@ -177,6 +177,28 @@ def _eval_base(job: Job) -> dict[str, Any]:
 def _checkpoint_dir(out: Path, step: int) -> Path:
 
     return out / CHECKPOINTS / f"step_{step:06d}"
+
+
+def _same_numerics(recorded: Any, device: str) -> bool:
+    """Whether a run recorded under the numeric settings `recorded` may be reused here. On the
+    CPU they must be this process's (`numerics.tag()`). On another device the CPU's pinned
+    kernels (MKL, oneDNN) take no part in the run's floats, and a GPU's bits are not reproducible
+    anyway, so the pin does not void it: a change of pin version made the 2026-11-26 third GPU
+    lease retrain 8 finished runs (docs/gpu.md)."""
+    return device != "cpu" or recorded == numerics.tag()
+
+
+def same_eval(recorded: Any, key: Mapping[str, Any]) -> bool:
+    """Whether an evaluation recorded under the key `recorded` answers `key` (`eval_key`): equal
+    keys, or, for an evaluation on another device than the CPU (the key names its ``device``),
+    equal but for ``numerics`` (`_same_numerics`)."""
+    if recorded == key:
+        return True
+    if not isinstance(recorded, dict) or "device" not in key:
+        return False
+    return {k: v for k, v in recorded.items() if k != "numerics"} == {
+        k: v for k, v in key.items() if k != "numerics"
+    }
 
 
 def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, bool]:
@@ -192,7 +214,7 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
     same = (
         marker is not None
         and marker.get("base_sha") == job.base_sha
-        and marker.get("numerics") == numerics.tag()
+        and _same_numerics(marker.get("numerics"), cfg.system.device)
         and marker.get("engine", "process") == engine
         and marker.get("batched_version") == (BATCHED_VERSION if engine == "batched" else None)
         and saved.is_file()
@@ -200,7 +222,8 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
     )
     ckpt = latest_checkpoint(out) if same else None
     evaluated = same and all(
-        marker.get("evals", {}).get(str(s), {}).get("eval") == job.eval_key for s in job.steps
+        same_eval(marker.get("evals", {}).get(str(s), {}).get("eval"), job.eval_key)
+        for s in job.steps
     )
     if (
         same
@@ -269,7 +292,7 @@ def run_job(job: Job) -> dict[str, Any]:
 
     def missing(m: dict[str, Any]) -> list[int]:
         ev = m.get("evals", {})
-        return [s for s in job.steps if ev.get(str(s), {}).get("eval") != job.eval_key]
+        return [s for s in job.steps if not same_eval(ev.get(str(s), {}).get("eval"), job.eval_key)]
 
     if _unevaluable(job, marker):
         # An evaluation asked of a checkpoint deleted after an earlier evaluation: train again.
@@ -334,7 +357,7 @@ def run_batch(jobs: Sequence[Job]) -> list[dict[str, Any]]:
         (i, step)
         for i, (job, marker) in enumerate(zip(jobs, markers, strict=True))
         for step in job.steps
-        if marker.get("evals", {}).get(str(step), {}).get("eval") != job.eval_key
+        if not same_eval(marker.get("evals", {}).get(str(step), {}).get("eval"), job.eval_key)
     ]
     if todo:
         _evaluate_batch(jobs, cfgs, markers, todo)
@@ -357,7 +380,7 @@ def _unevaluable(job: Job, marker: dict[str, Any]) -> bool:
     """Whether `job` asks for an evaluation its marker lacks of a checkpoint no longer there."""
     evals = marker.get("evals", {})
     return any(
-        evals.get(str(s), {}).get("eval") != job.eval_key
+        not same_eval(evals.get(str(s), {}).get("eval"), job.eval_key)
         and not _checkpoint_dir(Path(job.out), s).is_dir()
         for s in job.steps
     )

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import numerics
 from experiment.spec import apply_sets
 from llm.__main__ import main
+from llm.config import config_from_dict, config_to_toml
 from llm.eval.frontier import frontier_arrays
-from llm.run.jobs import RUN_MARKER, weights_sha
+from llm.run.jobs import RUN_MARKER, Job, _prepare, same_eval, weights_sha
 from llm.sweep import (
     _base_raw,
     _run_raw,
@@ -433,3 +436,28 @@ def test_a_batched_sweep_trains_a_run_it_cannot_batch_alone(tmp_path, tiny_model
     engines = {r["run"]: json.loads((out / "runs" / r["run"] / RUN_MARKER).read_text())["engine"]
                for r in res["runs"]}  # fmt: skip
     assert sorted(engines.values()) == ["batched", "process"]
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_finished_run_of_another_pin_version_is_reused_only_off_the_cpu(tmp_path, device):
+    # The third GPU lease (docs/gpu.md) retrained 8 finished runs because main's CPU pin moved
+    # from version 1 to 2; on a GPU the CPU's pinned kernels take no part in the run's floats.
+    raw = tomllib.loads(BASE.format(model=tmp_path / "model"))
+    raw["system"]["device"] = device
+    cfg = config_from_dict(raw)
+    key = {"samples": 4, "numerics": numerics.tag(),
+           **({"device": device, "tf32": False} if device != "cpu" else {})}  # fmt: skip
+    old = {**key, "numerics": "pinned avx2 v0"}
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.toml").write_text(config_to_toml(cfg))
+    marker = {"base_sha": "b", "numerics": "pinned avx2 v0", "engine": "process", "finished": True,
+              "evals": {s: {"eval": old, "result": {}} for s in ("1", "2")}}  # fmt: skip
+    (out / RUN_MARKER).write_text(json.dumps(marker))
+    job = Job(name="grpo_seed0", setting=None, seed=0, raw=raw, out=str(out), base_sha="b",
+              steps=[1, 2], problems=[], eval_key=key, progress=False)  # fmt: skip
+    assert same_eval(old, key) == (device != "cpu")
+    assert not same_eval({**old, "samples": 8}, key)  # any other setting still voids it
+    _, finished, _ = _prepare(job, cfg, "process")
+    assert finished == (device != "cpu")
+    assert (out / RUN_MARKER).is_file() and (out / "config.toml").is_file() == (device != "cpu")
