@@ -35,7 +35,7 @@ from experiment import study as S
 from experiment.schema import meta, option
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.executor import check_executor
-from llm.sweep import rerun_runs, run_sweep, sweep_from_dict
+from llm.sweep import check_engine, merge_tables, rerun_runs, run_sweep, sweep_from_dict
 from numerics.emulate import emulated
 
 __all__ = [
@@ -63,6 +63,10 @@ class StudySpec:
     claim_size: float = option(3.0, "a claim's size: points of pass@k (MDE goal)", gt=0)
     claim_size_distinct: float = option(0.1, "a claim's size in distinct correct / problem", gt=0)
     alpha: float = option(0.05, "family-wise level of Holm over the picks", gt=0, lt=1)
+    confirm_train: dict[str, Any] = field(default_factory=dict, metadata=meta(
+        "train-config overrides of the confirmation alone, set over [train] (e.g. eval = { dtype = "
+        "'bfloat16' } to sample faster on a GPU): every confirmation run shares them, GRPO's "
+        "reference included, so its comparisons stay like for like"))  # fmt: skip
 
 
 def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
@@ -82,6 +86,11 @@ def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
         sweep = sweep_from_dict(doc, root=path.parent)
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path}: study: {err}") from None
+    if spec.confirm_train:  # checked before any run, not after the exploration
+        try:
+            sweep_from_dict(confirmation_doc(doc, spec, {}, path.parent), root=path.parent)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path}: study.confirm_train: {err}") from None
     reused = sorted(set(spec.confirm_seeds) & set(sweep.seeds))
     if reused:
         raise ValueError(f"{path}: study.confirm_seeds: {reused} are exploratory seeds")
@@ -97,7 +106,7 @@ def confirmation_doc(
 ) -> dict[str, Any]:
     """The confirmation sweep: `doc`'s reference entries, one entry per picked label with its
     picked setting's parameters, the fresh seeds and problems (``confirm_offset``, or right after
-    the exploratory problems)."""
+    the exploratory problems), and ``confirm_train`` set over the ``[train]`` table."""
     sweep = sweep_from_dict(doc, root=root)
     out = copy.deepcopy(dict(doc))
     out["base"] = str(Path(sweep.base).resolve())  # absolute: parsed from any root
@@ -105,6 +114,8 @@ def confirmation_doc(
     out["eval"] = {**out.get("eval", {}), "problems": spec.confirm_problems,
                    "offset": spec.confirm_offset or explored}  # fmt: skip
     out["seeds"] = list(spec.confirm_seeds)
+    if spec.confirm_train:
+        out["train"] = merge_tables(dict(out.get("train", {})), spec.confirm_train)
     methods = []
     for entry in doc["methods"]:
         label = entry.get("label", entry["method"])
@@ -162,6 +173,9 @@ def run_study(
     out = Path(out) if out is not None else Path("runs/llm_study") / config_path.stem
     sweep = sweep_from_dict(doc, root=config_path.parent)
     sweep.source = str(config_path)
+    check_engine(sweep, engine)  # both stages, before any run
+    check_engine(sweep_from_dict(confirmation_doc(doc, spec, {}, config_path.parent),
+                                 root=config_path.parent), engine)  # fmt: skip
     explore = run_sweep(sweep, out / "explore", workers=workers, progress=progress,
                         num_resamples=num_resamples, executor=executor,
                         address=address, engine=engine, log=log)  # fmt: skip

@@ -204,10 +204,13 @@ def _check_key(method: str, key: str, where: str) -> None:
     _split_params(method, {key: None}, where)
 
 
-def _merge(a: dict[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+def merge_tables(a: dict[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """A deep copy of the TOML tree `a` with `b`'s keys set over it, sub-table by sub-table."""
     out = copy.deepcopy(a)
     for k, v in b.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        out[k] = (
+            merge_tables(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        )
     return out
 
 
@@ -332,7 +335,7 @@ def _run_raw(
     out = copy.deepcopy(base_raw)
     if out.get("method") != setting.method:
         out.pop("hyper", None)
-    out = _merge(out, _split_params(setting.method, setting.params, where or setting.label))
+    out = merge_tables(out, _split_params(setting.method, setting.params, where or setting.label))
     per_run = {
         "method": setting.method,
         "seed": seed,
@@ -340,13 +343,13 @@ def _run_raw(
         "system": {"num_threads": 1},
         "run": {"save_every": math.gcd(*checkpoints), "tensorboard": False},
     }
-    return _merge(out, per_run)
+    return merge_tables(out, per_run)
 
 
 def _base_doc(base: str | os.PathLike[str], train: Mapping[str, Any]) -> dict[str, Any]:
     """The base config file with the sweep's [train] overrides, each in the current layout
     (`llm.config.upgrade_keys`)."""
-    return _merge(upgrade_keys(read_toml(base)), upgrade_keys(train))
+    return merge_tables(upgrade_keys(read_toml(base)), upgrade_keys(train))
 
 
 def _base_raw(spec: SweepSpec) -> dict[str, Any]:
@@ -428,6 +431,21 @@ def run_unit(unit: list[Job]) -> list[dict[str, Any]]:
     ):
         return [run_job(job)]
     return run_batch(unit)
+
+
+def check_engine(spec: SweepSpec, engine: str) -> None:
+    """Whether `engine` can run `spec`'s runs.
+
+    Raises:
+        ValueError: an unknown engine, or ``batched`` with ``eval.dtype`` other than float32 (the
+            stacked sampler holds float32 weights only: `llm.model.stacked`).
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    dtype = config_from_dict(_base_raw(spec)).eval.dtype
+    if engine == "batched" and dtype != "float32":
+        raise ValueError(f"eval.dtype: {dtype!r} needs the process engine (the batched engine's "
+                         "stacked sampler holds float32 weights only)")  # fmt: skip
 
 
 def run_sweep(
@@ -565,8 +583,7 @@ def _sweep_jobs(
                           num_threads=max(1, workers), progress=progress)  # fmt: skip
     base_sha = weights_sha(base_cfg.model_path)
     problems, source = _eval_problems(spec, base_cfg)
-    if engine not in ENGINES:
-        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    check_engine(spec, engine)
     eval_key = jobs_eval_key(spec.eval, base_cfg, problems, source)
     if engine == "batched":
         eval_key["engine"] = "batched"

@@ -93,12 +93,16 @@ for f in src.iterdir():
         shutil.copy(f, dst / f.name)
 PY
   fi
-  if [ ! -f "$OUT/sampler_speed.json" ] && [ ! -f "$LEASE/bench.done" ]; then
-    log "sampler speed"
-    timeout 90 python3 bench/gpu/sampler_speed.py --model models/smollm2-random --device cuda \
-      --tf32 --config configs/countdown_smollm2_gpu.toml --shapes 16x8 32x32 --profile 25 \
-      --out "$OUT/sampler_speed.json" > "$OUT/sampler_profile.txt" 2>&1
-    grep -v Warning "$OUT/sampler_profile.txt" | head -4
+  if [ ! -f "$LEASE/bench.done" ]; then
+    # float32 (the exploration's evaluations) against bfloat16 (the confirmation's: the study's
+    # confirm_train), each timed apart from its profiled call (docs/gpu.md, third lease).
+    for dtype in float32 bfloat16; do
+      log "sampler speed, $dtype"
+      timeout 90 python3 bench/gpu/sampler_speed.py --model models/smollm2-random --device cuda \
+        --tf32 --dtype "$dtype" --config configs/countdown_smollm2_gpu.toml --shapes 16x8 32x32 \
+        --profile 25 --out "$OUT/sampler_speed_$dtype.json" > "$OUT/sampler_$dtype.txt" 2>&1
+      grep -v Warning "$OUT/sampler_$dtype.txt" | grep -E "^ +(shape|[0-9]+x[0-9]+) "
+    done
     modes=(); [ "${UPDATE_BENCH:-0}" = 1 ] && modes=(eager --compile)
     for mode in "${modes[@]}"; do
       compile=$([ "$mode" = --compile ] && echo --compile)

@@ -29,7 +29,7 @@ import numerics  # noqa: F401  (first: pins the numeric code paths before torch 
 import torch
 from transformers.utils import logging as hf_logging
 
-from llm.config import add_set_argument, load_config
+from llm.config import EVAL_PRECISION, add_set_argument, load_config
 from llm.model.load import load_model_and_tokenizer
 from llm.rollout.backend import make_backend
 from llm.run.distributed import check_device, device_profiler, set_matmul_precision
@@ -56,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shapes", nargs="+", default=["16x8", "16x32", "32x32"])
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--tf32", action="store_true", help="TF32 matmuls (system.tf32)")
+    ap.add_argument("--dtype", choices=tuple(EVAL_PRECISION), default="float32",
+                    help="the policy's weights while sampling (eval.dtype)")  # fmt: skip
     add_set_argument(ap, "config overrides (data.max_target=20 ...)")
     ap.add_argument(
         "--profile", type=int, default=0, help="print the top-K ops of each shape's last call"
@@ -70,7 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     cuda = args.device.startswith("cuda")
     set_matmul_precision(args.device, args.tf32)
     cfg = load_config(args.config, sets=args.sets)
-    model, tokenizer = load_model_and_tokenizer(Path(args.model), args.device)
+    model, tokenizer = load_model_and_tokenizer(
+        Path(args.model), args.device, EVAL_PRECISION[args.dtype]
+    )
     backend = make_backend(cfg, model, tokenizer)
     task = TASKS[cfg.task]
     problems = task.generate(max(p for p, _ in shapes), 4321, cfg.data)
@@ -81,11 +85,16 @@ def main(argv: list[str] | None = None) -> int:
         prompts = [task.prompt(q, cfg.template) for q in problems[:p]]
         train = n == cfg.rollout.group_size  # a training call keeps log-probs and candidates
         gen = torch.Generator().manual_seed(0)
-        for i in range(args.repeats):
+        # The timed calls, then (--profile) one more under the profiler, whose overhead would
+        # otherwise be in the time (the 2026-11-26 third lease timed a profiled call: 1.19 s
+        # against 0.61 s).
+        for i in range(args.repeats + bool(args.profile)):
+            profiled = i == args.repeats
             if cuda:
                 torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-            prof = device_profiler(bool(args.profile) and i == args.repeats - 1, cuda)
+                if not profiled:
+                    torch.cuda.reset_peak_memory_stats()
+            prof = device_profiler(profiled, cuda)
             with prof:
                 start = time.perf_counter()
                 roll = backend.generate(
@@ -95,7 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                 )  # fmt: skip
                 if cuda:
                     torch.cuda.synchronize()
-                seconds = time.perf_counter() - start
+                if not profiled:
+                    seconds = time.perf_counter() - start
+                    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
         if args.profile:  # where a call's time goes: device time when on CUDA, else host time
             sort = "cuda_time_total" if cuda else "cpu_time_total"
             print(prof.key_averages().table(sort_by=sort, row_limit=args.profile), flush=True)
@@ -106,13 +117,13 @@ def main(argv: list[str] | None = None) -> int:
             "prompt_tokens_max": int(roll.prompt_mask.sum(-1).max()),
             "seconds": round(seconds, 4), "new_tokens": tokens,
             "sequences_per_s": round(p * n / seconds, 1), "tokens_per_s": round(tokens / seconds),
-            "peak_gib": round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else None,
+            "peak_gib": round(peak, 2) if cuda else None,
         }  # fmt: skip
         rows.append(row)
         print(f"{row['shape']:>7} {seconds:7.3f} {row['sequences_per_s']:8.1f} "
               f"{row['tokens_per_s']:9d} {row['peak_gib'] or 0:6.2f}", flush=True)  # fmt: skip
     if args.out:
-        doc = {"model": args.model, "device": args.device, "tf32": args.tf32,
+        doc = {"model": args.model, "device": args.device, "tf32": args.tf32, "dtype": args.dtype,
                "gpu": torch.cuda.get_device_name(0) if cuda else None,
                "torch": torch.__version__, "python": platform.python_version(),
                "template": cfg.template, "rows": rows}  # fmt: skip

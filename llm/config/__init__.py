@@ -42,6 +42,7 @@ from experiment.schema import meta, option, require
 from experiment.store import write_text
 from llm.config.tables import (
     DISTINCT,
+    EVAL_PRECISION,
     MAX_SEED,
     DataConfig,
     EvalConfig,
@@ -54,6 +55,7 @@ from llm.config.tables import (
 from llm.tasks import TASKS
 
 __all__ = [
+    "EVAL_PRECISION",
     "MOVED_KEYS",
     "DataConfig",
     "EvalConfig",

@@ -18,6 +18,9 @@ PRECISIONS = ("fp32", "bf16-mixed", "bf16")
 PARALLEL = ("auto", "ddp", "fsdp2")
 ROLLOUT_IS = ("truncate", "none")
 VLLM_DTYPES = ("bfloat16", "float16", "float32", "auto")
+EVAL_PRECISION = {"float32": "fp32", "bfloat16": "bf16"}
+"""`EvalConfig.dtype` -> the precision `llm.model.load.load_model_and_tokenizer` loads the policy in."""
+EVAL_DTYPES = tuple(EVAL_PRECISION)
 MAX_SEED = 2**32 - 1
 """Largest seed: the trainer seeds NumPy's legacy global RNG, which takes 32-bit seeds."""
 MAX_LR = 1.0
@@ -106,6 +109,13 @@ class EvalConfig:
         8,
         "prompts per transformers generate call at evaluation, at most (more fill a GPU)",
         ge=1,
+    )
+    dtype: str = option(
+        "float32",
+        "weights of the policy while it samples at evaluation: float32, or bfloat16 (on a GPU half "
+        "the KV cache's bytes and flash attention kernels: docs/gpu.md); logits are sampled in "
+        "float32 either way",
+        choices=EVAL_DTYPES,
     )
 
 

@@ -28,7 +28,7 @@ from transformers.utils import logging as hf_logging
 
 import numerics
 from experiment.store import read_json, read_toml, write_json
-from llm.config import EvalConfig, config_from_dict, config_to_toml
+from llm.config import EVAL_PRECISION, EvalConfig, config_from_dict, config_to_toml
 from llm.eval.diversity import load_encoder
 from llm.eval.heldout import evaluate, evaluate_models
 from llm.model.load import load_model_and_tokenizer
@@ -116,7 +116,7 @@ def evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[
 
     device = cfg.system.device
     set_matmul_precision(device, cfg.system.tf32)
-    model, tokenizer = load_model_and_tokenizer(model_path, device)
+    model, tokenizer = load_model_and_tokenizer(model_path, device, EVAL_PRECISION[cfg.eval.dtype])
     backend = make_backend(cfg, model, tokenizer)
     n = ev["samples"]
     common = {
@@ -409,7 +409,7 @@ def _evaluate_stacked(
     (`llm.eval.heldout.evaluate_models`)."""
     models, tokenizer = [], None
     for path in paths:
-        model, tokenizer = load_model_and_tokenizer(path, "cpu")
+        model, tokenizer = load_model_and_tokenizer(path, "cpu", EVAL_PRECISION[cfg.eval.dtype])
         models.append(model)
     start = time.perf_counter()
     results = evaluate_models(
@@ -468,8 +468,8 @@ def eval_key(
         "template": base_cfg.template,
         "distinct": base_cfg.distinct,
         "numerics": numerics.tag(),
-        # Batching changes the samples (one seed per generate call) and a GPU changes the bits;
-        # named only when not the defaults, so that the CPU sweeps' caches stay valid.
+        # Batching changes the samples (one seed per generate call), and so do the policy's dtype
+        # and a GPU; named only when not the defaults, so that the CPU sweeps' caches stay valid.
         **{k: getattr(base_cfg.eval, k) for k in _BATCHING
            if getattr(base_cfg.eval, k) != getattr(_EVAL_DEFAULTS, k)},
         **({"device": base_cfg.system.device, "tf32": base_cfg.system.tf32}
@@ -477,8 +477,9 @@ def eval_key(
     }  # fmt: skip
 
 
-_BATCHING = ("prompts_per_batch", "max_responses_per_call")
-"""`[eval]` keys that split the sampling into generate calls (`evaluate_model`)."""
+_BATCHING = ("prompts_per_batch", "max_responses_per_call", "dtype")
+"""`[eval]` keys that change the samples besides the sampling settings: how the sampling is split
+into generate calls (`evaluate_model`) and the policy's dtype."""
 _EVAL_DEFAULTS = EvalConfig()
 
 

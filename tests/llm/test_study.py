@@ -12,7 +12,8 @@ import pytest
 
 from experiment import study as S
 from llm.__main__ import main
-from llm.study import load_study, spot_check
+from llm.study import confirmation_doc, load_study, spot_check
+from llm.sweep import run_sweep, sweep_from_dict
 from numerics import emulate
 from tests.llm.test_sweep import BASE, SWEEP
 
@@ -133,3 +134,32 @@ def test_study_errors_name_the_key(tmp_path, tiny_model_path):
     config = _write(tmp_path, tiny_model_path, STUDY + "typo = 1\n")
     with pytest.raises(ValueError, match="typo"):
         load_study(config)
+    config = _write(
+        tmp_path, tiny_model_path, STUDY + 'confirm_train = { eval = { dtype = "fp8" } }\n'
+    )
+    with pytest.raises(ValueError, match=r"study\.confirm_train: .*dtype.*fp8"):
+        load_study(config)
+
+
+@pytest.mark.parametrize("engine", ["process", "batched"])
+def test_confirm_train_sets_the_confirmation_alone_and_samples_in_bfloat16(
+    tmp_path, tiny_model_path, engine, capsys
+):
+    over = 'confirm_train = { eval = { dtype = "bfloat16" } }\n'
+    config = _write(tmp_path, tiny_model_path, STUDY + over)
+    doc, spec = load_study(config)
+    assert spec.confirm_train == {"eval": {"dtype": "bfloat16"}}
+    conf = confirmation_doc(doc, spec, {}, config.parent)
+    assert conf["train"]["eval"]["dtype"] == "bfloat16"
+    assert "eval" not in doc.get("train", {})  # the exploration samples in float32
+    sweep = sweep_from_dict(conf, root=config.parent)
+    if engine == "batched":  # the stacked sampler is float32 only: refused before any run
+        argv = ["study", "--config", str(config), "--out", str(tmp_path / "s"), "--engine", engine]
+        assert main(argv) != 0
+        assert "eval.dtype: 'bfloat16' needs the process engine" in capsys.readouterr().err
+        assert not (tmp_path / "s" / "explore").exists()
+        return
+    res = run_sweep(sweep, tmp_path / "confirm", workers=1, progress=False, num_resamples=20)
+    assert res["settings"]["eval"]["dtype"] == "bfloat16"  # part of every evaluation's key
+    assert [(m["label"], m["seed"]) for m in res["models"]][1:] == [("grpo", 5), ("grpo", 5)]
+    assert all(0 <= m["pass1"] <= 1 and m["n"] == 4 for m in res["models"])
