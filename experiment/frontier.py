@@ -558,15 +558,23 @@ def _max_bias(
     y: np.ndarray,
     se: np.ndarray,
     rng: np.random.Generator,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """`(M,)` the estimated bias of the per-setting lift, ``E[min_k L̂_k] − min_k L_k`` (≤ 0): the
     maximum of noisy curves rides up on their noise when several settings are close. Plug-in
     (bootstrap) estimate: the contending settings' lifts are drawn jointly normal around the
     estimates, with the crossed-design covariance of their linearized contributions
     (`crossed_variance` of sums and differences), and the mean of the draws' minimum is
     compared with the minimum of the estimates (Efron & Tibshirani 1993, ch. 10, bias
-    correction). 0 where one setting alone contends."""
+    correction). 0 where one setting alone contends.
+
+    Also returns `(M,)` the standard deviation of the draws' minimum (NaN where no correction):
+    the spread of the estimator the correction assumes. A contending curve much noisier than the
+    active one (a setting whose pass@1 barely moved, so its quadratic is steep: the strong LLM
+    study under numerics pin 2) moves the correction by many of the active curve's standard
+    errors, so the interval must widen with it (`curve_lift`); before 2026-11-26 it did not, and
+    exploratory lifts of +100 points with 10-point intervals were read there."""
     bias = np.zeros(px.size)
+    spread = np.full(px.size, np.nan)
     for m in range(px.size):
         if not np.isfinite(se[m]) or se[m] <= SE_FLOOR:
             continue
@@ -587,8 +595,10 @@ def _max_bias(
         w, v = np.linalg.eigh(cov)
         root = v * np.sqrt(np.clip(w, 0.0, None))
         draws = ps.lifts[ks, m] + rng.standard_normal((MAX_BIAS_DRAWS, ks.size)) @ root.T
-        bias[m] = draws.min(1).mean() - ps.lifts[ks, m].min()
-    return bias
+        low = draws.min(1)
+        bias[m] = low.mean() - ps.lifts[ks, m].min()
+        spread[m] = low.std()
+    return bias, spread
 
 
 def _near_drop(
@@ -830,7 +840,8 @@ def curve_lift(
         per_setting: the maximum of per-setting curves (above) instead of one pooled curve.
         bias_correct: with `per_setting`, subtract the estimated bias of the maximum of the
             settings' noisy curves (`_max_bias`: the lift is biased low where several settings'
-            curves are close).
+            curves are close), and take as standard error at least the spread of their
+            minimum (a noisier contender widens the interval).
         edge_z: with `per_setting` and > 0 (the tables use 2): a model whose pass@1 is
             within `edge_z` standard errors of the end of a setting's reach where the maximum
             drops by more than `edge_drop` lift standard errors (`_near_drop`; the
@@ -873,7 +884,10 @@ def curve_lift(
     df = np.where(inside, df, np.nan)
     if ps is not None and bias_correct:
         rng = np.random.default_rng([seed, 20])
-        est = est - np.where(inside, _max_bias(ps, px, py, x, y, se, rng), 0.0)
+        bias, spread = _max_bias(ps, px, py, x, y, se, rng)
+        est = est - np.where(inside, bias, 0.0)
+        # The corrected estimate's error is at least the spread of the contenders' minimum.
+        se = np.where(inside & (spread > se), spread, se)
     half = stats.t.ppf(0.5 + level / 2, np.where(inside, df, 1.0)) * se
     # A model whose every per-cell contribution is 0 (e.g. one that never left the base) has
     # standard error 0 up to rounding: no test, p NaN.

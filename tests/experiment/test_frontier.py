@@ -482,3 +482,46 @@ def test_dominance_holds_its_level_and_finds_a_dominated_model():
     rate = float(np.mean(hits))
     assert rate <= 0.05 + 2 * math.sqrt(0.05 * 0.95 / len(hits)), rate
     assert np.mean(found) > 0.5
+
+
+def _stalled_reference_study(seed: int) -> tuple[np.ndarray, np.ndarray, F.Models]:
+    """GRPO's three settings as in the strong LLM study under numerics pin 2 (exploration): two
+    whose pass@1 barely moves while pass@16 falls 7-14 points (steep, noisy quadratics) and one
+    that moves; four method models near the base's pass@1. `(M, 3 seeds, 128 problems)` gains."""
+    rng = np.random.default_rng(seed)
+    specs = [("grpo", "base", 0, 0.0, 0.0)]
+    for name, xs, ys in (("default", (0.003, -0.002, 0.004), (-0.10, -0.13, -0.14)),
+                         ("kl", (0.007, -0.004, 0.010), (-0.09, -0.12, -0.07)),
+                         ("lr", (0.023, 0.018, 0.031), (-0.07, -0.08, -0.11))):  # fmt: skip
+        specs += [
+            ("grpo", name, st, mx, my) for st, mx, my in zip((50, 100, 150), xs, ys, strict=True)
+        ]
+    for i, (mx, my) in enumerate(((0.004, -0.12), (0.009, -0.13), (0.001, -0.10), (0.006, -0.10))):
+        specs.append(("m", f"s{i}", 50, mx, my))
+    x, y = np.zeros((2, len(specs), 3, 128))
+    for m, (_, _, step, mx, my) in enumerate(specs):
+        if step:
+            x[m] = mx + rng.normal(0, 0.01, (3, 1)) + rng.normal(0, 0.08, (3, 128))
+            y[m] = my + rng.normal(0, 0.02, (3, 1)) + rng.normal(0, 0.3, (3, 128))
+    return x, y, F.Models(*zip(*[s[:3] for s in specs], strict=True))
+
+
+def test_a_noisier_contending_curve_widens_the_corrected_interval():
+    """The maximum's bias correction (`_max_bias`) can move a lift by several of the active
+    curve's standard errors when a contending setting's curve is much noisier (the strong LLM
+    study's exploration under numerics pin 2 read +100-point lifts with 10-point intervals).
+    The corrected lift's standard error is at least the spread of the contenders' minimum, so
+    the correction stays within its own error; with the active curve's error alone it did not."""
+    ratios_old, ratios_new = [], []
+    for seed in range(12):
+        x, y, models = _stalled_reference_study(seed)
+        kw = {"per_setting": True, "num_resamples": 20}
+        raw = F.curve_lift(x, y, models, "grpo", bias_correct=False, **kw)
+        fixed = F.curve_lift(x, y, models, "grpo", bias_correct=True, **kw)
+        ok = (fixed.status == "inside") & (np.asarray(models.method) == "m")
+        shift = np.abs(fixed.lift - raw.lift)[ok]
+        assert np.all(fixed.se[ok] >= raw.se[ok])
+        ratios_old += list(shift / raw.se[ok])
+        ratios_new += list(shift / fixed.se[ok])
+    assert max(ratios_old) > 3.0  # the flaw: shifts of 3-4 standard errors here
+    assert max(ratios_new) <= 1.5
