@@ -91,11 +91,12 @@ def test_lifts_match_the_reference_curve(results: dict[str, np.ndarray]) -> None
     for metric in passk.MEASURES:
         lr: frontier.LiftResult = res[metric]["lift"]
         groups = frontier.setting_groups(lr.reference, lr.models)
-        betas = [frontier.fit_curve(lr.x[g], lr.y[g]) for g in groups]
+        betas = [frontier.setting_curve(lr.x[g], lr.y[g])[0] for g in groups]
         reach = [lr.x[g].max() for g in groups]
+        lows = [min(0.0, lr.x[g].min()) for g in groups]  # each setting's own range
         inside = np.flatnonzero(lr.status == "inside")
         assert inside.size > 0
-        curve = frontier.max_curve_at(betas, reach, lr.x[inside])
+        curve = frontier.max_curve_at(betas, reach, lr.x[inside], lows)
         correction = lr.lift[inside] - (lr.y[inside] - curve)
         assert (correction >= -1e-12).all()
         # A contender's noise, not the active setting's, drives it: bounded by the largest error.
