@@ -579,8 +579,9 @@ def _sweep_jobs(
     base_raw = _base_raw(spec)
     base_cfg = config_from_dict(base_raw)
     if base_cfg.build_base_model:
-        ensure_base_model(base_cfg.model_path, config=tiny_config(base_cfg),
-                          num_threads=max(1, workers), progress=progress)  # fmt: skip
+        # On ensure_base_model's fixed thread count, whatever `workers` is: under numerics pin 2
+        # the warm start's bytes depend on the thread count (1 and 2 threads gave other bases).
+        ensure_base_model(base_cfg.model_path, config=tiny_config(base_cfg), progress=progress)
     base_sha = weights_sha(base_cfg.model_path)
     problems, source = _eval_problems(spec, base_cfg)
     check_engine(spec, engine)

@@ -515,8 +515,10 @@ def ensure_base_model(
     otherwise (or with `rebuild=True`) the tokenizer and model are built, warm-started on
     `tiny_problems(config, "train", config.num_train_problems)`, saved with `save_pretrained` into
     a temporary sibling folder, and moved into place with `os.replace`, so a crash never leaves a
-    half-written model at `path`. The warm start runs on `num_threads` torch threads (not part of
-    the cache key: it changes only float rounding); the numeric settings (`numerics.tag()`) are.
+    half-written model at `path`. The warm start runs on `num_threads` torch threads, part of
+    the cache key with the numeric settings (`numerics.tag()`): under numerics pin 2 the thread
+    count changes the bytes (1 and 2 threads built other bases, 2026-11-26), so every caller keeps
+    the default.
     `BUILD_FILE` also records the parameter count, the final training loss and the warm-start
     seconds.
 
@@ -525,7 +527,7 @@ def ensure_base_model(
     """
     config = TinyConfig() if config is None else config
     path = Path(path)
-    if not rebuild and read_build_config(path) == config:
+    if not rebuild and read_build_config(path) == config and _built_threads(path) == num_threads:
         return path
     tokenizer = build_tokenizer(config.max_target)
     model = build_tiny_model(
@@ -565,6 +567,14 @@ def ensure_base_model(
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def _built_threads(path: Path) -> int | None:
+    """The torch threads a base-model folder's warm start ran on (`BUILD_FILE`); None if unknown."""
+    try:
+        return int(json.loads((path / BUILD_FILE).read_text(encoding="utf-8"))["num_threads"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def read_build_config(path: str | os.PathLike[str]) -> TinyConfig | None:

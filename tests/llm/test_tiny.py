@@ -201,6 +201,9 @@ def test_ensure_base_model_builds_caches_and_rebuilds(tmp_path, monkeypatch):
     ensure_base_model(path, config=other, num_threads=1, progress=False)
     assert calls == [1, 1]
     assert read_build_config(path) == other
+    # The thread count is part of the key: under numerics pin 2 it changes the bytes.
+    ensure_base_model(path, config=other, num_threads=2, progress=False)
+    assert calls == [1, 1, 1]
     assert sorted(os.listdir(tmp_path)) == ["base"]
 
 
