@@ -435,7 +435,8 @@ def _main(argv: list[str]) -> int:
     sc.add_argument("--workers", type=int, help="worker processes (default: one per core)")
     sc.add_argument("--out", help="output folder (default runs/llm_spot_check/<config stem>)")
     sc.add_argument("--emulate", metavar="CPU", help="run on an emulated CPU, qemu-x86_64 -cpu CPU "
-                    "(e.g. max: AVX2 and FMA, no AVX-512), in one process (~9x slower; "
+                    "(e.g. max: AVX2 and FMA, no AVX-512), in one process (~9x slower under numerics "
+                    "pin 1, far slower under pin 2: a strong-study run takes hours; "
                     "apt-get install qemu-user)")  # fmt: skip
     sc.set_defaults(func=_spot_check)
 
