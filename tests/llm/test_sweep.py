@@ -440,7 +440,7 @@ def test_a_batched_sweep_trains_a_run_it_cannot_batch_alone(tmp_path, tiny_model
 
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_a_finished_run_of_another_pin_version_is_reused_only_off_the_cpu(tmp_path, device):
-    # The third GPU lease (docs/gpu.md) retrained 8 finished runs because main's CPU pin moved
+    # The third GPU lease (docs/gpu.md) retrained 7 finished runs because main's CPU pin moved
     # from version 1 to 2; on a GPU the CPU's pinned kernels take no part in the run's floats.
     raw = tomllib.loads(BASE.format(model=tmp_path / "model"))
     raw["system"]["device"] = device
