@@ -174,8 +174,9 @@ def run_study(
     sweep = sweep_from_dict(doc, root=config_path.parent)
     sweep.source = str(config_path)
     check_engine(sweep, engine)  # both stages, before any run
-    check_engine(sweep_from_dict(confirmation_doc(doc, spec, {}, config_path.parent),
-                                 root=config_path.parent), engine)  # fmt: skip
+    if spec.confirm_train:  # else the confirmation trains and samples as the exploration does
+        check_engine(sweep_from_dict(confirmation_doc(doc, spec, {}, config_path.parent),
+                                     root=config_path.parent), engine)  # fmt: skip
     explore = run_sweep(sweep, out / "explore", workers=workers, progress=progress,
                         num_resamples=num_resamples, executor=executor,
                         address=address, engine=engine, log=log)  # fmt: skip

@@ -527,7 +527,8 @@ def ensure_base_model(
     """
     config = TinyConfig() if config is None else config
     path = Path(path)
-    if not rebuild and read_build_config(path) == config and _built_threads(path) == num_threads:
+    built = _fresh_build(path)
+    if not rebuild and built == (config, num_threads):
         return path
     tokenizer = build_tokenizer(config.max_target)
     model = build_tiny_model(
@@ -569,24 +570,24 @@ def ensure_base_model(
     return path
 
 
-def _built_threads(path: Path) -> int | None:
-    """The torch threads a base-model folder's warm start ran on (`BUILD_FILE`); None if unknown."""
+def _fresh_build(path: str | os.PathLike[str]) -> tuple[TinyConfig, Any] | None:
+    """``(config, num_threads)`` a base-model folder was built with (`BUILD_FILE`); `None` when
+    absent, stale (another `BUILD_VERSION` or other numeric settings, `numerics.tag()`) or
+    unreadable."""
     try:
-        return int(json.loads((path / BUILD_FILE).read_text(encoding="utf-8"))["num_threads"])
-    except (OSError, ValueError, KeyError, TypeError):
+        build = json.loads((Path(path) / BUILD_FILE).read_text(encoding="utf-8"))
+        if build.get("version") != BUILD_VERSION or build.get("numerics") != numerics.tag():
+            return None
+        return TinyConfig.from_dict(build["config"]), build.get("num_threads")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
 def read_build_config(path: str | os.PathLike[str]) -> TinyConfig | None:
     """The `TinyConfig` a base-model folder was built with; `None` when absent, stale (another
     `BUILD_VERSION` or other numeric settings, `numerics.tag()`) or unreadable."""
-    try:
-        build = json.loads((Path(path) / BUILD_FILE).read_text(encoding="utf-8"))
-        if build.get("version") != BUILD_VERSION or build.get("numerics") != numerics.tag():
-            return None
-        return TinyConfig.from_dict(build["config"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
+    built = _fresh_build(path)
+    return None if built is None else built[0]
 
 
 def load_base_model(
