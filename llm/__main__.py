@@ -67,7 +67,7 @@ from llm.reproduce import (
 )
 from llm.rollout.backend import make_backend
 from llm.run.checkpoint import latest_checkpoint
-from llm.run.distributed import check_device, set_matmul_precision
+from llm.run.distributed import check_device, close_distributed, set_matmul_precision
 from llm.run.executor import EXECUTORS, check_executor
 from llm.study import run_study, spot_check
 from llm.sweep import ENGINES, load_sweep, run_sweep
@@ -96,6 +96,7 @@ def _train(args: argparse.Namespace) -> int:
         move_aside=args.move_aside,
         change_optimizer=args.change_optimizer,
     )
+    close_distributed()  # under torchrun: every rank got here, the run is saved
     if history:
         last = history[-1]
         print(

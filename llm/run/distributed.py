@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import weakref
 from collections.abc import Callable, Iterator
@@ -55,6 +56,7 @@ __all__ = [
     "DistInfo",
     "autocast_precision",
     "broadcast_object",
+    "close_distributed",
     "gather_batch",
     "generate_shared",
     "grad_sync",
@@ -158,6 +160,22 @@ def init_distributed(device: str) -> DistInfo:
     if not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
     return DistInfo(rank=rank, world_size=world, local_rank=local, device=device)
+
+
+def close_distributed() -> None:
+    """Leave the process group at the normal end of a torchrun launch: a barrier (no rank tears
+    its connections down while a peer is still inside a collective), a garbage collection (the
+    work objects a wrapped model still holds go while the interpreter is whole), then
+    `destroy_process_group`, which torch asks of every trainer process before it exits. A
+    process that skips it can abort in interpreter finalization when gloo's threads still hold
+    tensors (pytorch/pytorch#179291, #190489: "terminate called without an active exception").
+    No-op when no process group is initialized. Not for a failing rank: the barrier would wait
+    for peers that are stuck elsewhere."""
+    if not dist.is_initialized():
+        return
+    dist.barrier()
+    gc.collect()
+    dist.destroy_process_group()
 
 
 def _parallel_kind(info: DistInfo, parallel: str) -> str:

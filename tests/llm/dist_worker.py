@@ -9,6 +9,7 @@ which prompt; the checkpoint written at step 1 is what the test compares.
 
 from __future__ import annotations
 
+import os
 import sys
 import zlib
 
@@ -21,6 +22,7 @@ import torch
 from llm.config import config_from_dict
 from llm.data import load_train_problems
 from llm.rollout.base import RolloutBatch
+from llm.run.distributed import close_distributed
 from llm.tasks import TASKS, compact_completion, solve
 from llm.train.trainer import train
 
@@ -115,8 +117,20 @@ def main(
         stop_after=1 if mode == "kill" else None,
         resume=mode == "resume",
     )
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    close_distributed()
+
+
+def exit_launched_rank() -> None:
+    """End a torchrun rank's script that got through its work: `close_distributed` (a no-op if
+    done already), then leave without
+    interpreter finalization (`os._exit`), where torch's gloo threads can still abort a process
+    whose work is done (seen once in CI: rank 1 of the FSDP launch, after both runs were saved,
+    "terminate called without an active exception"; pytorch/pytorch#179291). A rank that raised
+    never gets here: its traceback and exit code stay torch's."""
+    close_distributed()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class RecordingBackend(ScriptedBackend):
@@ -145,8 +159,9 @@ def _share(model: str, out: str, answers: dict[str, str]) -> None:
     record = {"mine": mine, "calls": backend.calls, "roll_prompts": roll.prompts,
               "rows": int(roll.response_ids.shape[0])}  # fmt: skip
     Path(out, f"rank{info.rank}.json").write_text(json.dumps(record))
-    torch.distributed.destroy_process_group()
+    close_distributed()
 
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+    exit_launched_rank()

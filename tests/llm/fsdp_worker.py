@@ -27,7 +27,7 @@ import numerics  # noqa: F401  (first: pins the numeric code paths before numpy,
 
 # isort: split
 import torch
-from dist_worker import ScriptedBackend
+from dist_worker import ScriptedBackend, exit_launched_rank
 
 import llm.train.trainer
 import llm.train.update
@@ -179,9 +179,9 @@ def main(model: str, out: str, mode: str = "dist") -> None:
     record["bf16_ref_dtypes"] = sorted({str(p.dtype) for p in rec.ref.parameters()})
     record["bf16_grad_counts"] = rec.grad_counts
     Path(out, f"rank{rank}.json").write_text(json.dumps(record))
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    rec.policy = rec.ref = None  # the FSDP modules go before the process group does
 
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+    exit_launched_rank()

@@ -26,6 +26,7 @@ import numerics  # noqa: F401  (first: pins the numeric code paths before numpy,
 
 # isort: split
 import torch
+from dist_worker import exit_launched_rank
 from dist_worker import main as run_worker
 from torch.distributed.checkpoint import FileSystemReader
 
@@ -98,3 +99,4 @@ def main(model: str, out: str, mode: str) -> None:
 
 if __name__ == "__main__":
     main(*sys.argv[1:])
+    exit_launched_rank()
