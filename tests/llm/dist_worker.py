@@ -117,16 +117,15 @@ def main(
         stop_after=1 if mode == "kill" else None,
         resume=mode == "resume",
     )
-    close_distributed()
 
 
 def exit_launched_rank() -> None:
-    """End a torchrun rank's script that got through its work: `close_distributed` (a no-op if
-    done already), then leave without
-    interpreter finalization (`os._exit`), where torch's gloo threads can still abort a process
-    whose work is done (seen once in CI: rank 1 of the FSDP launch, after both runs were saved,
-    "terminate called without an active exception"; pytorch/pytorch#179291). A rank that raised
-    never gets here: its traceback and exit code stay torch's."""
+    """End a torchrun rank's script (this file's, `fsdp_worker`'s, `sharded_worker`'s) that got
+    through its work: `close_distributed`, then leave without interpreter finalization
+    (`os._exit`), where torch's gloo threads can still abort a process whose work is done (seen
+    once in CI: rank 1 of the FSDP launch, after both runs were saved, "terminate called without
+    an active exception"; pytorch/pytorch#179291). A rank that raised never gets here: its
+    traceback and exit code stay torch's."""
     close_distributed()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -159,7 +158,6 @@ def _share(model: str, out: str, answers: dict[str, str]) -> None:
     record = {"mine": mine, "calls": backend.calls, "roll_prompts": roll.prompts,
               "rows": int(roll.response_ids.shape[0])}  # fmt: skip
     Path(out, f"rank{info.rank}.json").write_text(json.dumps(record))
-    close_distributed()
 
 
 if __name__ == "__main__":
