@@ -1,8 +1,9 @@
-"""``python -m experiment calibrate [--replicates R] [--resamples B] [--seed S] [--design D]
-[--json]``: the lift procedures checked by simulation with a known truth (`experiment.calibration`)
-in the committed LLM designs: bias, coverage, false verdicts under the null (unadjusted and with
-Holm) and power, for the envelope procedure (`frontier.bootstrap_lift`) and the fitted-curve one
-(`frontier.curve_lift`).
+"""``python -m experiment calibrate [--replicates R] [--draws B] [--seed S] [--design D] [--json]``:
+the whole study pipeline (explore, pick, confirm, Holm, the claim rule) checked by simulation with
+a known truth in every design of `experiment.calibration.DESIGNS`: the exploratory lifts' range
+and coverage, the probability of picking the best setting, the confirmed lifts' bias and
+coverage, family-wise false verdicts with Holm, power and the rate at which a method above the
+claimed size is refuted.
 
 ``python -m experiment publish STUDY_DIR DEST``: copy a study's small outputs (`study.json`,
 `verdicts.md`, each stage's `lifts.md` and the confirmation's `frontier.png`) into DEST (e.g.
@@ -25,37 +26,22 @@ from experiment import study as S
 
 BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
 
-PROCEDURES = {
-    "curve": C.curve_procedure,
-    "envelope": C.bootstrap_procedure,
-    "pooled": lambda resamples: C.curve_procedure(resamples, per_setting=False),
-    "uncorrected": lambda resamples: C.curve_procedure(resamples, bias_correct=False),
-    "edge": C.curve_procedure,  # kept as a name: its rule is in the tables' procedure now
-    "no-edge": lambda resamples: C.curve_procedure(resamples, edge_z=0.0),
-}
-DEFAULT_PROCEDURES = ("curve", "envelope")
-ALL_DESIGNS = C.DESIGNS | C.STRESS_DESIGNS
-
-
 def _table(name: str, out: dict) -> str:
+    e, fw = out["explore"], out["familywise"]
     lines = [
-        f"{name}: {out['replicates']} simulated studies",
-        "| true lift | bias (points) | sd | coverage | 'above' | 'below' | n (outside range) |",
+        f"{name}: {out['replicates']} simulated studies; exploration: largest |lift| "
+        f"{e['max_abs_lift']:.1f} points, coverage {e['coverage']:.3f}, best setting picked "
+        f"{e['best_picked']:.2f}; Holm family-wise false 'above' {fw['above']:.3f}, "
+        f"'below' {fw['below']:.3f}",
+        "| method | pick's true lift (points) | bias | coverage | supported | refuted | outside |",
         "|---|---|---|---|---|---|---|",
     ]
-    for lift, r in out["by_lift"].items():
+    for label, r in out["confirm"].items():
         lines.append(
-            f"| +{lift} | {r['bias']:+.2f} ± {r['bias_se']:.2f} | {r['sd']:.2f} | "
-            f"{r['coverage']:.3f} ± {r['coverage_se']:.3f} | {r['above']:.3f} | {r['below']:.3f} "
-            f"| {r['n']} ({r['outside_range']}) |"
+            f"| {label} | {r['truth']:+.2f} | {r['bias']:+.2f} ± {r['bias_se']:.2f} | "
+            f"{r['coverage']:.3f} ± {r['coverage_se']:.3f} | {r['supported']:.2f} | "
+            f"{r['refuted']:.2f} | {r['outside']:.2f} |"
         )
-    fw = out["familywise_null"]
-    lines.append(f"family-wise false verdicts over a study's null models: above {fw['above']:.3f}, "
-                 f"below {fw['below']:.3f} (unadjusted)")  # fmt: skip
-    if "familywise_holm" in out:
-        fw = out["familywise_holm"]
-        lines.append(f"with Holm at 0.05: above {fw['above']:.3f}, below {fw['below']:.3f}")
-    lines.append(f"MDE at 80% power ≈ {out['mde']:.2f} points")
     return "\n".join(lines)
 
 
@@ -70,18 +56,12 @@ def _main(argv: list[str]) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     cal = sub.add_parser("calibrate", help="bias, coverage, false verdicts and power by simulation")
     cal.add_argument("--replicates", type=int, default=300, help="simulated studies (default 300)")
-    cal.add_argument("--resamples", type=int, default=200,
-                     help="bootstrap resamples per study (the envelope's interval; the curve's "
-                          "inside fraction)")  # fmt: skip
+    cal.add_argument("--draws", type=int, default=1000,
+                     help="draws of the means per analysis (default 1000)")  # fmt: skip
     cal.add_argument("--seed", type=int, default=0, help="simulation seed")
-    cal.add_argument("--procedure", choices=sorted(PROCEDURES), action="append",
-                     help="procedure(s) to check (default: curve, the tables' maximum of "
-                          "per-setting curves, bias-corrected, both sides tested at a drop (edge: the same), "
-                          "and envelope; uncorrected: that maximum without the correction; "
-                          "no-edge: without the drop rule; pooled: one curve for all settings)")  # fmt: skip
-    cal.add_argument("--design", choices=sorted(ALL_DESIGNS), action="append",
-                     help="design(s) to simulate (default: the committed ones, "
-                          "`experiment.calibration.DESIGNS`; also its STRESS_DESIGNS)")  # fmt: skip
+    cal.add_argument("--design", choices=sorted(C.DESIGNS), action="append",
+                     help="design(s) to simulate (default: every design of "
+                          "`experiment.calibration.DESIGNS`)")  # fmt: skip
     cal.add_argument("--json", action="store_true", help="print JSON instead of tables")
     cl = sub.add_parser("claims", help="the claims table of committed studies (study.json files)")
     cl.add_argument("studies", nargs="+", help="study.json files (python -m toymdp study)")
@@ -96,15 +76,11 @@ def _main(argv: list[str]) -> int:
         return 0
     if args.command == "claims":
         return _claims(args.studies, args.readme)
-    if args.replicates < 2 or args.resamples < 2:
-        parser.error("--replicates and --resamples must be >= 2")
-    report = {}
-    for design in args.design or sorted(C.DESIGNS):
-        for name in args.procedure or DEFAULT_PROCEDURES:
-            out = C.calibrate(ALL_DESIGNS[design], PROCEDURES[name](args.resamples),
-                              replicates=args.replicates, seed=args.seed)  # fmt: skip
-            out["mde"] = C.minimum_detectable_lift(out)
-            report[f"{design}/{name}"] = out
+    if args.replicates < 2 or args.draws < 20:
+        parser.error("--replicates must be >= 2 and --draws >= 20")
+    report = {design: C.calibrate(C.DESIGNS[design], replicates=args.replicates,
+                                  seed=args.seed, draws=args.draws)
+              for design in args.design or C.DESIGNS}  # fmt: skip
     if args.json:
         print(json.dumps(report, indent=2))
     else:

@@ -1,130 +1,109 @@
-"""Calibration of the lift procedure by simulation with a known truth (issue 20, item 1).
+"""Calibration of the whole study pipeline by simulation with a known truth (issue 37, item 4).
 
-A synthetic frontier study, shaped like the package's designs (`Design`):
+A synthetic study, shaped like the package's (`Design`):
 
-- `P` problems with heterogeneous base success probabilities: problem `j`'s logit is `θ_j`, drawn
-  from `Normal(mu, tau)`;
-- a training *path* of a method setting moves every logit by `s · (a + b·(θ_j − mu))` at
-  training amount `s`: `a > 0` raises pass@1 and `b > 0` is sharpening (easy problems gain,
-  hard ones lose, so pass@k at large k falls);
+- problems with heterogeneous base success probabilities: problem `j`'s logit is `θ_j`, drawn from
+  `Normal(mu, tau)`;
+- a training *path* `(a, b)` moves every logit by `s · (a + b·(θ_j − mu))` at training amount `s`:
+  `a > 0` raises pass@1 and `b > 0` sharpens (easy problems gain, hard ones lose, so pass@k at
+  large k falls);
 - a training seed moves a run along its path (`s · exp(σ_along · z)`, one `z` per run) and off it
   (`σ_off · s · u_j`, one `u_j` per run and problem);
-- every model is evaluated on the same problems with `n` samples each (binomial counts); `x` is
-  the per-problem pass@1 gain over the base model and `y` the gain in the unbiased pass@k
+- every model is evaluated on the same problems with `samples` samples each (binomial counts);
+  `x` is the per-problem pass@1 gain over the base model and `y` the gain in the unbiased pass@k
   estimate (Chen et al. 2021), as in `llm.sweep`.
 
-The reference (GRPO) runs `ref_settings` paths, each evaluated at `checkpoints`. The *true
-reference curve* is the monotone upper envelope of the population points (means over the
-problem distribution and over seeds) of the reference's paths evaluated densely in `s`; a
-method model's *true lift* is its population pass@k gain minus that curve at its population
-pass@1 gain. `method_path` builds a method whose model at a given checkpoint has a chosen true
-lift (0, +2, +3, +6 points) at its middle checkpoint by solving for its sharpening `b`.
+GRPO runs `ref_settings` paths, read at every checkpoint. The *true* lift of a model is its
+population point (means over the problem distribution and over seeds) against the hull of the
+population points of GRPO's models at those checkpoints and the base (`experiment.estimand`: the
+same estimand the data are read with). Each compared method has settings (paths) solved so that
+the largest true lift over a setting's checkpoints is a chosen value (`method_path`).
 
-`calibrate` runs a lift procedure (`Procedure`: the package's `curve_procedure`, or the earlier
-`bootstrap_procedure`) on many simulated studies and reports its bias, per-comparison coverage, the family-wise rate of
-false "above"/"below" verdicts under the null, and the power to see a positive lift.
+`calibrate` runs the whole pipeline on many simulated studies: explore (`explore_seeds` ×
+`problems`), pick per method by the largest lift estimate (`experiment.study.select`), confirm the
+picks with GRPO's reference on fresh seeds and problems (`confirm_seeds` × `confirm_problems`),
+Holm over the picks and the claim rule (`experiment.study.claim_verdict`, claimed size
+`CLAIM_SIZE`). It reports the exploratory estimates' range and coverage, the probability of
+picking the best setting, the confirmed lifts' bias and coverage, the family-wise rate of false
+"above"/"below" verdicts, the power and the rate at which a method above the claimed size is
+refuted. `DESIGNS` is the library of regimes (`python -m experiment calibrate --json`).
 
-Sources: the question and the simulation design are issue 20's; pass@k's unbiased estimator is
-`theory.measures.pass_at_k` (Chen et al. 2021, `docs/formulas.md` §5.1).
+Sources: issue 20 and issue 37 (the simulation designs, the whole-pipeline calibration); pass@k's
+unbiased estimator is `theory.measures.pass_at_k` (Chen et al. 2021, `docs/formulas.md` §5.1).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from scipy import optimize, special, stats
 
-from experiment import frontier
+from experiment import estimand, frontier, inference, report
+from experiment import study as S
 
-__all__ = [
-    "DESIGNS",
-    "STRESS_DESIGNS",
-    "Design",
-    "Study",
-    "bootstrap_procedure",
-    "calibrate",
-    "curve_procedure",
-    "method_path",
-    "minimum_detectable_lift",
-    "simulate",
-    "true_point",
-]
+__all__ = ["CLAIM_SIZE", "DESIGNS", "METHODS", "Design", "calibrate", "method_path", "simulate"]
 
-# Population quadrature: the problem distribution Normal(mu, tau) at this many equal-mass nodes.
-_NODES = 1001
-# Seed quadrature of the population truth: equal-mass nodes of z (along) x a Monte Carlo of u.
-_SEED_NODES = 16
+_NODES = 401  # the problem distribution Normal(mu, tau) at this many equal-mass nodes
+_SEED_NODES = 8  # a seed's place along its path: equal-mass nodes (× a Monte Carlo of u)
+
+CLAIM_SIZE = 0.03
+"""The claimed size of every simulated method's claim (3 points of pass@k, the LLM studies')."""
+
+METHODS = {
+    "null": (0.0, -0.02, -0.04),
+    "plus2": (0.02, 0.0, -0.02),
+    "plus5": (0.05, 0.01, -0.01),
+}
+"""The simulated methods: the largest true lift of each of their three settings (probability
+units). ``null`` does not beat GRPO anywhere; ``plus5``'s best setting is 4 points better than its
+others (the pick-the-best check)."""
 
 
 @dataclass(frozen=True)
 class Design:
-    """The shape of a synthetic study (module docstring). Defaults: the LLM sweep of
-    `make reproduce` (`DESIGNS`; base pass@1 ≈ 0.30, pass@16 ≈ 0.85, 128 problems × 16 samples, 3 seeds,
-    3 checkpoints; GRPO's path gains ≈ 5 points of pass@1 and loses ≈ 6 of pass@16, as measured;
-    binomial evaluation noise alone gives the observed seed-to-seed sd of pass@1 ≈ 1 point and of
-    pass@16 ≈ 3 points, so the seed noise is small)."""
+    """The shape of a simulated study (module docstring)."""
 
     problems: int = 128
     samples: int = 16
     k: int = 16
-    seeds: int = 3
+    explore_seeds: int = 3
+    confirm_seeds: int = 8
+    confirm_problems: int = 512
     mu: float = -1.2
     tau: float = 1.6
     checkpoints: tuple[float, ...] = (1.0, 2.0, 3.0)
     ref_settings: tuple[tuple[float, float], ...] = ((0.04, 0.16), (0.03, 0.1))
-    """(a, b) of each reference path (GRPO and e.g. GRPO with a KL penalty)."""
+    """(a, b) of each reference path (GRPO's settings, e.g. two learning rates)."""
     sigma_along: float = 0.1
     sigma_off: float = 0.05
-    pushes: tuple[float, ...] = tuple(float(v) for v in np.arange(1, 11) * 0.04)
-    """The pushes `a` `method_path` tries for a method's path (negative ones where the reference
-    barely raises pass@1)."""
+    pushes: tuple[float, ...] = tuple(float(v) for v in np.arange(-10, 11) * 0.02)
+    """The pushes `a` `method_path` tries for a method's path."""
+    sharpenings: tuple[float, float] = (-2.0, 2.0)
+    """The range of sharpenings `b` `method_path` searches."""
 
 
 DESIGNS = {
-    "reproduce": Design(),
-    "study": Design(problems=512),
+    # make reproduce's sweep and the mild study's shape: GRPO +5 pass@1, -5 pass@16.
+    "smooth": Design(),
+    # The strong study's exploration: GRPO +0.4..+3 pass@1 while pass@16 falls 7-15; large seed
+    # effects; confirmed on 16 seeds x 1,280 problems.
+    "narrow": Design(confirm_seeds=16, confirm_problems=1280, ref_settings=((-0.14, 0.35),
+                     (-0.06, 0.22)), sigma_along=0.3, sigma_off=0.2),  # fmt: skip
+    # The mild study: GRPO +2..+5 pass@1, -3..-7 pass@16.
+    "mild": Design(ref_settings=((0.03, 0.18), (0.02, 0.12))),
+    # SmolLM2-135M on Countdown (GPU): base pass@1 0.12, pass@32 0.79; GRPO +34 pass@1 and -33
+    # pass@32 within its checkpoints, collapsing onto the problems one rule solves.
+    "real": Design(problems=256, samples=32, k=32, confirm_seeds=4, confirm_problems=512,
+                   mu=-2.5, tau=0.9, checkpoints=(1.0, 2.0, 4.0),
+                   ref_settings=((-0.3, 5.0), (-0.15, 3.0)), sigma_along=0.15, sigma_off=0.3,
+                   pushes=tuple(float(v) for v in np.arange(-20, 21) * 0.05),
+                   sharpenings=(-2.0, 8.0)),  # fmt: skip
 }
-"""The committed LLM designs: `make reproduce`'s sweep (128 problems × 16 samples × 3 seeds) and the
-study's confirmation stage (4× the problems: 512 × 16 × 3, for a minimum detectable lift ≤ 3
-points)."""
-
-
-_BOTH_WAYS = tuple(float(v) for v in np.arange(-5, 6) * 0.04)
-
-STRESS_DESIGNS = {
-    "strong_one_path": Design(problems=512, seeds=8, ref_settings=((-0.1, 0.4),),
-                              sigma_along=0.35, sigma_off=0.3, pushes=_BOTH_WAYS),
-    "strong_two_paths": Design(problems=512, seeds=8, ref_settings=((-0.1, 0.4), (0.03, 0.2)),
-                               sigma_along=0.35, sigma_off=0.3, pushes=_BOTH_WAYS),
-    "short_dominant": Design(problems=512, seeds=8, ref_settings=((-0.1, 0.4), (0.01, 0.1)),
-                             sigma_along=0.35, sigma_off=0.3, pushes=_BOTH_WAYS),
-}  # fmt: skip
-"""Designs shaped like the strong LLM study's confirmation (512 problems × 16 samples × 8 seeds;
-GRPO's pass@1 +5 and pass@16 −17 at the last checkpoint, seed effects along and off the path 3-6×
-the default designs'), with one reference path, or two whose trade-offs differ (lr 2e-4 and a
-milder one that dominates it and reaches further, as lr 1e-4 in the study's reference).
-`python -m experiment calibrate --design strong_two_paths --procedure pooled` measures what one
-quadratic through *all* reference points does when a setting is dominated: docs/statistics.md.
-``short_dominant``: the milder setting dominates but stops short in pass@1 (3.9 points against
-5.3), so the maximum of the per-setting curves drops by ~6 points where it ends; a model near that
-edge is measured against either curve as the noise moves the edge. Without the edge rule
-(`curve_lift(edge_z=0)`) coverage falls to ~0.1; with it, a test on both sides, ~0.97
-(docs/statistics.md)."""
-
-
-@dataclass(frozen=True)
-class Study:
-    """One simulated study in `experiment.frontier`'s layout plus the truth of every model."""
-
-    x: np.ndarray  # (M, S, P) pass@1 gains
-    y: np.ndarray  # (M, S, P) pass@k gains
-    models: frontier.Models
-    true_lift: np.ndarray  # (M,) NaN for reference models
-    reference: str = "grpo"
-    extra: dict = field(default_factory=dict)
+"""The library of regimes (issue 37, item 4; fitted by eye to the committed studies' reports,
+whose per-problem counts are not committed): each is explored on `problems` × `explore_seeds` and
+confirmed on `confirm_problems` × `confirm_seeds`; every design carries the `METHODS`."""
 
 
 def _pass_at_k_prob(q: np.ndarray, k: int) -> np.ndarray:
@@ -132,264 +111,231 @@ def _pass_at_k_prob(q: np.ndarray, k: int) -> np.ndarray:
     return -np.expm1(k * np.log1p(-np.clip(q, 0.0, 1.0 - 1e-15)))
 
 
-@functools.lru_cache(maxsize=8)
+@functools.lru_cache(maxsize=16)
 def _quadrature(d: Design) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Equal-mass nodes of the problem logits `θ` `(J,)` and of a seed's place along its path `z`
-    `(R,)`, and a fixed Monte Carlo draw of the off-path noise `u` `(R, J)`."""
     theta = d.mu + d.tau * stats.norm.ppf((np.arange(_NODES) + 0.5) / _NODES)
     z = stats.norm.ppf((np.arange(_SEED_NODES) + 0.5) / _SEED_NODES)
     u = np.random.default_rng(12345).standard_normal((_SEED_NODES, _NODES))
     return theta, z, u
 
 
-def _true_points(d: Design, a: float, b: np.ndarray, s: float) -> tuple[np.ndarray, np.ndarray]:
-    """`true_point` for every sharpening of `b` `(n,)`: `(x (n,), y (n,))`."""
-    theta, z, u = _quadrature(d)  # (J,), (R,), (R, J)
-    sr = s * np.exp(d.sigma_along * z)[:, None]  # (R, 1)
-    b = np.asarray(b, dtype=np.float64)[:, None, None]  # (n, 1, 1)
-    q = special.expit(theta + sr * (a + b * (theta - d.mu)) + d.sigma_off * s * u)  # (n, R, J)
+def true_points(d: Design, a: float, b: object, s: object) -> tuple[np.ndarray, np.ndarray]:
+    """The population points (pass@1 gain, pass@k gain) of the paths `(a, b)` (`b` a scalar or
+    `(nb,)`) at the training amounts `s` `(n,)`, averaged over the problem distribution and over
+    seeds: `(x, y)`, each `(n,)` (or `(nb, n)`)."""
+    theta, z, u = _quadrature(d)
+    bb = np.asarray(b, dtype=np.float64)
+    s = np.atleast_1d(np.asarray(s, dtype=np.float64))[None, :, None, None]  # (1, n, 1, 1)
+    sr = s * np.exp(d.sigma_along * z)[:, None]  # (1, n, R, 1)
+    shift = a + np.atleast_1d(bb)[:, None, None, None] * (theta - d.mu)  # (nb, 1, 1, J)
+    q = special.expit(theta + sr * shift + d.sigma_off * s * u)  # (nb, n, R, J)
     q0 = special.expit(theta)
-    x = q.mean(axis=(1, 2)) - q0.mean()
-    y = _pass_at_k_prob(q, d.k).mean(axis=(1, 2)) - _pass_at_k_prob(q0, d.k).mean()
-    return x, y
+    x = q.mean(axis=(2, 3)) - q0.mean()
+    y = _pass_at_k_prob(q, d.k).mean(axis=(2, 3)) - _pass_at_k_prob(q0, d.k).mean()
+    return (x[0], y[0]) if bb.ndim == 0 else (x, y)
 
 
-def true_point(d: Design, a: float, b: float, s: float) -> tuple[float, float]:
-    """The population point (pass@1 gain, pass@k gain) of the model at training amount `s` on
-    path `(a, b)`, averaged over the problem distribution and over seeds (module docstring)."""
-    x, y = _true_points(d, a, np.array([b]), s)
-    return float(x[0]), float(y[0])
+@functools.lru_cache(maxsize=16)
+def true_hull(d: Design) -> estimand.Hull:
+    """The hull of GRPO's models' population points at the checkpoints (and the base)."""
+    pts = [true_points(d, a, b, d.checkpoints) for a, b in d.ref_settings]
+    return estimand.upper_hull(np.concatenate([p[0] for p in pts]),
+                               np.concatenate([p[1] for p in pts]))  # fmt: skip
 
 
-@functools.lru_cache(maxsize=8)
-def _true_reference(d: Design, dense: int = 121) -> frontier.Envelope:
-    s_max = max(d.checkpoints)
-    px, py = [np.zeros(1)], [np.zeros(1)]
-    for a, b in d.ref_settings:
-        for s in np.linspace(0.0, s_max, dense)[1:]:
-            x, y = _true_points(d, a, np.array([b]), s)
-            px.append(x)
-            py.append(y)
-    px, py = np.concatenate(px), np.concatenate(py)
-    return frontier.upper_envelope(px, py)
+def true_lifts(d: Design, a: float, b: object) -> np.ndarray:
+    """The true lift of path `(a, b)`'s model at every checkpoint, `(C,)` (or `(nb, C)` for `b`
+    `(nb,)`); NaN outside GRPO's range."""
+    x, y = true_points(d, a, b, d.checkpoints)
+    return y - true_hull(d)(x)
 
 
-def _true_lift(d: Design, ref: frontier.Envelope, a: float, b: float, s: float) -> float:
-    x, y = true_point(d, a, b, s)
-    return float(y - ref(x))
+def _best(t: np.ndarray) -> np.ndarray:
+    """The largest lift over the checkpoints, `(...)` of `(..., C)` (NaN when one is outside the
+    range: a method's settings stay inside GRPO's range, so that their truth is defined)."""
+    return t.max(-1)
 
 
-def _lift_checkpoint(d: Design) -> float:
-    """The checkpoint whose model carries a method's chosen true lift: the middle one, so that its
-    pass@1 lies well inside the reference's range."""
-    return d.checkpoints[len(d.checkpoints) // 2]
-
-
-@functools.lru_cache(maxsize=64)
-def method_path(d: Design, lift: float, *, s: float | None = None) -> tuple[float, float]:
-    """A method path `(a, b)` whose model at checkpoint `s` (default: the middle one) has true lift
-    `lift` (in probability units: 0.03 is +3 points) inside the reference's pass@1 range: of the
-    pushes `a` of `d.pushes` (default 0.04, 0.08, ..., 0.4) for which some sharpening `b` in
-    [-1, 1] reaches it (`b` solved to 1e-10), the one whose model's pass@1 is nearest the middle
-    of that range.
+@functools.lru_cache(maxsize=128)
+def method_path(d: Design, lift: float) -> tuple[float, float]:
+    """A path `(a, b)` whose largest true lift over its checkpoints is `lift` (probability units),
+    every checkpoint inside GRPO's range: of the pushes `d.pushes` for which a sharpening `b` in `d.sharpenings`
+    reaches it, the one whose best model's pass@1 is nearest the middle of the range (a path that
+    hardly moves, or whose best model sits at the range's edge, would test little).
 
     Raises:
         ValueError: no such path (the design leaves no room for the lift).
     """
-    s = _lift_checkpoint(d) if s is None else s
-    ref = _true_reference(d)
-    grid = np.linspace(-1.0, 1.0, 81)
+    hull = true_hull(d)
+    mid = (hull.x_min + hull.x_max) / 2
+    grid = np.linspace(*d.sharpenings, 161)
     found = []
     for a in d.pushes:
 
         def gap(b: float, a: float = a) -> float:
-            return _true_lift(d, ref, a, b, s) - lift
+            return float(_best(true_lifts(d, a, b))) - lift
 
-        gx, gy = _true_points(d, a, grid, s)
-        g = gy - ref(gx) - lift
+        g = _best(true_lifts(d, a, grid)) - lift
         ok = np.isfinite(g[:-1]) & np.isfinite(g[1:]) & (np.sign(g[:-1]) != np.sign(g[1:]))
-        if ok.any():
-            i = int(np.flatnonzero(ok)[0])
+        for i in np.flatnonzero(ok)[:1]:
             b = float(optimize.brentq(gap, grid[i], grid[i + 1], xtol=1e-10))
-            found.append((abs(true_point(d, a, b, s)[0] - ref.x_max / 2), float(a), b))
-    if found:
-        # The path whose model sits nearest the middle of the reference's pass@1 range: a model
-        # near its edge falls outside in many studies, and the ones kept are a biased selection.
-        return min(found)[1:]
-    raise ValueError(f"lift: no path (a, b) gives a true lift of {lift} inside the reference")
+            x, _ = true_points(d, a, b, d.checkpoints)
+            t = true_lifts(d, a, b)
+            found.append((abs(x[int(np.nanargmax(t))] - mid), float(a), b))
+    if not found:
+        raise ValueError(f"lift: no path (a, b) gives a true lift of {lift} inside the reference")
+    return min(found)[1:]
 
 
 def _pass_at_k_hat(c: np.ndarray, n: int, k: int) -> np.ndarray:
     """Unbiased pass@k from `c` correct of `n` (vectorized `theory.measures.pass_at_k`)."""
-    c = np.asarray(c)
     out = 1.0 - special.comb(n - c, k, exact=False) / special.comb(n, k, exact=False)
     return np.where(n - c < k, 1.0, out)
 
 
 def simulate(
     d: Design,
-    methods: Sequence[tuple[str, float, float]],
+    paths: list[tuple[str, str, float, float, tuple[int, ...]]],
     rng: np.random.Generator,
-    truth: dict | None = None,
-) -> Study:
-    """One study: the base model, the reference paths at every checkpoint and each method path
-    `(name, a, b)` at every checkpoint, `d.seeds` seeds, on `d.problems` fresh problems.
-
-    Args:
-        truth: memo of true lifts per `(a, b, s)` (filled on first use; pass the same dict to
-            every study of one design).
-    """
-    theta = rng.normal(d.mu, d.tau, d.problems)  # (P,)
-    base_c = rng.binomial(d.samples, special.expit(theta))  # (P,) one shared base evaluation
-    bx, by = base_c / d.samples, _pass_at_k_hat(base_c, d.samples, d.k)
-    paths = [("grpo", a, b) for a, b in d.ref_settings] + list(methods)
-    xs, ys = [np.zeros((d.seeds, d.problems))], [np.zeros((d.seeds, d.problems))]
-    names, settings, steps = ["grpo"], ["base"], [0]
-    params: list[tuple[float, float, float] | None] = [None]
-    for name, a, b in paths:
-        z = rng.standard_normal(d.seeds)[:, None]  # (S, 1): a seed's place along its path
-        u = rng.standard_normal((d.seeds, d.problems))  # off the path
-        for s in d.checkpoints:
-            sr = s * np.exp(d.sigma_along * z)
-            q = special.expit(theta + sr * (a + b * (theta - d.mu)) + d.sigma_off * s * u)
-            c = rng.binomial(d.samples, q)  # (S, P)
-            xs.append(c / d.samples - bx)
-            ys.append(_pass_at_k_hat(c, d.samples, d.k) - by)
-            names.append(name)
-            settings.append(f"a={a:g},b={b:.4g}")
-            steps.append(round(100 * s))
-            params.append(None if name == "grpo" else (a, b, s))
-    truth = {} if truth is None else truth
-    lifts = []
-    for key in params:
-        if key is not None and key not in truth:
-            truth[key] = _true_lift(d, _true_reference(d), *key)
-        lifts.append(np.nan if key is None else truth[key])
-    return Study(np.stack(xs), np.stack(ys), frontier.Models(names, settings, steps),
-                 np.array(lifts))  # fmt: skip
-
-
-Procedure = Callable[[Study, np.random.Generator], tuple[np.ndarray, ...]]
-"""A lift procedure: a study → `(lift, lo, hi, p)`, each `(M,)` (NaN for reference models; `p`, the
-two-sided p-value of lift 0, all NaN when the procedure gives none)."""
-
-
-def bootstrap_procedure(num_resamples: int = 200, level: float = 0.95) -> Procedure:
-    """The earlier procedure, kept for comparison: `experiment.frontier.bootstrap_lift` (the
-    envelope of the reference's noisy points, a paired percentile bootstrap over seeds and
-    problems)."""
-
-    def run(study: Study, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-        res = frontier.bootstrap_lift(
-            study.x, study.y, study.models, study.reference, num_resamples=num_resamples,
-            level=level, seed=int(rng.integers(2**31)),
-        )  # fmt: skip
-        return res.lift, res.lo, res.hi, np.full(res.lift.shape, np.nan)
-
-    return run
-
-
-def curve_procedure(
-    num_resamples: int = 20,
-    level: float = 0.95,
-    degree: int = 2,
-    per_setting: bool = True,
-    bias_correct: bool = True,
-    edge_z: float = frontier.EDGE_Z,
-    edge_drop: float = frontier.EDGE_DROP,
-) -> Procedure:
-    """The calibrated procedure the tables use: `experiment.frontier.curve_lift` (the maximum of
-    one quadratic per reference setting through the base, a t interval with the delta method's
-    crossed seeds × problems standard error; `num_resamples` only feeds its `inside_fraction`);
-    with `bias_correct`, the estimated bias of the maximum of close settings' noisy curves
-    subtracted (`experiment.frontier.curve_lift`; without it the reproduce design's lifts are
-    biased by −0.4 to −0.8 points); with `edge_z` > 0, a model near a drop of that maximum
-    larger than `edge_drop` standard errors tested on both sides of it (0 turns the rule off);
-    without `per_setting`, one quadratic pooled over the settings (biased up when
-    their trade-offs differ: `STRESS_DESIGNS`)."""
-
-    def run(study: Study, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-        res = frontier.curve_lift(
-            study.x, study.y, study.models, study.reference, degree=degree,
-            num_resamples=num_resamples, level=level, seed=int(rng.integers(2**31)),
-            per_setting=per_setting, bias_correct=bias_correct, edge_z=edge_z,
-            edge_drop=edge_drop,
-        )  # fmt: skip
-        return res.lift, res.lo, res.hi, res.p
-
-    return run
-
-
-def calibrate(
-    d: Design,
-    procedure: Procedure,
     *,
-    lifts: Sequence[float] = (0.0, 0.02, 0.03, 0.06),
-    per_lift: int = 3,
-    replicates: int = 200,
-    seed: int = 0,
-    alpha: float = 0.05,
-) -> dict:
-    """Run `procedure` on `replicates` studies, each with `per_lift` method models of every true
-    lift of `lifts` (one path each, evaluated at every checkpoint; the middle checkpoint's model
-    has the lift and is the one scored), and report per true lift: mean bias (points), coverage,
-    the rate of "above" / "below" verdicts (interval excluding 0) per comparison, and family-wise
-    over the null models of a study: unadjusted, and with Holm at `alpha` over them (the complete
-    null of a confirmation family) where the procedure gives p-values.
+    seeds: int,
+    problems: int,
+) -> tuple[np.ndarray, np.ndarray, frontier.Models]:
+    """One stage's data: the base model (GRPO's step 0), then each path `(method, setting, a, b,
+    checkpoint indices)` at those checkpoints, `seeds` fresh seeds on `problems` fresh problems.
 
     Returns:
-        ``{"design": ..., "replicates": R, "by_lift": {lift: {bias, bias_se, coverage,
-        coverage_se, above, below, n}}, "familywise_null": {"above", "below"},
-        "familywise_holm": {"above", "below"}}`` with lifts and biases in percentage points
-        (``familywise_holm`` only with p-values).
+        `(x, y, models)`: `(M, seeds, problems)` gains in pass@1 and pass@k, and the `Models`
+        (steps: 100 × the checkpoint's training amount).
+    """
+    theta = rng.normal(d.mu, d.tau, problems)
+    base = rng.binomial(d.samples, special.expit(theta))
+    bx, by = base / d.samples, _pass_at_k_hat(base, d.samples, d.k)
+    xs, ys = [np.zeros((seeds, problems))], [np.zeros((seeds, problems))]
+    names, settings, steps = ["grpo"], ["base"], [0]
+    for name, setting, a, b, at in paths:
+        z = rng.standard_normal(seeds)[:, None]
+        u = rng.standard_normal((seeds, problems))
+        for c in at:
+            s = d.checkpoints[c]
+            q = special.expit(theta + s * np.exp(d.sigma_along * z) * (a + b * (theta - d.mu))
+                              + d.sigma_off * s * u)  # fmt: skip
+            counts = rng.binomial(d.samples, q)
+            xs.append(counts / d.samples - bx)
+            ys.append(_pass_at_k_hat(counts, d.samples, d.k) - by)
+            names.append(name)
+            settings.append(setting)
+            steps.append(round(100 * s))
+    return np.stack(xs), np.stack(ys), frontier.Models(names, settings, steps)
+
+
+def _section(x: np.ndarray, y: np.ndarray, models: frontier.Models, draws: int, seed: int) -> dict:
+    rows = [{"label": m, "setting": s, "step": t}
+            for m, s, t in zip(models.method, models.setting, models.step, strict=True)]  # fmt: skip
+    section, _ = report.lift_analysis(x, y, models, rows, "grpo", k=1, num_resamples=draws,
+                                      seed=seed)  # fmt: skip
+    return section
+
+
+def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1000,
+              alpha: float = 0.05) -> dict:  # fmt: skip
+    """Run the whole pipeline (module docstring) on `replicates` simulated studies of design `d`.
+
+    Returns:
+        ``{"design", "replicates", "explore": {"max_abs_lift" (points), "coverage",
+        "best_picked" (the share of studies whose ``plus5`` pick is from its best setting)},
+        "confirm": {method: {"truth" (the picks' mean true lift, points), "bias", "bias_se",
+        "coverage", "coverage_se", "supported", "refuted", "outside"}}, "familywise": {"above",
+        "below"} (Holm: a pick whose true lift is ≤ 0 called above; ≥ 0 called below)}``.
     """
     rng = np.random.default_rng(seed)
-    solved = {lift: method_path(d, lift) for lift in lifts}
-    paths = [(f"m{round(1000 * lift)}_{i}", *solved[lift])
-             for lift in lifts for i in range(per_lift)]  # fmt: skip
-    truth: dict = {}
-    rows = []  # (true lift, estimate, lo, hi, Holm-adjusted p over the study's null models, replicate)
-    last = round(100 * _lift_checkpoint(d))
+    ref_paths = [("grpo", f"a={a:g},b={b:g}", a, b, tuple(range(len(d.checkpoints))))
+                 for a, b in d.ref_settings]  # fmt: skip
+    truth: dict[tuple[str, str, int], float] = {}
+    paths = []
+    for name, lifts in METHODS.items():
+        for i, lift in enumerate(lifts):
+            a, b = method_path(d, lift)
+            setting = f"s{i}"
+            paths.append((name, setting, a, b, tuple(range(len(d.checkpoints)))))
+            for c, t in enumerate(true_lifts(d, a, b)):
+                truth[(name, setting, round(100 * d.checkpoints[c]))] = float(t)  # NaN outside
+    best = {name: f"s{int(np.argmax(lifts))}" for name, lifts in METHODS.items()}
+    max_abs, cover_explore, picked_best = [], [], []
+    rec: dict[str, list[tuple[float, ...]]] = {name: [] for name in METHODS}
+    fw_above, fw_below = [], []
     for r in range(replicates):
-        study = simulate(d, paths, rng, truth)
-        est, lo, hi, p = procedure(study, rng)
-        scored = [m for m in range(len(study.models))
-                  if study.models.method[m] != "grpo" and study.models.step[m] == last]  # fmt: skip
-        null = [m for m in scored if abs(study.true_lift[m]) < 1e-6]
-        adj = np.full(len(study.models), np.nan)
-        adj[null] = frontier.holm(p[null])
-        rows.extend((study.true_lift[m], est[m], lo[m], hi[m], adj[m], r) for m in scored)
-    t, e, lo, hi, adj, rep = (np.array(c, dtype=np.float64) for c in zip(*rows, strict=True))
-    out: dict = {"design": d.__dict__, "replicates": replicates, "by_lift": {}}
-    for lift in lifts:
-        sel = np.isclose(t, lift, atol=1e-6)
-        ok = sel & np.isfinite(e)
+        x, y, models = simulate(d, ref_paths + paths, rng, seeds=d.explore_seeds,
+                                problems=d.problems)  # fmt: skip
+        explore = _section(x, y, models, draws, r)
+        for m in explore["models"]:
+            if not m["reference"] and m["lift"] is not None:
+                t = truth[(m["label"], m["setting"], m["step"])]
+                max_abs.append(abs(m["lift"]))
+                cover_explore.append(m["lift_lo"] <= t <= m["lift_hi"])
+        picks = S.select(explore)
+        picked_best.append("plus5" in picks and picks["plus5"]["setting"] == best["plus5"])
+        chosen = [(lb, p["setting"], *next((a, b) for n, s, a, b, _ in paths
+                                            if n == lb and s == p["setting"]),
+                   (d.checkpoints.index(p["step"] / 100),)) for lb, p in picks.items()]  # fmt: skip
+        x, y, models = simulate(d, ref_paths + chosen, rng, seeds=d.confirm_seeds,
+                                problems=d.confirm_problems)  # fmt: skip
+        conf = S.confirm(_section(x, y, models, draws, r), list(picks), alpha=alpha)
+        above = below = False
+        for label, c in conf.items():
+            t = truth[(label, c["setting"], c["step"])]
+            verdict = S.claim_verdict(c, CLAIM_SIZE)
+            above |= c["verdict"] == "above" and t <= 0
+            below |= c["verdict"] == "below" and t >= 0
+            if c["lift"] is None:
+                rec[label].append((t, np.nan, np.nan, np.nan, verdict == "refuted", 0.0))
+            else:
+                rec[label].append((t, c["lift"], c["lo"], c["hi"], verdict == "refuted",
+                                   float(verdict == "supported")))  # fmt: skip
+        fw_above.append(above)
+        fw_below.append(below)
+    out = {
+        "design": asdict(d),
+        "replicates": replicates,
+        "explore": {"max_abs_lift": 100 * float(max(max_abs, default=0.0)),
+                    "coverage": float(np.mean(cover_explore)),
+                    "best_picked": float(np.mean(picked_best))},
+        "confirm": {},
+        "familywise": {"above": float(np.mean(fw_above)), "below": float(np.mean(fw_below))},
+    }  # fmt: skip
+    for label, rows in rec.items():
+        t, e, lo, hi, refuted, supported = (np.array(c, dtype=np.float64) for c in zip(*rows))
+        ok = np.isfinite(e)
         err = 100 * (e[ok] - t[ok])
         cover = (lo[ok] <= t[ok]) & (t[ok] <= hi[ok])
-        out["by_lift"][f"{100 * lift:g}"] = {
-            "n": int(ok.sum()), "outside_range": int((sel & ~np.isfinite(e)).sum()),
-            "bias": float(err.mean()), "bias_se": float(err.std(ddof=1) / np.sqrt(err.size)),
-            "sd": float(err.std(ddof=1)),
-            "coverage": float(cover.mean()),
-            "coverage_se": float(np.sqrt(cover.mean() * (1 - cover.mean()) / cover.size)),
-            "above": float(np.mean(lo[ok] > 0)), "below": float(np.mean(hi[ok] < 0)),
-        }  # fmt: skip
-    null = np.isclose(t, 0.0, atol=1e-6)
-    fw_above = [np.any(lo[null & (rep == r)] > 0) for r in range(replicates)]
-    fw_below = [np.any(hi[null & (rep == r)] < 0) for r in range(replicates)]
-    out["familywise_null"] = {"above": float(np.mean(fw_above)), "below": float(np.mean(fw_below))}
-    if np.isfinite(adj[null]).any():
-        hit = null & (adj <= alpha)
-        out["familywise_holm"] = {
-            "above": float(np.mean([np.any(hit & (e > 0) & (rep == r)) for r in range(replicates)])),
-            "below": float(np.mean([np.any(hit & (e < 0) & (rep == r)) for r in range(replicates)])),
+        n = max(int(ok.sum()), 1)
+        out["confirm"][label] = {
+            "truth": 100 * float(np.mean(t)), "n": int(ok.sum()),
+            "outside": float(np.mean(~ok)),
+            "bias": float(err.mean()) if ok.any() else float("nan"),
+            "bias_se": float(err.std(ddof=1) / np.sqrt(n)) if ok.sum() > 1 else float("nan"),
+            "coverage": float(cover.mean()) if ok.any() else float("nan"),
+            "coverage_se": float(np.sqrt(cover.mean() * (1 - cover.mean()) / n)) if ok.any()
+            else float("nan"),
+            "supported": float(np.mean(supported)), "refuted": float(np.mean(refuted)),
         }  # fmt: skip
     return out
 
 
-def minimum_detectable_lift(report: dict, power: float = 0.8, level: float = 0.95) -> float:
-    """The lift (points) a two-sided test at `level` detects with probability `power`, from the
-    estimator's Monte Carlo sd under the null in a `calibrate` report: `(z_{1−α/2} + z_power)·sd`
-    (normal approximation)."""
-    sd = report["by_lift"]["0"]["sd"]
-    return float((stats.norm.ppf(0.5 + level / 2) + stats.norm.ppf(power)) * sd)
+def describe(d: Design) -> dict:
+    """GRPO's true points per setting and checkpoint, and the base's pass@1 and pass@k (points):
+    what a design looks like."""
+    theta, _, _ = _quadrature(d)
+    q0 = special.expit(theta)
+    return {
+        "base": {"pass@1": 100 * float(q0.mean()),
+                 f"pass@{d.k}": 100 * float(_pass_at_k_prob(q0, d.k).mean())},
+        "grpo": {f"a={a:g},b={b:g}": [[round(100 * float(v), 2) for v in pt]
+                                      for pt in zip(*true_points(d, a, b, d.checkpoints))]
+                 for a, b in d.ref_settings},
+    }  # fmt: skip
+
+
+def quick(d: Design) -> Design:
+    """A smaller copy of `d` for tests: a quarter of the confirmation's problems."""
+    return replace(d, confirm_problems=max(64, d.confirm_problems // 4))

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiment import frontier
+from experiment import covariance, estimand, frontier, inference
 
 __all__ = [
     "LIFT_METHOD",
@@ -37,11 +37,11 @@ __all__ = [
     "validate_results",
 ]
 
-RESULTS_SCHEMA = "sharpening.sweep/2"
-"""The version of the results.json schema (bumped when a required key changes meaning). 2: the lift
-is over quadratics fitted to the reference (`experiment.frontier.curve_lift`, was the envelope),
-with ``lift_se``, ``lift_df``, ``lift_p`` per model and ``procedure``, ``curve`` per measure; the
-optional ``lift_var`` per model (variance components, for planning designs) extends it."""
+RESULTS_SCHEMA = "sharpening.sweep/3"
+"""The version of the results.json schema (bumped when a required key changes meaning). 3: the lift
+is over the reference's concave hull (`experiment.estimand`) with one inference
+(`experiment.inference`): ``hull`` replaces ``curve``/``curves`` per measure, ``procedure`` names
+the procedure's version, ``lift_bias`` per model; 2: quadratics fitted to the reference."""
 
 MEASURES = frontier.MEASURES
 
@@ -67,16 +67,15 @@ METHOD_COLORS = {
 }
 
 LIFT_METHOD = (
-    "the reference curve is the maximum of one quadratic through the base per reference setting "
-    "(a line where that quadratic would turn before the setting's first point; GRPO's best "
-    "setting at each pass@1), less the estimated bias of that maximum where settings' curves "
-    "are close; edge: within 2 standard errors of a drop of that maximum larger than 2 lift "
-    "standard errors, tested against the curves on both sides (union of the intervals, the "
-    "larger p); CI: t "
-    "interval with the delta method's standard error over the crossed seeds × problems design "
-    "(`experiment.frontier.curve_lift`, calibrated by `python -m experiment calibrate`); p: two-"
-    "sided test of lift 0, per comparison (exploratory: not corrected for the many comparisons); "
-    "MDE: the lift this comparison detects with 80% power at 0.05"
+    "the reference is the upper concave hull of GRPO's models (every setting and checkpoint, and "
+    "the base): a mixture of two of its models attains every point between them, so the hull is "
+    "GRPO's attainable trade-off and a lift lies in [-100, +100] points; the hull's upward bias "
+    "(a maximum of noisy points) is estimated from draws of all models' means (their crossed "
+    "seeds × problems covariance) and subtracted; CI: t interval, the draws' standard deviation "
+    "with Satterthwaite's degrees of freedom (`experiment.inference`, calibrated by `python -m "
+    "experiment calibrate`); p: two-sided test of lift 0, per comparison (exploratory: not "
+    "corrected for the many comparisons); MDE: the lift this comparison detects with 80% power "
+    "at 0.05"
 )
 """How the lifts of `lift_analysis` are computed, in words, for the tables' intros."""
 
@@ -145,7 +144,7 @@ def validate_results(doc: Mapping[str, Any]) -> None:
         )
     for measure, a in doc["frontier"].items():
         for key, kind in (("level", float), ("num_resamples", int), ("models", list),
-                          ("procedure", str), ("curve", list)):  # fmt: skip
+                          ("procedure", str), ("hull", list)):  # fmt: skip
             need(f"frontier.{measure}.{key}", a.get(key), kind)
         for i, m in enumerate(a["models"]):
             for key, kind in _MODEL_KEYS.items():
@@ -171,79 +170,44 @@ def lift_analysis(
     num_resamples: int,
     level: float = 0.95,
     seed: int = 0,
-    per_setting: bool = True,
-    bias_correct: bool = True,
-    edge_z: float = frontier.EDGE_Z,
-    edge_drop: float = frontier.EDGE_DROP,
-) -> tuple[dict[str, Any], frontier.LiftResult]:
-    """Lift at matched pass@1 of every model over the maximum of one quadratic per reference
-    setting (`per_setting`; else one quadratic fitted to all the reference's points), with the
-    calibrated t interval and p-value (`experiment.frontier.curve_lift`), and a bootstrap interval
-    of every model's point (over seeds and problems, for the figure); with `bias_correct` the
-    maximum's bias where several settings' curves are close is subtracted, and a model within
-    `edge_z` standard errors of a drop of that maximum larger than `edge_drop` lift standard
-    errors is tested on both sides of it (status ``"edge"``; calibrated: docs/statistics.md).
-    The section's ``curves``
-    (each setting's coefficients and pass@1 reach) draw the curve; ``curve`` is the pooled fit.
+) -> tuple[dict[str, Any], inference.LiftResult]:
+    """Lift of every model over the reference's hull (`experiment.estimand`) with its inference
+    (`experiment.inference.lift_inference`: `num_resamples` draws of the means), the t interval
+    of every model's point (`experiment.covariance.mean_interval`) and the curve-free check of
+    `experiment.inference.dominance`.
 
     Args:
         x, y: `(M models, S seeds, P problems)` per-problem gains over the base in pass@1 and in
             the measure (the problem axis crossed with the seeds).
         models: the (label, setting, step) of each of the M models.
         rows: one mapping per model merged into its record (e.g. label, params, setting, step).
-        k: the k of pass@k (None for distinct correct).
+        k: the k of pass@k (None for distinct correct; its lifts are clipped to twice the
+            largest per-problem gain instead of ±1).
 
     Returns:
         ``(section, lift)``: the results.json record ``{"k", "level", "num_resamples",
-        "procedure", "curve" (the fitted coefficients β_1..β_d of Σ β_j x^j), "models": [{**row, x,
-        y, x_lo, x_hi, y_lo, y_hi, lift, lift_lo, lift_hi, lift_se, lift_df, lift_p, lift_var
-        (the `experiment.frontier.variance_components` of the lift, or null), status,
-        inside_fraction, reference, dominated_by (the curve-free check of `_dominator`, null for
-        reference models)}]}`` (NaN written as null) and the `LiftResult`.
+        "procedure" (`experiment.inference.PROCEDURE`), "hull" ([[x, y], ...] the reference's
+        vertices), "models": [{**row, x, y, x_lo, x_hi, y_lo, y_hi, lift, lift_lo, lift_hi,
+        lift_se, lift_df, lift_p, lift_bias, lift_var (the variance components of the lift, or
+        null), status, inside_fraction, reference, dominated_by (the curve-free check of
+        `_dominator`, null for reference models)}]}`` (NaN written as null) and the `LiftResult`.
 
     Raises:
-        ValueError: as `curve_lift` (shapes, no reference model, num_resamples < 2, P < 2).
+        ValueError: as `lift_inference` (shapes, no reference model, num_resamples < 20, P < 2).
     """
-    res = frontier.curve_lift(x, y, models, reference, num_resamples=num_resamples, level=level,
-                              seed=seed, per_setting=per_setting, bias_correct=bias_correct,
-                              edge_z=edge_z, edge_drop=edge_drop)  # fmt: skip
-    seed_idx, problem_idx = frontier.bootstrap_indices(
-        np.random.default_rng(seed), num_resamples, x.shape[1], x.shape[2]
-    )
-    bx, by = frontier.resampled_points(x, y, seed_idx, problem_idx)
-    x_lo, x_hi = frontier.percentile_interval(bx, level)
-    y_lo, y_hi = frontier.percentile_interval(by, level)
+    span = 1.0 if k is not None else max(2.0 * float(np.abs(np.asarray(y)).max()), 1e-12)
+    res = inference.lift_inference(x, y, models, reference, num_draws=num_resamples, level=level,
+                                   seed=seed, span=span)  # fmt: skip
+    _, x_lo, x_hi = covariance.mean_interval(x, level)
+    _, y_lo, y_hi = covariance.mean_interval(y, level)
     ref = set(res.reference.tolist())
-    dom = frontier.dominance(x, y, models, reference)
-    beta, _ = frontier.setting_curve(res.x[res.reference], res.y[res.reference])
-    groups = (frontier.setting_groups(res.reference, models) if per_setting
-              else [res.reference])  # fmt: skip
+    dom = inference.dominance(x, y, models, reference)
     section = {
         "k": k,
         "level": level,
         "num_resamples": num_resamples,
-        "procedure": (
-            "curve_lift: the maximum of per-setting quadratics through the base, "
-            + ("bias-corrected, " if bias_correct else "")
-            + (
-                f"both sides within {edge_z:g} SE of a drop over {edge_drop:g} SE, "
-                if edge_z > 0
-                else ""
-            )
-            + "delta-method crossed-design t"
-            if per_setting
-            else "curve_lift: quadratic through the base, delta-method crossed-design t"
-        ),
-        "curve": [float(b) for b in np.atleast_1d(beta)],
-        "curves": [
-            {
-                "setting": f"{models.method[g[0]]} {models.setting[g[0]]}",
-                "beta": [float(b) for b in frontier.setting_curve(res.x[g], res.y[g])[0]],
-                "x_min": min(0.0, float(res.x[g].min())),
-                "x_max": float(res.x[g].max()),
-            }
-            for g in groups
-        ],
+        "procedure": inference.PROCEDURE,
+        "hull": [[float(a), float(b)] for a, b in zip(res.hull.vx, res.hull.vy, strict=True)],
         "models": [
             {
                 **row,
@@ -259,6 +223,7 @@ def lift_analysis(
                 "lift_se": _num(res.se[i]),
                 "lift_df": _num(res.df[i]),
                 "lift_p": _num(res.p[i]),
+                "lift_bias": _num(res.bias[i]),
                 "lift_var": _components(res.components[i]),
                 "status": str(res.status[i]),
                 "inside_fraction": float(res.inside_fraction[i]),
@@ -271,8 +236,8 @@ def lift_analysis(
     return section, res
 
 
-def _dominator(dom: frontier.Dominance, models: frontier.Models, i: int) -> dict | None:
-    """Model `i`'s `experiment.frontier.dominance` record for results.json: the reference model
+def _dominator(dom: inference.Dominance, models: frontier.Models, i: int) -> dict | None:
+    """Model `i`'s `experiment.inference.dominance` record for results.json: the reference model
     (``setting``, ``step``), ``dx``, ``dy`` (reference minus model) and ``p`` (Bonferroni over the
     reference's models), or None for a reference model."""
     r = int(dom.index[i])
@@ -297,7 +262,7 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
     """Markdown tables of the lifts at matched pass@1 with their CIs and p-values, per comparison
     (exploratory: no correction for the many comparisons; percentage points for pass@k, solutions
     per problem for distinct correct) and the minimum detectable lift at 80% power
-    (`experiment.frontier.minimum_detectable`), after the paragraph `intro`.
+    (`experiment.covariance.minimum_detectable`), after the paragraph `intro`.
 
     Args:
         analysis: ``{measure: section}`` of `lift_analysis` (results.json's ``frontier``).
@@ -315,12 +280,10 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
         for m in a["models"]:
             if m["reference"]:
                 continue
-            if m["status"] in ("inside", "edge") and m["lift"] is not None:
+            if m["status"] == "inside" and m["lift"] is not None:
                 cell = f"{scale * m['lift']:+.2f}"
                 if m["lift_lo"] is not None:
                     cell += f" [{scale * m['lift_lo']:+.2f}, {scale * m['lift_hi']:+.2f}]"
-                if m["status"] == "edge":  # the curve drops near its pass@1: both sides
-                    cell += " (edge)"
             else:
                 cell = f"n/a ({m['status']})"
             pv = "" if m.get("lift_p") is None else f"{m['lift_p']:.3f}"
@@ -328,7 +291,7 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
                 ""
                 if m.get("lift_se") is None
                 else (
-                    f"{scale * float(frontier.minimum_detectable(m['lift_se'], m['lift_df'])):.2f}"
+                    f"{scale * float(covariance.minimum_detectable(m['lift_se'], m['lift_df'])):.2f}"
                 )
             )
             parts.append(
@@ -347,9 +310,10 @@ def plot_frontier(
     title: str,
 ) -> None:
     """The frontier figure: per measure, every model's point (gain over the base) on its training
-    path (a thin line from the origin through its checkpoints), each label's upper envelope
-    (`experiment.frontier.upper_envelope`) in its colour with the bootstrap CIs of its vertices,
-    and the reference's fitted curve (every reference label together, `lift_analysis`) in black.
+    path (a thin line from the origin through its checkpoints), each label's upper concave hull
+    (`experiment.estimand.upper_hull`, the origin included) in its colour with the t intervals of
+    its vertices' points, and the reference's hull (every reference label together: what the lifts
+    are measured against) in black.
 
     Args:
         analysis: ``{measure: section}`` of `lift_analysis`.
@@ -377,24 +341,12 @@ def plot_frontier(
                 # Every training path starts at the base, the origin of the gains.
                 ax.plot([0.0, *(m["x"] for m in trail)], [0.0, *(m["y"] for m in trail)], "-",
                         color=c, alpha=0.25, lw=0.7)  # fmt: skip
-            env = frontier.upper_envelope(px, py)
+            hull = estimand.upper_hull(px, py)
             name = f"{', '.join(group)} (reference)" if is_ref else group[0]
-            if is_ref:  # the fitted curve the lifts are measured against
-                grid = np.linspace(min(0.0, px.min()), px.max(), 100)
-                curves = a.get("curves")
-                ys = (frontier.max_curve_at([cv["beta"] for cv in curves],
-                                            [cv["x_max"] for cv in curves], grid,
-                                            [cv.get("x_min", -np.inf) for cv in curves])
-                      if curves else frontier.curve_at(np.array(a["curve"]), grid))  # fmt: skip
-                ax.plot(grid, ys, "-", color=c, lw=2.5, label=f"{name}: fitted curve")
-            else:  # E is flat left of its first vertex down to the smallest pass@1 of the set.
-                ax.plot([env.x_min, *env.vx], [env.vy[0], *env.vy], "-", color=c, lw=1.5,
-                        label=name)  # fmt: skip
-            vert = [
-                m
-                for m in pts
-                if any(m["x"] == vx and m["y"] == vy for vx, vy in zip(env.vx, env.vy, strict=True))
-            ]
+            ax.plot(hull.vx, hull.vy, "-", color=c, lw=2.5 if is_ref else 1.5,
+                    label=f"{name}: hull" if is_ref else name)  # fmt: skip
+            vert = [m for m in pts if any(m["x"] == vx and m["y"] == vy
+                                          for vx, vy in zip(hull.vx, hull.vy, strict=True))]  # fmt: skip
             ax.errorbar(
                 [m["x"] for m in vert], [m["y"] for m in vert],
                 xerr=[[m["x"] - m["x_lo"] for m in vert], [m["x_hi"] - m["x"] for m in vert]],

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from experiment import frontier as F
+from experiment import covariance as Cv
+from experiment import inference as I
 from experiment import study as S
 
 
@@ -20,11 +21,11 @@ def _model(label, lift, lo, hi, *, p=0.5, se=0.01, df=30.0, status="inside", ref
             "y_hi": 0.01}  # fmt: skip
 
 
-def test_select_takes_the_largest_lower_bound_inside_the_range():
+def test_select_takes_the_largest_estimate_inside_the_range():
     section = {"models": [
         _model("grpo", 0.0, -1, 1, ref=True),
-        _model("a", 0.05, -0.01, 0.11, setting="big"),   # largest lift, wide interval
-        _model("a", 0.03, 0.01, 0.05, setting="tight"),  # largest lower bound: the pick
+        _model("a", 0.05, -0.01, 0.11, setting="big"),   # largest lift, wide interval: the pick
+        _model("a", 0.03, 0.01, 0.05, setting="tight"),  # largest lower bound
         _model("a", 0.09, None, None, status="above", setting="out"),
         # b never reached GRPO's range: its model nearest it, by the bootstrap's share inside
         # the range, then by pass@1
@@ -36,7 +37,7 @@ def test_select_takes_the_largest_lower_bound_inside_the_range():
         {**_model("c", None, None, None, status="above", setting="low"), "x": 0.2},
     ]}  # fmt: skip
     picks = S.select(section)
-    assert list(picks) == ["a", "b", "c"] and picks["a"]["setting"] == "tight"
+    assert list(picks) == ["a", "b", "c"] and picks["a"]["setting"] == "big"
     assert picks["b"]["setting"] == "near" and picks["c"]["setting"] == "low"
     assert list(S.select(section, ["b"])) == ["b"]
 
@@ -49,31 +50,36 @@ def test_confirm_applies_holm_over_the_picks_and_names_missing_labels():
         _model("c", -0.02, -0.04, 0.0, p=0.04),
     ]}  # fmt: skip
     out = S.confirm(section, ["a", "b", "c"], alpha=0.05)
-    np.testing.assert_allclose([out[k]["p_holm"] for k in "abc"], F.holm([0.01, 0.03, 0.04]))
+    np.testing.assert_allclose([out[k]["p_holm"] for k in "abc"], I.holm([0.01, 0.03, 0.04]))
     assert out["a"]["verdict"] == "above"  # 0.03 <= 0.05
     assert out["b"]["verdict"] == "none" and out["c"]["verdict"] == "none"  # 0.06, 0.06 > 0.05
-    assert out["a"]["mde"] == pytest.approx(float(F.minimum_detectable(0.01, 30.0, alpha=0.05 / 3)))
+    assert out["a"]["mde"] == pytest.approx(float(Cv.minimum_detectable(0.01, 30.0, alpha=0.05 / 3)))
     with pytest.raises(ValueError, match="label 'z' has 0 models"):
         S.confirm(section, ["z"])
 
 
 @given(lift=st.floats(-0.1, 0.1), half=st.floats(0.001, 0.1), size=st.floats(0.001, 0.05),
-       mde=st.floats(0.001, 0.2), verdict=st.sampled_from(["above", "below", "none"]))  # fmt: skip
+       mde=st.floats(0.001, 0.2), verdict=st.sampled_from(["above", "below", "none"]),
+       equal=st.booleans())  # fmt: skip
 @settings(max_examples=200, deadline=None)
-def test_the_claims_rule(lift, half, size, mde, verdict):
+def test_the_claims_rule(lift, half, size, mde, verdict, equal):
+    """Supported: above after Holm; refuted: the interval lies below the claimed size, with an
+    equal budget ("not better than tuned GRPO" without); not resolved otherwise (a non-positive
+    lift whose interval reaches the size refutes nothing)."""
     r = {"lift": lift, "lo": lift - half, "hi": lift + half, "mde": mde, "verdict": verdict}
-    v = S.claim_verdict(r, size)
+    v = S.claim_verdict(r, size, equal_budget=equal)
     assert v in S.VERDICTS
     if verdict == "above":
         assert v == "supported"
-    elif r["hi"] < size or (lift <= 0 and mde <= size):
-        assert v == "refuted"
+    elif r["hi"] < size:
+        assert v == ("refuted" if equal else "not better than tuned GRPO")
     else:
         assert v == "not resolved"
     assert S.claim_verdict({**r, "lift": None}, size) == "not resolved"
-    # a curve-free check never overrides a lift: the curve decides inside GRPO's range
+    # a curve-free check never overrides a lift: the hull decides inside GRPO's range
     dom = {"setting": "s", "step": 1, "dx": 0.01, "dy": 0.01, "p": 0.0}
-    assert S.claim_verdict({**r, "dominated_by": dom, "dominance_level": 0.05}, size) == v
+    assert S.claim_verdict({**r, "dominated_by": dom, "dominance_level": 0.05}, size,
+                           equal_budget=equal) == v  # fmt: skip
 
 
 @given(p=st.floats(0.0, 1.0), picks=st.integers(1, 6))
@@ -91,6 +97,9 @@ def test_a_pick_outside_the_range_is_refuted_only_when_a_grpo_model_beats_it(p, 
     assert r["lift"] is None and r["dominance_level"] == pytest.approx(0.05 / picks)
     assert S.dominated(r) == (p <= 0.05 / picks)
     assert S.claim_verdict(r, 0.03) == ("refuted" if p <= 0.05 / picks else "not resolved")
+    assert S.claim_verdict(r, 0.03, equal_budget=False) == (
+        "not better than tuned GRPO" if p <= 0.05 / picks else "not resolved"
+    )
     assert S.claim_verdict({k: v for k, v in r.items() if k != "dominance_level"}, 0.03) == (
         "not resolved"
     )
@@ -120,11 +129,11 @@ def test_minimum_detectable_is_the_power_formula():
     from scipy import stats
 
     se, df = 0.01, 40.0
-    mde = float(F.minimum_detectable(se, df))
+    mde = float(Cv.minimum_detectable(se, df))
     crit = stats.t.ppf(0.975, df)
     power = stats.nct.sf(crit, df, mde / se) + stats.nct.cdf(-crit, df, mde / se)
     assert power == pytest.approx(0.8, abs=0.01)
-    assert np.isnan(F.minimum_detectable(np.nan, 3.0))
+    assert np.isnan(Cv.minimum_detectable(np.nan, 3.0))
 
 
 def test_a_comparison_without_error_is_not_tested():
@@ -172,7 +181,7 @@ def test_design_for_is_the_cheapest_feasible_design(comp, target, run, problem):
     d = S.design_for(comp, target, level=0.05, cost_run=run, cost_problem=problem,
                      seeds=seeds, problems=problems)  # fmt: skip
     feasible = [(s * (run + p * problem), s, p) for s in seeds for p in problems
-                if F.design_mde(comp, s, p) <= target]  # fmt: skip
+                if Cv.design_mde(comp, s, p) <= target]  # fmt: skip
     if not feasible:
         assert d is None
         return
@@ -207,21 +216,25 @@ def test_reference_spread_takes_each_settings_best_checkpoint_and_feeds_one_row(
     assert S.spread_row("st", {}) is None
 
 
-def test_a_model_at_a_drop_of_the_curve_is_tested_and_labelled():
-    """Status "edge" (`frontier.curve_lift` tested it on both sides of a drop of GRPO's curve):
-    a pick and a member of Holm's family like any tested model; the claims table says so."""
-    edge = {**_model("a", -0.05, -0.07, -0.03, p=0.001), "status": "edge"}
-    section = {"models": [_model("grpo", 0.0, -1, 1, ref=True), edge,
-                          _model("b", 0.01, -0.01, 0.03, p=0.2)]}  # fmt: skip
-    assert S.select(section) == {"a": edge, "b": section["models"][2]}
-    out = S.confirm(section, ["a", "b"])
-    assert out["a"]["status"] == "edge" and out["a"]["p_holm"] == 0.002
-    assert out["a"]["verdict"] == "below"
-    assert S.claim_verdict(out["a"], 0.03) == "refuted"
-    row = S.claim_rows("s", {"pass_at_k": {"ds_grpo": out["a"]}}, {"verdict": "supported", "y": 0,
-                       "y_lo": 0, "y_hi": 0}, size=3.0, size_distinct=0.1)  # fmt: skip
-    assert "**refuted** -5.0 [-7.0, -3.0]" in S.claims_table(row)
-    assert "at a drop of GRPO's curve: both sides" in S.claims_table(row)
+def test_verdicts_read_the_budget_from_the_design():
+    """`conclude` refutes only where the study's design says the budgets were equal; a study
+    without the record (before issue 37) gets the weaker words."""
+    section = {"k": 16, "models": [
+        {**_model("grpo", 0.0, -1, 1, ref=True, step=0, setting="base"), "x_lo": 0.0,
+         "x_hi": 0.0, "y_lo": 0.0, "y_hi": 0.0},
+        {**_model("grpo", 0.0, -1, 1, ref=True, step=10, setting="default"), "x_lo": 0.05,
+         "y_hi": -0.02},
+        {**_model("ds_grpo", -0.05, -0.07, -0.03, p=0.001), "dominated_by": None},
+    ]}  # fmt: skip
+    picks = {"pass_at_k": {"ds_grpo": {"setting": "s", "step": 10, "lift": 0.0}}}
+    common = dict(reference="grpo", alpha=0.05, size=3.0, size_distinct=0.1, problems=100,
+                  provenance={}, by_step=True)  # fmt: skip
+    conf = {"pass_at_k": section}
+    for budget, word in (("equal", "refuted"), (None, "not better than tuned GRPO")):
+        design = {} if budget is None else {"budget": budget}
+        out = S.conclude("st", picks, conf, design=design, **common)
+        row = next(r for r in out["claims"] if r["claim"] == "ds_grpo")
+        assert row["verdict"] == word and out["procedure"] == I.PROCEDURE
 
 
 def test_the_curve_free_check_is_carried_to_the_confirmation_table():

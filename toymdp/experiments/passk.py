@@ -5,8 +5,8 @@ correct responses) per unit of correctness (pass@1) than GRPO's own trade-off? O
 method cannot answer it, so every method of figure 5 is swept from no effect to collapse (`sweep_doc`,
 run by `toymdp.sweep`), and each final point is compared with GRPO's curve at the same held-out
 pass@1: GRPO's checkpoints along training, a `kl_coef` sweep and two other learning rates
-(`experiment.frontier.curve_lift`: the lift at matched pass@1 over the maximum of one quadratic per
-GRPO setting, with the delta method's t interval over seeds × dataset draws).
+(`experiment.inference.lift_inference`: the lift at matched pass@1 over the concave hull of GRPO's
+models, with its t interval over seeds × dataset draws).
 
 The popularity toy dataset (`toy_dataset`; `toymdp.sweep_spec.popularity_dataset` is the same with its
 constants as arguments). A tree with V = 4 actions and depth H = 3 (M = 64 responses), prompts for
@@ -41,7 +41,7 @@ from typing import Any
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiment import frontier
+from experiment import estimand, inference
 from experiment.report import METHOD_COLORS
 from theory import trees
 from toymdp import sweep, sweep_spec
@@ -312,7 +312,8 @@ _ANALYSES: dict[tuple, tuple] = {}
 
 def analysis(results: dict[str, np.ndarray]) -> tuple[Any, dict[str, Any], list[str]]:
     """`(config, toymdp.sweep.analyse(...), method labels)` of figure 6's results, GRPO's rows
-    as the reference (memoized: the plot and the summary share one bootstrap)."""
+    as the reference, each other row read at its final update (``paths=False``: the figure
+    compares final points) (memoized: the plot and the summary share one bootstrap)."""
     key = (bool(results["quick"]), int(results["seed"]), results["correctness"].tobytes())
     if key not in _ANALYSES:
         quick = bool(results["quick"])
@@ -322,7 +323,8 @@ def analysis(results: dict[str, np.ndarray]) -> tuple[Any, dict[str, Any], list[
         res = dict(results)
         res["rows"] = [rows[int(i)] for i in results["row_order"]]
         _ANALYSES.clear()
-        _ANALYSES[key] = (cfg, sweep.analyse(cfg, res), list(dict.fromkeys(r.label for r in rows)))
+        labels = list(dict.fromkeys(r.label for r in rows))
+        _ANALYSES[key] = (cfg, sweep.analyse(cfg, res, paths=False), labels)
     return _ANALYSES[key]
 
 
@@ -332,7 +334,7 @@ def _measure(cfg: Any, metric: str) -> str:
     return f"distinct correct in K = {cfg.train.distinct_k}"
 
 
-def best_lifts(result: frontier.LiftResult) -> dict[str, int]:
+def best_lifts(result: inference.LiftResult) -> dict[str, int]:
     """Per non-reference method, the model index of its largest lift inside the reference's
     pass@1 range (methods with no point inside are left out)."""
     best: dict[str, int] = {}
@@ -347,28 +349,24 @@ def best_lifts(result: frontier.LiftResult) -> dict[str, int]:
 
 def plot(results: dict[str, np.ndarray], out_dir: Path) -> list[Path]:
     """`fig6_frontier`: (a) held-out pass@k_max gain and (b) distinct-correct gain against pass@1
-    gain (every method's final points and upper envelope, GRPO's curve over every checkpoint);
+    gain (every method's points and hull, GRPO's hull over every checkpoint);
     (c) each method's best lift at matched pass@1 over GRPO's curve with its 95% CI."""
     cfg, res, labels = analysis(results)
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.4), gridspec_kw={"width_ratios": [1, 1, 0.8]})
     for ax, metric in zip(axes[:2], MEASURES, strict=True):
-        lr: frontier.LiftResult = res[metric]["lift"]
+        lr: inference.LiftResult = res[metric]["lift"]
         sy = 100.0 if metric == "pass_at_k" else 1.0
         ref = lr.reference
-        groups = frontier.setting_groups(ref, lr.models)
-        betas = [frontier.fit_curve(lr.x[g], lr.y[g]) for g in groups]
         ax.scatter(100 * lr.x[ref], sy * lr.y[ref], s=8, color="0.65", zorder=2)
-        grid = np.linspace(min(0.0, lr.x[ref].min()), lr.x[ref].max(), 200)
-        curve = frontier.max_curve_at(betas, [lr.x[g].max() for g in groups], grid)
-        ax.plot(100 * grid, sy * curve, color=METHOD_COLORS["grpo"], lw=2.5, zorder=4,
-                label="GRPO's best setting (max of per-setting fits; kl_coef, lr)")  # fmt: skip
+        ax.plot(100 * lr.hull.vx, sy * lr.hull.vy, color=METHOD_COLORS["grpo"], lw=2.5, zorder=4,
+                label="GRPO's hull (every kl_coef, lr and checkpoint)")  # fmt: skip
         for label in labels:
             if label in cfg.reference:
                 continue
             idx = lr.models.select(label)
             color = METHOD_COLORS.get(label, "0.3")
             ax.scatter(100 * lr.x[idx], sy * lr.y[idx], s=14, color=color, zorder=3)
-            menv = frontier.upper_envelope(lr.x[idx], lr.y[idx])
+            menv = estimand.upper_hull(lr.x[idx], lr.y[idx])
             ax.plot(100 * menv.vx, sy * menv.vy, color=color, lw=1.1, marker="", label=label)
         ax.axhline(0.0, color="0.8", lw=0.8, ls=":")
         unit = " (points)" if metric == "pass_at_k" else ""
@@ -407,9 +405,9 @@ def plot(results: dict[str, np.ndarray], out_dir: Path) -> list[Path]:
         f" draws × {2 * cfg.env.per_size * len(cfg.env.multiplicities)} prompts (half held out), "
         f"base correctness {cfg.env.base_correctness} per prompt; Adam lr {cfg.train.lr:g}, "
         f"G = {cfg.train.group_size}, U = {cfg.train.updates}, {len(cfg.seeds)} seeds. Points: "
-        "final policies, means over seeds and held-out prompts; lines: each method's monotone upper "
-        "envelope; GRPO: the maximum of one quadratic per setting through the base. CIs: "
-        "experiment.frontier.curve_lift (t, seeds × draws); exploratory, not corrected.",
+        "means over seeds and held-out prompts; lines: each method's upper concave hull (the "
+        "origin included); GRPO: the hull of its models. CIs: experiment.inference.lift_inference "
+        "(t, seeds × draws); exploratory, not corrected.",
         ha="center", va="top", fontsize=8,
     )  # fmt: skip
     fig.subplots_adjust(left=0.04, right=0.99, wspace=0.35)
@@ -433,7 +431,7 @@ def summary(results: dict[str, np.ndarray]) -> dict:
         "num_resamples": cfg.num_resamples, "units": "pass@k in points; distinct correct in counts",
     }}  # fmt: skip
     for metric in MEASURES:
-        lr: frontier.LiftResult = res[metric]["lift"]
+        lr: inference.LiftResult = res[metric]["lift"]
         d = res[metric]["data"]
         scale = 100.0 if metric == "pass_at_k" else 1.0
         ref = set(lr.reference.tolist())

@@ -1,0 +1,124 @@
+"""The lift's estimand: a model's distance above GRPO's attainable trade-off, bounded by construction.
+
+GRPO's *attainable trade-off* is the upper concave hull of its models' points (every setting ×
+checkpoint, and the base model at the origin of the gains), as a function of pass@1 on the hull's
+pass@1 range. Why the hull: a mixture of two models (each problem answered by one or the other,
+chosen at random with weights `w`, `1 − w`) has pass@1 and pass@k (and distinct correct solutions)
+exactly `w·` one model's `+ (1 − w)·` the other's, so every point of a segment between two of
+GRPO's models is attainable by GRPO, and the upper hull is the best of them. Carathéodory on the
+line: a hull point is a mixture of at most two of the points.
+
+The *lift* of a model is `ȳ_m − H(x̄_m)`: its gain in the measure minus the hull at its pass@1 gain,
+defined only inside the hull's range `[min(0, min x̄_ref), max x̄_ref]` (status ``"inside"``;
+``"below"`` or ``"above"`` it otherwise, where no mixture of GRPO's models matches the model's
+pass@1). A hull value is a weighted mean of GRPO's own points, so a lift is the difference of
+two means of the measure: inside `[−1, +1]` for pass@k (±100 points), whatever the noise.
+
+Sources: issue 37 (the estimand); the mixture argument is the one of randomized decision rules
+(a convex combination of two achievable risk points is achievable).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["ORIGIN", "Hull", "lifts", "upper_hull"]
+
+ORIGIN = -1
+"""The vertex index of the base model's point `(0, 0)`, which every reference hull includes."""
+
+
+@dataclass(frozen=True)
+class Hull:
+    """An upper concave hull as a function of pass@1.
+
+    Attributes:
+        vx, vy: `(n,)` its vertices, `vx` strictly increasing; the slopes between them decrease.
+        index: `(n,)` each vertex's index into the points `upper_hull` was given (`ORIGIN`: the
+            base model's point added there).
+    """
+
+    vx: np.ndarray
+    vy: np.ndarray
+    index: np.ndarray
+
+    @property
+    def x_min(self) -> float:
+        return float(self.vx[0])
+
+    @property
+    def x_max(self) -> float:
+        return float(self.vx[-1])
+
+    def __call__(self, x: object) -> np.ndarray:
+        """`H(x)` elementwise (any shape); NaN outside `[x_min, x_max]`."""
+        x = np.asarray(x, dtype=np.float64)
+        inside = (x >= self.vx[0]) & (x <= self.vx[-1])
+        return np.where(inside, np.interp(x, self.vx, self.vy), np.nan)
+
+    def status(self, x: object) -> np.ndarray:
+        """``"below"``, ``"inside"`` or ``"above"`` the hull's pass@1 range, elementwise."""
+        x = np.asarray(x, dtype=np.float64)
+        return np.where(x < self.vx[0], "below", np.where(x > self.vx[-1], "above", "inside"))
+
+    def facet(self, x: float) -> tuple[int, int, float]:
+        """The segment under `x` (inside the range): the vertex positions `(i, j)` and the weight
+        `w` of `j` (`H(x) = (1 − w)·vy[i] + w·vy[j]`); `i == j`, `w = 0` on a single vertex."""
+        if self.vx.size == 1:
+            return 0, 0, 0.0
+        j = int(np.clip(np.searchsorted(self.vx, x, side="left"), 1, self.vx.size - 1))
+        i = j - 1
+        return i, j, float((x - self.vx[i]) / (self.vx[j] - self.vx[i]))
+
+
+def upper_hull(px: object, py: object) -> Hull:
+    """The upper concave hull of the points `(px, py)` `(n,)` and the origin `(0, 0)` (the base
+    model; module docstring), by Andrew's monotone chain (points on a segment are not vertices).
+
+    Raises:
+        ValueError: for mismatched or non-finite inputs.
+    """
+    px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
+    if px.ndim != 1 or px.shape != py.shape:
+        raise ValueError(f"px and py must be equal 1-D arrays, got {px.shape}, {py.shape}")
+    if not (np.isfinite(px).all() and np.isfinite(py).all()):
+        raise ValueError("px and py must be finite")
+    xs, ys = np.append(px, 0.0), np.append(py, 0.0)
+    idx = np.append(np.arange(px.size), ORIGIN)
+    order = np.lexsort((-ys, xs))  # by pass@1, the highest measure first among ties
+    hx: list[float] = []
+    hy: list[float] = []
+    hi: list[int] = []
+    for k in order:
+        x, y = xs[k], ys[k]
+        if hx and x == hx[-1]:
+            continue  # a tie in pass@1: the first (highest) is kept
+        # Drop the last vertex while it lies on or below the chord from the one before it.
+        while len(hx) >= 2 and (hx[-1] - hx[-2]) * (y - hy[-2]) >= (hy[-1] - hy[-2]) * (x - hx[-2]):
+            hx.pop()
+            hy.pop()
+            hi.pop()
+        hx.append(float(x))
+        hy.append(float(y))
+        hi.append(int(idx[k]))
+    return Hull(np.array(hx), np.array(hy), np.array(hi, dtype=np.int64))
+
+
+def lifts(
+    px: object, py: object, ref: object
+) -> tuple[np.ndarray, np.ndarray, Hull]:
+    """The lift of every point over the hull of the reference points `ref` (module docstring).
+
+    Args:
+        px, py: `(M,)` every model's mean pass@1 gain and measure gain.
+        ref: `(R,)` the reference models' indices.
+
+    Returns:
+        `(lift (M,), status (M,), hull)`: lift NaN where the status is ``"below"``/``"above"``.
+    """
+    px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.int64)
+    hull = upper_hull(px[ref], py[ref])
+    return py - hull(px), hull.status(px), hull
