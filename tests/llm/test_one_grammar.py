@@ -119,8 +119,8 @@ def test_the_schema_names_a_missing_or_mistyped_key():
              "status": "reference", "x": 0.1, "y": None, "lift": None, "lift_lo": None,
              "lift_hi": None, "lift_se": None, "lift_df": None, "lift_p": None,
              "inside_fraction": 1.0}  # fmt: skip
-    section = {"k": 4, "level": 0.95, "num_resamples": 10, "procedure": "curve_lift",
-               "curve": [0.5], "models": [model]}  # fmt: skip
+    section = {"k": 4, "level": 0.95, "num_resamples": 10, "procedure": "lift v3",
+               "hull": [[0.0, 0.0]], "models": [model]}  # fmt: skip
     doc["frontier"] = {m: dict(section) for m in report.MEASURES}
     report.validate_results(doc)
     with pytest.raises(ValueError, match="schema"):
