@@ -26,6 +26,7 @@ from experiment import study as S
 
 BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
 
+
 def _table(name: str, out: dict) -> str:
     e, fw = out["explore"], out["familywise"]
     lines = [

@@ -22,6 +22,7 @@ from scipy import stats
 
 __all__ = [
     "POOL_LEVEL",
+    "covariance_root",
     "crossed_variance",
     "design_mde",
     "mean_covariance",
@@ -99,12 +100,16 @@ def mean_interval(v: object, level: float = 0.95) -> tuple[np.ndarray, np.ndarra
     return mean, mean - half, mean + half
 
 
-def mean_covariance(v: object) -> np.ndarray:
-    """The covariance matrix `(K, K)` of the grand means of `K` quantities `v` `(K, S, P)` measured
-    on the same seeds and problems: the mean squares' cross-products combined as in
-    `crossed_variance`, `(MS_seed + MS_problem − MS_e)/(S·P)`, projected onto the positive
-    semi-definite matrices (negative eigenvalues set to 0: the unbiased combination can have
-    them). With one seed: the problems' covariance over `P`.
+def covariance_root(v: object) -> np.ndarray:
+    """A root `L` `(K, r)` of the covariance matrix of the grand means of `K` quantities `v`
+    `(K, S, P)` measured on the same seeds and problems (`L Lᵀ` = `mean_covariance`): the mean
+    squares' cross-products combined as in `crossed_variance`, `(MS_seed + MS_problem − MS_e)/(S·P)`,
+    projected onto the positive semi-definite matrices (negative eigenvalues dropped: the
+    unbiased combination can have them). With one seed: the problems' covariance over `P`.
+
+    The matrix is `A D Aᵀ` with `A` `(K, m)` the centred seed, problem and residual effects
+    (`m = S + P + S·P`) and `D` = ±1 on the diagonal; when `K > m` it is decomposed in the
+    column space of `A` (a QR), so thousands of models cost no `K × K` eigenproblem.
 
     Raises:
         ValueError: `v` not 3-D or fewer than 2 problems.
@@ -113,19 +118,32 @@ def mean_covariance(v: object) -> np.ndarray:
     if v.ndim != 3 or v.shape[2] < 2:
         raise ValueError(f"v: expected shape (K, S, P) with P >= 2, got {v.shape}")
     k, s, p = v.shape
-    col = v.mean(1) - v.mean((1, 2))[:, None]  # (K, P) problem effects
+    mean = v.mean((1, 2))
+    col = v.mean(1) - mean[:, None]  # (K, P) problem effects
     if s == 1:
-        cov = col @ col.T / ((p - 1) * p)
+        a, sign = col / np.sqrt((p - 1) * p), np.ones(p)
     else:
-        row = v.mean(2) - v.mean((1, 2))[:, None]  # (K, S) seed effects
+        row = v.mean(2) - mean[:, None]  # (K, S) seed effects
         resid = (v - v.mean(2, keepdims=True) - v.mean(1, keepdims=True)
-                 + v.mean((1, 2))[:, None, None]).reshape(k, s * p)  # fmt: skip
-        ms_row = p * row @ row.T / (s - 1)
-        ms_col = s * col @ col.T / (p - 1)
-        ms_e = resid @ resid.T / ((s - 1) * (p - 1))
-        cov = (ms_row + ms_col - ms_e) / (s * p)
-    w, q = np.linalg.eigh((cov + cov.T) / 2)
-    return (q * np.clip(w, 0.0, None)) @ q.T
+                 + mean[:, None, None]).reshape(k, s * p)  # fmt: skip
+        a = np.concatenate([row / np.sqrt((s - 1) * s), col / np.sqrt((p - 1) * p),
+                            resid / np.sqrt((s - 1) * (p - 1) * s * p)], axis=1)  # fmt: skip
+        sign = np.concatenate([np.ones(s + p), -np.ones(s * p)])
+    if k <= a.shape[1]:
+        basis, small = np.eye(k), (a * sign) @ a.T
+    else:
+        basis, r = np.linalg.qr(a)
+        small = (r * sign) @ r.T
+    w, u = np.linalg.eigh((small + small.T) / 2)
+    keep = w > 1e-12 * max(float(w.max()), 1e-300)
+    return (basis @ u[:, keep]) * np.sqrt(w[keep])
+
+
+def mean_covariance(v: object) -> np.ndarray:
+    """The covariance matrix `(K, K)` of the grand means of `K` quantities `v` `(K, S, P)`:
+    `covariance_root`'s `L Lᵀ`."""
+    root = covariance_root(v)
+    return root @ root.T
 
 
 def variance_components(v: object) -> np.ndarray:

@@ -106,9 +106,7 @@ def upper_hull(px: object, py: object) -> Hull:
     return Hull(np.array(hx), np.array(hy), np.array(hi, dtype=np.int64))
 
 
-def lifts(
-    px: object, py: object, ref: object
-) -> tuple[np.ndarray, np.ndarray, Hull]:
+def lifts(px: object, py: object, ref: object) -> tuple[np.ndarray, np.ndarray, Hull]:
     """The lift of every point over the hull of the reference points `ref` (module docstring).
 
     Args:

@@ -152,14 +152,12 @@ def lift_inference(
         raise ValueError(f"level must be in (0, 1), got {level!r}")
     if not span > 0:
         raise ValueError(f"span must be > 0, got {span!r}")
-    n, s, p = x.shape
+    n, _, p = x.shape
     if p < 2:
         raise ValueError(f"x: {p} problem(s); the standard error needs at least 2")
     px, py = points(x, y)
     v = np.concatenate([x, y])  # (2M, S, P)
-    w, q = np.linalg.eigh(covariance.mean_covariance(v))
-    keep = w > 1e-12 * max(float(w.max()), 1e-300)  # its rank is at most S·P
-    root = q[:, keep] * np.sqrt(w[keep])  # (2M, r)
+    root = covariance.covariance_root(v)  # (2M, r)
     rng = np.random.default_rng([seed, 37])
     draws = np.concatenate([px, py]) + rng.standard_normal((num_draws, root.shape[1])) @ root.T
     out = _over_hull(px, py, v, draws, root, ref, np.arange(n), level, span)
@@ -214,7 +212,8 @@ def _over_hull(
     scale = np.full(n, np.nan)
     for m in np.flatnonzero(inside & (count >= 2)):
         g = _gradient(hull, ref, int(m), px, n)
-        c = np.einsum("k,ksp->sp", g, v)
+        nz = np.flatnonzero(g)  # at most 6 means enter a lift
+        c = np.einsum("k,ksp->sp", g[nz], v[nz])
         var, df[m] = covariance.crossed_variance(c)
         comp[m] = covariance.variance_components(c)
         lin = float(np.sum((g @ root) ** 2))

@@ -7,6 +7,9 @@ the LLM ``base``, ``[train]`` and ``[eval]``)::
     checkpoints = 3              # evaluated steps: a count c (steps round(i·steps/c), i = 1..c)
                                  # or a list; the last step is always evaluated, step 0 is the base
     reference = ["grpo"]         # labels whose models form the reference curve (a string is one)
+    tune = { lr = [0.03, 0.1] }  # tuning axes (toy: lr, kl_coef; LLM: "optim.lr", kl_coef):
+                                 # their product crossed with every entry's settings, the
+                                 # reference's included, so every method gets the same budget
 
     [[methods]]
     method = "ds_grpo"           # a `shaping.METHODS` name
@@ -20,10 +23,17 @@ Old spellings are accepted for one release with a `FutureWarning` naming the new
 ``hyper`` (now ``fixed``) and ``[frontier] reference``, the LLM's ``mode = "zip"`` (now ``zip``).
 Which keys a setting may hold (a method's hyper-parameters, a leg's own keys) is the leg's call:
 `parse_methods` asks it through `check_key`.
+
+**Equal tuning budgets** (issue 37): a study compares each method with GRPO's reference curve, so
+each method must get the reference's tuning, or a lift says "this learning rate beats that one"
+rather than anything about shaping. `tune` gives every entry the same axes; `budget_difference`
+(run by both study drivers, `check_budget`) finds a method whose learning rates, ``kl_coef``
+values or evaluated checkpoints differ from the reference's, whichever way they were written.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import re
@@ -37,10 +47,15 @@ from experiment.schema import apply_pairs
 from experiment.schema import describe as describe_options
 
 __all__ = [
+    "BUDGET_EQUAL",
+    "BUDGET_UNEQUAL",
     "COMMON_KEYS",
     "METHOD_KEYS",
+    "Budget",
     "MethodEntry",
     "apply_sets",
+    "budget_difference",
+    "check_budget",
     "describe",
     "extend_checkpoints",
     "move_keys",
@@ -48,10 +63,12 @@ __all__ = [
     "parse_methods",
     "parse_reference",
     "parse_seeds",
+    "parse_tune",
     "renamed",
+    "untune",
 ]
 
-COMMON_KEYS = ("seeds", "checkpoints", "reference", "methods")
+COMMON_KEYS = ("seeds", "checkpoints", "reference", "tune", "methods")
 """The top-level keys every sweep file may hold (besides its leg's tables)."""
 METHOD_KEYS = ("method", "label", "fixed", "grid", "zip", "points")
 """The keys of one ``[[methods]]`` entry."""
@@ -63,6 +80,8 @@ _HELP = {
     "steps; the last step is always evaluated, step 0 is the base model/policy",
     "reference": "label(s) of the [[methods]] entries whose models form the reference curve "
     "(default: the grpo entries)",
+    "tune": "a table of non-empty lists (e.g. a learning rate's values): their Cartesian product "
+    "is crossed with every [[methods]] entry's settings, the reference's included",
     "methods.method": "a shaping.METHODS name",
     "methods.label": "the entry's name (default: method); unique; letters, digits, _ . + -",
     "methods.fixed": "a table of values every setting of the entry takes",
@@ -189,24 +208,55 @@ def _upgrade(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
     return entry
 
 
+def parse_tune(value: object) -> dict[str, list[Any]]:
+    """The ``tune`` table: tuning axes, each a non-empty list of distinct values ({} when absent).
+
+    Raises:
+        ValueError: not a table, or a value that is not a non-empty list of distinct values (the
+            message names ``tune.<key>``).
+    """
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(f"tune: expected a table of lists, got {value!r}")
+    out = _lists(value, "tune")
+    for k, v in out.items():
+        if len({json.dumps(x, sort_keys=True) for x in v}) != len(v):
+            raise ValueError(f"tune.{k}: expected distinct values, got {v!r}")
+    return out
+
+
+def _tuned(points: list[dict[str, Any]], tune: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    """Every point crossed with the product of the `tune` axes (innermost: a setting's tuning
+    values follow its own, e.g. ``gamma_p=1.0,optim.lr=0.0001``)."""
+    combos = [dict(zip(tune, c, strict=True)) for c in itertools.product(*tune.values())]
+    return [{**p, **c} for p in points for c in combos]
+
+
 def parse_methods(
-    entries: object, check_key: Callable[[str, str, str], None] | None = None
+    entries: object,
+    check_key: Callable[[str, str, str], None] | None = None,
+    tune: object = None,
 ) -> tuple[MethodEntry, ...]:
     """Validate the ``[[methods]]`` array.
 
     Args:
         entries: the parsed TOML value of ``methods``.
         check_key: ``check_key(method, key, where)`` raises `ValueError` when a setting may not
-            hold `key` (each leg knows its keys); called for every key of fixed, grid, zip and
-            points.
+            hold `key` (each leg knows its keys); called for every key of fixed, grid, zip,
+            points and tune.
+        tune: the parsed ``tune`` table (`parse_tune`): its product is crossed with every
+            entry's settings (innermost).
 
     Returns:
-        One `MethodEntry` per entry, in file order.
+        One `MethodEntry` per entry, in file order; its `points` include the tuning values.
 
     Raises:
         ValueError: naming ``methods[i]`` (or ``methods[label]``) and the key: an unknown key or
-            method, a bad label, a repeated label or setting, lists of unequal length in zip.
+            method, a bad label, a repeated label or setting, lists of unequal length in zip, a
+            key that an entry gives and ``tune`` tunes too.
     """
+    axes = parse_tune(tune)
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"methods: expected a non-empty array of tables, got {entries!r}")
     out: list[MethodEntry] = []
@@ -231,6 +281,10 @@ def parse_methods(
         where = f"methods[{label}]"
         fixed = _table(entry, "fixed", where)
         points = _points(entry, where)
+        both = sorted(set(axes) & {*fixed, *(k for p in points for k in p)})
+        if both:
+            raise ValueError(f"{where}: {both} tuned for every method (tune) and given here too")
+        points = _tuned(points, axes)
         seen: set[str] = set()
         for point in points:
             overlap = sorted(set(fixed) & set(point))
@@ -317,6 +371,110 @@ def parse_reference(value: object, entries: Sequence[MethodEntry]) -> tuple[str,
     if not ref or missing:
         raise ValueError(f"reference: expected label(s) among {labels}, got {value!r}")
     return ref
+
+
+def untune(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of the sweep `doc` without its ``tune`` table, each ``[[methods]]`` entry written
+    with the same settings as explicit ``points`` (the tuning values in each): for a study's
+    confirmation, which rewrites entries one by one (a pick is one setting, its tuning values
+    included). A `doc` without ``tune`` comes back equal.
+
+    Raises:
+        ValueError: a bad ``tune`` or ``methods`` (`parse_methods`).
+    """
+    out = copy.deepcopy(dict(doc))
+    tune = parse_tune(out.pop("tune", None))
+    if not tune:
+        return out
+    out["methods"] = [
+        {"method": e.method, "label": e.label, **({"fixed": dict(e.fixed)} if e.fixed else {}),
+         "points": [dict(p) for p in e.points]}
+        for e in parse_methods(doc.get("methods"), tune=tune)
+    ]  # fmt: skip
+    return out
+
+
+BUDGET_EQUAL = "equal"
+"""`check_budget`'s word when every method gets the reference's tuning axes."""
+BUDGET_UNEQUAL = "unequal (explicit)"
+"""`check_budget`'s word when they differ and the study says so (``unequal_budget = true``)."""
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One setting's tuning: its method `label`, its `coefficients` (the setting without its
+    tuning values, e.g. ``"gamma_p=1.0,gamma_n=0.2"``, ``"default"``) and the value of each tuning
+    axis its leg knows, e.g. ``{"optim.lr": 1e-4, "kl_coef": 0.0, "checkpoints": (50, 100,
+    150)}`` (the steps at which its models are read; hashable values)."""
+
+    label: str
+    coefficients: str
+    axes: Mapping[str, Any]
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_fmt(x) for x in v) + ")"
+    return str(v)
+
+
+def _values(values: Iterable[Any]) -> str:
+    return "[" + ", ".join(_fmt(v) for v in sorted(values)) + "]"
+
+
+def budget_difference(rows: Sequence[Budget], reference: Sequence[str]) -> str | None:
+    """The first method setting whose tuning differs from the reference's, in words; None when
+    every one gets the same.
+
+    The reference's tuning is the set of axis combinations over all its settings (e.g. GRPO at
+    two learning rates × its checkpoints). Each setting of a compared method, with its tuning
+    values stripped (`Budget.coefficients`), must be trained at exactly those combinations: first
+    each axis's values are compared (the message names the axis and both lists), then the
+    combinations (a method whose learning rates are zipped with its coefficient differs there).
+
+    Args:
+        rows: one `Budget` per setting of the sweep (the leg's, e.g. `llm.study.budgets`).
+        reference: the reference labels.
+    """
+    ref = [dict(r.axes) for r in rows if r.label in reference]
+    groups: dict[tuple[str, str], list[Budget]] = {}
+    for r in rows:
+        if r.label not in reference:
+            groups.setdefault((r.label, r.coefficients), []).append(r)
+    who = f"the reference ({', '.join(reference)})"
+    for (label, coefficients), group in groups.items():
+        names = [a for a in group[0].axes if all(a in r for r in ref)]
+        mine = {tuple(r.axes[a] for a in names) for r in group}
+        theirs = {tuple(r[a] for a in names) for r in ref}
+        where = f"methods[{label}] ({coefficients})"
+        for i, axis in enumerate(names):
+            a, b = {m[i] for m in mine}, {t[i] for t in theirs}
+            if a != b:
+                return f"{where} is tuned over {axis} {_values(a)}, {who} over {_values(b)}"
+        if mine != theirs:
+            return (f"{where} is tuned over ({', '.join(names)}) in {_values(mine)}, {who} in "
+                    f"{_values(theirs)}")  # fmt: skip
+    return None
+
+
+def check_budget(rows: Sequence[Budget], reference: Sequence[str], *, unequal: bool) -> str:
+    """`BUDGET_EQUAL` when every compared method gets the reference's tuning
+    (`budget_difference`), `BUDGET_UNEQUAL` when it does not and `unequal` (a study's
+    ``unequal_budget = true``) says that this is meant.
+
+    Raises:
+        ValueError: the budgets differ and `unequal` is False; one line naming the method
+            setting, the axis and both lists of values.
+    """
+    diff = budget_difference(rows, reference)
+    if diff is None:
+        return BUDGET_EQUAL
+    if unequal:
+        return BUDGET_UNEQUAL
+    raise ValueError(f"unequal tuning budgets: {diff}; give every method the reference's "
+                     "tuning (a top-level tune table) or set [study] unequal_budget = true")  # fmt: skip
 
 
 def apply_sets(doc: Mapping[str, Any], sets: Iterable[str], keys: Iterable[str]) -> dict[str, Any]:

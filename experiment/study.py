@@ -389,9 +389,7 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
             return f"**{r['verdict']}** ({why})"
         d = 2 if r.get("unit") == "per problem" else 1  # distinct correct: small numbers
         mde = "" if r.get("mde") is None else f", MDE {r['mde']:.{d}f}"
-        return (
-            f"**{r['verdict']}** {r['lift']:+.{d}f} [{r['lo']:+.{d}f}, {r['hi']:+.{d}f}]{mde}"
-        )
+        return f"**{r['verdict']}** {r['lift']:+.{d}f} [{r['lo']:+.{d}f}, {r['hi']:+.{d}f}]{mde}"
 
     out = [f"| claim | {' | '.join(studies)} |", "|---" * (len(studies) + 1) + "|"]
     for text in claims:
@@ -582,8 +580,14 @@ def conclude(
             }  # fmt: skip
     keep = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
     spread = {measure: reference_spread(section) for measure, section in confirmation.items()}
-    claims = claim_rows(name, confirmed, sharp, size=size, size_distinct=size_distinct,
-                        equal_budget=design.get("budget") == "equal")
+    claims = claim_rows(
+        name,
+        confirmed,
+        sharp,
+        size=size,
+        size_distinct=size_distinct,
+        equal_budget=design.get("budget") == "equal",
+    )
     row = spread_row(name, spread.get("pass_at_k", {}))
     return {
         "study": name,

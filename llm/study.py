@@ -7,7 +7,10 @@ of the stream to skip: the exploratory ones) of the confirmation stage, the clai
 and the family-wise level. The stages (`experiment.study`):
 
 1. **explore**: the sweep as written; per method label, the (setting, checkpoint) with the
-   largest lower bound of its pass@k lift;
+   largest lower bound of its pass@k lift. Every method must get the tuning of GRPO's reference
+   (its learning rates, ``kl_coef`` values and checkpoints: `budgets`, checked by
+   `experiment.spec.check_budget`; a top-level ``tune`` table gives it to all), unless
+   ``unequal_budget = true`` says otherwise, which study.json's ``design.budget`` then records;
 2. **confirm**: the reference entries as written plus one entry per pick (its setting), trained on
    the fresh seeds and evaluated on the fresh problems at the same checkpoints; each pick is read
    at its picked checkpoint, Holm over the picks, the MDE, every claim's verdict.
@@ -21,7 +24,6 @@ continues where it stopped and reuses every finished run and evaluation.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,18 +35,32 @@ import numerics
 from experiment import schema, store
 from experiment import study as S
 from experiment.schema import meta, option
+from experiment.spec import Budget, budget_difference, check_budget, untune
+from llm.config import MOVED_KEYS
+from llm.eval.frontier import setting_name
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.executor import check_executor
-from llm.sweep import check_engine, merge_tables, rerun_runs, run_sweep, sweep_from_dict
+from llm.sweep import (
+    SweepSpec,
+    check_engine,
+    merge_tables,
+    rerun_runs,
+    run_config,
+    run_sweep,
+    sweep_from_dict,
+)
 from numerics.emulate import emulated
 
 __all__ = [
+    "TUNING_KEYS",
     "StudySpec",
+    "budgets",
     "confirmation_doc",
     "load_study",
     "measured_costs",
     "run_study",
     "spot_check",
+    "study_budget",
 ]
 
 
@@ -63,19 +79,57 @@ class StudySpec:
     claim_size: float = option(3.0, "a claim's size: points of pass@k (MDE goal)", gt=0)
     claim_size_distinct: float = option(0.1, "a claim's size in distinct correct / problem", gt=0)
     alpha: float = option(0.05, "family-wise level of Holm over the picks", gt=0, lt=1)
+    unequal_budget: bool = option(
+        False,
+        "allow a method tuned otherwise than GRPO's reference (learning rates, kl_coef, "
+        "checkpoints); study.json's design.budget then says 'unequal (explicit)'",
+    )
     confirm_train: dict[str, Any] = field(default_factory=dict, metadata=meta(
         "train-config overrides of the confirmation alone, set over [train] (e.g. eval = { dtype = "
         "'bfloat16' } to sample faster on a GPU): every confirmation run shares them, GRPO's "
         "reference included, so its comparisons stay like for like"))  # fmt: skip
 
 
+TUNING_KEYS = ("optim.lr", "kl_coef", "steps")
+"""A setting's keys that tune it rather than shape it (`budgets`; ``steps`` moves its
+checkpoints)."""
+
+
+def budgets(sweep: SweepSpec) -> list[Budget]:
+    """Each setting's tuning (`experiment.spec.Budget`): its learning rate and ``kl_coef`` as its
+    runs train (`llm.sweep.run_config`: base config, ``[train]``, the setting) and the
+    checkpoints its models are read at (`llm.sweep.SweepSpec.checkpoints_of`: every one)."""
+    out = []
+    for s in sweep.settings:
+        cfg = run_config(sweep, s)
+        own = {k: v for k, v in s.params.items() if MOVED_KEYS.get(k, k) not in TUNING_KEYS}
+        axes = {"optim.lr": float(cfg.optim.lr), "kl_coef": float(cfg.kl_coef),
+                "checkpoints": tuple(sweep.checkpoints_of(s))}  # fmt: skip
+        out.append(Budget(s.label, setting_name(own), axes))
+    return out
+
+
+def study_budget(sweep: SweepSpec, spec: StudySpec) -> tuple[str, str | None]:
+    """The study's tuning budget (`experiment.spec.check_budget` of `budgets`) and, when it is
+    unequal, how (`experiment.spec.budget_difference`).
+
+    Raises:
+        ValueError: a method tuned otherwise than the reference without ``unequal_budget``.
+    """
+    rows = budgets(sweep)
+    word = check_budget(rows, sweep.reference, unequal=spec.unequal_budget)
+    return word, budget_difference(rows, sweep.reference)
+
+
 def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
     """The exploratory sweep document (the file without ``[study]``) and its `StudySpec`; the
-    sweep is validated (`llm.sweep.sweep_from_dict`).
+    sweep is validated (`llm.sweep.sweep_from_dict`), and so are its tuning budgets
+    (`experiment.spec.check_budget` of `budgets`).
 
     Raises:
         ValueError: naming the file and key: a bad ``[study]`` key, confirmation seeds that are
-            also exploratory seeds, or confirmation problems overlapping the exploratory ones.
+            also exploratory seeds, confirmation problems overlapping the exploratory ones, or a
+            method tuned otherwise than the reference without ``unequal_budget = true``.
     """
     path = Path(path)
     doc = dict(store.read_toml(path))
@@ -94,6 +148,10 @@ def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
     reused = sorted(set(spec.confirm_seeds) & set(sweep.seeds))
     if reused:
         raise ValueError(f"{path}: study.confirm_seeds: {reused} are exploratory seeds")
+    try:
+        study_budget(sweep, spec)
+    except ValueError as err:
+        raise ValueError(f"{path}: study: {err}") from None
     explored = sweep.eval.get("offset", 0) + sweep.eval["problems"]
     if spec.confirm_offset and spec.confirm_offset < explored:
         raise ValueError(f"{path}: study.confirm_offset: {spec.confirm_offset} overlaps the "
@@ -104,11 +162,12 @@ def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
 def confirmation_doc(
     doc: Mapping[str, Any], spec: StudySpec, picks: Mapping[str, Mapping[str, Any]], root: Path
 ) -> dict[str, Any]:
-    """The confirmation sweep: `doc`'s reference entries, one entry per picked label with its
-    picked setting's parameters, the fresh seeds and problems (``confirm_offset``, or right after
+    """The confirmation sweep: `doc`'s reference entries (with ``tune`` crossed in,
+    `experiment.spec.untune`), one entry per picked label with its picked setting's parameters
+    (its tuning values included), the fresh seeds and problems (``confirm_offset``, or right after
     the exploratory problems), and ``confirm_train`` set over the ``[train]`` table."""
     sweep = sweep_from_dict(doc, root=root)
-    out = copy.deepcopy(dict(doc))
+    out = untune(doc)
     out["base"] = str(Path(sweep.base).resolve())  # absolute: parsed from any root
     explored = sweep.eval.get("offset", 0) + sweep.eval["problems"]
     out["eval"] = {**out.get("eval", {}), "problems": spec.confirm_problems,
@@ -117,7 +176,7 @@ def confirmation_doc(
     if spec.confirm_train:
         out["train"] = merge_tables(dict(out.get("train", {})), spec.confirm_train)
     methods = []
-    for entry in doc["methods"]:
+    for entry in out["methods"]:
         label = entry.get("label", entry["method"])
         if label in sweep.reference:
             methods.append(entry)
@@ -173,6 +232,7 @@ def run_study(
     out = Path(out) if out is not None else Path("runs/llm_study") / config_path.stem
     sweep = sweep_from_dict(doc, root=config_path.parent)
     sweep.source = str(config_path)
+    budget, unequal = study_budget(sweep, spec)
     check_engine(sweep, engine)  # both stages, before any run
     if spec.confirm_train:  # else the confirmation trains and samples as the exploration does
         check_engine(sweep_from_dict(confirmation_doc(doc, spec, {}, config_path.parent),
@@ -191,7 +251,7 @@ def run_study(
               "confirm_seeds": list(spec.confirm_seeds),
               "confirm_problems": spec.confirm_problems,
               "confirm_offset": csweep.eval["offset"], "samples": csweep.eval["samples"],
-              "checkpoints": sweep.checkpoints, "engine": engine,
+              "checkpoints": sweep.checkpoints, "budget": budget, "engine": engine,
               **({"sampler_version": SAMPLER_VERSION} if engine == "batched" else {})}  # fmt: skip
     result = S.conclude(
         spec.name, picks, confirm["frontier"], reference=sweep.reference[0], alpha=spec.alpha,
@@ -206,7 +266,10 @@ def run_study(
            "Confirmation: those settings and GRPO's reference entries re-trained on fresh seeds "
            f"{spec.confirm_seeds} and evaluated on {spec.confirm_problems} fresh problems (from "
            f"{csweep.eval['offset']} on) × {csweep.eval['samples']} samples; each pick read at "
-           "its checkpoint.")  # fmt: skip
+           "its checkpoint. Tuning budgets: "
+           + ("equal (every method at the reference's learning rates, kl_coef values and "
+              "checkpoints)." if unequal is None
+              else f"**unequal** (explicit, [study] unequal_budget = true): {unequal}."))  # fmt: skip
     result["fingerprints"] = {"explore": explore["fingerprints"],
                               "confirm": confirm["fingerprints"]}  # fmt: skip
     store.write_json(out / "study.json", result, indent=1)

@@ -1,13 +1,15 @@
 """Sweeps of shaping methods on an LLM task: ``python -m llm sweep --config FILE [--describe]``.
 
 A sweep TOML (``configs/sweep_countdown_tiny.toml``) holds the grammar both drivers share
-(`experiment.spec`: ``seeds``, ``checkpoints``, ``reference``, ``[[methods]]`` with ``fixed``,
-``grid``, ``zip`` or ``points``), ``base`` (the train config every run starts from, relative to
+(`experiment.spec`: ``seeds``, ``checkpoints``, ``reference``, ``tune``, ``[[methods]]`` with
+``fixed``, ``grid``, ``zip`` or ``points``), ``base`` (the train config every run starts from, relative to
 the sweep file), ``[train]`` (its overrides for every run) and ``[eval]`` (`SweepEval`: every
 model on the same problems with the same sampling seed, so comparisons are paired). A setting's
 key is a hyper-parameter of the method (``gamma_p``), a top-level train-config key (``kl_coef``)
 or a dotted one (``optim.lr``, ``hyper.eta``, ``data.n_problems``); a train-config key that moved
-into a table (``lr``, `llm.config.MOVED_KEYS`) goes there, with a `FutureWarning`. Every run is
+into a table (``lr``, `llm.config.MOVED_KEYS`) goes there, with a `FutureWarning`.
+``tune = { "optim.lr" = [1e-4, 2e-4] }`` crosses those values with every entry's settings, GRPO's
+included (a setting then reads ``eta=0.1,optim.lr=0.0001``). Every run is
 evaluated at every checkpoint, so each run is a path; the base model is step 0 of all. A setting
 may train its own number of ``steps`` (e.g. GRPO's KL setting further, so that its curve reaches
 the methods' pass@1): its runs are evaluated at the sweep's checkpoints up to its steps,
@@ -80,6 +82,7 @@ __all__ = [
     "describe",
     "load_sweep",
     "rerun_runs",
+    "run_config",
     "run_fingerprint",
     "run_name",
     "run_sweep",
@@ -270,7 +273,7 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         "ks": sorted({1, *ks}),  # pass@1 is the frontier's x axis
     }
 
-    entries = parse_methods(doc["methods"], _check_key)
+    entries = parse_methods(doc["methods"], _check_key, doc.get("tune"))
     settings: list[Setting] = []
     for entry in entries:
         where = f"methods[{entry.label}]"
@@ -354,6 +357,17 @@ def _base_doc(base: str | os.PathLike[str], train: Mapping[str, Any]) -> dict[st
 
 def _base_raw(spec: SweepSpec) -> dict[str, Any]:
     return _base_doc(spec.base, spec.train)
+
+
+def run_config(spec: SweepSpec, setting: Setting) -> TrainConfig:
+    """The train config of `setting`'s runs (of its first seed; the others differ in ``seed``
+    alone), as the sweep trains them: the base config, ``[train]``, the setting's values.
+
+    Raises:
+        ValueError: an invalid config (`sweep_from_dict` has checked every setting's).
+    """
+    raw = _run_raw(_base_raw(spec), setting, spec.seeds[0], spec.checkpoints_of(setting))
+    return config_from_dict(raw)
 
 
 def run_name(setting: Setting, seed: int) -> str:

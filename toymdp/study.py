@@ -5,12 +5,18 @@ coefficients swept against GRPO's own curve) plus a ``[study]`` table (`StudySpe
 dataset draws, training seeds and key root of the confirmation stage, the claimed size of a lift
 and the family-wise level. The stages (`experiment.study`):
 
-1. **explore**: the sweep as written; per method label and measure, the pick with the largest
-   lower bound of its lift (`experiment.study.select`; one pick per label, by the pass@k lift);
+1. **explore**: the sweep as written, every row read at every checkpoint (`toymdp.sweep.read_steps`:
+   a method is early-stopped as GRPO is); per method label and measure, the (setting,
+   checkpoint) with the largest lower bound of its lift (`experiment.study.select`; one pick per
+   label, by the pass@k lift). Every method must get the tuning of GRPO's reference (its learning
+   rates, ``kl_coef`` values and checkpoints: `budgets`, checked by
+   `experiment.spec.check_budget`; a top-level ``tune`` table gives it to all), unless
+   ``unequal_budget = true`` says otherwise, which study.json's ``design.budget`` then records;
 2. **confirm**: the reference entries as written plus one ``fixed`` entry per pick, trained on
    the fresh keys and evaluated on fresh draws (new prompts and correct sets); per measure, each
-   pick's lift with Holm over the picks (`experiment.study.confirm`), the minimum detectable lift,
-   and the verdict of every claim of `experiment.study.CLAIMS` whose method the study has.
+   pick's lift at its picked checkpoint with Holm over the picks (`experiment.study.confirm`),
+   the minimum detectable lift, and the verdict of every claim of `experiment.study.CLAIMS`
+   whose method the study has.
 
 Outputs in OUT (default ``runs/toy_study/<config stem>``): ``explore/`` and ``confirm/`` (each a
 sweep folder: results.json, lifts.md, frontier.png), ``study.json`` (provenance: git commit,
@@ -21,7 +27,6 @@ sweep, so a rerun costs only the analysis.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +36,19 @@ import numerics
 from experiment import store
 from experiment import study as S
 from experiment.schema import meta, option
+from experiment.spec import Budget, budget_difference, check_budget, untune
 from toymdp import sweep as SW
 from toymdp import sweep_spec
 
-__all__ = ["StudySpec", "confirmation_doc", "load_study", "run_study"]
+__all__ = [
+    "TUNING_KEYS",
+    "StudySpec",
+    "budgets",
+    "confirmation_doc",
+    "load_study",
+    "run_study",
+    "study_budget",
+]
 
 
 @dataclass(frozen=True)
@@ -52,6 +66,11 @@ class StudySpec:
     claim_size: float = option(1.5, "a claim's size: points of pass@k (MDE goal)", gt=0)
     claim_size_distinct: float = option(0.1, "a claim's size in distinct correct / prompt", gt=0)
     alpha: float = option(0.05, "family-wise level of Holm over the picks", gt=0, lt=1)
+    unequal_budget: bool = option(
+        False,
+        "allow a method tuned otherwise than GRPO's reference (learning rates, kl_coef, "
+        "checkpoints); study.json's design.budget then says 'unequal (explicit)'",
+    )
 
 
 COSTS = {"run": 0.0, "problem": 1.0, "unit": "draw × seed trainings"}
@@ -59,12 +78,45 @@ COSTS = {"run": 0.0, "problem": 1.0, "unit": "draw × seed trainings"}
 (vectorized together), so a design costs seeds × draws."""
 
 
+TUNING_KEYS = ("lr", "kl_coef")
+"""A setting's keys that tune it rather than shape it (`budgets`)."""
+
+
+def budgets(cfg: sweep_spec.SweepConfig) -> list[Budget]:
+    """Each row's tuning (`experiment.spec.Budget`): its learning rate and ``kl_coef`` (the row's
+    value, else its entry's ``fixed``, else ``[train]``'s) and the updates its models are read at
+    (`toymdp.sweep.read_steps`)."""
+    fixed = {m.label: m.fixed for m in cfg.methods}
+    out = []
+    for r in SW.all_rows(cfg):
+        kl = r.values.get("kl_coef", fixed[r.label].get("kl_coef", cfg.train.kl_coef))
+        own = {k: v for k, v in r.values.items() if k not in TUNING_KEYS}
+        axes = {"lr": float(r.values.get("lr", cfg.train.lr)), "kl_coef": float(kl),
+                "checkpoints": SW.read_steps(cfg, r.label)}  # fmt: skip
+        out.append(Budget(r.label, SW.Run(r.label, r.method, own, {}).setting(), axes))
+    return out
+
+
+def study_budget(cfg: sweep_spec.SweepConfig, spec: StudySpec) -> tuple[str, str | None]:
+    """The study's tuning budget (`experiment.spec.check_budget` of `budgets`) and, when it is
+    unequal, how (`experiment.spec.budget_difference`).
+
+    Raises:
+        ValueError: a method tuned otherwise than the reference without ``unequal_budget``.
+    """
+    rows = budgets(cfg)
+    word = check_budget(rows, cfg.reference, unequal=spec.unequal_budget)
+    return word, budget_difference(rows, cfg.reference)
+
+
 def load_study(path: Path) -> tuple[dict[str, Any], StudySpec]:
-    """The exploratory sweep document (the file without ``[study]``) and its `StudySpec`.
+    """The exploratory sweep document (the file without ``[study]``) and its `StudySpec`; the
+    tuning budgets are checked (`study_budget`).
 
     Raises:
         ValueError: naming the file and key: a bad ``[study]`` key, confirmation draws that are
-            also exploratory draws, or a confirmation key root equal to ``train.seed``.
+            also exploratory draws, a confirmation key root equal to ``train.seed``, or a method
+            tuned otherwise than the reference without ``unequal_budget = true``.
     """
     doc = dict(store.read_toml(path))
     table = doc.pop("study", {})
@@ -78,16 +130,21 @@ def load_study(path: Path) -> tuple[dict[str, Any], StudySpec]:
         raise ValueError(f"{path}: study.confirm_draws: {reused} are exploratory draws (env.draws)")
     if spec.confirm_key == cfg.train.seed:
         raise ValueError(f"{path}: study.confirm_key: {spec.confirm_key} equals train.seed")
+    try:
+        study_budget(cfg, spec)
+    except ValueError as err:
+        raise ValueError(f"{path}: study: {err}") from None
     return doc, spec
 
 
 def confirmation_doc(
     doc: Mapping[str, Any], spec: StudySpec, picks: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, Any]:
-    """The confirmation sweep: `doc`'s reference entries, one fixed entry per picked label (its
-    picked setting), the fresh draws, seeds and key root."""
+    """The confirmation sweep: `doc`'s reference entries (with ``tune`` crossed in,
+    `experiment.spec.untune`), one fixed entry per picked label (its picked setting, its tuning
+    values included), the fresh draws, seeds and key root."""
     cfg = sweep_spec.parse_config(doc)
-    out = copy.deepcopy(dict(doc))
+    out = untune(doc)
     out["env"] = {**out.get("env", {}), "draws": list(spec.confirm_draws)}
     out["train"] = {**out.get("train", {}), "seed": spec.confirm_key}
     out["seeds"] = list(spec.confirm_seeds)
@@ -95,7 +152,7 @@ def confirmation_doc(
     for m in cfg.methods:
         if m.label in cfg.reference:
             methods.append(
-                next(e for e in doc["methods"] if e.get("label", e["method"]) == m.label)
+                next(e for e in out["methods"] if e.get("label", e["method"]) == m.label)
             )
         elif m.label in picks:
             fixed = {**m.fixed, **picks[m.label]["params"]}
@@ -120,6 +177,7 @@ def run_study(
     doc, spec = load_study(config_path)
     out = Path(out) if out is not None else Path("runs/toy_study") / config_path.stem
     cfg = sweep_spec.parse_config(doc)
+    budget, unequal = study_budget(cfg, spec)
     explore = SW.sweep_config(cfg, out / "explore", use_cache=use_cache, progress=progress)
     picks = S.pick(explore["doc"]["frontier"])
     cdoc = confirmation_doc(doc, spec, picks["pass_at_k"])
@@ -127,19 +185,24 @@ def run_study(
                               use_cache=use_cache, progress=progress)  # fmt: skip
     design = {"explore_draws": list(cfg.env.draws), "explore_seeds": list(cfg.seeds),
               "confirm_draws": list(spec.confirm_draws), "confirm_seeds": list(spec.confirm_seeds),
-              "confirm_key": spec.confirm_key}  # fmt: skip
+              "confirm_key": spec.confirm_key, "checkpoints": list(cfg.eval_steps[1:]),
+              "budget": budget}  # fmt: skip
     result = S.conclude(
         spec.name, picks, confirm["doc"]["frontier"], reference=cfg.reference[0],
         alpha=spec.alpha, size=spec.claim_size, size_distinct=spec.claim_size_distinct,
         problems=len(spec.confirm_draws), design=design,
-        provenance=S.provenance(config_path, numerics.tag()), by_step=False,
+        provenance=S.provenance(config_path, numerics.tag()), by_step=True,
         costs=COSTS,
     )  # fmt: skip
-    how = (f"Exploratory stage: draws {design['explore_draws']}, seeds {design['explore_seeds']}; "
-           "per method the setting with the largest lower bound of its pass@k lift (final "
-           "checkpoint). Confirmation: those picks and GRPO's reference entries re-trained on fresh "
-           f"keys (root {spec.confirm_key}, seeds {design['confirm_seeds']}) and evaluated on fresh "
-           f"draws {design['confirm_draws']} (the problem units of the lift).")  # fmt: skip
+    how = (f"Exploratory stage: draws {design['explore_draws']}, seeds {design['explore_seeds']}, "
+           f"checkpoints {design['checkpoints']}; per method the (setting, checkpoint) with the "
+           "largest lower bound of its pass@k lift. Confirmation: those picks and GRPO's reference "
+           f"entries re-trained on fresh keys (root {spec.confirm_key}, seeds "
+           f"{design['confirm_seeds']}) and evaluated on fresh draws {design['confirm_draws']} "
+           "(the problem units of the lift); each pick read at its checkpoint. Tuning budgets: "
+           + ("equal (every method at the reference's learning rates, kl_coef values and "
+              "checkpoints)." if unequal is None
+              else f"**unequal** (explicit, [study] unequal_budget = true): {unequal}."))  # fmt: skip
     store.write_json(out / "study.json", result, indent=1)
     store.write_text(out / "verdicts.md", S.study_markdown(result, how, "Dataset draws"))
     return result

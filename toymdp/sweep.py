@@ -1,12 +1,14 @@
 """`python -m toymdp sweep --config FILE [--out DIR]`: hyper-parameter sweeps and trade-off frontiers.
 
 A TOML file holds the sweep grammar both drivers share (`experiment.spec`: ``seeds``,
-``checkpoints``, ``reference``, ``[[methods]]`` with ``fixed``, ``grid``, ``zip`` or ``points``),
+``checkpoints``, ``reference``, ``tune``, ``[[methods]]`` with ``fixed``, ``grid``, ``zip`` or
+``points``),
 the toy's ``[env]`` (`toymdp.sweep_spec.EnvSpec`), ``[train]`` (`toymdp.sweep_spec.TrainSpec`) and ``[frontier]``
 (``num_resamples``); see ``configs/toy/*.toml`` and ``python -m toymdp sweep --describe``.
-A setting's keys are the method's hyper-parameters and ``lr``. ``seeds = [0, 1, 2, 3]`` are the
-indices of the training keys split from ``train.seed``; ``checkpoints`` are update counts (step 0,
-the base policy, is always evaluated).
+A setting's keys are the method's hyper-parameters and ``lr``; ``tune = { lr = [0.03, 0.1],
+kl_coef = [0.0, 0.3] }`` crosses those values with every entry's settings, GRPO's included.
+``seeds = [0, 1, 2, 3]`` are the indices of the training keys split from ``train.seed``;
+``checkpoints`` are update counts (step 0, the base policy, is always evaluated).
 
 Execution (PureJaxRL style): float hyper-parameters of a method and the learning rate are
 *data* (`toymdp.train.TrainConfig.swept_names`), so each entry is one compiled program, `vmap`
@@ -17,7 +19,8 @@ Outputs in OUT (default ``runs/toy_sweep/<config stem>``): ``results.json`` (the
 `experiment.report`, plus ``runs``: per entry × setting its metrics, means over the training and
 the held-out prompts, axes `(D draws, R seeds, T eval steps[, k])`), ``frontier.png`` and
 ``lifts.md`` (`experiment.report`: lift at matched pass@1 over the reference curve, every
-checkpoint of every reference setting; `experiment.frontier.curve_lift` over seeds × draws).
+checkpoint of every setting, as the LLM sweep reads its runs (`read_steps`: each run a path, so a
+method is early-stopped as GRPO is); `experiment.frontier.curve_lift` over seeds × draws).
 Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.npz``.
 """
 
@@ -137,16 +140,27 @@ def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict[str, Any]:
     }
 
 
-def frontier_data(cfg: SweepConfig, res: Mapping[str, Any], metric: str) -> dict[str, Any]:
+def read_steps(cfg: SweepConfig, label: str, paths: bool = True) -> tuple[int, ...]:
+    """The updates at which the lift analysis reads the rows of `label` (step 0, the base, aside):
+    every checkpoint (each run a path: a method is early-stopped as GRPO is), or with
+    `paths=False` (figure 6's reading) the last alone for a row outside the reference."""
+    steps = cfg.eval_steps[1:]
+    return steps if paths or label in cfg.reference else steps[-1:]
+
+
+def frontier_data(
+    cfg: SweepConfig, res: Mapping[str, Any], metric: str, paths: bool = True
+) -> dict[str, Any]:
     """Per-problem gains over the base policy (step 0) in `experiment.frontier`'s layout: seeds =
     training seeds; problems = the dataset draws, each the mean over its held-out prompts (the
     training prompts when nothing is held out), or the prompts themselves with one draw, so that
     the problem axis is crossed with the seeds (a run's effect is then the seed × draw cell, not
-    shared by many "problems"); models = every eval step of every reference row and the final
-    step of the others.
+    shared by many "problems"); models = every row at each of its `read_steps`.
 
     Args:
         metric: ``"pass_at_k"`` (at the largest k) or ``"distinct_correct"``.
+        paths: `read_steps`' choice: every checkpoint of every row (True) or, outside the
+            reference, the last alone.
 
     Returns:
         ``x``, ``y`` `(M, R, D)` (or `(M, R, P')` with one draw) gains, ``models``, ``rows`` (one record per model), ``row``
@@ -167,9 +181,12 @@ def frontier_data(cfg: SweepConfig, res: Mapping[str, Any], metric: str) -> dict
     bx, by = cx[0, 0], dy[0, 0]  # step 0: the base policy, the same for every row
     rows: list[Run] = res["rows"]
     steps = cfg.eval_steps
-    last = [len(steps) - 1]
-    picks = [(i, t) for i, r in enumerate(rows)
-             for t in (range(len(steps)) if r.label in cfg.reference else last)]  # fmt: skip
+    picks = [
+        (i, steps.index(s))
+        for i, r in enumerate(rows)
+        # a reference row's path starts at the base policy (step 0)
+        for s in ((0,) if r.label in cfg.reference else ()) + read_steps(cfg, r.label, paths)
+    ]
     records = [{"label": rows[i].label, "params": rows[i].values, "setting": rows[i].setting(),
                 "step": int(steps[t])} for i, t in picks]  # fmt: skip
     models = frontier.Models(*([r[k] for r in records] for k in ("label", "setting", "step")))
@@ -180,12 +197,13 @@ def frontier_data(cfg: SweepConfig, res: Mapping[str, Any], metric: str) -> dict
             "base_y": float(by.mean())}  # fmt: skip
 
 
-def analyse(cfg: SweepConfig, res: Mapping[str, Any]) -> dict[str, Any]:
-    """Per measure of `experiment.report.MEASURES`: ``data`` (`frontier_data`), ``lift`` (the
-    `LiftResult`) and ``section`` (results.json's record, `experiment.report.lift_analysis`)."""
+def analyse(cfg: SweepConfig, res: Mapping[str, Any], paths: bool = True) -> dict[str, Any]:
+    """Per measure of `experiment.report.MEASURES`: ``data`` (`frontier_data` with `paths`),
+    ``lift`` (the `LiftResult`) and ``section`` (results.json's record,
+    `experiment.report.lift_analysis`)."""
     out = {}
     for metric in report.MEASURES:
-        data = frontier_data(cfg, res, metric)
+        data = frontier_data(cfg, res, metric, paths)
         k = max(cfg.train.pass_k) if metric == "pass_at_k" else None
         section, lift = report.lift_analysis(
             data["x"], data["y"], data["models"], data["rows"], cfg.reference, k=k,

@@ -268,7 +268,7 @@ def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
     env = parse_env(doc.get("env", {}))
     tr = parse_train(doc.get("train", {}))
     checkpoints = spec.parse_checkpoints(doc.get("checkpoints", 4), tr.updates)
-    methods = spec.parse_methods(doc.get("methods"), _check_key)
+    methods = spec.parse_methods(doc.get("methods"), _check_key, doc.get("tune"))
     for m in methods:
         if "lr" in m.fixed:
             raise ValueError(f"methods[{m.label}].fixed.lr: set lr in [train] or sweep it")

@@ -152,9 +152,7 @@ def slow_draws(x, y, ref, num_draws, seed):
                                atol=1e-12)  # fmt: skip
     # The same root as the fast path (an eigenvector's sign is arbitrary, so the draws of two
     # decompositions differ): from here on the loop is the reference.
-    w, q = np.linalg.eigh(Cv.mean_covariance(v))
-    keep = w > 1e-12 * w.max()
-    root = q[:, keep] * np.sqrt(w[keep])
+    root = Cv.covariance_root(v)
     rng = np.random.default_rng([seed, 37])
     z = rng.standard_normal((num_draws, root.shape[1]))
     n = x.shape[0]

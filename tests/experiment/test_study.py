@@ -53,7 +53,9 @@ def test_confirm_applies_holm_over_the_picks_and_names_missing_labels():
     np.testing.assert_allclose([out[k]["p_holm"] for k in "abc"], I.holm([0.01, 0.03, 0.04]))
     assert out["a"]["verdict"] == "above"  # 0.03 <= 0.05
     assert out["b"]["verdict"] == "none" and out["c"]["verdict"] == "none"  # 0.06, 0.06 > 0.05
-    assert out["a"]["mde"] == pytest.approx(float(Cv.minimum_detectable(0.01, 30.0, alpha=0.05 / 3)))
+    assert out["a"]["mde"] == pytest.approx(
+        float(Cv.minimum_detectable(0.01, 30.0, alpha=0.05 / 3))
+    )
     with pytest.raises(ValueError, match="label 'z' has 0 models"):
         S.confirm(section, ["z"])
 

@@ -12,7 +12,7 @@ import pytest
 
 from experiment import study as S
 from llm.__main__ import main
-from llm.study import confirmation_doc, load_study, spot_check
+from llm.study import budgets, confirmation_doc, load_study, spot_check, study_budget
 from llm.sweep import run_sweep, sweep_from_dict
 from numerics import emulate
 from tests.llm.test_sweep import BASE, SWEEP
@@ -59,6 +59,8 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     assert {r["claim"] for r in doc["claims"]} >= {"grpo_sharpens"}
     assert all(r["verdict"] in S.VERDICTS for r in doc["claims"] if r["claim"] != "grpo_spread")
     assert "## Claims" in (out / "verdicts.md").read_text()
+    assert doc["design"]["budget"] == "equal"  # GRPO and the method: one lr, kl_coef, checkpoints
+    assert "Tuning budgets: equal" in (out / "verdicts.md").read_text()
     # The cost model of the power calculation, measured in the confirmation's runs.
     assert doc["costs"]["unit"] == "core-s" and doc["costs"]["run"] > 0
     assert doc["costs"]["problem"] > 0 and "designs_for_goal" in doc
@@ -163,3 +165,69 @@ def test_confirm_train_sets_the_confirmation_alone_and_samples_in_bfloat16(
     assert res["settings"]["eval"]["dtype"] == "bfloat16"  # part of every evaluation's key
     assert [(m["label"], m["seed"]) for m in res["models"]][1:] == [("grpo", 5), ("grpo", 5)]
     assert all(0 <= m["pass1"] <= 1 and m["n"] == 4 for m in res["models"])
+
+
+def _budget_study(folder: Path, model: str, top: str, grpo: str, study: str = STUDY) -> Path:
+    """A study whose GRPO entry is `grpo` (lines of its table) with `top` (top-level keys)."""
+    (folder / "base.toml").write_text(BASE.format(model=model))
+    text = SWEEP.format(eta="0.1, 0.3").replace('reference = "grpo"', f'reference = "grpo"\n{top}')
+    text = text.replace('method = "grpo"\n', f'method = "grpo"\n{grpo}\n')
+    path = folder / "study.toml"
+    path.write_text(text + study)
+    return path
+
+
+def test_unequal_tuning_budgets_are_refused_unless_the_study_says_so(tmp_path, tiny_model_path):
+    """GRPO's reference with a kl_coef setting the methods lack is refused, naming the method,
+    the axis and both values; ``unequal_budget = true`` lets it through and says so; a ``tune``
+    table gives every method GRPO's tuning, and the confirmation keeps it for the reference."""
+    kl = "points = [{}, { kl_coef = 0.1 }]"
+    config = _budget_study(tmp_path, tiny_model_path, "", kl)
+    with pytest.raises(ValueError) as err:
+        load_study(config)
+    text = str(err.value)
+    assert "\n" not in text and text.startswith(f"{config}: study: unequal tuning budgets: ")
+    assert ("methods[entropy_bonus] (eta=0.1) is tuned over kl_coef [0], the reference (grpo) "
+            "over [0, 0.1]") in text and "unequal_budget = true" in text  # fmt: skip
+
+    config = _budget_study(tmp_path, tiny_model_path, "", kl, STUDY + "unequal_budget = true\n")
+    doc, spec = load_study(config)
+    sweep = sweep_from_dict(doc, root=tmp_path)
+    word, how = study_budget(sweep, spec)
+    assert word == "unequal (explicit)" and how.startswith("methods[entropy_bonus] (eta=0.1)")
+
+    tune = 'tune = { kl_coef = [0.0, 0.1], "optim.lr" = [1e-2, 2e-2] }'
+    config = _budget_study(tmp_path, tiny_model_path, tune, "")
+    doc, spec = load_study(config)
+    sweep = sweep_from_dict(doc, root=tmp_path)
+    assert study_budget(sweep, spec) == ("equal", None)
+    assert [len([s for s in sweep.settings if s.label == x]) for x in sweep.labels] == [4, 8]
+    rows = budgets(sweep)
+    assert {r.axes["checkpoints"] for r in rows} == {(1, 2)}  # every run read at every step
+    assert {(r.label, r.coefficients) for r in rows} == {
+        ("grpo", "default"),
+        ("entropy_bonus", "eta=0.1"),
+        ("entropy_bonus", "eta=0.3"),
+    }
+    pick = {"entropy_bonus": {"params": {"eta": 0.3, "kl_coef": 0.1, "optim.lr": 0.01}}}
+    conf = confirmation_doc(doc, spec, pick, tmp_path)
+    assert "tune" not in conf
+    csweep = sweep_from_dict(conf, root=tmp_path)
+    assert [s.params for s in csweep.settings] == [
+        {"kl_coef": k, "optim.lr": lr} for k in (0.0, 0.1) for lr in (1e-2, 2e-2)
+    ] + [pick["entropy_bonus"]["params"]]
+
+
+@pytest.mark.parametrize(
+    ("name", "budget"),
+    [("study_countdown_strong.toml", "equal"), ("study_countdown_mild.toml", "equal"),
+     ("study_countdown_smollm2.toml", "unequal (explicit)")],
+)  # fmt: skip
+def test_the_committed_study_configs_state_their_budgets(name, budget):
+    """Parse only: the committed LLM studies give every method GRPO's tuning (the SmolLM2 GPU
+    study says that it does not, until its next lease)."""
+    path = Path(__file__).parents[2] / "configs" / name
+    doc, spec = load_study(path)
+    sweep = sweep_from_dict(doc, root=path.parent)
+    assert study_budget(sweep, spec)[0] == budget
+    assert not set(spec.confirm_seeds) & set(sweep.seeds)

@@ -9,6 +9,8 @@ import pytest
 
 from experiment import study as S
 from toymdp import study as TS
+from toymdp import sweep as SW
+from toymdp import sweep_spec
 from toymdp.__main__ import main
 
 CONFIG = Path(__file__).parents[2] / "configs" / "toy" / "quick.toml"
@@ -18,6 +20,7 @@ name = "quick toy"
 confirm_draws = [10, 11, 12]
 confirm_seeds = [0, 1]
 confirm_key = 1
+unequal_budget = true
 """
 
 
@@ -55,6 +58,12 @@ def test_the_study_confirms_the_picks_on_fresh_draws_and_keys(study_file: Path, 
     }
     text = (tmp_path / "verdicts.md").read_text()
     assert "## Claims" in text and "| ds_grpo |" in text
+    # quick.toml tunes GRPO's kl_coef alone: allowed by unequal_budget, and said so.
+    assert doc["design"]["budget"] == "unequal (explicit)" and "**unequal** (explicit" in text
+    # Every row is read at every checkpoint; the pick is confirmed at its own.
+    steps = {m["step"] for m in explore["frontier"]["pass_at_k"]["models"] if not m["reference"]}
+    assert steps == {4, 8, 12} and doc["design"]["checkpoints"] == [4, 8, 12]
+    assert pick["step"] in steps
     # The power calculation over seeds × draws, from the confirmation's variance components.
     assert doc["costs"] == TS.COSTS and "## Designs for the MDE goal" in text
     for label, d in doc["designs_for_goal"]["pass_at_k"].items():
@@ -74,7 +83,41 @@ def test_bad_study_tables_are_named(tmp_path: Path):
         TS.load_study(bad)
 
 
+def test_unequal_budgets_are_refused_and_tune_gives_every_method_grpos(tmp_path: Path):
+    """Parse only: quick.toml's GRPO has kl_coef 0 and 0.1, its DS-GRPO 0 alone: refused without
+    ``unequal_budget``, naming the method, the axis and both values. A ``tune`` table gives both
+    entries the same learning rates and kl_coef values, and the confirmation keeps them."""
+    study = STUDY.replace("unequal_budget = true\n", "")
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CONFIG.read_text() + study)
+    with pytest.raises(ValueError) as err:
+        TS.load_study(bad)
+    assert str(err.value).startswith(f"{bad}: study: unequal tuning budgets: methods[ds_grpo] "
+                                     "(gamma_p=0.1) is tuned over kl_coef [0], the reference "
+                                     "(grpo) over [0, 0.1]; ")  # fmt: skip
+    text = CONFIG.read_text().replace("grid = { kl_coef = [0.0, 0.1] }\n", "")
+    text = text.replace("\n[env]", "tune = { lr = [0.1, 0.3], kl_coef = [0.0, 0.1] }\n\n[env]", 1)
+    good = tmp_path / "good.toml"
+    good.write_text(text + study)
+    doc, spec = TS.load_study(good)
+    cfg = sweep_spec.parse_config(doc)
+    assert TS.study_budget(cfg, spec) == ("equal", None)
+    rows = TS.budgets(cfg)
+    assert len(rows) == 4 + 3 * 4 and {r.axes["checkpoints"] for r in rows} == {(4, 8, 12)}
+    assert SW.all_rows(cfg)[7].setting() == "gamma_p=0.1, lr=0.3, kl_coef=0.1"
+    pick = {"ds_grpo": {"params": {"gamma_p": 0.3, "lr": 0.3, "kl_coef": 0.1}}}
+    conf = TS.confirmation_doc(doc, spec, pick)
+    assert "tune" not in conf
+    ccfg = sweep_spec.parse_config(conf)
+    assert [r.values for r in SW.all_rows(ccfg)] == [
+        {"lr": lr, "kl_coef": k} for lr in (0.1, 0.3) for k in (0.0, 0.1)
+    ] + [{"lr": 0.3}]
+    assert ccfg.methods[1].fixed == {"gamma_n": 0.0, "gamma_p": 0.3, "kl_coef": 0.1}
+
+
 @pytest.mark.parametrize("name", ["study_fig6.toml", "study_sharpening.toml"])
 def test_the_committed_study_configs_parse(name: str):
-    _, spec = TS.load_study(CONFIG.parent / name)
+    doc, spec = TS.load_study(CONFIG.parent / name)
     assert len(spec.confirm_draws) >= 8 and spec.claim_size == 1.5
+    # Equal budgets: every method at GRPO's learning rates and kl_coef values, every checkpoint.
+    assert TS.study_budget(sweep_spec.parse_config(doc), spec) == ("equal", None)
