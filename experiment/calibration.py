@@ -38,7 +38,7 @@ import functools
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
-from scipy import optimize, special, stats
+from scipy import optimize, special
 
 from experiment import estimand, frontier, report
 from experiment import study as S

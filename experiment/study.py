@@ -204,7 +204,7 @@ def sharpening_verdict(
     section: Mapping[str, Any], label: str, *, level: float = 0.95
 ) -> dict[str, Any]:
     """ "GRPO sharpens" from the final checkpoint of `label`'s first setting in a section of
-    `lift_analysis` (bootstrap intervals of its point): supported when its pass@1 gain and its
+    `lift_analysis` (t intervals of its point): supported when its pass@1 gain and its
     measure's gain have intervals on either side of 0 (up and down), refuted when the measure's
     gain interval lies above 0, not resolved otherwise."""
     ms = [m for m in section["models"] if m["label"] == label and m["step"] > 0]  # not the base

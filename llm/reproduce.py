@@ -7,9 +7,9 @@
    evaluated at three checkpoints on the same held-out problems with the same sampling seed
    (paired), in ``RUNS/sweep/`` (``results.json``: per-problem correct counts of every model);
 3. write ``FIGURES/llm_countdown_frontier.png`` (pass@1 gain vs pass@k gain at the largest k and
-   vs distinct correct gain, per method, GRPO's envelope as the reference, bootstrap CIs),
-   ``FIGURES/llm_countdown_lifts.md`` (lift at matched pass@1 over GRPO's curve with 95% CIs,
-   `experiment.frontier`), ``FIGURES/llm_countdown_passk.png`` (pass@k vs k at the last checkpoint,
+   vs distinct correct gain, per method, GRPO's hull as the reference, t intervals),
+   ``FIGURES/llm_countdown_lifts.md`` (lift at matched pass@1 over GRPO's hull with 95% CIs,
+   `experiment.inference`), ``FIGURES/llm_countdown_passk.png`` (pass@k vs k at the last checkpoint,
    and minus the base model's, as seed 000 §4.5 plots it), ``FIGURES/llm_countdown_results.md``
    (the results table and the lift tables) and ``FIGURES/llm_countdown.json`` (the same
    numbers, per seed, with the settings, lifts and timings).
@@ -121,7 +121,7 @@ class ReproduceSettings:
     progress: bool = True
     """tqdm bars"""
     num_resamples: int = 1000
-    """bootstrap replicates of the lift CIs"""
+    """draws of the means behind the lift CIs (`experiment.inference`)"""
     engine: str = "batched"
     """how the sweep trains its runs (`llm.sweep.run_sweep`): batched (runs that share a batch
     train as one program, `llm.train.batched`) or process (each run alone)"""

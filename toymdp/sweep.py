@@ -20,7 +20,7 @@ Outputs in OUT (default ``runs/toy_sweep/<config stem>``): ``results.json`` (the
 the held-out prompts, axes `(D draws, R seeds, T eval steps[, k])`), ``frontier.png`` and
 ``lifts.md`` (`experiment.report`: lift at matched pass@1 over the reference curve, every
 checkpoint of every setting, as the LLM sweep reads its runs (`read_steps`: each run a path, so a
-method is early-stopped as GRPO is); `experiment.frontier.curve_lift` over seeds × draws).
+method is early-stopped as GRPO is); `experiment.inference.lift_inference` over seeds × draws).
 Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.npz``.
 """
 
@@ -303,8 +303,8 @@ def sweep_config(
     store.write_json(out / "results.json", doc, indent=1)
     intro = (f"Lift at matched pass@1 over `{', '.join(cfg.reference)}` (every checkpoint of every "
              f"setting), gains over the base policy on the {_design(cfg)}; {report.LIFT_METHOD}; "
-             f"problems: {_columns(cfg)}; inside: fraction of {cfg.num_resamples} problem-"
-             "bootstrap replicates inside the reference's pass@1 range.")  # fmt: skip
+             f"problems: {_columns(cfg)}; inside: fraction of {cfg.num_resamples} "
+             "draws of the means inside the reference's pass@1 range.")  # fmt: skip
     store.write_text(out / "lifts.md", report.lift_markdown(doc["frontier"], intro))
     report.plot_frontier(doc["frontier"], out / "frontier.png",
                          labels=[m.label for m in cfg.methods], reference=cfg.reference,

@@ -135,7 +135,7 @@ def parse_train(table: object) -> TrainSpec:
 class FrontierSpec:
     """``[frontier]``: the lift analysis."""
 
-    num_resamples: int = option(2000, "bootstrap resamples of the lift intervals", ge=1)
+    num_resamples: int = option(2000, "draws of the means behind the lift intervals", ge=1)
 
 
 TABLES = {"env": EnvSpec, "train": TrainSpec, "frontier": FrontierSpec}

@@ -45,8 +45,8 @@ def frontier_analysis(
     results: Mapping[str, Any], *, num_resamples: int = 1000, level: float = 0.95, seed: int = 0
 ) -> dict[str, Any]:
     """Lift at matched pass@1 of every model over the reference labels' upper envelope, for each
-    measure of `experiment.report.MEASURES` (`experiment.report.lift_analysis`: paired bootstrap
-    over training seeds and problems, bootstrap intervals of every point).
+    measure of `experiment.report.MEASURES` (`experiment.report.lift_analysis`: the lift over the
+    reference's hull, draws of every model's mean over training seeds and problems).
 
     Returns:
         ``{measure: section}`` of `lift_analysis`; gains over the base model (x: pass@1, y: the
@@ -76,7 +76,7 @@ def lift_intro(results: Mapping[str, Any]) -> str:
         "samples, "
         f"sampling seed {ev['seed']} for every model; training seeds {s['seeds']}; "
         f"{report.LIFT_METHOD}. n/a: the model's pass@1 lies outside the reference's range (no "
-        "extrapolation); inside: fraction of problem-bootstrap replicates inside it."
+        "extrapolation); inside: fraction of the draws of the means inside it."
     )
 
 
@@ -89,7 +89,7 @@ def write_reports(results: Mapping[str, Any], frontier_png: Path, lifts_md: Path
         results["frontier"], frontier_png, labels=s["labels"], reference=s["reference"],
         title=f"frontiers: {ev['problems']} problems × {ev['samples']} samples (paired), seeds "
         f"{s['seeds']}, checkpoints {s['checkpoints']}; bars: {round(100 * level)}% "
-        "bootstrap CIs of each method's envelope vertices",
+        "t intervals of each method's hull vertices",
     )  # fmt: skip
     text = report.lift_markdown(results["frontier"], lift_intro(results))
     lifts_md.write_text(text, encoding="utf-8")

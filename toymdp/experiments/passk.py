@@ -313,7 +313,7 @@ _ANALYSES: dict[tuple, tuple] = {}
 def analysis(results: dict[str, np.ndarray]) -> tuple[Any, dict[str, Any], list[str]]:
     """`(config, toymdp.sweep.analyse(...), method labels)` of figure 6's results, GRPO's rows
     as the reference, each other row read at its final update (``paths=False``: the figure
-    compares final points) (memoized: the plot and the summary share one bootstrap)."""
+    compares final points) (memoized: the plot and the summary share one analysis)."""
     key = (bool(results["quick"]), int(results["seed"]), results["correctness"].tobytes())
     if key not in _ANALYSES:
         quick = bool(results["quick"])
