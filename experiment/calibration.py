@@ -114,7 +114,7 @@ DESIGNS = {
         ref_settings=((-0.3, 5.0), (-0.15, 3.0)),
         sigma_along=0.15,
         sigma_off=0.3,
-        pushes=tuple(float(v) for v in np.arange(-20, 21) * 0.05),
+        pushes=tuple(float(v) for v in np.arange(-20, 21) * 0.01),
         sharpenings=(-2.0, 8.0),
     ),
 }
