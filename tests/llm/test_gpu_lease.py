@@ -114,7 +114,7 @@ def test_prune_keeps_only_the_newest_optimizer_state_of_a_running_run(lease, tmp
 def test_the_study_and_its_smoke_version_parse(lease, tmp_path):
     doc, spec = load_study(ROOT / "configs" / "study_countdown_smollm2.toml")
     sweep = sweep_from_dict(doc, root=ROOT / "configs")
-    assert len(sweep.settings) == 9 and sweep.reference == ["grpo"]
+    assert len(sweep.settings) == 14 and sweep.reference == ["grpo"]
     assert sweep.seeds == [0, 1] and set(spec.confirm_seeds).isdisjoint(sweep.seeds)
     assert spec.confirm_offset >= sweep.eval["problems"]  # fresh problems
     smoke = lease.smoke_study("models/random", tmp_path / "smoke.toml")

@@ -221,11 +221,10 @@ def test_unequal_tuning_budgets_are_refused_unless_the_study_says_so(tmp_path, t
 @pytest.mark.parametrize(
     ("name", "budget"),
     [("study_countdown_strong.toml", "equal"), ("study_countdown_mild.toml", "equal"),
-     ("study_countdown_smollm2.toml", "unequal (explicit)")],
+     ("study_countdown_smollm2.toml", "equal")],
 )  # fmt: skip
 def test_the_committed_study_configs_state_their_budgets(name, budget):
-    """Parse only: the committed LLM studies give every method GRPO's tuning (the SmolLM2 GPU
-    study says that it does not, until its next lease)."""
+    """Parse only: the committed LLM studies give every method GRPO's tuning."""
     path = Path(__file__).parents[2] / "configs" / name
     doc, spec = load_study(path)
     sweep = sweep_from_dict(doc, root=path.parent)
