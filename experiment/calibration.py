@@ -39,16 +39,18 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from scipy import optimize, special
+from scipy.special import ndtri
 
 from experiment import estimand, frontier, report
 from experiment import study as S
 
 __all__ = ["CLAIM_SIZE", "DESIGNS", "METHODS", "Design", "calibrate", "method_path", "simulate"]
 
-# Gauss-Hermite nodes (probabilists') of the three normal variables of the population truth: a
-# problem's logit, a run's place along its path, a run's off-path noise on a problem. (A Monte
-# Carlo of the off-path noise, used before, erred by up to 0.4 points in the narrow design.)
-_NODES = {"theta": 48, "z": 12, "u": 16}
+# Quadrature of the population truth: a problem's logit at equal-mass nodes (the midpoint rule in
+# its quantile, robust where a sharpened path makes success a step in the logit: Gauss-Hermite
+# erred by 0.9 points there), a run's place along its path and its off-path noise on a problem
+# at Gauss-Hermite nodes (a Monte Carlo of the off-path noise erred by up to 0.4 points).
+_NODES = {"theta": 401, "z": 8, "u": 8}
 
 CLAIM_SIZE = 0.03
 """The claimed size of every simulated method's claim (3 points of pass@k, the LLM studies')."""
@@ -135,11 +137,11 @@ def _gauss(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _base(d: Design) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The problem logits' nodes `θ` `(J,)`, their weights `(J,)` and the base's success
+    """The problem logits' equal-mass nodes `θ` `(J,)`, their weights `(J,)` and the base's success
     probabilities `(J,)`."""
-    t, wt = _gauss(_NODES["theta"])
-    theta = d.mu + d.tau * t
-    return theta, wt, special.expit(theta)
+    j = _NODES["theta"]
+    theta = d.mu + d.tau * ndtri((np.arange(j) + 0.5) / j)
+    return theta, np.full(j, 1.0 / j), special.expit(theta)
 
 
 def true_points(d: Design, a: float, b: object, s: object) -> tuple[np.ndarray, np.ndarray]:
@@ -182,26 +184,39 @@ def _best(t: np.ndarray) -> np.ndarray:
     return t.max(-1)
 
 
+def _sharpenings(d: Design) -> np.ndarray:
+    """The grid of sharpenings `method_path` brackets its roots on."""
+    return np.linspace(*d.sharpenings, 161)
+
+
+@functools.lru_cache(maxsize=1024)
+def _scan(d: Design, a: float) -> np.ndarray:
+    """`(161,)` the largest true lift of the paths `(a, b)` over `_sharpenings(d)` (NaN where a
+    checkpoint leaves GRPO's range): computed once per push for every lift `method_path` solves."""
+    return _best(true_lifts(d, a, _sharpenings(d)))
+
+
 @functools.lru_cache(maxsize=128)
 def method_path(d: Design, lift: float) -> tuple[float, float]:
     """A path `(a, b)` whose largest true lift over its checkpoints is `lift` (probability units),
-    every checkpoint inside GRPO's range: of the pushes `d.pushes` for which a sharpening `b` in `d.sharpenings`
-    reaches it, the one whose best model's pass@1 is nearest the middle of the range (a path that
-    hardly moves, or whose best model sits at the range's edge, would test little).
+    every checkpoint inside GRPO's range: of the pushes `d.pushes` for which a sharpening `b` in
+    `d.sharpenings` reaches it, the one whose best model's pass@1 is nearest the middle of the
+    range (a path that hardly moves, or whose best model sits at the range's edge, would test
+    little). Roots are bracketed on `_sharpenings`, then found by Brent's method.
 
     Raises:
         ValueError: no such path (the design leaves no room for the lift).
     """
     hull = true_hull(d)
     mid = (hull.x_min + hull.x_max) / 2
-    grid = np.linspace(*d.sharpenings, 161)
+    grid = _sharpenings(d)
     found = []
     for a in d.pushes:
 
         def gap(b: float, a: float = a) -> float:
             return float(_best(true_lifts(d, a, b))) - lift
 
-        g = _best(true_lifts(d, a, grid)) - lift
+        g = _scan(d, a) - lift
         ok = np.isfinite(g[:-1]) & np.isfinite(g[1:]) & (np.sign(g[:-1]) != np.sign(g[1:]))
         for i in np.flatnonzero(ok)[:1]:
             b = float(optimize.brentq(gap, grid[i], grid[i + 1], xtol=1e-10))
