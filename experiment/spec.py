@@ -459,10 +459,12 @@ def budget_difference(rows: Sequence[Budget], reference: Sequence[str]) -> str |
     return None
 
 
-def check_budget(rows: Sequence[Budget], reference: Sequence[str], *, unequal: bool) -> str:
-    """`BUDGET_EQUAL` when every compared method gets the reference's tuning
-    (`budget_difference`), `BUDGET_UNEQUAL` when it does not and `unequal` (a study's
-    ``unequal_budget = true``) says that this is meant.
+def check_budget(
+    rows: Sequence[Budget], reference: Sequence[str], *, unequal: bool
+) -> tuple[str, str | None]:
+    """`(BUDGET_EQUAL, None)` when every compared method gets the reference's tuning
+    (`budget_difference`), `(BUDGET_UNEQUAL, the difference in words)` when it does not and
+    `unequal` (a study's ``unequal_budget = true``) says that this is meant.
 
     Raises:
         ValueError: the budgets differ and `unequal` is False; one line naming the method
@@ -470,9 +472,9 @@ def check_budget(rows: Sequence[Budget], reference: Sequence[str], *, unequal: b
     """
     diff = budget_difference(rows, reference)
     if diff is None:
-        return BUDGET_EQUAL
+        return BUDGET_EQUAL, None
     if unequal:
-        return BUDGET_UNEQUAL
+        return BUDGET_UNEQUAL, diff
     raise ValueError(f"unequal tuning budgets: {diff}; give every method the reference's "
                      "tuning (a top-level tune table) or set [study] unequal_budget = true")  # fmt: skip
 

@@ -35,7 +35,7 @@ import numerics
 from experiment import schema, store
 from experiment import study as S
 from experiment.schema import meta, option
-from experiment.spec import Budget, budget_difference, check_budget, untune
+from experiment.spec import Budget, check_budget, untune
 from llm.config import MOVED_KEYS
 from llm.eval.frontier import setting_name
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
@@ -116,9 +116,7 @@ def study_budget(sweep: SweepSpec, spec: StudySpec) -> tuple[str, str | None]:
     Raises:
         ValueError: a method tuned otherwise than the reference without ``unequal_budget``.
     """
-    rows = budgets(sweep)
-    word = check_budget(rows, sweep.reference, unequal=spec.unequal_budget)
-    return word, budget_difference(rows, sweep.reference)
+    return check_budget(budgets(sweep), sweep.reference, unequal=spec.unequal_budget)
 
 
 def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:

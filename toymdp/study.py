@@ -36,7 +36,7 @@ import numerics
 from experiment import store
 from experiment import study as S
 from experiment.schema import meta, option
-from experiment.spec import Budget, budget_difference, check_budget, untune
+from experiment.spec import Budget, check_budget, untune
 from toymdp import sweep as SW
 from toymdp import sweep_spec
 
@@ -104,9 +104,7 @@ def study_budget(cfg: sweep_spec.SweepConfig, spec: StudySpec) -> tuple[str, str
     Raises:
         ValueError: a method tuned otherwise than the reference without ``unequal_budget``.
     """
-    rows = budgets(cfg)
-    word = check_budget(rows, cfg.reference, unequal=spec.unequal_budget)
-    return word, budget_difference(rows, cfg.reference)
+    return check_budget(budgets(cfg), cfg.reference, unequal=spec.unequal_budget)
 
 
 def load_study(path: Path) -> tuple[dict[str, Any], StudySpec]:

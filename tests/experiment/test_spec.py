@@ -114,8 +114,9 @@ def test_check_budget_accepts_equal_and_names_the_first_difference():
         {**ref, ("casp", "alpha=0.1"): [1e-4, 2e-4], ("casp", "alpha=1"): [2e-4, 1e-4]}
     )
     assert budget_difference(equal, ["grpo"]) is None
-    assert check_budget(equal, ["grpo"], unequal=False) == BUDGET_EQUAL == "equal"
-    assert check_budget(equal, ["grpo"], unequal=True) == BUDGET_EQUAL  # nothing to excuse
+    assert check_budget(equal, ["grpo"], unequal=False) == (BUDGET_EQUAL, None)
+    assert BUDGET_EQUAL == "equal"
+    assert check_budget(equal, ["grpo"], unequal=True)[0] == BUDGET_EQUAL  # nothing to excuse
     # One coefficient of one method at the base learning rate alone: refused, in one line.
     rows = _budgets({**ref, ("casp", "alpha=0.1"): [1e-4, 2e-4], ("casp", "alpha=1"): [2e-4]})
     message = ("unequal tuning budgets: methods[casp] (alpha=1) is tuned over lr [0.0002], the "
@@ -124,7 +125,7 @@ def test_check_budget_accepts_equal_and_names_the_first_difference():
     with pytest.raises(ValueError) as err:
         check_budget(rows, ["grpo"], unequal=False)
     assert str(err.value) == message and "\n" not in message
-    assert check_budget(rows, ["grpo"], unequal=True) == BUDGET_UNEQUAL == "unequal (explicit)"
+    assert check_budget(rows, ["grpo"], unequal=True)[0] == BUDGET_UNEQUAL == "unequal (explicit)"
     # Read at the final checkpoint alone while GRPO is early-stopped: the checkpoints differ.
     late = _budgets(ref) + _budgets({("psr", "default"): [1e-4, 2e-4]}, steps=(100,))
     assert budget_difference(late, ["grpo"]) == (
