@@ -103,7 +103,7 @@ def test_claims_command_writes_the_table_between_the_markers(tmp_path, capsys):
     study = tmp_path / "study.json"
     row = {"study": "toy", "claim": "ds_grpo", "text": "DS-GRPO beats GRPO", "verdict": "refuted",
            "lift": -1.0, "lo": -2.0, "hi": 0.5, "mde": 1.2, "size": 1.5, "unit": "points"}  # fmt: skip
-    study.write_text(json.dumps({"claims": [row]}))
+    study.write_text(json.dumps({"study": "toy", "procedure": "lift v3", "claims": [row]}))
     readme = tmp_path / "README.md"
     readme.write_text("top\n<!-- claims: begin -->\nold\n<!-- claims: end -->\nbottom\n")
     assert main(["claims", str(study), "--readme", str(readme)]) == 0
@@ -111,5 +111,12 @@ def test_claims_command_writes_the_table_between_the_markers(tmp_path, capsys):
     assert "old" not in text and text.startswith("top\n") and text.endswith("bottom\n")
     assert "| claim | toy |" in text
     assert "| DS-GRPO beats GRPO | **refuted** -1.0 [-2.0, +0.5], MDE 1.2 |" in text
+    # a study read before lift v3 (no procedure recorded) is marked superseded
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"study": "toy", "claims": [row]}))
+    assert main(["claims", str(old)]) == 0
+    assert "| claim | toy (lift v2, unequal budgets: superseded, to be re-run) |" in (
+        capsys.readouterr().out
+    )
     assert main(["claims", str(tmp_path / "missing.json")]) == 2
     assert "not a study.json" in capsys.readouterr().err
