@@ -7,7 +7,7 @@ of the stream to skip: the exploratory ones) of the confirmation stage, the clai
 and the family-wise level. The stages (`experiment.study`):
 
 1. **explore**: the sweep as written; per method label, the (setting, checkpoint) with the
-   largest lower bound of its pass@k lift. Every method must get the tuning of GRPO's reference
+   largest (bias-corrected) estimate of its pass@k lift. Every method must get the tuning of GRPO's reference
    (its learning rates, ``kl_coef`` values and checkpoints: `budgets`, checked by
    `experiment.spec.check_budget`; a top-level ``tune`` table gives it to all), unless
    ``unequal_budget = true`` says otherwise, which study.json's ``design.budget`` then records;
@@ -260,7 +260,7 @@ def run_study(
     )  # fmt: skip
     how = (f"Exploratory stage: seeds {sweep.seeds}, the first {sweep.eval['problems']} held-out "
            f"problems × {sweep.eval['samples']} samples, checkpoints {sweep.checkpoints}; per "
-           "method the (setting, checkpoint) with the largest lower bound of its pass@k lift. "
+           "method the (setting, checkpoint) with the largest (bias-corrected) estimate of its pass@k lift. "
            "Confirmation: those settings and GRPO's reference entries re-trained on fresh seeds "
            f"{spec.confirm_seeds} and evaluated on {spec.confirm_problems} fresh problems (from "
            f"{csweep.eval['offset']} on) × {csweep.eval['samples']} samples; each pick read at "

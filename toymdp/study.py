@@ -7,7 +7,7 @@ and the family-wise level. The stages (`experiment.study`):
 
 1. **explore**: the sweep as written, every row read at every checkpoint (`toymdp.sweep.read_steps`:
    a method is early-stopped as GRPO is); per method label and measure, the (setting,
-   checkpoint) with the largest lower bound of its lift (`experiment.study.select`; one pick per
+   checkpoint) with the largest (bias-corrected) estimate of its lift (`experiment.study.select`; one pick per
    label, by the pass@k lift). Every method must get the tuning of GRPO's reference (its learning
    rates, ``kl_coef`` values and checkpoints: `budgets`, checked by
    `experiment.spec.check_budget`; a top-level ``tune`` table gives it to all), unless
@@ -194,7 +194,7 @@ def run_study(
     )  # fmt: skip
     how = (f"Exploratory stage: draws {design['explore_draws']}, seeds {design['explore_seeds']}, "
            f"checkpoints {design['checkpoints']}; per method the (setting, checkpoint) with the "
-           "largest lower bound of its pass@k lift. Confirmation: those picks and GRPO's reference "
+           "largest (bias-corrected) estimate of its pass@k lift. Confirmation: those picks and GRPO's reference "
            f"entries re-trained on fresh keys (root {spec.confirm_key}, seeds "
            f"{design['confirm_seeds']}) and evaluated on fresh draws {design['confirm_draws']} "
            "(the problem units of the lift); each pick read at its checkpoint. Tuning budgets: "
