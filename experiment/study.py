@@ -201,16 +201,31 @@ def dominated(result: Mapping[str, Any]) -> bool:
 
 
 def sharpening_verdict(
-    section: Mapping[str, Any], label: str, *, level: float = 0.95
+    section: Mapping[str, Any],
+    label: str,
+    *,
+    level: float = 0.95,
+    defaults: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """ "GRPO sharpens" from the final checkpoint of `label`'s first setting in a section of
+    """ "GRPO sharpens" from the final checkpoint of one of `label`'s settings in a section of
     `lift_analysis` (t intervals of its point): supported when its pass@1 gain and its
     measure's gain have intervals on either side of 0 (up and down), refuted when the measure's
-    gain interval lies above 0, not resolved otherwise."""
+    gain interval lies above 0, not resolved otherwise.
+
+    The setting is GRPO as configured: the first whose ``params`` agree with `defaults` (the base
+    training config's values of the tuned keys, e.g. ``{"lr": 0.3, "kl_coef": 0.0}``; a key a
+    setting does not name takes its default); without `defaults`, or when none agrees, the first
+    setting. (With a ``tune`` table the first setting is the first tuning combination, e.g. the
+    smallest learning rate, not the configured one: issue 37.)"""
     ms = [m for m in section["models"] if m["label"] == label and m["step"] > 0]  # not the base
     if not ms:
         raise ValueError(f"sharpening: no trained model with label {label!r}")
-    setting = ms[0]["setting"]
+
+    def agrees(m: Mapping[str, Any]) -> bool:
+        params = m.get("params") or {}
+        return all(params.get(k, v) == v for k, v in (defaults or {}).items())
+
+    setting = next((m for m in ms if agrees(m)), ms[0])["setting"]
     m = max((m for m in ms if m["setting"] == setting), key=lambda m: m["step"])
     if m["x_lo"] > 0 and m["y_hi"] < 0:
         verdict = "supported"
@@ -551,11 +566,13 @@ def conclude(
     provenance: Mapping[str, Any],
     by_step: bool,
     costs: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The study's result (study.json) from its picks (`pick`) and the confirmation sweep's
     ``frontier``: per measure `confirm` (with `by_step`, each pick's model at its picked step;
     otherwise the label's only non-reference model), GRPO's `sharpening_verdict` (first reference
-    label), the `claim_rows`, and per pick the problems (`problems_for`, from `problems`) that its
+    label, its setting at `defaults`: the base training config's values of the tuned keys), the
+    `claim_rows`, and per pick the problems (`problems_for`, from `problems`) that its
     MDE needs for the claimed `size`; with `costs` ``{"run", "problem", "unit"}`` (the cost of a
     training run and of one problem's evaluation, and their unit, e.g. ``"core-s"``) also per pick and
     measure the cheapest design of seeds × problems that reaches the claimed size (`design_for`,
@@ -566,7 +583,7 @@ def conclude(
         models = [m for m in section["models"] if m["reference"] or (m["label"] in chosen
                   and (not by_step or m["step"] == chosen[m["label"]]["step"]))]  # fmt: skip
         confirmed[measure] = confirm({**section, "models": models}, list(chosen), alpha=alpha)
-    sharp = sharpening_verdict(confirmation["pass_at_k"], reference)
+    sharp = sharpening_verdict(confirmation["pass_at_k"], reference, defaults=defaults)
     need = {label: problems_for(100 * r["mde"], problems, size)
             for label, r in confirmed["pass_at_k"].items() if r["mde"]}  # fmt: skip
     designs: dict[str, dict[str, Any]] = {}

@@ -41,6 +41,7 @@ from llm.eval.frontier import setting_name
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.executor import check_executor
 from llm.sweep import (
+    Setting,
     SweepSpec,
     check_engine,
     merge_tables,
@@ -107,6 +108,14 @@ def budgets(sweep: SweepSpec) -> list[Budget]:
                 "checkpoints": tuple(sweep.checkpoints_of(s))}  # fmt: skip
         out.append(Budget(s.label, setting_name(own), axes))
     return out
+
+
+def _configured(sweep: SweepSpec) -> dict[str, float]:
+    """The tuned keys' values of a run with no setting of its own (the base config and
+    ``[train]``): the GRPO setting "GRPO sharpens" is read from (`experiment.study.conclude`)."""
+    ref = next(s for s in sweep.settings if s.label == sweep.reference[0])
+    cfg = run_config(sweep, Setting(ref.label, ref.method, {}))
+    return {"optim.lr": float(cfg.optim.lr), "kl_coef": float(cfg.kl_coef)}
 
 
 def study_budget(sweep: SweepSpec, spec: StudySpec) -> tuple[str, str | None]:
@@ -257,6 +266,7 @@ def run_study(
         problems=spec.confirm_problems, design=design,
         provenance=S.provenance(config_path, numerics.tag()), by_step=True,
         costs=measured_costs(out / "confirm" / "runs"),
+        defaults=_configured(sweep),
     )  # fmt: skip
     how = (f"Exploratory stage: seeds {sweep.seeds}, the first {sweep.eval['problems']} held-out "
            f"problems × {sweep.eval['samples']} samples, checkpoints {sweep.checkpoints}; per "

@@ -190,7 +190,7 @@ def run_study(
         alpha=spec.alpha, size=spec.claim_size, size_distinct=spec.claim_size_distinct,
         problems=len(spec.confirm_draws), design=design,
         provenance=S.provenance(config_path, numerics.tag()), by_step=True,
-        costs=COSTS,
+        costs=COSTS, defaults={"lr": cfg.train.lr, "kl_coef": cfg.train.kl_coef},
     )  # fmt: skip
     how = (f"Exploratory stage: draws {design['explore_draws']}, seeds {design['explore_seeds']}, "
            f"checkpoints {design['checkpoints']}; per method the (setting, checkpoint) with the "

@@ -254,3 +254,22 @@ def test_the_curve_free_check_is_carried_to_the_confirmation_table():
     assert md.count("| a | kl_coef=0.1, 50 | +1.20 | +0.03 | 0.004 |") == 1  # distinct: as is
     assert md.count("intersection-union") == 1 and md.count("Curve-free check (as above)") == 1
     assert "| b |" not in md.split("Curve-free")[1].split("###")[0]
+
+
+def test_sharpening_is_read_at_the_configured_setting_not_the_first_tuning():
+    """With a tune table GRPO's first setting is the first tuning combination (the smallest
+    learning rate); "GRPO sharpens" is read at the configured one (`defaults`), a key a setting
+    does not name taking its default."""
+
+    def at(setting, params, step, x_lo, y_hi):
+        return {**_model("grpo", 0.0, 0, 0, ref=True, step=step, setting=setting),
+                "params": params, "x": 0.05, "x_lo": x_lo, "x_hi": 0.07, "y": -0.06,
+                "y_lo": -0.09, "y_hi": y_hi}  # fmt: skip
+
+    section = {"models": [at("lr=0.03", {"lr": 0.03}, 100, -0.01, 0.02),
+                          at("lr=0.3", {"lr": 0.3}, 100, 0.03, -0.03)]}  # fmt: skip
+    assert S.sharpening_verdict(section, "grpo")["setting"] == "lr=0.03"
+    out = S.sharpening_verdict(section, "grpo", defaults={"lr": 0.3, "kl_coef": 0.0})
+    assert out["setting"] == "lr=0.3" and out["verdict"] == "supported"
+    # no setting agrees: the first
+    assert S.sharpening_verdict(section, "grpo", defaults={"lr": 1.0})["setting"] == "lr=0.03"
