@@ -28,8 +28,6 @@ import numpy as np
 
 from theory.measures import pass_at_k
 
-STATUSES = ("inside", "below", "above")
-
 
 @dataclass(frozen=True)
 class Models:

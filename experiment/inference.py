@@ -137,7 +137,7 @@ def lift_inference(
         A `LiftResult`.
 
     Raises:
-        ValueError: naming the argument: shapes, no reference model, `num_draws` < 100, `level`
+        ValueError: naming the argument: shapes, no reference model, `num_draws` < 20, `level`
             outside (0, 1), `span` ≤ 0, `P < 2`.
     """
     x, y = check_values(x, y, models)
@@ -160,20 +160,21 @@ def lift_inference(
     root = covariance.covariance_root(v)  # (2M, r)
     rng = np.random.default_rng([seed, 37])
     draws = np.concatenate([px, py]) + rng.standard_normal((num_draws, root.shape[1])) @ root.T
-    out = _over_hull(px, py, v, draws, root, ref, np.arange(n), level, span)
-    # A reference model is read against the hull of the reference's *other* settings: how much
-    # its setting adds to GRPO's trade-off (`experiment.study.reference_spread`).
+    # A reference model is read against the hull of the reference's *other* settings (when it
+    # has others): how much its setting adds to GRPO's trade-off (`experiment.study.reference_spread`).
     groups: dict[tuple[str, str], list[int]] = {}
     for i in ref:
         if models.step[i] > 0:
             groups.setdefault((models.method[i], models.setting[i]), []).append(int(i))
-    for members in groups.values():
-        others = np.setdiff1d(ref, members)
-        if len(groups) > 1 and others.size:
-            sub = _over_hull(px, py, v, draws, root, others, np.array(members), level, span)
-            for key, arr in out.items():
-                if key != "hull":
-                    arr[members] = sub[key][members]
+    apart = [g for g in groups.values() if len(groups) > 1 and np.setdiff1d(ref, g).size]
+    rest = np.setdiff1d(np.arange(n), [i for g in apart for i in g])
+    out = _over_hull(px, py, v, draws, root, ref, rest, level, span)
+    for members in apart:
+        sub = _over_hull(px, py, v, draws, root, np.setdiff1d(ref, members), np.array(members),
+                         level, span)  # fmt: skip
+        for key, arr in out.items():
+            if key != "hull":
+                arr[members] = sub[key][members]
     return LiftResult(models, ref, px, py, out["lift"], out["status"], out["lo"], out["hi"],
                       out["se"], out["df"], out["p"], out["bias"], out["frac"], out["comp"],
                       out["hull"], float(level), num_draws)  # fmt: skip
