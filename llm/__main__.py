@@ -4,7 +4,8 @@
                         [--steps N] [--set KEY=VALUE ...]
     python -m llm train --describe          # every config key, its default and meaning
     python -m llm eval --model PATH [--problems FILE | --generate N | --heldout N] [--n 16]
-                       --out DIR [--label NAME] [--config FILE] [--set KEY=VALUE ...] ...
+                       --out DIR [--label NAME] [--config FILE] [--set KEY=VALUE ...]
+                       [--max-problems N] [--token-entropy] [--reference PATH] ...
     torchrun --nproc_per_node W -m llm train --config FILE   # data parallel (DDP / FSDP2)
     python -m llm import-gguf (--package DIST | --gguf FILE) --out DIR [--dtype float32]
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
@@ -139,9 +140,25 @@ def _eval(args: argparse.Namespace) -> int:
         sets = load_eval_sets(cfg)
         if len(sets) == 1:
             sets = {"": next(iter(sets.values()))}
+    if args.max_problems is not None:
+        if args.max_problems < 1:
+            raise ValueError(f"--max-problems: expected >= 1, got {args.max_problems}")
+        sets = {name: problems[: args.max_problems] for name, problems in sets.items()}
     check_device(cfg.system.device)
     set_matmul_precision(cfg.system.device, cfg.system.tf32)
     model, tokenizer = load_model_and_tokenizer(model_path, cfg.system.device, cfg.system.precision)
+    reference, info = None, {"model": str(model_path)}
+    if args.reference:
+        ref_path = Path(args.reference)
+        if not ref_path.is_dir():
+            raise FileNotFoundError(f"--reference: {args.reference!r} is not a model or run folder")
+        ref_path = latest_checkpoint(ref_path) or ref_path
+        reference, ref_tokenizer = load_model_and_tokenizer(
+            ref_path, cfg.system.device, cfg.system.precision
+        )
+        if ref_tokenizer.get_vocab() != tokenizer.get_vocab():
+            raise ValueError(f"--reference: {str(ref_path)!r} has another vocabulary than --model")
+        info["reference"] = str(ref_path)
     encoder = None
     if not args.no_semantic:
         encoder = load_encoder(cfg.system.device)
@@ -164,15 +181,22 @@ def _eval(args: argparse.Namespace) -> int:
     }
     for name, problems in sets.items():
         result = evaluate(
-            backend, task, problems, distinct=cfg.distinct, bleu=not args.no_bleu, **common
-        )
+            backend, task, problems, distinct=cfg.distinct, bleu=not args.no_bleu,
+            token_entropy=args.token_entropy, reference=reference, policy=model, **common,
+        )  # fmt: skip
+        kmax = list(result["maj_at_k"])[-1]
         extra = (
             f"distinct correct {result['distinct_correct']:.2f}, "
-            f"distinct answers {result['distinct_answers']:.2f}"
+            f"distinct answers {result['distinct_answers']:.2f}, "
+            f"maj@{kmax}={result['maj_at_k'][kmax]:.3f}, "
+            f"effective answers {result['effective_answers']:.2f}"
         )
+        for key, what in (("token_entropy", "token entropy"), ("kl_to_reference", "KL to ref")):
+            if result[key] is not None:
+                extra += f", {what} {result[key]:.4f} nats/token"
         label = args.label or model_path.name
         label = f"{label}/{name}" if name else label
-        path = write_eval(args.out, label, result, model=str(model_path))
+        path = write_eval(args.out, label, result, **info)
         ks = ", ".join(f"pass@{k}={v:.3f}" for k, v in result["pass_at_k"].items())
         print(f"{path} [{label}]: {ks}; {extra}")
     return 0
@@ -359,7 +383,24 @@ def _main(argv: list[str]) -> int:
     src.add_argument("--problems", help="local .jsonl/.parquet problem file (task of --config)")
     src.add_argument("--generate", type=int, metavar="N", help="generate N problems")
     src.add_argument("--heldout", type=int, metavar="N", help="llm.model.tiny's first N held-out")
-    ev.add_argument("--n", type=int, help="samples per problem (default: eval.n_samples)")
+    ev.add_argument(
+        "--n", "--samples", dest="n", type=int,
+        help="samples per problem (default: eval.n_samples); pass@k and maj@k for k = 1, 2, 4, "
+        "..., n (256: the curve to k = 256 of Yue et al. 2025, with --max-problems 16)",
+    )  # fmt: skip
+    ev.add_argument(
+        "--max-problems", type=int, metavar="N", help="only the first N problems of each set"
+    )
+    ev.add_argument(
+        "--token-entropy", action="store_true",
+        help="also the sampler's mean token entropy (a forward over the samples after sampling; "
+        "the samples are unchanged)",
+    )  # fmt: skip
+    ev.add_argument(
+        "--reference", metavar="PATH",
+        help="base model (model or run folder, same tokenizer): also the exact per-token KL of "
+        "--model to it (implies --token-entropy)",
+    )  # fmt: skip
     ev.add_argument("--out", required=True, help="folder of eval.json and passk.png")
     ev.add_argument("--label", help="name of this model in eval.json (default: folder name)")
     ev.add_argument("--config", help="TOML train config giving template, lengths, data bounds")

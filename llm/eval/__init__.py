@@ -1,1 +1,1 @@
-"""Evaluation: held-out pass@k and diversity (`heldout`), embeddings and Self-BLEU helpers (`diversity`)."""
+"""Evaluation: held-out pass@k, maj@k and diversity (`heldout`), the answer distribution's maj@k and entropy (`answers`), token entropy and KL to a base model (`token_stats`), embeddings and Self-BLEU helpers (`diversity`)."""

@@ -1,10 +1,20 @@
-"""Evaluation of a model on any registered task (`llm.tasks.TASKS`): pass@k, distinct answers,
-diversity.
+"""Evaluation of a model on any registered task (`llm.tasks.TASKS`): pass@k, maj@k, distinct
+answers, answer entropy, diversity, and (opt-in) token entropy and KL to a base model.
 
 For each problem, n responses are sampled; reported (means over problems):
 
 - ``pass_at_k[k]`` for k = 1, 2, 4, ..., n (and n itself): the unbiased estimator of Chen et al.
   2021, `theory.measures.pass_at_k`, from the number of correct responses c of each problem;
+  with n = 256 the curve of Yue et al. 2025 (arXiv 2504.13837), where the base model overtakes RL;
+- ``maj_at_k[k]`` for the same k: majority-vote accuracy (self-consistency, Wang et al. 2022) over
+  ``task.answer_key``, the exact expectation over k-subsets of the n responses, ties scored by
+  their expectation under a uniform tie-break, no-answer responses not voting
+  (`llm.eval.answers.maj_at_k`);
+- ``answer_entropy`` (nats) of a problem's answer keys (no answer = one more key) and
+  ``effective_answers``, its exponential (`llm.eval.answers.answer_entropy`);
+- ``token_entropy`` (nats per generated token) of the sampler and, given a reference model,
+  ``kl_to_reference`` (exact KL over the vocabulary per generated token), from a teacher-forced
+  forward after sampling (`llm.eval.token_stats`; opt-in, None otherwise);
 - ``distinct_correct``: distinct correct answers per problem (equal ``task.answer_key``; for
   Countdown the canonical forms of `llm.tasks.solution_key`), ``distinct_answers``: distinct
   answers correct or not, and, for tasks that count their solutions (Countdown),
@@ -26,8 +36,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +48,9 @@ import numpy as np
 import torch
 from sacrebleu.metrics import BLEU
 
+from llm.eval.answers import answer_counts, answer_entropy, maj_at_k
 from llm.eval.diversity import embed
+from llm.eval.token_stats import token_entropy_kl
 from llm.model.stacked import StackedLM
 from llm.model.tokens import check_vocabulary
 from llm.rollout.stacked import sample_groups
@@ -153,6 +166,55 @@ class _SharedMetrics:
         }
 
 
+class _TokenStats:
+    """Token entropy and KL to a reference (`llm.eval.token_stats.token_entropy_kl`) summed per
+    problem over the rollouts of one evaluation, one backend call at a time."""
+
+    def __init__(
+        self,
+        problems: int,
+        *,
+        temperature: float,
+        top_k: int,
+        top_p: float,
+        reference: torch.nn.Module | None,
+    ) -> None:
+        self.sampling = {"temperature": temperature, "top_k": top_k, "top_p": top_p}
+        self.reference = reference
+        self.entropy = np.zeros(problems)  # summed over generated tokens, nats
+        self.kl = np.zeros(problems)
+        self.tokens = np.zeros(problems)
+
+    def add(self, policy: torch.nn.Module, first: int, roll: Any) -> None:
+        """`roll`'s responses (B prompts from problem `first` on), sampled from `policy`."""
+        entropy, kl = token_entropy_kl(
+            policy, roll.prompt_ids, roll.prompt_mask, roll.response_ids, roll.response_mask,
+            reference=self.reference, **self.sampling,
+        )  # fmt: skip
+        rows = slice(first, first + entropy.shape[0])
+        self.entropy[rows] += entropy.double().sum((1, 2)).numpy()
+        if kl is not None:
+            self.kl[rows] += kl.double().sum((1, 2)).numpy()
+        self.tokens[rows] += roll.response_mask.double().sum((1, 2)).numpy()
+
+    def per_problem(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(P,) mean token entropy and KL (None without a reference) per problem."""
+        tokens = np.maximum(self.tokens, 1.0)
+        return self.entropy / tokens, self.kl / tokens if self.reference is not None else None
+
+
+def _with_token_stats(result: dict[str, Any], stats: _TokenStats | None) -> dict[str, Any]:
+    """`result` with ``token_entropy`` and ``kl_to_reference`` (means over problems; None when
+    not measured), and per problem when measured."""
+    entropy, kl = stats.per_problem() if stats is not None else (None, None)
+    for name, values in (("token_entropy", entropy), ("kl_to_reference", kl)):
+        result[name] = float(values.mean()) if values is not None else None
+        if values is not None:
+            for record, v in zip(result["per_problem"], values, strict=True):
+                record[name] = float(v)
+    return result
+
+
 def evaluate(
     backend: Any,
     task: Task | str,
@@ -170,6 +232,9 @@ def evaluate(
     distinct: str = "commutative",
     bleu: bool = True,
     encoder: Any | None = None,
+    token_entropy: bool = False,
+    reference: torch.nn.Module | None = None,
+    policy: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
     """Sample `n` responses per problem of `task` through `backend` (a `RolloutBackend`) and
     measure them.
@@ -188,20 +253,32 @@ def evaluate(
         max_responses_per_call: responses per backend call, at most (prompts x n; a group larger
             than this is sampled in several calls), so the engine's outputs stay bounded.
         bleu: compute Self-BLEU (the slowest metric on long responses).
+        token_entropy: also measure the sampler's token entropy (a teacher-forced forward of
+            `policy` over the sampled responses after each backend call; the samples are the same
+            bytes as without it).
+        reference: the base model: also measure the exact per-token KL of `policy` to it (implies
+            `token_entropy`; the same tokenizer).
+        policy: the evaluated model for those forwards (default: ``backend.model``).
 
     Returns:
         A JSON-ready dict: ``n``, ``n_problems``, ``pass_at_k`` ({str(k): float}, unbiased),
-        ``accuracy``, ``format_rate``, ``distinct_correct`` (distinct answer keys among correct
-        responses, mean over problems), ``distinct_answers`` (distinct answer keys among all
-        responses), ``distinct_n`` ({"1".."4"}), ``self_bleu`` (None with ``bleu=False``),
-        ``semantic_cosine_correct`` (None without an encoder or correct pairs), ``per_problem``
-        (``task.describe`` fields, ``correct``, ``distinct_correct``, ``distinct_answers``);
+        ``maj_at_k`` ({str(k): float}, the same k), ``accuracy``, ``format_rate``,
+        ``distinct_correct`` (distinct answer keys among correct responses, mean over problems),
+        ``distinct_answers`` (distinct answer keys among all responses), ``answer_entropy``
+        (nats) and ``effective_answers`` (mean of its exponential), ``distinct_n``
+        ({"1".."4"}), ``self_bleu`` (None with ``bleu=False``), ``semantic_cosine_correct``
+        (None without an encoder or correct pairs), ``token_entropy`` and ``kl_to_reference``
+        (nats per generated token, mean over problems; None when not asked), ``per_problem``
+        (``task.describe`` fields, ``correct``, ``distinct_correct``, ``distinct_answers``,
+        ``answer_entropy``, and ``token_entropy`` / ``kl_to_reference`` when measured);
         ``solution_coverage`` and per-problem ``solutions`` when the task counts its solutions;
         ``format_rate`` again under ``task.format_key`` when set (math: ``boxed_rate``).
 
     Raises:
         ValueError: no problems, `n < 1`, `prompts_per_batch < 1`, `max_responses_per_call < 1`,
-            a template `task` does not have, or a number the backend's tokenizer cannot encode.
+            a template `task` does not have, a number the backend's tokenizer cannot encode,
+            token measures without a `policy` (nor ``backend.model``), or a reference of another
+            vocabulary size.
         UnknownTaskError: `task` names no registered task.
     """
     task = _task_with(task, template)
@@ -209,6 +286,14 @@ def evaluate(
     tokenizer = getattr(backend, "tokenizer", None)
     if tokenizer is not None:
         check_vocabulary(prompts, tokenizer, f"evaluation problems (task {task.name!r})")
+    stats = None
+    if token_entropy or reference is not None:
+        policy = policy if policy is not None else getattr(backend, "model", None)
+        if policy is None:
+            raise ValueError("token_entropy: expected a policy model (the backend has no .model)")
+        stats = _TokenStats(
+            len(prompts), temperature=temperature, top_k=top_k, top_p=top_p, reference=reference
+        )
     texts = _sample_texts(
         backend,
         prompts,
@@ -220,8 +305,10 @@ def evaluate(
         seed=seed,
         prompts_per_batch=prompts_per_batch,
         max_responses_per_call=max_responses_per_call,
+        on_batch=None if stats is None else lambda first, roll: stats.add(policy, first, roll),
     )
-    return measure(task, problems, texts, n=n, distinct=distinct, bleu=bleu, encoder=encoder)
+    result = measure(task, problems, texts, n=n, distinct=distinct, bleu=bleu, encoder=encoder)
+    return _with_token_stats(result, stats)
 
 
 def measure(
@@ -234,9 +321,11 @@ def measure(
     bleu: bool = True,
     encoder: Any | None = None,
 ) -> dict[str, Any]:
-    """`evaluate`'s record of sampled `texts` (P, n), one group per problem (its Returns)."""
+    """`evaluate`'s record of sampled `texts` (P, n), one group per problem (its Returns, but
+    ``token_entropy`` and ``kl_to_reference``, which need the model)."""
     shared = _SharedMetrics(n, bleu=bleu, encoder=encoder)
     per_problem, formats = [], []
+    majk = np.zeros(len(shared.ks))
     for prob, group in zip(problems, texts, strict=True):
         scores = [task.score(t, prob, format_score=_FORMAT_PROBE) for t in group]
         keys = [task.answer_key(t, distinct=distinct) for t in group]
@@ -244,11 +333,13 @@ def measure(
         correct_keys = {k for k, s in zip(keys, scores, strict=True) if s >= 1.0 and k is not None}
         c = shared.add(group, correct)
         formats.append(np.mean([s > 0 for s in scores]))
+        majk += maj_at_k(*answer_counts(keys, [s >= 1.0 for s in scores]), shared.ks)
         record = {
             **task.describe(prob),
             "correct": c,
             "distinct_correct": len(correct_keys),
             "distinct_answers": len({k for k in keys if k is not None}),
+            "answer_entropy": answer_entropy(keys),
         }
         if task.solution_count is not None:
             record["solutions"] = task.solution_count(prob, distinct)
@@ -259,6 +350,11 @@ def measure(
         "format_rate": float(np.mean(formats)),
         "distinct_correct": float(np.mean([p["distinct_correct"] for p in per_problem])),
         "distinct_answers": float(np.mean([p["distinct_answers"] for p in per_problem])),
+        "maj_at_k": {
+            str(k): float(v / len(per_problem)) for k, v in zip(shared.ks, majk, strict=True)
+        },
+        "answer_entropy": float(np.mean([p["answer_entropy"] for p in per_problem])),
+        "effective_answers": float(np.mean([math.exp(p["answer_entropy"]) for p in per_problem])),
         "per_problem": per_problem,
     }
     if task.format_key is not None:
@@ -291,6 +387,8 @@ def evaluate_models(
     distinct: str = "commutative",
     bleu: bool = True,
     encoder: Any | None = None,
+    token_entropy: bool = False,
+    reference: torch.nn.Module | None = None,
 ) -> list[dict[str, Any]]:
     """`evaluate` of M models of one architecture at once (issue 22): every call samples the
     same prompts for all models in one stacked program (`llm.rollout.stacked.sample_groups`),
@@ -301,6 +399,7 @@ def evaluate_models(
 
     The stream differs from `evaluate` through `HFGenerateBackend` (transformers' `generate`
     draws from the global RNG), so the two give different samples of the same distribution.
+    `token_entropy` and `reference` as `evaluate` (each model's forward over its own samples).
 
     Raises:
         ValueError: as `evaluate`; models `llm.model.stacked.StackedLM` cannot stack.
@@ -315,6 +414,11 @@ def evaluate_models(
     lm = StackedLM(models)
     generators = [torch.Generator().manual_seed(seed) for _ in models]
     texts: list[list[list[str]]] = [[] for _ in models]
+    stats = [
+        _TokenStats(len(prompts), temperature=temperature, top_k=top_k, top_p=top_p,
+                    reference=reference)
+        for _ in models
+    ] if token_entropy or reference is not None else None  # fmt: skip
     for start in range(0, len(prompts), prompts_per_batch):
         chunk = prompts[start : start + prompts_per_batch]
         rolls = sample_groups(
@@ -322,11 +426,16 @@ def evaluate_models(
             max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids,
             temperature=temperature, top_p=top_p, top_k=top_k, want_logprobs=False,
         )  # fmt: skip
-        for mine, roll in zip(texts, rolls, strict=True):
+        for m, (mine, roll) in enumerate(zip(texts, rolls, strict=True)):
             mine.extend(roll.texts)
+            if stats is not None:
+                stats[m].add(models[m], start, roll)
     return [
-        measure(task, problems, t, n=n, distinct=distinct, bleu=bleu, encoder=encoder)
-        for t in texts
+        _with_token_stats(
+            measure(task, problems, t, n=n, distinct=distinct, bleu=bleu, encoder=encoder),
+            None if stats is None else stats[m],
+        )
+        for m, t in enumerate(texts)
     ]
 
 
@@ -356,11 +465,13 @@ def _sample_texts(
     seed: int,
     prompts_per_batch: int,
     max_responses_per_call: int = 4096,
+    on_batch: Callable[[int, Any], None] | None = None,
 ) -> list[list[str]]:
     """`n` sampled texts per prompt (P, n): texts only (``want_logprobs=False``: the engine builds
     no per-token log-probs), in calls of at most `prompts_per_batch` prompts and
     `max_responses_per_call` responses (at least one prompt; a larger group in several calls of
-    at most `max_responses_per_call` responses each).
+    at most `max_responses_per_call` responses each). `on_batch(first, roll)`, if given, sees each
+    call's `RolloutBatch` and the index of its first prompt (token measures, `_TokenStats`).
 
     Raises:
         ValueError: no prompts, `n < 1`, `prompts_per_batch < 1` or `max_responses_per_call < 1`.
@@ -392,6 +503,8 @@ def _sample_texts(
                 want_logprobs=False,
                 generator=gen,
             )
+            if on_batch is not None:
+                on_batch(start, roll)
             for mine, new in zip(chunk_texts, roll.texts, strict=True):
                 mine.extend(new)
         texts.extend(chunk_texts)
@@ -416,7 +529,9 @@ def write_eval(
 
 
 def plot_pass_at_k(data: dict[str, Any], path: str | os.PathLike[str]) -> None:
-    """pass@k against k (log2 axis), one line per label of an eval.json mapping."""
+    """pass@k against k (log2 axis, k up to each label's n: 256 draws the curve of Yue et al.
+    2025), one line per label of an eval.json mapping, and its maj@k dashed in the same colour
+    when recorded."""
 
     matplotlib.use("Agg")
 
@@ -424,10 +539,14 @@ def plot_pass_at_k(data: dict[str, Any], path: str | os.PathLike[str]) -> None:
     markers = itertools.cycle("osD^v<>")
     for label, res in data.items():
         ks = [int(k) for k in res["pass_at_k"]]
-        ax.plot(ks, list(res["pass_at_k"].values()), marker=next(markers), label=label)
+        (line,) = ax.plot(ks, list(res["pass_at_k"].values()), marker=next(markers), label=label)
+        if "maj_at_k" in res:
+            maj = res["maj_at_k"]
+            ax.plot([int(k) for k in maj], list(maj.values()), ls="--", color=line.get_color(),
+                    marker=line.get_marker(), markersize=3, label=f"{label} maj@k")  # fmt: skip
     ax.set_xscale("log", base=2)
     ax.set_xlabel("k")
-    ax.set_ylabel("pass@k")
+    ax.set_ylabel("pass@k (solid), maj@k (dashed)")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend()
