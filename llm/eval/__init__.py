@@ -1,1 +1,3 @@
-"""Evaluation: held-out pass@k, maj@k and diversity (`heldout`), the answer distribution's maj@k and entropy (`answers`), token entropy and KL to a base model (`token_stats`), embeddings and Self-BLEU helpers (`diversity`)."""
+"""Evaluation: held-out pass@k, maj@k and diversity (`heldout`), maj@k and entropy of the answers
+(`answers`), token entropy and KL to a base model (`token_stats`), embeddings and Self-BLEU helpers
+(`diversity`)."""

@@ -74,7 +74,7 @@ def answer_entropy(keys: Sequence[Hashable | None]) -> float:
     return float(-(p * np.log(p)).sum())
 
 
-def _log_binom_table(n: int) -> np.ndarray:
+def _log_factorials(n: int) -> np.ndarray:
     """``ln m!`` for m = 0..n (n + 1,), float64."""
     return np.concatenate([[0.0], np.cumsum(np.log(np.arange(1, n + 1, dtype=np.float64)))])
 
@@ -119,12 +119,10 @@ def maj_at_k(
     if not any(key_correct):
         return out
     k_max = max(ks)
-    lf = _log_binom_table(n)
-
-    def log_binom(a: int | np.ndarray, b: int | np.ndarray) -> np.ndarray:
-        a, b = np.asarray(a), np.asarray(b)
-        ok = (b >= 0) & (b <= a)
-        return np.where(ok, lf[a] - lf[np.clip(b, 0, a)] - lf[np.clip(a - b, 0, a)], -np.inf)
+    lf = _log_factorials(n)
+    a, b = np.arange(n + 1)[:, None], np.arange(n + 1)[None, :]
+    # ln C(a, b) for a, b in [0, n], -inf where b > a.
+    log_binom = np.where(b <= a, lf[a] - lf[np.minimum(b, a)] - lf[np.maximum(a - b, 0)], -np.inf)
 
     d = np.arange(k_max + 1)
     wins = Counter(c for c, ok in zip(counts, key_correct, strict=True) if ok)
@@ -134,30 +132,28 @@ def maj_at_k(
         for v in range(1, min(cj, k_max) + 1):
             ties = min(sum(c >= v for c in others), k_max // v)
             state = np.zeros((k_max + 1, ties + 1))  # (d drawn from the pool, t ties)
-            state[0, 0] = 1.0
-            pool = 0
-            for c, bounded in [(abstain, False), *((c, True) for c in others)]:
-                if c == 0:
-                    continue
+            state[: abstain + 1, 0] = 1.0  # the abstentions alone: no vote, no tie
+            pool = abstain
+            for c in others:
+                x = np.arange(min(c, v, k_max) + 1)[:, None]
+                dx = d[None, :] - x
+                ok = (dx >= 0) & (dx <= pool) & (d[None, :] <= pool + c)
+                # P(x of the c | d drawn from pool + c) = C(c, x) C(pool, d - x) / C(pool + c, d)
+                lw = log_binom[c, x] + log_binom[pool, np.clip(dx, 0, pool)]
+                w = np.where(ok, np.exp(lw - log_binom[pool + c, np.minimum(d, pool + c)]), 0.0)
                 new = np.zeros_like(state)
-                for x in range(min(c, v) if bounded else c, -1, -1):
-                    if x > k_max:
-                        continue
-                    # P(x of the c | d drawn from pool + c) = C(c, x) C(pool, d - x) / C(pool + c, d)
-                    with np.errstate(invalid="ignore"):
-                        lw = log_binom(c, x) + log_binom(pool, d - x) - log_binom(pool + c, d)
-                    w = np.where(np.isfinite(lw), np.exp(lw), 0.0)[x:, None]  # (k_max + 1 - x, 1)
-                    shifted = state[: k_max + 1 - x] * w
-                    if bounded and x == v:
-                        new[x:, 1:] += shifted[:, :-1]
+                for xi in range(w.shape[0]):
+                    shifted = state[: k_max + 1 - xi] * w[xi, xi:, None]
+                    if xi == v:
+                        new[xi:, 1:] += shifted[:, :-1]
                     else:
-                        new[x:] += shifted
+                        new[xi:] += shifted
                 state, pool = new, pool + c
             credit = state @ (1.0 / np.arange(1, ties + 2))  # (k_max + 1,)
             for i, k in enumerate(ks):
                 if v <= k and k - v <= n - cj:
-                    p_v = math.exp(log_binom(cj, v) + log_binom(n - cj, k - v) - log_binom(n, k))
-                    out[i] += n_correct * p_v * credit[k - v]
+                    lp = log_binom[cj, v] + log_binom[n - cj, k - v] - log_binom[n, k]
+                    out[i] += n_correct * math.exp(lp) * credit[k - v]
     return np.clip(out, 0.0, 1.0)
 
 

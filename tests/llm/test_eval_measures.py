@@ -156,3 +156,17 @@ def test_eval_command_pass_at_256_and_token_measures(tiny_model_path, tmp_path, 
     assert res["token_entropy"] > 0 and abs(res["kl_to_reference"]) < 1e-6  # itself
     assert res["reference"] == tiny_model_path
     assert (tmp_path / "ev" / "passk.png").stat().st_size > 0
+
+
+def test_evaluate_models_token_measures_per_model(two_models):
+    from llm.eval.heldout import evaluate_models
+
+    policy, ref, tok = two_models
+    kw = {"template": "compact", "n": 3, "max_new_tokens": 4, "prompts_per_batch": 2,
+          "stop_token_ids": [tok.eos_token_id], "bleu": False}  # fmt: skip
+    plain = evaluate_models([policy, ref], tok, "countdown", _problems(3), **kw)
+    both = evaluate_models([policy, ref], tok, "countdown", _problems(3), reference=ref, **kw)
+    for p, b in zip(plain, both, strict=True):
+        assert b["pass_at_k"] == p["pass_at_k"] and b["maj_at_k"] == p["maj_at_k"]
+        assert b["token_entropy"] > 0 and p["token_entropy"] is None
+    assert both[0]["kl_to_reference"] > 0 and abs(both[1]["kl_to_reference"]) < 1e-6
