@@ -35,6 +35,7 @@ from shaping.core import (
 from shaping.methods import (
     COMMON_DEFAULTS,
     METHODS,
+    OFF_POLICY_ONLY,
     Extra,
     Method,
     Shaping,
@@ -49,6 +50,7 @@ __all__ = [
     "COMMON_DEFAULTS",
     "LOG_RATIO_MAX",
     "METHODS",
+    "OFF_POLICY_ONLY",
     "Extra",
     "Method",
     "Shaping",

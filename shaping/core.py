@@ -25,8 +25,11 @@ Array = Any
 
 __all__ = [
     "AGG_MODES",
+    "KL_ESTIMATORS",
     "LOG_RATIO_MAX",
     "agg_loss",
+    "batch_high_entropy_mask",
+    "batch_top_count",
     "casp_ratio",
     "clip_fraction",
     "clipped_surrogate",
@@ -37,12 +40,14 @@ __all__ = [
     "importance_ratio",
     "is_correct",
     "kl_k3",
+    "kl_penalty",
     "low_prob_confidence",
     "masked_mean",
     "masked_quantile",
     "masked_sum",
     "passk_advantages",
     "sequence_logp",
+    "token_covariance",
     "token_entropy",
     "topn_smoothed_ratio",
 ]
@@ -366,6 +371,130 @@ def kl_k3(logp: Array, logp_ref: Array, mask: Array) -> Array:
     keep = _bool_mask(xp, mask)
     diff = xp.clip(xp.where(keep, logp_ref, 0.0) - xp.where(keep, logp, 0.0), max=LOG_RATIO_MAX)
     return xp.exp(diff) - diff - 1.0
+
+
+KL_ESTIMATORS: tuple[str, ...] = ("k1", "k2", "k3", "k3+")
+"""Per-token estimators of ``KL(pi_theta || pi_ref)`` that `kl_penalty` computes (verl names)."""
+
+
+def kl_penalty(logp: Array, logp_ref: Array, mask: Array, estimator: str = "k3") -> Array:
+    """Per-token estimate of ``KL(pi_theta || pi_ref)`` by one of Schulman's estimators.
+
+    With ``d = logp - logp_ref`` (0 on padding): ``k1 = d``; ``k2 = d**2 / 2``; ``k3`` is
+    `kl_k3` (``exp(-d) + d - 1``, the default and the only one before 2026-11-27); ``k3+``
+    takes k3's value and k2's gradient (straight-through: ``k2 - sg(k2) + sg(k3)``), whose
+    expected gradient is the KL's (verl ``kl_penalty`` with a trailing ``+``). k1 and k3 are
+    unbiased for the value, k2's gradient is the unbiased one.
+
+    Args:
+        logp: (B, G, T) current-policy log-probs (differentiable).
+        logp_ref: (B, G, T) reference-policy log-probs.
+        mask: (B, G, T).
+        estimator: one of `KL_ESTIMATORS`.
+
+    Returns:
+        (B, G, T) per-token estimates (0 on padding).
+
+    Raises:
+        ValueError: an unknown `estimator`.
+
+    Source: docs/formulas.md §2.6 (Schulman, "Approximating KL divergence", 2020; verl
+    ``core_algos.kl_penalty`` / ``kl_penalty_forward``).
+    """
+    if estimator == "k3":
+        return kl_k3(logp, logp_ref, mask)
+    if estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator must be one of {list(KL_ESTIMATORS)}, got {estimator!r}")
+    xp = array_namespace(logp, logp_ref, mask)
+    keep = _bool_mask(xp, mask)
+    d = xp.where(keep, logp, 0.0) - xp.where(keep, logp_ref, 0.0)
+    if estimator == "k1":
+        return d
+    k2 = 0.5 * d * d
+    if estimator == "k2":
+        return k2
+    return k2 - stop_gradient(k2) + stop_gradient(kl_k3(logp, logp_ref, mask))
+
+
+def batch_high_entropy_mask(entropy: Array, mask: Array, *, top: float = 0.2) -> Array:
+    """The "80/20" forking-token mask: tokens whose entropy is in the batch's top `top` fraction.
+
+    ``w_t = 1[H_t >= quantile_{1-top}(H over every response token of the batch)]`` (numpy's
+    linear quantile; ``>=`` as TRL's ``get_high_entropy_mask``). Unlike `high_entropy_mask`
+    (CaSP: a threshold per response, strict ``>``), one threshold for the whole batch.
+    ``top = 1`` keeps every token. The entropy is stop-gradiented.
+
+    Args:
+        entropy: (B, G, T) token entropies (nats).
+        mask: (B, G, T) response-token mask.
+        top: the kept fraction in (0, 1] (TRL's ``top_entropy_quantile``; 0.2 in the paper).
+
+    Returns:
+        (B, G, T) bool; False on padding.
+
+    Source: Wang et al. 2025, "Beyond the 80/20 rule", arXiv 2506.01939; TRL ``GRPOTrainer``
+    ``top_entropy_quantile``; docs/formulas.md §2.23.
+    """
+    xp = array_namespace(entropy, mask)
+    keep = _bool_mask(xp, mask)
+    h = stop_gradient(entropy)
+    flat_h = xp.reshape(h, (1, -1))
+    flat_keep = xp.reshape(keep, (1, -1))
+    threshold = masked_quantile(flat_h, flat_keep, 1.0 - top)[0]
+    return (h >= threshold) & keep
+
+
+def token_covariance(advantages: Array, logp: Array, mask: Array) -> Array:
+    """Per-token centred cross-product ``(A_t - mean A) (log pi_t - mean log pi)``, detached.
+
+    The means are over every response token of the batch (token-weighted), as Cui et al. select
+    the tokens that drive the entropy change (its covariance is the batch mean of this).
+
+    Args:
+        advantages: (B, G) per-response advantages (broadcast to the tokens).
+        logp: (B, G, T) log-probs of the sampled tokens under the current policy.
+        mask: (B, G, T).
+
+    Returns:
+        (B, G, T); ``-inf`` on padding and on tokens of log-prob ``-inf`` (left out of the means
+        too: never selected, and they do not poison the others' covariance).
+
+    Source: Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs", arXiv 2505.22617
+    (Eq. of Clip-Cov / KL-Cov); verl ``compute_policy_loss_clip_cov`` / ``_kl_cov``;
+    docs/formulas.md §2.25.
+    """
+    xp = array_namespace(logp, mask)
+    keep = _bool_mask(xp, mask)
+    keep = keep & (stop_gradient(logp) > -math.inf)
+    a = stop_gradient(_expand_advantages(xp, advantages, logp)) * xp.ones_like(logp)
+    lp = stop_gradient(xp.where(keep, logp, 0.0))
+    n = xp.maximum(xp.sum(xp.astype(keep, lp.dtype)), 1.0)
+    a_mean = xp.sum(xp.where(keep, a, 0.0)) / n
+    lp_mean = xp.sum(lp) / n
+    return xp.where(keep, (a - a_mean) * (lp - lp_mean), -math.inf)
+
+
+def batch_top_count(score: Array, keep: Array, count: Array) -> Array:
+    """The `count` largest entries of `score` among the kept ones, over the whole batch.
+
+    Ties are broken by position (row-major: earlier first), so the result is a function of
+    the inputs alone. Fewer than `count` kept entries: all of them.
+
+    Args:
+        score: (B, G, T) (detached).
+        keep: (B, G, T) bool.
+        count: number to select; int or 0-d array (may be traced).
+
+    Returns:
+        (B, G, T) bool.
+
+    Source: verl ``compute_policy_loss_kl_cov`` (``torch.topk`` over the valid tokens).
+    """
+    xp = array_namespace(score, keep)
+    flat = xp.reshape(xp.where(keep, score, -math.inf), (-1,))
+    order = xp.argsort(flat, descending=True, stable=True)
+    rank = xp.argsort(order, stable=True)
+    return xp.reshape(rank < count, score.shape) & keep
 
 
 def token_entropy(logits: Array) -> Array:

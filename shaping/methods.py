@@ -33,7 +33,7 @@ from typing import Any
 from array_api_compat import array_namespace
 
 from shaping import core
-from shaping.backend import stop_gradient
+from shaping.backend import stop_gradient, top_k
 from shaping.contract import check_batch
 
 Array = Any
@@ -43,6 +43,7 @@ __all__ = [
     "COMMON_BOUNDS",
     "COMMON_DEFAULTS",
     "METHODS",
+    "OFF_POLICY_ONLY",
     "Extra",
     "Method",
     "Shaping",
@@ -58,11 +59,15 @@ COMMON_DEFAULTS: Mapping[str, object] = MappingProxyType(
         "loss_agg": "token-mean",
         "kl_coef": 0.0,
         "entropy_coef": 0.0,
+        "kl_estimator": "k3",
+        "top_entropy_quantile": 1.0,
     }
 )
 """Hyper-parameters of every method's loss: clip widths of the clipped surrogate, the loss
-aggregation (`core.AGG_MODES`), the k3 KL coefficient (needs ``logp_ref``) and verl's
-``entropy_coeff`` (needs ``entropy``)."""
+aggregation (`core.AGG_MODES`), the KL coefficient (needs ``logp_ref``) and its per-token
+estimator (`core.KL_ESTIMATORS`), verl's ``entropy_coeff`` (needs ``entropy``) and TRL's
+``top_entropy_quantile`` (the "80/20" mask: the policy term only on the batch's highest-entropy
+tokens; below 1 it needs ``entropy``)."""
 
 
 @dataclass(frozen=True)
@@ -94,12 +99,16 @@ class Shaping:
             them from the training batch (unlikeliness, PSR/NSR subset normalization).
         ratio: ``(rho, A) -> rho'`` reshaping the (B, G, T) importance ratio before clipping.
         extra: ``rho -> Extra`` with the method's own loss terms (given the unshaped ratio).
+        surrogate: ``(rho, A) -> (B, G, T)`` per-token policy loss replacing the clipped
+            surrogate ``-min(rho A, clip(rho) A)`` (given the reshaped ratio and the detached
+            (B, G) advantages): CISPO, dual clip, Clip-Cov, KL-Cov, entropy-based advantages.
     """
 
     advantages: Array
     rows: Array | None = None
     ratio: Callable[[Array, Array], Array] | None = None
     extra: Callable[[Array], Extra] | None = None
+    surrogate: Callable[[Array, Array], Array] | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,8 @@ class Method:
         if not (_concrete(h["kl_coef"]) and h["kl_coef"] == 0):
             extra = extra | {"logp_ref"}
         if not (_concrete(h["entropy_coef"]) and h["entropy_coef"] == 0):
+            extra = extra | {"entropy"}
+        if not (_concrete(h["top_entropy_quantile"]) and h["top_entropy_quantile"] == 1):
             extra = extra | {"entropy"}
         return frozenset(extra)
 
@@ -305,7 +316,13 @@ def _concrete(v: object) -> bool:
 
 
 COMMON_BOUNDS: Mapping[str, str] = MappingProxyType(
-    {"eps_low": "in [0, 1]", "eps_high": ">= 0", "kl_coef": ">= 0", "entropy_coef": ">= 0"}
+    {
+        "eps_low": "in [0, 1]",
+        "eps_high": ">= 0",
+        "kl_coef": ">= 0",
+        "entropy_coef": ">= 0",
+        "top_entropy_quantile": "in (0, 1]",
+    }
 )
 """Bounds of `COMMON_DEFAULTS` (a method's own are declared at its `register`)."""
 _BOUND = re.compile(r"(>=|>) (\S+)|in ([\[(])(\S+), (\S+)([\])])")
@@ -336,6 +353,7 @@ _CHOICES: dict[str, tuple[object, ...]] = {
     "logp_reduction": ("sum", "mean"),
     "form": ("trajectory", "token"),
     "confidence_ref": ("prompt", "group_mean"),
+    "kl_estimator": core.KL_ESTIMATORS,
 }
 _INTEGERS = ("top_n", "max_response_length")
 _BOOLEANS = ("skip_uniform_groups", "subset_normalization")
@@ -448,8 +466,17 @@ def _policy_loss(
     extra = shaped.extra(ratio) if shaped.extra is not None else Extra()
     if shaped.ratio is not None:
         ratio = shaped.ratio(ratio, adv)
-    surrogate = core.clipped_surrogate(ratio, adv, eps_low=h["eps_low"], eps_high=h["eps_high"])
-    clip_frac = core._clip_fraction(xp, stop_gradient(surrogate), stop_gradient(ratio), adv, keep)
+    clipped = core.clipped_surrogate(ratio, adv, eps_low=h["eps_low"], eps_high=h["eps_high"])
+    # The fraction of tokens past the trust region on the binding side (PPO's pg_clipfrac), for a
+    # method's own surrogate too: read from the clipped surrogate of the same ratio.
+    clip_frac = core._clip_fraction(xp, stop_gradient(clipped), stop_gradient(ratio), adv, keep)
+    surrogate = clipped if shaped.surrogate is None else shaped.surrogate(ratio, adv)
+    top = h["top_entropy_quantile"]
+    if not (_concrete(top) and top == 1):
+        # "80/20": the policy term only on the batch's highest-entropy tokens; the denominators
+        # (and the KL and entropy terms) still count every token, as TRL's GRPOTrainer.
+        high = core.batch_high_entropy_mask(_get(name, batch, "entropy"), keep, top=top)
+        surrogate = xp.where(high, surrogate, xp.zeros_like(surrogate))
     if "is_weight" in batch:
         # Rollout importance weight (sampler -> behaviour policy), on the surrogate only, before
         # the KL and extra terms, as TRL's vllm_importance_sampling_correction and verl's TIS do.
@@ -458,7 +485,7 @@ def _policy_loss(
     out: dict[str, Array] = {}
     kl_coef = h["kl_coef"]
     if not (_concrete(kl_coef) and kl_coef == 0):
-        kl = core.kl_k3(logp, _get(name, batch, "logp_ref"), keep)
+        kl = core.kl_penalty(logp, _get(name, batch, "logp_ref"), keep, h["kl_estimator"])
         per_token = per_token + kl_coef * kl
         out["kl"] = aggregate(stop_gradient(kl))
     entropy_coef = h["entropy_coef"]
@@ -972,3 +999,325 @@ def nsr(batch: Batch, *, subset_normalization: bool = False) -> Shaping:
     Source: Zhu et al. 2025, NSR (authors' code, ray_trainer.py); docs/formulas.md §2.13
     """
     return _signed("nsr", batch, False, subset_normalization)
+
+
+OFF_POLICY_ONLY: frozenset[str] = frozenset({"dual_clip", "gspo", "cispo", "kl_cov"})
+"""Methods whose gradient is GRPO's when every ratio is 1, i.e. in a strictly on-policy run (one
+optimizer step per rollout batch); GSPO with its own aggregation ``seq-mean-token-mean``. They
+differ from GRPO only with several steps per batch (a test checks the equality)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy losses the field uses beside GRPO's clipped surrogate (issue 39): each keeps GRPO's
+# group advantages and changes the per-token loss (`Shaping.surrogate`) or the ratio. A method
+# that reads the clip widths declares ``eps_low`` / ``eps_high`` (the common defaults).
+
+
+def _expanded(xp: Any, adv: Array, like: Array) -> Array:
+    # (B, G) advantages broadcast to (B, G, T).
+    return xp.expand_dims(adv, axis=-1) * xp.ones_like(like)
+
+
+@register("dual_clip", bounds={"eps": ">= 0", "clip_ratio_c": "> 1"})
+def dual_clip(
+    batch: Batch,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    clip_ratio_c: float = 3.0,
+) -> Shaping:
+    """Dual-clip PPO: where ``A < 0`` the clipped surrogate is capped at ``-c A`` (GRPO advantages).
+
+    ``l_t = -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)``, then ``min(l_t, -c A)`` where
+    ``A < 0``: a negative-advantage token whose ratio has grown past ``c`` stops pushing (zero
+    gradient). Acts only off-policy (ratio != 1).
+
+    Shapes: ``rewards`` (B, G); ``logp``, ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
+
+    Hyper-parameters: ``clip_ratio_c`` > 1 (verl's default 3.0); ``std_correction``, ``eps``.
+
+    Source: Ye et al. 2019, arXiv 1912.09729 (dual clip); verl ``compute_policy_loss_vanilla``
+    (``clip_ratio_c``); docs/formulas.md §2.24
+    """
+
+    def surrogate(rho: Array, adv: Array) -> Array:
+        xp = array_namespace(rho, adv)
+        loss = core.clipped_surrogate(rho, adv, eps_low=eps_low, eps_high=eps_high)
+        a = _expanded(xp, adv, rho)
+        return xp.where(a < 0, xp.minimum(loss, -clip_ratio_c * a), loss)
+
+    return Shaping(_grpo_of(_rewards("dual_clip", batch), std_correction, eps), surrogate=surrogate)
+
+
+@register("gspo", bounds={"eps": ">= 0"})
+def gspo(
+    batch: Batch,
+    *,
+    eps_low: float = 3e-4,
+    eps_high: float = 4e-4,
+    loss_agg: str = "seq-mean-token-mean",
+    std_correction: int = 1,
+    eps: float = 1e-6,
+) -> Shaping:
+    """GSPO: the clipped surrogate of the sequence ratio ``s_i = exp(mean_t log rho_t)`` (GRPO advantages).
+
+    Token form ``s_it = sg(s_i) pi_t / sg(pi_t)``: its value is ``s_i`` and its gradient
+    ``s_i grad log pi_t``, so every token of a response shares one ratio and one clip decision.
+    With equal token ratios within each response it is GRPO's loss (same widths).
+
+    Shapes: ``rewards`` (B, G); ``logp``, ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
+
+    Hyper-parameters: ``eps_low`` 3e-4 and ``eps_high`` 4e-4 (the paper's widths, far narrower
+    than a token ratio's), ``loss_agg`` "seq-mean-token-mean" (the paper's and verl's);
+    ``std_correction``, ``eps``.
+
+    Source: Zheng et al. 2025, arXiv 2507.18071 (GSPO, Eqs. 5-7 and the token form GSPO-token);
+    verl ``compute_policy_loss_gspo``; TRL ``importance_sampling_level="sequence"``;
+    docs/formulas.md §2.26
+    """
+    name = "gspo"
+    logp, logp_old, mask = (_get(name, batch, k) for k in ("logp", "logp_old", "mask"))
+
+    def ratio(rho: Array, adv: Array) -> Array:
+        xp = array_namespace(rho, logp)
+        keep = core._bool_mask(xp, mask)
+        lp = xp.where(keep, logp, 0.0)
+        seq = core.masked_mean(lp - xp.where(keep, logp_old, 0.0), keep, keepdims=True)
+        # The straight-through part is 0 in value; a -inf log-prob (s_i = 0) gives it 0 too.
+        lp = xp.where(lp > -math.inf, lp, 0.0)
+        log_s = lp - stop_gradient(lp) + stop_gradient(seq)
+        return xp.exp(xp.clip(log_s, max=core.LOG_RATIO_MAX))
+
+    return Shaping(_grpo_of(_rewards(name, batch), std_correction, eps), ratio=ratio)
+
+
+@register("cispo", bounds={"eps": ">= 0"})
+def cispo(
+    batch: Batch,
+    *,
+    eps_low: float = 1.0,
+    eps_high: float = 0.28,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+) -> Shaping:
+    """CISPO: REINFORCE weighted by the clipped, detached ratio, ``-sg(clip(rho)) A log pi`` (GRPO advantages).
+
+    No token leaves the gradient (the clip bounds the weight, not the update): the gradient is
+    ``-sg(clip(rho, 1-eps_low, 1+eps_high)) A grad log pi``. On-policy (rho = 1) its gradient is
+    GRPO's; its value is not a ratio (``-A log pi``).
+
+    Shapes: ``rewards`` (B, G); ``logp``, ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
+
+    Hyper-parameters: ``eps_low`` 1.0 (no lower bound on the weight, as the paper) and
+    ``eps_high`` 0.28 (the weight's cap is 1.28; the paper tunes only this one);
+    ``std_correction``, ``eps``.
+
+    Source: MiniMax 2025, arXiv 2506.13585 (MiniMax-M1, CISPO Eq. 4-5); verl
+    ``compute_policy_loss_cispo``; docs/formulas.md §2.27
+    """
+    name = "cispo"
+    logp, mask = _get(name, batch, "logp"), _get(name, batch, "mask")
+
+    def surrogate(rho: Array, adv: Array) -> Array:
+        xp = array_namespace(rho, logp)
+        keep = core._bool_mask(xp, mask)
+        weight = stop_gradient(xp.clip(rho, min=1.0 - eps_low, max=1.0 + eps_high))
+        # A zero weight (rho = 0 under eps_low = 1) times log pi = -inf is read as its limit 0.
+        lp = xp.where(keep & (weight > 0), logp, 0.0)
+        return -weight * _expanded(xp, adv, rho) * lp
+
+    return Shaping(_grpo_of(_rewards(name, batch), std_correction, eps), surrogate=surrogate)
+
+
+def _select_count(xp: Any, keep: Array, fraction: float, like: Array) -> Array:
+    # max(floor(fraction * n_valid), 1): verl's count of selected tokens (a 0-d array).
+    n = xp.sum(xp.astype(keep, like.dtype))
+    return xp.maximum(xp.floor(fraction * n), 1.0)
+
+
+@register(
+    "clip_cov",
+    bounds={"eps": ">= 0", "clip_cov_ratio": "in (0, 1]", "clip_cov_lb": ">= 0"},
+)
+def clip_cov(
+    batch: Batch,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    clip_cov_ratio: float = 2e-4,
+    clip_cov_lb: float = 1.0,
+    clip_cov_ub: float = 5.0,
+) -> Shaping:
+    """Clip-Cov: detach the tokens whose covariance ``(A - mean A)(log pi - mean log pi)`` is in ``(lb, ub)`` (GRPO advantages).
+
+    Of the tokens not already clipped by the surrogate and with covariance strictly inside
+    ``(clip_cov_lb, clip_cov_ub)``, ``k = max(floor(clip_cov_ratio * n_tokens), 1)`` get zero
+    loss and gradient; the others keep GRPO's clipped surrogate. Which ``k``: the paper and
+    verl draw them uniformly (``torch.randperm``); here the ``k`` of largest covariance (ties by
+    position), so the loss is a function of the batch alone (documented deviation; the same
+    tokens when at most ``k`` are eligible). Covariances: `core.token_covariance`.
+
+    Shapes: ``rewards`` (B, G); ``logp``, ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
+
+    Hyper-parameters: ``clip_cov_ratio`` in (0, 1] (2e-4, verl's and the paper's), bounds
+    ``clip_cov_lb`` 1.0 and ``clip_cov_ub`` 5.0 (both verl's); ``std_correction``, ``eps``.
+
+    Source: Cui et al. 2025, arXiv 2505.22617 (Clip-Cov, §5); verl
+    ``compute_policy_loss_clip_cov``; docs/formulas.md §2.25
+    """
+    name = "clip_cov"
+    logp, mask = _get(name, batch, "logp"), _get(name, batch, "mask")
+
+    def surrogate(rho: Array, adv: Array) -> Array:
+        xp = array_namespace(rho, logp)
+        keep = core._bool_mask(xp, mask)
+        loss = core.clipped_surrogate(rho, adv, eps_low=eps_low, eps_high=eps_high)
+        a = _expanded(xp, adv, rho)
+        by_clip = stop_gradient(-loss) < stop_gradient(rho) * a
+        cov = core.token_covariance(adv, logp, keep)
+        band = keep & ~by_clip & (cov > clip_cov_lb) & (cov < clip_cov_ub)
+        count = _select_count(xp, keep, clip_cov_ratio, rho)
+        chosen = core.batch_top_count(cov, band, count)
+        return xp.where(chosen, xp.zeros_like(loss), loss)
+
+    return Shaping(_grpo_of(_rewards(name, batch), std_correction, eps), surrogate=surrogate)
+
+
+@register("kl_cov", bounds={"eps": ">= 0", "kl_cov_ratio": "in (0, 1]", "ppo_kl_coef": ">= 0"})
+def kl_cov(
+    batch: Batch,
+    *,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    kl_cov_ratio: float = 2e-4,
+    ppo_kl_coef: float = 1.0,
+) -> Shaping:
+    """KL-Cov: ``-rho A`` (no clip), plus ``ppo_kl_coef |log rho|`` on the top tokens by covariance (GRPO advantages).
+
+    ``k = max(floor(kl_cov_ratio * n_tokens), 1)`` tokens of largest covariance
+    ``(A - mean A)(log pi - mean log pi)`` (`core.token_covariance`; ties by position) get the
+    penalty; no token is clipped (``eps_low`` / ``eps_high`` are not read), as verl's loss.
+
+    Shapes: ``rewards`` (B, G); ``logp``, ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
+
+    Hyper-parameters: ``kl_cov_ratio`` in (0, 1] (2e-4, verl's default; the paper used 2e-3 for
+    its 7B model), ``ppo_kl_coef`` >= 0 (1.0, verl's); ``std_correction``, ``eps``.
+
+    Source: Cui et al. 2025, arXiv 2505.22617 (KL-Cov, §5); verl ``compute_policy_loss_kl_cov``;
+    docs/formulas.md §2.25
+    """
+    name = "kl_cov"
+    logp, logp_old, mask = (_get(name, batch, k) for k in ("logp", "logp_old", "mask"))
+
+    def surrogate(rho: Array, adv: Array) -> Array:
+        xp = array_namespace(rho, logp)
+        keep = core._bool_mask(xp, mask)
+        loss = -rho * _expanded(xp, adv, rho)
+        cov = core.token_covariance(adv, logp, keep)
+        count = _select_count(xp, keep, kl_cov_ratio, rho)
+        chosen = core.batch_top_count(cov, keep & (cov > -math.inf), count)
+        log_ratio = xp.where(keep, logp, 0.0) - xp.where(keep, logp_old, 0.0)
+        return xp.where(chosen, loss + ppo_kl_coef * xp.abs(log_ratio), loss)
+
+    return Shaping(_grpo_of(_rewards(name, batch), std_correction, eps), surrogate=surrogate)
+
+
+@register(
+    "entropy_adv", needs={"entropy"}, bounds={"eps": ">= 0", "alpha": ">= 0", "kappa": ">= 1"}
+)
+def entropy_adv(
+    batch: Batch,
+    *,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    std_correction: int = 1,
+    eps: float = 1e-6,
+    alpha: float = 0.4,
+    kappa: float = 2.0,
+) -> Shaping:
+    """Entropy-based advantage: ``A_t = A + min(alpha sg(H_t), |A| / kappa)`` per token (GRPO's ``A``).
+
+    The bonus is nonnegative and at most ``|A| / kappa`` with ``kappa >= 1``, so it never flips
+    the sign of a negative advantage (at most brings it to 0); a zero advantage (uniform group)
+    stays zero. The clipped surrogate takes
+    the per-token advantage.
+
+    Shapes: ``rewards`` (B, G); ``entropy``, ``logp``, ``logp_old``, ``mask`` (B, G, T) ->
+    advantages (B, G) (the sequence part; the loss adds the token part).
+
+    Hyper-parameters: ``alpha`` >= 0 (0.4) and ``kappa`` >= 1 (2.0), the paper's values;
+    ``std_correction``, ``eps``.
+
+    Source: Cheng et al. 2025, arXiv 2506.14758 ("Reasoning with Exploration: An Entropy
+    Perspective", Eq. of the shaped advantage); docs/formulas.md §2.28
+    """
+    name = "entropy_adv"
+    entropy = _get(name, batch, "entropy")
+
+    def surrogate(rho: Array, adv: Array) -> Array:
+        xp = array_namespace(rho, entropy)
+        a = _expanded(xp, adv, rho)
+        bonus = xp.minimum(alpha * stop_gradient(entropy), xp.abs(a) / kappa)
+        return core.clipped_surrogate(rho, a + bonus, eps_low=eps_low, eps_high=eps_high)
+
+    return Shaping(_grpo_of(_rewards(name, batch), std_correction, eps), surrogate=surrogate)
+
+
+@register("lite_ppo", bounds={"eps": ">= 0"})
+def lite_ppo(batch: Batch, *, std_correction: int = 1, eps: float = 1e-4) -> Array:
+    """Group mean, batch std: ``A = (r - mean_G r) / (std_{B x G} r + eps)``.
+
+    The baseline is the group's, the scale one for the whole batch (every reward of every
+    group), so a group of near-equal rewards is not blown up to unit scale as GRPO's is.
+
+    Shapes: ``rewards`` (B, G) -> advantages (B, G).
+
+    Hyper-parameters: ``std_correction`` 1 = unbiased std over the B x G rewards (torch's
+    ``std``), 0 = population; ``eps`` 1e-4 (TRL's). One reward (B G = 1) gets std 0.
+
+    Source: Liu et al. 2025, arXiv 2508.08221 (Lite PPO: group-level mean, batch-level std);
+    TRL ``GRPOConfig(scale_rewards="batch")``; docs/formulas.md §2.29
+    """
+    r = _rewards("lite_ppo", batch)
+    xp = array_namespace(r)
+    centred = r - xp.mean(r, axis=-1, keepdims=True)
+    n = math.prod(r.shape)
+    if n - std_correction <= 0:
+        return xp.zeros_like(r)
+    var = xp.sum((r - xp.mean(r)) ** 2) / (n - std_correction)
+    # A batch of equal rewards with eps = 0 gets 0, as GRPO's constant group (never NaN).
+    return core._safe_divide(xp, centred, xp.sqrt(var) + eps)
+
+
+@register("grpo_passk", bounds={"eps": ">= 0"})
+def grpo_passk(batch: Batch, *, std_correction: int = 1, eps: float = 1e-6) -> Array:
+    """Best-of-k: only a group's best response is credited, ``A = (r_max - r_second) / (std r + eps)``.
+
+    Every other response gets 0; with a tie at the top (``r_max = r_second``) the whole group
+    gets 0. For binary rewards only a group with exactly one correct response learns. Trains
+    for pass@G (the group size is k).
+
+    Shapes: ``rewards`` (B, G) -> advantages (B, G).
+
+    Hyper-parameters: ``std_correction`` (the group std's ddof, 1 as verl's ``torch.std``),
+    ``eps``. A group of one (G = 1) gets 0.
+
+    Source: Tang et al. 2025, arXiv 2503.19595 (pass@k via the best-of-k leave-one-out
+    advantage); verl ``compute_grpo_passk_outcome_advantage``; docs/formulas.md §2.30
+    """
+    r = _rewards("grpo_passk", batch)
+    xp = array_namespace(r)
+    if r.shape[-1] < 2:
+        return xp.zeros_like(r)
+    top2 = top_k(r, 2, largest=True)
+    gap = top2[..., 0:1] - top2[..., 1:2]
+    n = r.shape[-1]
+    dof = n - std_correction
+    mean = xp.mean(r, axis=-1, keepdims=True)
+    std = xp.sqrt(xp.sum((r - mean) ** 2, axis=-1, keepdims=True) / dof)
+    best = (r == top2[..., 0:1]) & (gap > 0)
+    return xp.where(best, gap / (std + eps) * xp.ones_like(r), xp.zeros_like(r))

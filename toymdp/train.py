@@ -186,15 +186,16 @@ class TrainConfig:
         if self.mode == "exact":
             return ("lr", *EXACT_SETTINGS[self.objective])
         defaults = shaping.METHODS[self.method].defaults
-        # `entropy_coef` (the LLM trainer's verl-style bonus) stays static: swept as data it
-        # would always build the entropy term; the toy's entropy methods are entropy_bonus & co.
+        # `entropy_coef` (the LLM trainer's verl-style bonus) and `top_entropy_quantile` (the
+        # 80/20 mask) stay static: swept as data they would always build their entropy terms;
+        # the toy's entropy methods are entropy_bonus & co.
         return (
             "lr",
             *(k for k, v in defaults.items() if isinstance(v, float) and k not in _STATIC),
         )
 
 
-_STATIC = ("entropy_coef",)
+_STATIC = ("entropy_coef", "top_entropy_quantile")
 
 
 def _positive_int(name: str, value: object) -> None:

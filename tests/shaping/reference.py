@@ -422,7 +422,54 @@ ADVANTAGES: dict[str, Callable[[Mapping, Mapping], np.ndarray]] = {
     "w_reinforce": lambda batch, h: _fixed_advantages(batch, h["lam"], -1.0),
     "psr": lambda batch, h: _fixed_advantages(batch, 1.0, 0.0),
     "nsr": lambda batch, h: _fixed_advantages(batch, 0.0, -1.0),
+    "dual_clip": _grpo,
+    "gspo": _grpo,
+    "cispo": _grpo,
+    "clip_cov": _grpo,
+    "kl_cov": _grpo,
+    "entropy_adv": _grpo,
+    "lite_ppo": lambda batch, h: _lite_ppo_advantages(batch, h),
+    "grpo_passk": lambda batch, h: _grpo_passk_advantages(batch, h),
 }
+
+
+def _lite_ppo_advantages(batch: Mapping, h: Mapping) -> np.ndarray:
+    """Group-centred rewards over the std of all B x G rewards (ddof std_correction)."""
+    r = _rows(batch["rewards"])
+    n_b, n_g = r.shape
+    flat = [r[b, g] for b in range(n_b) for g in range(n_g)]
+    dof = len(flat) - h["std_correction"]
+    out = np.zeros((n_b, n_g))
+    if dof <= 0:
+        return out
+    mean = sum(flat) / len(flat)
+    std = math.sqrt(sum((x - mean) ** 2 for x in flat) / dof)
+    for b in range(n_b):
+        group_mean = sum(r[b, g] for g in range(n_g)) / n_g
+        for g in range(n_g):
+            # Equal rewards with eps = 0 get 0, as a constant GRPO group (documented choice).
+            den = std + h["eps"]
+            out[b, g] = (r[b, g] - group_mean) / den if den > 0 else 0.0
+    return out
+
+
+def _grpo_passk_advantages(batch: Mapping, h: Mapping) -> np.ndarray:
+    """verl's best-of-k: the group's unique best gets (r_max - r_second) / (std + eps)."""
+    r = _rows(batch["rewards"])
+    n_b, n_g = r.shape
+    out = np.zeros((n_b, n_g))
+    if n_g < 2:
+        return out
+    for b in range(n_b):
+        row = [r[b, g] for g in range(n_g)]
+        ordered = sorted(row, reverse=True)
+        gap = ordered[0] - ordered[1]
+        if gap <= 0:
+            continue
+        mean = sum(row) / n_g
+        std = math.sqrt(sum((x - mean) ** 2 for x in row) / (n_g - h["std_correction"]))
+        out[b, row.index(ordered[0])] = gap / (std + h["eps"])
+    return out
 
 
 def hyper(name: str, **overrides: object) -> dict[str, object]:
@@ -499,6 +546,8 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
         tau = masked_quantile(ent, full_mask, h["quantile"])
         high = ent > tau[..., None]
 
+    chosen = _cov_selection(name, batch, h, adv, mask)
+    top = _top_entropy(batch, h, mask)
     loss_tok = [[[None] * n_t for _ in range(n_g)] for _ in range(n_b)]
     for b in range(n_b):
         for g in range(n_g):
@@ -506,13 +555,19 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
             for t in range(n_t):
                 if name == "casp":
                     ratio = _casp_ratio(s, h, b, g, t, a, bool(high[b, g, t]))
+                elif name == "gspo":
+                    ratio = _gspo_ratio(s, mask, b, g, t)
                 else:
                     ratio = _exp(s["logp"][b, g, t] - s["logp_old"][b, g, t])
-                tok = clipped_surrogate_ratio(ratio, a, h["eps_low"], h["eps_high"])
+                tok = _policy_token(name, s, h, (b, g, t), ratio, a, bool(chosen[b, g, t]))
+                if not top[b, g, t]:
+                    tok = 0.0 * tok
                 if "is_weight" in s:
                     tok = tok * s["is_weight"][b, g, t]
                 if h["kl_coef"] > 0:
-                    tok = tok + h["kl_coef"] * k3(s["logp"][b, g, t], s["logp_ref"][b, g, t])
+                    tok = tok + h["kl_coef"] * kl_estimate(
+                        s["logp"][b, g, t], s["logp_ref"][b, g, t], h["kl_estimator"]
+                    )
                 if h["entropy_coef"] > 0:
                     tok = tok - h["entropy_coef"] * s["entropy"][b, g, t]
                 loss_tok[b][g][t] = tok
@@ -526,6 +581,128 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
     for k, leaf in leaves.items():
         grads[k] = np.zeros(leaf.shape) if leaf.grad is None else leaf.grad.numpy().copy()
     return float(total.detach()), grads
+
+
+def kl_estimate(logp: Any, logp_ref: float, estimator: str) -> Any:
+    """Schulman's per-token KL estimators: k1 ``d``, k2 ``d^2/2``, k3, and k3+ (k3's value with
+    k2's gradient), ``d = logp - logp_ref``."""
+    d = logp - logp_ref
+    if estimator == "k1":
+        return d
+    if estimator == "k2":
+        return 0.5 * d * d
+    if estimator == "k3":
+        return k3(logp, logp_ref)
+    k2 = 0.5 * d * d
+    return k2 - k2.detach() + k3(logp, logp_ref).detach()
+
+
+def _value(x: Any) -> float:
+    return float(x.detach()) if hasattr(x, "detach") else float(x)
+
+
+def _policy_token(
+    name: str, s: Mapping, h: Mapping, at: tuple, ratio: Any, a: float, chosen: bool
+) -> Any:
+    """The policy term of one token for every method (dual clip, CISPO, Clip-Cov, KL-Cov and the
+    entropy-shaped advantage written out; the others take PPO's clipped surrogate)."""
+    b, g, t = at
+    el, eh = h["eps_low"], h["eps_high"]
+    if name == "dual_clip":
+        tok = clipped_surrogate_ratio(ratio, a, el, eh)
+        cap = -h["clip_ratio_c"] * a
+        return tok if a >= 0 or _value(tok) <= cap else cap + 0.0 * ratio
+    if name == "cispo":
+        weight = min(max(_value(ratio), 1.0 - el), 1.0 + eh)
+        return -weight * a * s["logp"][b, g, t]
+    if name == "clip_cov":
+        return 0.0 * ratio if chosen else clipped_surrogate_ratio(ratio, a, el, eh)
+    if name == "kl_cov":
+        tok = -ratio * a
+        if chosen:
+            d = s["logp"][b, g, t] - s["logp_old"][b, g, t]
+            v = _value(d)
+            # |d| with the subgradient 0 at d = 0 (torch's abs, documented choice).
+            tok = tok + h["ppo_kl_coef"] * (d if v > 0 else -d if v < 0 else 0.0 * d)
+        return tok
+    if name == "entropy_adv":
+        bonus = min(h["alpha"] * float(s["entropy"][b, g, t].detach()), abs(a) / h["kappa"])
+        return clipped_surrogate_ratio(ratio, a + bonus, el, eh)
+    return clipped_surrogate_ratio(ratio, a, el, eh)
+
+
+def _gspo_ratio(s: Mapping, mask: np.ndarray, b: int, g: int, t: int) -> Any:
+    """GSPO-token ratio ``sg(s_i) * exp(logp_t - sg(logp_t))``, ``s_i`` the geometric mean."""
+    n = 0
+    total = 0.0
+    for u in range(mask.shape[-1]):
+        if mask[b, g, u] > 0.5:
+            total += _value(s["logp"][b, g, u]) - float(s["logp_old"][b, g, u])
+            n += 1
+    seq = math.exp(total / max(n, 1))
+    lp = s["logp"][b, g, t]
+    return seq * _exp(lp - lp.detach())
+
+
+def _covariances(adv: np.ndarray, batch: Mapping, mask: np.ndarray) -> np.ndarray:
+    """``(A - mean A)(logp - mean logp)`` per token, means over the valid tokens (floats)."""
+    lp = _rows(batch["logp"])
+    # Tokens of log-prob -inf are left out (documented choice): -inf, never selected.
+    cells = [tuple(i) for i in np.argwhere((mask > 0.5) & (lp > -math.inf))]
+    out = np.full(mask.shape, -math.inf)
+    if not cells:
+        return out
+    a_mean = sum(float(adv[b, g]) for b, g, _ in cells) / len(cells)
+    lp_mean = sum(lp[c] for c in cells) / len(cells)
+    for b, g, t in cells:
+        out[b, g, t] = (float(adv[b, g]) - a_mean) * (lp[b, g, t] - lp_mean)
+    return out
+
+
+def _cov_selection(
+    name: str, batch: Mapping, h: Mapping, adv: np.ndarray, mask: np.ndarray
+) -> np.ndarray:
+    """Clip-Cov's / KL-Cov's selected tokens (bool (B, G, T)); all False for other methods.
+
+    ``k = max(floor(ratio * n_valid), 1)`` of the largest covariances among the eligible tokens,
+    ties by row-major position (documented choice); Clip-Cov's eligible tokens are the valid
+    ones not clipped by the surrogate with covariance strictly inside (lb, ub).
+    """
+    out = np.zeros(mask.shape, dtype=bool)
+    if name not in ("clip_cov", "kl_cov"):
+        return out
+    cov = _covariances(adv, batch, mask)
+    lp, lp_old = _rows(batch["logp"]), _rows(batch["logp_old"])
+    eligible = []
+    for b, g, t in (tuple(i) for i in np.argwhere(mask > 0.5)):
+        if cov[b, g, t] == -math.inf:
+            continue
+        if name == "clip_cov":
+            a = float(adv[b, g])
+            rho = math.exp(lp[b, g, t] - lp_old[b, g, t])
+            clipped = min(max(rho, 1.0 - h["eps_low"]), 1.0 + h["eps_high"]) * a
+            if clipped < rho * a:
+                continue
+            if not h["clip_cov_lb"] < cov[b, g, t] < h["clip_cov_ub"]:
+                continue
+        eligible.append((b, g, t))
+    fraction = h["clip_cov_ratio"] if name == "clip_cov" else h["kl_cov_ratio"]
+    count = max(math.floor(fraction * int((mask > 0.5).sum())), 1)
+    order = sorted(eligible, key=lambda c: (-cov[c], c))
+    for c in order[:count]:
+        out[c] = True
+    return out
+
+
+def _top_entropy(batch: Mapping, h: Mapping, mask: np.ndarray) -> np.ndarray:
+    """The "80/20" mask: tokens with entropy >= the (1 - q) quantile over the valid tokens."""
+    q = h["top_entropy_quantile"]
+    if q == 1.0:
+        return np.ones(mask.shape, dtype=bool)
+    ent = _rows(batch["entropy"])
+    flat_mask = (mask > 0.5).reshape(1, -1)
+    threshold = masked_quantile_1d(ent.reshape(1, -1)[0], flat_mask[0], 1.0 - q)
+    return (ent >= threshold) & (mask > 0.5)
 
 
 def _entropy_coefficients(name: str, s: Mapping, h: Mapping, n_b: int, n_g: int) -> list:

@@ -191,14 +191,29 @@ def hypers(draw, name: str, batch: dict[str, np.ndarray]) -> dict[str, object]:
         "lam_top1": st.floats(0.5, 2.0),
         "skip_uniform_groups": st.booleans(),
         "subset_normalization": st.booleans(),
+        "kl_estimator": st.sampled_from(["k1", "k2", "k3", "k3+"]),
+        "top_entropy_quantile": st.sampled_from([1.0, 0.5, 0.2]),
+        "clip_ratio_c": st.sampled_from([1.05, 1.5, 3.0]),
+        "kappa": st.floats(1.0, 4.0),
+        "clip_cov_ratio": st.sampled_from([2e-4, 0.1, 0.5, 1.0]),
+        "clip_cov_lb": st.sampled_from([0.0, 0.3, 1.0]),
+        "clip_cov_ub": st.sampled_from([2.0, 5.0, 100.0]),
+        "kl_cov_ratio": st.sampled_from([2e-4, 0.1, 0.5, 1.0]),
+        "ppo_kl_coef": st.floats(0.0, 2.0),
         # Dr. GRPO's constant divisor: any int at least the padded length T.
         "max_response_length": st.integers(max(batch["mask"].shape[-1], 1), 12),
     }
     if name == "casp":
         choices["alpha"] = st.floats(0.0, 1.0)
         choices["top_n"] = st.integers(1, batch["cand_logp"].shape[-1])
-    elif name == "progrpo":
+    elif name in ("progrpo", "entropy_adv"):
         choices["alpha"] = st.floats(0.0, 1.0)
+    if name == "gspo":
+        # Widths a GSPO ratio can cross here (its defaults, 3e-4 / 4e-4, clip almost all).
+        choices["eps_low"] = st.sampled_from([3e-4, 0.1, 0.2])
+        choices["eps_high"] = st.sampled_from([4e-4, 0.1, 0.28])
+    if name == "cispo":
+        choices["eps_low"] = st.sampled_from([1.0, 0.2])
     from .reference import DEFAULTS
 
     out: dict[str, object] = {}

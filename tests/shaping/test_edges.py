@@ -18,6 +18,8 @@ import shaping
 from .helpers import assert_close, evaluate
 
 NAMES = tuple(sorted(shaping.METHODS))
+#: Methods whose token selection reads the batch mean of the log-probs (`core.token_covariance`).
+BATCH_LOGP_MEANS = frozenset({"clip_cov", "kl_cov"})
 
 
 def _batch(name: str, B: int = 2, G: int = 4, T: int = 5, seed: int = 0) -> tuple[dict, dict]:
@@ -40,6 +42,11 @@ def test_minus_inf_log_prob_gives_finite_loss_and_gradient(name):
     inf["logp"][0, 0, 0] = -math.inf
     want = evaluate(shaping.get_method(name), finite, "torch.grad", over)
     got = evaluate(shaping.get_method(name), inf, "torch.grad", over)
+    if name in BATCH_LOGP_MEANS:
+        # The token selection reads the batch mean of the log-probs, which a finite -1e4 moves
+        # and a -inf (left out of the means) does not: only finiteness is the property here.
+        assert np.isfinite(got[0]) and all(np.all(np.isfinite(g)) for g in got[1].values())
+        return
     assert_close(got[0], want[0], what=f"{name} loss")
     for key in want[1]:
         assert_close(got[1][key], want[1][key], what=f"{name} d loss / d {key}")

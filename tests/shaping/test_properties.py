@@ -392,7 +392,7 @@ def test_mismatched_shapes_raise_naming_the_key(key, cut):
 
 
 def _token_form(name):
-    return {"form": "token"} if name.startswith("entropy_") else {}
+    return {"form": "token"} if "form" in shaping.METHODS[name].defaults else {}
 
 
 def test_missing_key_is_named():

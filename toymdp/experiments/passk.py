@@ -206,6 +206,13 @@ FRONTIER_METHODS: tuple[dict, ...] = (
     {"method": "dr_grpo", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "psr", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "nsr", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
+    # Issue 39's losses that act on-policy (the others, `shaping.OFF_POLICY_ONLY`, are GRPO here:
+    # one optimizer step per batch). Clip-Cov's band starts at 0: toy covariances are O(1).
+    {"method": "clip_cov", "fixed": {"clip_cov_lb": 0.0},
+     "grid": {"clip_cov_ratio": [0.02, 0.05, 0.1, 0.2]}},
+    {"method": "entropy_adv", "grid": {"alpha": [0.1, 0.4, 1.0, 3.0]}},
+    {"method": "lite_ppo", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
+    {"method": "grpo_passk", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
 )  # fmt: skip
 #: The family run as `ds_grpo` settings `(γ_p, γ_n, kl_coef, lr)` in ONE compiled program
 #: (compilation dominates the budget): GRPO (0, 0), DS-GRPO (γ, γ/2), DS-Positive (γ, 0),
