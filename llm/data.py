@@ -91,9 +91,14 @@ def load_train_problems(cfg: TrainConfig, tokenizer: Any = None) -> list[Problem
 
 def tiny_config(cfg: TrainConfig) -> TinyConfig:
     """The `llm.model.tiny.TinyConfig` of `cfg`: the package's default, with ``cfg.tiny_data_seed``
-    as its ``data_seed`` (the problem streams of the ``tiny`` sources and the base model
+    as its ``data_seed`` and ``cfg.tiny_sum_fraction`` / ``cfg.tiny_rule_fraction`` as its
+    designed regime's shares (the problem streams of the ``tiny`` sources and the base model
     `build_base_model` builds)."""
-    return TinyConfig(data_seed=cfg.tiny_data_seed)
+    return TinyConfig(
+        data_seed=cfg.tiny_data_seed,
+        sum_fraction=cfg.tiny_sum_fraction,
+        rule_fraction=cfg.tiny_rule_fraction,
+    )
 
 
 def load_eval_sets(cfg: TrainConfig) -> dict[str, list[Problem]]:

@@ -14,7 +14,9 @@ A config file holds a few top-level keys (task, model, method and its method-wid
 ``shaping.METHODS[method].defaults``), ``[rollout]`` (`RolloutConfig`: B x G sampling and the
 behaviour pass), ``[optim]`` (`OptimConfig`: AdamW, schedule, inner epochs, mini-batches),
 ``[system]`` (`SystemConfig`: device, precision, parallelism, micro-batches), ``[run]``
-(`RunConfig`: checkpoints and logs), ``[data]``, ``[eval]`` and ``[vllm]``. The keys of
+(`RunConfig`: checkpoints and logs), ``[control]`` (`ControlConfig`: the adaptive entropy
+coefficient), ``[explore]`` (`ExploreConfig`: outcome-based exploration bonuses), ``[data]``,
+``[eval]`` and ``[vllm]``. The keys of
 [rollout], [optim], [system] and [run] were top-level before: the flat spelling is accepted for
 one release with a `FutureWarning` (`MOVED_KEYS`). `apply_overrides` sets any key from
 ``key=value`` strings (the ``--set`` of the command line). A bad value or an unknown key raises
@@ -44,8 +46,10 @@ from llm.config.tables import (
     DISTINCT,
     EVAL_PRECISION,
     MAX_SEED,
+    ControlConfig,
     DataConfig,
     EvalConfig,
+    ExploreConfig,
     OptimConfig,
     RolloutConfig,
     RunConfig,
@@ -57,8 +61,10 @@ from llm.tasks import TASKS
 __all__ = [
     "EVAL_PRECISION",
     "MOVED_KEYS",
+    "ControlConfig",
     "DataConfig",
     "EvalConfig",
+    "ExploreConfig",
     "OptimConfig",
     "RolloutConfig",
     "RunConfig",
@@ -106,6 +112,21 @@ class TrainConfig:
         starts on them (give each seed its own `model_path`)""",
         ge=0,
         le=MAX_SEED,
+    )
+    tiny_sum_fraction: float = option(
+        0.0,
+        """share of llm.model.tiny's problems whose target is the sum of their numbers
+        (TinyConfig.sum_fraction; issue 38's designed regime, where the "add every number" rule
+        is right that often; give each setting its own `model_path`)""",
+        ge=0.0,
+        le=1.0,
+    )
+    tiny_rule_fraction: float = option(
+        0.0,
+        """share of the tiny base model's warm-start examples that are the "add every number"
+        rule, right or wrong (TinyConfig.rule_fraction; the strategy a pretrained model brings)""",
+        ge=0.0,
+        le=1.0,
     )
     method: str = option(
         "grpo", "shaping method, a key of shaping.METHODS", choices=lambda: sorted(shaping.METHODS)
@@ -157,6 +178,14 @@ class TrainConfig:
     run: RunConfig = field(
         default_factory=RunConfig,
         metadata={"help": "checkpoints and logs of the run folder", "table": True},
+    )
+    control: ControlConfig = field(
+        default_factory=ControlConfig,
+        metadata={"help": "adaptive entropy coefficient (Skywork-OR1)", "table": True},
+    )
+    explore: ExploreConfig = field(
+        default_factory=ExploreConfig,
+        metadata={"help": "outcome-based exploration bonuses on final answers", "table": True},
     )
     data: DataConfig = field(
         default_factory=DataConfig, metadata={"help": "training problems", "table": True}
@@ -424,6 +453,20 @@ def _cross_field_rules(c: TrainConfig) -> None:
     )
     if e.source == d.source == "generate":
         require(e.seed != d.seed, "eval.seed", e.seed, f"a seed other than data.seed ({d.seed})")
+    ctl = c.control
+    require(
+        ctl.entropy_coef_max >= ctl.entropy_coef_min,
+        "control.entropy_coef_max",
+        ctl.entropy_coef_max,
+        f"a number >= control.entropy_coef_min ({ctl.entropy_coef_min})",
+    )
+    # The bonus must not lift a wrong answer over the correct-set threshold (rewards > 0.5).
+    require(
+        c.format_score + c.explore.ucb_coef < 0.5,
+        "explore.ucb_coef",
+        c.explore.ucb_coef,
+        f"a number below 0.5 - format_score ({c.format_score})",
+    )
 
 
 def _validate_hyper(c: TrainConfig) -> None:
@@ -461,7 +504,7 @@ def _validate_hyper(c: TrainConfig) -> None:
 def config_to_toml(cfg: TrainConfig) -> str:
     """The resolved config as TOML: top-level keys, then [hyper] (with the method's defaults filled
     in), then the tables of `TrainConfig` in declaration order ([rollout], [optim], [system], [run],
-    [data], [eval], [vllm]). `load_config` of the result gives back an equal config."""
+    [control], [explore], [data], [eval], [vllm]). `load_config` of the result gives back an equal config."""
     docs = schema.field_docs(TrainConfig)
     lines = ["# Resolved training config (llm/config.py documents every key)."]
     for f, _ in schema.options(TrainConfig):

@@ -51,6 +51,7 @@ import numerics
 from llm.model.tokens import check_prompts
 from llm.tasks import (
     CountdownProblem,
+    Expr,
     compact_completion,
     compact_words,
     generate_problems,
@@ -96,6 +97,14 @@ class TinyConfig:
     """largest target; also the largest number in the vocabulary"""
     data_seed: int = 0
     """seed of the training and held-out problem streams"""
+    sum_fraction: float = 0.0
+    """share of problems whose target is replaced by the sum of their numbers (when <= max_target):
+    the problems on which the "add every number" rule is right (issue 38's designed regime; 0:
+    the solver-only distribution, whose random expressions make the sum right for ~6%)"""
+    rule_fraction: float = 0.0
+    """share of the warm start's examples that are the "add every number" rule (the numbers in
+    the prompt's order joined by +), right or wrong: the strategy a pretrained model brings
+    (SmolLM2 collapses onto "add the numbers", docs/gpu.md); 0: solver solutions only"""
 
     # Model (Qwen2's architecture as a transformers Llama with attention biases; tied embeddings).
     hidden_size: int = 128
@@ -155,6 +164,9 @@ class TinyConfig:
             raise ValueError(f"lr: expected > 0, got {self.lr}")
         if not 0 <= self.warmup_fraction < 1:
             raise ValueError(f"warmup_fraction: expected in [0, 1), got {self.warmup_fraction}")
+        for name in ("sum_fraction", "rule_fraction"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name}: expected in [0, 1], got {getattr(self, name)}")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TinyConfig:
@@ -345,7 +357,7 @@ def _distinct_stream(
 
 
 def _draw(config: TinyConfig, rng: np.random.Generator, n: int) -> list[CountdownProblem]:
-    return generate_problems(
+    problems = generate_problems(
         n,
         seed=rng,
         num_numbers=config.num_numbers,
@@ -354,6 +366,22 @@ def _draw(config: TinyConfig, rng: np.random.Generator, n: int) -> list[Countdow
         min_target=config.min_target,
         max_target=config.max_target,
     )
+    if config.sum_fraction == 0:
+        return problems  # the stream of every base model before issue 38, draw for draw
+    summed = rng.random(len(problems)) < config.sum_fraction
+    return [
+        CountdownProblem(p.nums, sum(p.nums)) if s and sum(p.nums) <= config.max_target else p
+        for p, s in zip(problems, summed, strict=True)
+    ]
+
+
+def rule_expression(problem: CountdownProblem) -> Expr:
+    """The "add every number" rule: ``((a + b) + c) ...`` in the prompt's order (right iff the
+    target is their sum)."""
+    expr: Expr = problem.nums[0]
+    for x in problem.nums[1:]:
+        expr = ("+", expr, x)
+    return expr
 
 
 def _problem_key(p: CountdownProblem) -> tuple[tuple[int, ...], int]:
@@ -364,25 +392,38 @@ def _encode_problems(
     tokenizer: PreTrainedTokenizerFast,
     problems: Sequence[CountdownProblem],
     max_positions: int = TinyConfig.max_position_embeddings,
-) -> list[tuple[list[int], list[list[int]]]]:
-    """Per problem: the prompt ids (with `<bos>`) and the ids of every solver solution + `<eos>`."""
+) -> list[tuple[list[int], list[list[int]], list[int]]]:
+    """Per problem: the prompt ids (with `<bos>`), the ids of every solver solution + `<eos>`, and
+    the ids of the "add every number" rule (`rule_expression`) + `<eos>`."""
     encoded = []
+    eos = tokenizer.eos_token_id
     for p in problems:
         prompt = encode_prompt(tokenizer, make_prompt(p, "compact"), max_positions=max_positions)
         completions = [compact_completion(e) for e in solve(p)]
         ids = tokenizer(completions, add_special_tokens=False).input_ids if completions else []
-        encoded.append((prompt, [[*c, tokenizer.eos_token_id] for c in ids]))
+        rule = tokenizer(compact_completion(rule_expression(p)), add_special_tokens=False)
+        encoded.append((prompt, [[*c, eos] for c in ids], [*rule.input_ids, eos]))
     return encoded
 
 
 def _epoch_examples(
-    encoded: list[tuple[list[int], list[list[int]]]], k: int, rng: np.random.Generator
+    encoded: list[tuple[list[int], list[list[int]], list[int]]],
+    k: int,
+    rng: np.random.Generator,
+    rule_fraction: float = 0.0,
 ) -> list[tuple[list[int], list[int]]]:
-    """Up to `k` distinct solutions per problem, drawn afresh each epoch, in shuffled order."""
+    """Up to `k` distinct solutions per problem, drawn afresh each epoch, in shuffled order; with
+    `rule_fraction` > 0, each of them is the rule's completion instead with that probability."""
     examples = []
-    for prompt, sols in encoded:
-        for j in rng.permutation(len(sols))[:k]:
-            examples.append((prompt, sols[int(j)]))
+    for prompt, sols, rule in encoded:
+        picks = rng.permutation(len(sols))[:k]
+        if rule_fraction > 0:  # draws only then: the default's stream is unchanged
+            swap = rng.random(len(picks)) < rule_fraction
+            examples += [
+                (prompt, rule if w else sols[int(j)]) for j, w in zip(picks, swap, strict=True)
+            ]
+        else:
+            examples += [(prompt, sols[int(j)]) for j in picks]
     return [examples[int(i)] for i in rng.permutation(len(examples))]
 
 
@@ -448,7 +489,7 @@ def warm_start(
     """
     encoded = _encode_problems(tokenizer, problems, model.config.max_position_embeddings)
     rng = np.random.default_rng([config.model_seed, 1])
-    n_examples = sum(min(len(s), config.solutions_per_problem) for _, s in encoded)
+    n_examples = sum(min(len(s), config.solutions_per_problem) for _, s, _ in encoded)
     steps_per_epoch = math.ceil(n_examples / config.batch_size)
     total = steps_per_epoch * config.epochs
     warmup = max(1, int(config.warmup_fraction * total))
@@ -474,7 +515,9 @@ def warm_start(
         torch.manual_seed(config.model_seed)  # dropout is off; this only pins any stray draw
         bar = tqdm(total=total, desc="warm start", disable=not progress, unit="step")
         for _ in range(config.epochs):
-            examples = _epoch_examples(encoded, config.solutions_per_problem, rng)
+            examples = _epoch_examples(
+                encoded, config.solutions_per_problem, rng, config.rule_fraction
+            )
             for start in range(0, len(examples), config.batch_size):
                 ids, mask, labels = collate_completions(
                     examples[start : start + config.batch_size], tokenizer.pad_token_id

@@ -6,6 +6,7 @@ from dataclasses import replace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -209,12 +210,37 @@ def test_ensure_base_model_builds_caches_and_rebuilds(tmp_path, monkeypatch):
 
 def test_warm_start_data_is_the_compact_format(tokenizer):
     p = tiny_problems(TinyConfig(), "train", 1)[0]
-    ((prompt, sols),) = tiny._encode_problems(tokenizer, [p])
+    ((prompt, sols, rule),) = tiny._encode_problems(tokenizer, [p])
     assert tokenizer.decode(prompt, skip_special_tokens=True) == make_prompt(p, "compact")
     assert len(sols) == len(solve(p))
-    assert all(s[-1] == tokenizer.eos_token_id for s in sols)
+    assert all(s[-1] == tokenizer.eos_token_id for s in [*sols, rule])
     texts = {tokenizer.decode(s, skip_special_tokens=True) for s in sols}
     assert texts == {compact_completion(e) for e in solve(p)}
+    added = " + ".join(str(x) for x in p.nums)
+    assert tokenizer.decode(rule, skip_special_tokens=True) == f"<answer> {added} </answer>"
+
+
+def test_rule_regime_sums_targets_and_mixes_the_rule_into_the_warm_start(tokenizer):
+    # Issue 38's designed regime: a share of targets are the numbers' sum, and a share of the
+    # warm start's examples are the "add every number" rule, right or wrong.
+    base = TinyConfig()
+    designed = TinyConfig(sum_fraction=0.5, rule_fraction=0.3)
+    assert tiny_problems(TinyConfig(sum_fraction=0.0), "heldout", 50) == tiny_problems(
+        base, "heldout", 50
+    )
+    summed = tiny_problems(designed, "heldout", 400)
+    share = np.mean([p.target == sum(p.nums) for p in summed])
+    assert 0.4 < share < 0.65  # 0.5 drawn, plus the ~6% the random expressions give anyway
+    assert all(p.target <= designed.max_target for p in summed)
+    encoded = tiny._encode_problems(tokenizer, tiny_problems(designed, "train", 300))
+    rules = {tuple(r) for _, _, r in encoded}
+    ex = tiny._epoch_examples(encoded, 4, np.random.default_rng(0), 0.3)
+    share = np.mean([tuple(c) in rules for _, c in ex])
+    assert 0.25 < share < 0.4  # 0.3 drawn, plus solver solutions that are the rule itself
+    ex0 = tiny._epoch_examples(encoded, 4, np.random.default_rng(0))
+    assert ex0 == tiny._epoch_examples(encoded, 4, np.random.default_rng(0), 0.0)
+    with pytest.raises(ValueError, match="rule_fraction"):
+        TinyConfig(rule_fraction=1.5)
 
 
 # --- prompts the tiny model cannot read (issue 13 item 6) ----------------------------------------

@@ -213,3 +213,31 @@ def test_population_objective_is_theory_objective() -> None:
             kwargs = {"coef_policy": coef} if anchor == "policy" else {"coef_base": coef}
             want = optimum.objective(lp, lpb, r, 0.3, **kwargs).mean()
             np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=f"{objective}/{anchor}")
+
+
+# ---- the off-policy regime: several optimizer steps per batch (issue 38 item 2) ---------------
+
+
+def _regime(method: str, epochs: int) -> dict:
+    cfg = T.TrainConfig(
+        E.casp_env(), method=method, group_size=4, num_updates=4, num_epochs=epochs,
+        learning_rate=0.3, record_policy=True,
+    )  # fmt: skip
+    out = T.jit_train(T.make_train(cfg), fast_compile=True)(
+        T.default_settings(cfg), jax.random.key(3)
+    )
+    return jax.tree.map(np.asarray, {"exact": out["exact"], "train": out["train"]})
+
+
+def test_one_step_per_batch_is_on_policy_and_several_make_clipping_act() -> None:
+    """One optimizer step per batch: every ratio is 1, nothing is clipped, and the methods that
+    differ from GRPO only off-policy (`shaping.OFF_POLICY_ONLY`) train GRPO's policy bit for bit.
+    Three steps per batch: the ratio moves, clipping acts, and they part from GRPO."""
+    on = {m: _regime(m, 1) for m in ("grpo", "dual_clip", "cispo")}
+    assert np.all(on["grpo"]["train"]["clip_frac"] == 0)
+    for m in ("dual_clip", "cispo"):
+        for key, value in on["grpo"]["exact"].items():
+            np.testing.assert_array_equal(on[m]["exact"][key], value, err_msg=f"{m} {key}")
+    off = {m: _regime(m, 3) for m in ("grpo", "cispo")}
+    assert np.any(off["grpo"]["train"]["clip_frac"] > 0)
+    assert not np.array_equal(off["grpo"]["exact"]["traj_logp"], off["cispo"]["exact"]["traj_logp"])
