@@ -141,7 +141,10 @@ class TrainConfig:
         0.0, "k3 KL penalty to the frozen base model, any method; > 0 loads a reference copy", ge=0
     )
     entropy_coef: float = option(
-        0.0, "token-entropy bonus of any method, verl's entropy_coeff (loss -= c * entropy)", ge=0
+        0.0,
+        """token-entropy bonus of any method, verl's entropy_coeff (loss -= c * entropy); with
+        control.adaptive_entropy its starting value""",
+        ge=0,
     )
     steps: int = option(20, "number of training steps (rollout + update rounds)", ge=1)
     seed: int = option(

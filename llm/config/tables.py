@@ -1,6 +1,7 @@
 """The tables of a training config (`llm.config.TrainConfig`): ``[data]``, ``[eval]``, ``[vllm]``,
-``[rollout]``, ``[optim]``, ``[system]`` and ``[run]``, each field declared once with its default,
-help, choices and bounds (`experiment.schema.option`), and the accepted values they name.
+``[rollout]``, ``[optim]``, ``[system]``, ``[run]``, ``[control]`` and ``[explore]``, each field
+declared once with its default, help, choices and bounds (`experiment.schema.option`), and the
+accepted values they name.
 """
 
 from __future__ import annotations
@@ -189,6 +190,69 @@ class RolloutConfig:
         and verl do)""",
         choices=("auto", "always"),
     )
+    dynamic_sampling: bool = option(
+        False,
+        """DAPO dynamic sampling (verl filter_groups): draw rounds of prompts_per_step more
+        prompts until the step holds B groups whose rewards are not all equal, or
+        max_resample_rounds extra rounds are spent (then the uniform groups drawn first fill the
+        batch, and dynamic/budget_exhausted says so); single process only""",
+    )
+    max_resample_rounds: int = option(
+        9,
+        """dynamic_sampling: extra rounds of prompts_per_step prompts a step may draw (verl's DAPO
+        recipe: max_num_gen_batches = 10 in all; 0 = one round, reported but not filtered)""",
+        ge=0,
+    )
+    mask_truncated: bool = option(
+        False,
+        """DAPO overlong masking (TRL mask_truncated_completions): responses that use all
+        max_new_tokens without a stop token leave the loss (they still count in their group's
+        advantages)""",
+    )
+
+
+@dataclass
+class ControlConfig:
+    """Skywork-OR1's adaptive entropy control: the trainer moves the coefficient of the token-
+    entropy term (`entropy_coef`, its starting value) each step toward a target entropy."""
+
+    adaptive_entropy: bool = option(
+        False,
+        """adapt entropy_coef each step (TRL use_adaptive_entropy): the term is on only while the
+        batch's token entropy is <= entropy_target, and the coefficient then moves by
+        entropy_coef_delta (up at or below the target, down above it); checkpointed""",
+    )
+    entropy_target: float = option(
+        0.2, "target mean token entropy in nats (Skywork-OR1 tgt-ent, TRL's default)", ge=0
+    )
+    entropy_coef_delta: float = option(
+        0.005, "change of the coefficient per step (Skywork-OR1 Delta, TRL's default)", ge=0
+    )
+    entropy_coef_min: float = option(0.0, "lower clamp of the adaptive coefficient", ge=0)
+    entropy_coef_max: float = option(
+        1.0, "upper clamp of the adaptive coefficient (TRL entropy_coef_max)", ge=0
+    )
+
+
+@dataclass
+class ExploreConfig:
+    """Outcome-based exploration (Song, Kempe & Munos 2025): reward bonuses on final answers
+    (`Task.answer_key`), added to the verifier's reward before the method sees it."""
+
+    ucb_coef: float = option(
+        0.0,
+        """historical bonus c / sqrt(1 + N(prompt, answer)), N the answer's count over earlier
+        steps (checkpointed); 0 = off; format_score + ucb_coef must stay below 0.5 (the
+        correct-set threshold)""",
+        ge=0,
+    )
+    batch_coef: float = option(
+        0.0,
+        """within-group penalty -c (n - 1) / (G - 1), n the responses of the group with the same
+        answer; 0 = off""",
+        ge=0,
+        lt=0.5,
+    )
 
 
 @dataclass
@@ -203,7 +267,9 @@ class OptimConfig:
         gt=0,
         le=MAX_LR,
     )
-    weight_decay: float = option(0.0, "AdamW decoupled weight decay", ge=0)
+    weight_decay: float = option(
+        0.0, "AdamW decoupled weight decay (per step: w -= lr * wd * w)", ge=0, le=1
+    )
     adam_betas: list[float] = field(
         default_factory=lambda: [0.9, 0.999],
         metadata=meta("AdamW (beta1, beta2)", ge=0, lt=1, length=(2, 2)),

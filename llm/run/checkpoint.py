@@ -76,6 +76,7 @@ __all__ = [
     "rng_state",
     "save_checkpoint",
     "set_rng_state",
+    "trainer_extra",
     "weights_folder",
 ]
 
@@ -277,20 +278,25 @@ def save_checkpoint(
     info: DistInfo,
     *,
     last: bool = False,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Write ``step_NNNNNN`` atomically (a temp folder renamed by rank 0 after every rank is done).
 
     One process or DDP: the full layout, written by rank 0 (under DDP the full optimizer state is
     gathered to it through torch.distributed.checkpoint.state_dict). FSDP2: the sharded layout,
     each rank writing its own shards and RNG states; with `last` (the run's last step) rank 0 adds
-    the Hugging Face export of the full weights (module docstring)."""
+    the Hugging Face export of the full weights (module docstring). `extra`, when given, is the
+    trainer's own state (`llm.train.control`: the adaptive entropy coefficient, answer counts),
+    stored in ``trainer_state.pt`` and read back by `trainer_extra`."""
     root = out_dir / CHECKPOINTS
     target = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
     if info.enabled and _is_fsdp2(policy):
-        _save_sharded(tmp, step, policy, tokenizer, optimizer, scheduler, position, info, last)
+        _save_sharded(
+            tmp, step, policy, tokenizer, optimizer, scheduler, position, info, last, extra
+        )
     else:
-        _save_full(tmp, step, policy, tokenizer, optimizer, scheduler, position, info)
+        _save_full(tmp, step, policy, tokenizer, optimizer, scheduler, position, info, extra)
     if info.is_main:
         # A directory rename is atomic on POSIX: a checkpoint is either complete or absent.
         if target.exists():
@@ -310,6 +316,7 @@ def _save_full(
     scheduler: Any,
     position: int,
     info: DistInfo,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     model_state, optim_state = None, optimizer.state_dict()
     if info.enabled:
@@ -330,6 +337,8 @@ def _save_full(
             "scheduler": scheduler.state_dict(),
             "rng": rng_state(),
         }
+        if extra is not None:
+            state["extra"] = extra
         torch.save(state, tmp / STATE_FILE)
 
 
@@ -343,6 +352,7 @@ def _save_sharded(
     position: int,
     info: DistInfo,
     export: bool,
+    extra: dict[str, Any] | None = None,
 ) -> None:
 
     if info.is_main:
@@ -370,6 +380,8 @@ def _save_sharded(
             "layout": _SHARDED,
             "scheduler": scheduler.state_dict(),
         }
+        if extra is not None:
+            state["extra"] = extra
         torch.save(state, tmp / STATE_FILE)
     torch.distributed.barrier()  # every rank's shards and RNG file are written
     if info.is_main:
@@ -483,6 +495,15 @@ def restore_checkpoint(
     scheduler.load_state_dict(state["scheduler"])
     set_rng_state(rng)
     return state["step"], state["data_position"]
+
+
+def trainer_extra(ckpt: Path | None) -> dict[str, Any] | None:
+    """The trainer's own state that `save_checkpoint` stored with `extra` in `ckpt`, or None (no
+    checkpoint, or one saved without it)."""
+    if ckpt is None:
+        return None
+    state = torch.load(ckpt / STATE_FILE, weights_only=False, mmap=True)
+    return state.get("extra")
 
 
 OPTIMIZER_KEYS = tuple(

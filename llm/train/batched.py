@@ -125,6 +125,12 @@ def batchable(cfg: TrainConfig) -> str | None:
         return f"method {cfg.method!r} needs sentence-embedding diversity"
     if "prompt_logp" in needs:
         return f"method {cfg.method!r} needs prompt log-probs"
+    if cfg.rollout.dynamic_sampling or cfg.rollout.mask_truncated:
+        return "rollout.dynamic_sampling / rollout.mask_truncated (the process trainer's)"
+    if cfg.control.adaptive_entropy:
+        return "control.adaptive_entropy (the process trainer's)"
+    if cfg.explore.ucb_coef > 0 or cfg.explore.batch_coef > 0:
+        return "explore bonuses (the process trainer's)"
     return None
 
 

@@ -25,8 +25,10 @@ import os
 import random
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -42,6 +44,7 @@ from llm.model.load import (
 )
 from llm.model.tiny import BUILD_FILE, ensure_base_model
 from llm.rollout.backend import RolloutBackendLike, make_backend
+from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import (
     CONFIG_CHANGES,
     MetricsLogger,
@@ -49,11 +52,13 @@ from llm.run.checkpoint import (
     find_resume_checkpoint,
     restore_checkpoint,
     save_checkpoint,
+    trainer_extra,
     weights_folder,
 )
 from llm.run.distributed import (
     DistInfo,
     broadcast_object,
+    gather_batch,
     generate_shared,
     init_distributed,
     rank_share,
@@ -69,9 +74,11 @@ from llm.run.folder import (
     claim_run_folder,
 )
 from llm.tasks import TASKS
-from llm.train.behaviour import behaviour_batch, sampler_is_behaviour
+from llm.train import control
+from llm.train.behaviour import BehaviourBatch, behaviour_batch, sampler_is_behaviour
 from llm.train.update import (
     make_optimizer,
+    masked_mean,
     step_metrics,
     update_policy,
 )
@@ -201,6 +208,7 @@ def _train(
     optimizer, scheduler = make_optimizer(cfg, policy)
     # Loads a sharded (FSDP2) checkpoint's weights too, so the engine is synced after it.
     start, position = restore_checkpoint(ckpt, policy, optimizer, scheduler, info)
+    ctl = _controller_state(cfg, trainer_extra(ckpt), ckpt)
     if ckpt is not None:
         backend.sync_weights(model)  # an engine with its own copy starts from cfg.model_path
 
@@ -216,6 +224,7 @@ def _train(
     from_policy = getattr(backend, "samples_from_policy", False) is True
     sampler_stats = from_policy and sampler_is_behaviour(cfg, needs)
     per_update = cfg.optim.prompts_per_update or cfg.rollout.prompts_per_step
+    stop_ids = getattr(backend, "stop_token_ids", None) or stop_token_ids(tokenizer, cfg.model_path)
 
     logger = (
         MetricsLogger(out, tensorboard=cfg.run.tensorboard, start_step=start)
@@ -232,14 +241,26 @@ def _train(
         for step in bar:
             # Rollout: this rank's share of the step's prompts, G responses each.
             t0 = time.perf_counter()
-            idx = data_indices(position, cfg.rollout.prompts_per_step, len(problems), cfg.data.seed)
-            position += cfg.rollout.prompts_per_step
-            batch_problems = [problems[i] for i in rank_share(idx, info, per_update)]
-            roll = _rollout(backend, batch_problems, cfg, info, step, sampler_stats)
+            extra: dict[str, float] = {}
+            if cfg.rollout.dynamic_sampling:  # DAPO: rounds of prompts until B mixed groups
+                batch_problems, roll, rewards, position, extra = _dynamic_rollout(
+                    backend, problems, position, cfg, info, step, sampler_stats,
+                    tokenizer.pad_token_id,
+                )  # fmt: skip
+            else:
+                idx = data_indices(
+                    position, cfg.rollout.prompts_per_step, len(problems), cfg.data.seed
+                )
+                position += cfg.rollout.prompts_per_step
+                batch_problems = [problems[i] for i in rank_share(idx, info, per_update)]
+                roll = _rollout(backend, batch_problems, cfg, info, step, sampler_stats)
             t_roll = time.perf_counter()
 
             # Score, then the behaviour batch: pi_old's view of the rollout, keys by the method.
-            rewards = _score(roll, batch_problems, cfg, info.device)
+            if not cfg.rollout.dynamic_sampling:
+                rewards = _score(roll, batch_problems, cfg, info.device)
+            if cfg.explore.ucb_coef > 0 or cfg.explore.batch_coef > 0:
+                rewards = _explore(roll, rewards, cfg, ctl["answer_counts"], extra)
             t_behaviour = time.perf_counter()
             diversity = _diversity(roll, cfg, encoder) if "diversity" in needs else None
             behaviour = behaviour_batch(
@@ -247,15 +268,24 @@ def _train(
             )
             t_old = time.perf_counter()
 
-            # Update: mu passes over the mini-batches, one optimizer step each.
+            # Update: mu passes over the mini-batches, one optimizer step each, on the loss batch
+            # (overlong responses masked) with this step's entropy coefficient.
+            loss_batch = behaviour
+            if cfg.rollout.mask_truncated:
+                loss_batch = _mask_truncated(behaviour, cfg, stop_ids, info, extra)
+            step_hyper: Mapping[str, Any] = hyper
+            if cfg.control.adaptive_entropy:
+                step_hyper = _adapt_entropy(loss_batch, hyper, cfg, info, ctl, extra)
             update = update_policy(
-                policy, optimizer, scheduler, behaviour, cfg=cfg, info=info, step=step
-            )
+                policy, optimizer, scheduler, loss_batch, cfg=cfg, info=info, step=step,
+                hyper=step_hyper,
+            )  # fmt: skip
             t_upd = time.perf_counter()
 
             # Log and checkpoint.
             lr = scheduler.get_last_lr()[0]
-            metrics = step_metrics(behaviour, update, cfg=cfg, hyper=hyper, lr=lr, info=info)
+            metrics = step_metrics(behaviour, update, cfg=cfg, hyper=step_hyper, lr=lr, info=info)
+            metrics.update(extra)
             backend.sync_weights(model)
             t_end = time.perf_counter()
             metrics.update(
@@ -274,7 +304,7 @@ def _train(
             bar.set_postfix(reward=f"{metrics['charts/reward_mean']:.3f}")
             if step == cfg.steps or (cfg.run.save_every and step % cfg.run.save_every == 0):
                 state = (out, step, policy, tokenizer, optimizer, scheduler, position, info)
-                save_checkpoint(*state, last=step == cfg.steps)
+                save_checkpoint(*state, last=step == cfg.steps, extra=ctl or None)
     finally:
         if logger is not None:
             logger.close()
@@ -292,9 +322,11 @@ def _rollout(
     info: DistInfo,
     step: int,
     sampler_stats: bool,
+    round_: int = 0,
 ) -> Any:
-    """G responses to each problem's prompt (a `RolloutBatch`), sampled with the step's seed;
-    with `sampler_stats` also the sampler's entropies and top-N candidates (the behaviour values,
+    """G responses to each problem's prompt (a `RolloutBatch`), sampled with the step's seed (and
+    the dynamic-sampling round's, `round_` > 0); with `sampler_stats` also the sampler's
+    entropies and top-N candidates (the behaviour values,
     `llm.train.behaviour.sampler_is_behaviour`)."""
     prompts = [TASKS[cfg.task].prompt(p, cfg.template) for p in problems]
     try:
@@ -303,7 +335,7 @@ def _rollout(
             prompts,
             info,
             share=cfg.vllm.tensor_parallel_size if cfg.rollout.backend == "vllm" else 1,
-            seed_of=lambda rank: _step_seed(cfg.seed, step, rank),
+            seed_of=lambda rank: _step_seed(cfg.seed, step, rank, round_),
             group_size=cfg.rollout.group_size,
             max_new_tokens=cfg.rollout.max_new_tokens,
             temperature=cfg.rollout.temperature,
@@ -334,6 +366,163 @@ def _diversity(roll: Any, cfg: TrainConfig, encoder: Any) -> list[list[float]]:
 
 
 # ---------------------------------------------------------------------------------------------
+# Driver-level controls (`llm.train.control`, docs/formulas.md §2.31-§2.33)
+
+
+def _controller_state(
+    cfg: TrainConfig, saved: dict[str, Any] | None, ckpt: Path | None
+) -> dict[str, Any]:
+    """The trainer's own state: the adaptive entropy coefficient (``control.adaptive_entropy``,
+    starting at `entropy_coef`) and the answer counts ``N(x, a)`` (``explore.ucb_coef``); empty
+    when neither is on. A resumed run takes them from its checkpoint (`saved`).
+
+    Raises:
+        ValueError: the checkpoint lacks a state the config needs.
+    """
+    state: dict[str, Any] = {}
+    if cfg.control.adaptive_entropy:
+        state["entropy_coef"] = float(cfg.entropy_coef)
+    if cfg.explore.ucb_coef > 0:
+        state["answer_counts"] = {}
+    if ckpt is not None and state:
+        missing = sorted(k for k in state if saved is None or k not in saved)
+        if missing:
+            raise ValueError(f"--resume: {ckpt} holds no trainer state {missing}")
+        state.update({k: saved[k] for k in state})
+    return state
+
+
+def _dynamic_rollout(
+    backend: RolloutBackendLike,
+    problems: list[Problem],
+    position: int,
+    cfg: TrainConfig,
+    info: DistInfo,
+    step: int,
+    sampler_stats: bool,
+    pad_id: int,
+) -> tuple[list[Problem], Any, torch.Tensor, int, dict[str, float]]:
+    """DAPO dynamic sampling: rounds of ``prompts_per_step`` prompts (the data order's next ones,
+    each round with its own seed) until B groups have mixed rewards or
+    ``1 + max_resample_rounds`` rounds are drawn (`llm.train.control.select_groups`).
+
+    Returns:
+        (problems, rollout, rewards (B, G), data position, ``dynamic/`` metrics): the chosen B
+        groups in draw order; the metrics give the rounds drawn, the prompts sampled, the mixed
+        groups trained on and whether the budget ran out (then uniform groups fill the batch).
+    """
+    b = cfg.rollout.prompts_per_step
+    rounds: list[tuple[list[Problem], Any, torch.Tensor]] = []
+    mixed: list[bool] = []
+    n_rounds = 1 + cfg.rollout.max_resample_rounds
+    chosen = None
+    for r in range(n_rounds):
+        idx = data_indices(position, b, len(problems), cfg.data.seed)
+        position += b
+        probs = [problems[i] for i in idx]
+        roll = _rollout(backend, probs, cfg, info, step, sampler_stats, round_=r)
+        rewards = _score(roll, probs, cfg, info.device)
+        rounds.append((probs, roll, rewards))
+        mixed += control.mixed_groups(rewards).tolist()
+        chosen = control.select_groups(mixed, b, exhausted=r + 1 == n_rounds)
+        if chosen is not None:
+            break
+    assert chosen is not None  # select_groups decides on the last round
+    picked, ran_out = chosen
+    per_round = [
+        [i - k * b for i in picked if k * b <= i < (k + 1) * b] for k in range(len(rounds))
+    ]
+    roll = control.concat_rollouts(
+        [(r_roll, ids) for (_, r_roll, _), ids in zip(rounds, per_round, strict=True)], pad_id
+    )
+    rewards = torch.cat([r_rew[ids] for (_, _, r_rew), ids in zip(rounds, per_round, strict=True)])
+    batch_problems = [rounds[i // b][0][i % b] for i in picked]
+    metrics = {
+        "dynamic/rounds": float(len(rounds)),
+        "dynamic/prompts_sampled": float(len(mixed)),
+        "dynamic/mixed_groups": float(sum(mixed[i] for i in picked)),
+        "dynamic/budget_exhausted": float(ran_out),
+    }
+    return batch_problems, roll, rewards, position, metrics
+
+
+def _explore(
+    roll: Any,
+    rewards: torch.Tensor,
+    cfg: TrainConfig,
+    counts: control.AnswerCounts | None,
+    metrics: dict[str, float],
+) -> torch.Tensor:
+    """The verifier's rewards plus the outcome-based exploration bonuses of ``[explore]``
+    (historical: counts of earlier steps, then this step's answers are counted; within-group);
+    ``explore/`` metrics into `metrics`."""
+    task = TASKS[cfg.task]
+    answers = [[task.answer_key(t, distinct=cfg.distinct) for t in texts] for texts in roll.texts]
+    bonus = torch.zeros_like(rewards)
+    if cfg.explore.ucb_coef > 0:
+        assert counts is not None  # _controller_state holds them whenever ucb_coef > 0
+        bonus += control.ucb_bonus(counts, roll.prompts, answers, cfg.explore.ucb_coef).to(bonus)
+        control.update_counts(counts, roll.prompts, answers)
+    if cfg.explore.batch_coef > 0:
+        bonus += control.batch_bonus(answers, cfg.explore.batch_coef).to(bonus)
+    metrics["explore/verifier_reward_mean"] = rewards.mean().item()
+    metrics["explore/bonus_mean"] = bonus.mean().item()
+    metrics["explore/distinct_answers"] = sum(
+        len({a for a in group if a is not None}) for group in answers
+    ) / max(len(answers), 1)
+    return rewards + bonus
+
+
+def _mask_truncated(
+    behaviour: BehaviourBatch,
+    cfg: TrainConfig,
+    stop_ids: list[int],
+    info: DistInfo,
+    metrics: dict[str, float],
+) -> BehaviourBatch:
+    """`behaviour` with the responses that hit ``max_new_tokens`` unfinished masked out of the
+    loss (DAPO overlong masking, `llm.train.control.truncated_responses`); their rewards still
+    count in their groups. ``overlong/masked_rate`` into `metrics`."""
+    b, g, t = behaviour.shape
+    mask = behaviour.fixed["mask"]
+    ids = behaviour.rows.response_ids.reshape(b, g, t)
+    cut = control.truncated_responses(ids, mask, stop_ids, cfg.rollout.max_new_tokens)
+    metrics["overlong/masked_rate"] = gather_batch({"cut": cut.float()}, info)["cut"].mean().item()
+    fixed = {**behaviour.fixed, "mask": mask * (~cut).unsqueeze(-1).to(mask.dtype)}
+    return replace(behaviour, fixed=fixed)
+
+
+def _adapt_entropy(
+    batch: BehaviourBatch,
+    hyper: Mapping[str, Any],
+    cfg: TrainConfig,
+    info: DistInfo,
+    ctl: dict[str, Any],
+    metrics: dict[str, float],
+) -> Mapping[str, Any]:
+    """This step's loss hyper-parameters with the adaptive entropy coefficient (Skywork-OR1:
+    ``c_k 1[e_k <= target]``, `e_k` the batch's mean token entropy under pi_old over the loss
+    mask), and the coefficient moved for the next step in `ctl`; ``control/`` metrics into
+    `metrics`."""
+    b, g, t = batch.shape
+    full = gather_batch(
+        {"entropy": batch.old.entropy.reshape(b, g, t), "mask": batch.fixed["mask"]}, info
+    )
+    entropy = masked_mean(full["entropy"], full["mask"])
+    c = cfg.control
+    coef = ctl["entropy_coef"]
+    applied = control.applied_entropy_coef(coef, entropy, target=c.entropy_target)
+    ctl["entropy_coef"] = control.next_entropy_coef(
+        coef, entropy, target=c.entropy_target, delta=c.entropy_coef_delta,
+        lo=c.entropy_coef_min, hi=c.entropy_coef_max,
+    )  # fmt: skip
+    metrics["control/entropy"] = entropy
+    metrics["control/entropy_coef"] = applied
+    metrics["control/next_entropy_coef"] = ctl["entropy_coef"]
+    return MappingProxyType({**hyper, "entropy_coef": applied})
+
+
+# ---------------------------------------------------------------------------------------------
 # Run set-up, data order and seeds
 
 
@@ -344,8 +533,9 @@ def _start_run(
     every global RNG.
 
     Raises:
-        ValueError: the mini-batch is not divisible by the number of processes, or a resumed
-            run's config differs from the saved one.
+        ValueError: the mini-batch is not divisible by the number of processes, dynamic sampling
+            or the historical exploration bonus under several processes, or a resumed run's
+            config differs from the saved one.
     """
     per_update = cfg.optim.prompts_per_update or cfg.rollout.prompts_per_step
     if per_update % info.world_size:
@@ -353,6 +543,11 @@ def _start_run(
         raise ValueError(
             f"{name}: {per_update} is not divisible by the {info.world_size} processes (each "
             "rank takes whole groups of every mini-batch)"
+        )
+    if info.world_size > 1 and (cfg.rollout.dynamic_sampling or cfg.explore.ucb_coef > 0):
+        raise ValueError(
+            "rollout.dynamic_sampling and explore.ucb_coef run in one process only (the "
+            "resampling rounds and the answer counts are not shared between ranks)"
         )
     changes = check_resume_config(cfg, out, change_optimizer=change_optimizer) if resume else {}
     if info.is_main:
@@ -375,8 +570,10 @@ def _start_run(
     torch.manual_seed(cfg.seed)
 
 
-def _step_seed(seed: int, step: int, rank: int = 0) -> int:
-    # Sampling uses a generator seeded per step (and rank), so a resumed run samples what it
-    # would have; rank 0 keeps the single-process seeds.
+def _step_seed(seed: int, step: int, rank: int = 0, round_: int = 0) -> int:
+    # Sampling uses a generator seeded per step (and rank, and dynamic-sampling round), so a
+    # resumed run samples what it would have; rank 0's first round keeps the single-process seeds.
     key = (seed, 7919, step) if rank == 0 else (seed, 7919, step, rank)
+    if round_ > 0:
+        key = (seed, 7919, step, rank, round_)
     return int(np.random.default_rng(key).integers(2**62))

@@ -16,6 +16,7 @@ inner epoch they are the behaviour pass itself, later epochs add one no-grad for
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -208,9 +209,13 @@ def update_policy(
     cfg: TrainConfig,
     info: DistInfo,
     step: int = 0,
+    hyper: Mapping[str, Any] | None = None,
 ) -> UpdateResult:
     """``cfg.optim.inner_epochs`` passes over the step's mini-batches, each ONE optimizer step
     (`accumulate_gradients`, gradient-norm clipping, AdamW, the schedule).
+
+    `hyper` replaces ``cfg.loss_hyper`` for this step (the adaptive entropy coefficient,
+    `llm.train.control`); the method's needs follow it.
 
     Mini-batches are whole groups (verl's ppo_mini_batch_size), in data order; this rank's share
     of a mini-batch is ``prompts_per_update / W`` groups (``prompts_per_step`` when unset).
@@ -219,7 +224,7 @@ def update_policy(
         llm.run.folder.NonFiniteError: the loss, the gradient norm or, after the step, a parameter
             is NaN/inf (`step` names the training step in the message).
     """
-    hyper = cfg.loss_hyper
+    hyper = cfg.loss_hyper if hyper is None else hyper
     needs = shaping.METHODS[cfg.method].needs_for(**hyper)
     b, g, _ = behaviour.shape
     rows, old, fixed = behaviour.rows, behaviour.old, behaviour.fixed

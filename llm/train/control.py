@@ -1,0 +1,252 @@
+"""Driver-level controls of a training step that act around the method's loss (issue 39):
+DAPO's dynamic sampling and overlong masking, Skywork-OR1's adaptive entropy coefficient, and
+outcome-based exploration bonuses on final answers. Pure functions of tensors, answers and
+counts; `llm.train.trainer` calls them, their state (the coefficient, the answer counts) travels
+in the checkpoint.
+
+Shapes: B prompts, G responses per prompt (a group), P prompt tokens, T response tokens, N
+candidates. Formulas: docs/formulas.md §2.31-§2.34.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Sequence
+
+import torch
+
+from llm.rollout.base import RolloutBatch
+
+__all__ = [
+    "AnswerCounts",
+    "applied_entropy_coef",
+    "batch_bonus",
+    "concat_rollouts",
+    "mixed_groups",
+    "next_entropy_coef",
+    "select_groups",
+    "truncated_responses",
+    "ucb_bonus",
+    "update_counts",
+]
+
+Tensor = torch.Tensor
+
+AnswerCounts = dict[str, dict[str, int]]
+"""``N(x, a)``: prompt text -> canonical answer (`Task.answer_key`) -> times sampled in training."""
+
+
+# ---------------------------------------------------------------------------------------------
+# DAPO dynamic sampling and overlong masking (§2.31)
+
+
+def mixed_groups(rewards: Tensor) -> Tensor:
+    """(B,) bool: the groups whose rewards are not all equal (``max_j r_j > min_j r_j``).
+
+    DAPO's dynamic-sampling filter (Yu et al. 2025, arXiv 2503.14476, Eq. 11 ``0 < |{correct}| <
+    G``; verl ``algorithm.filter_groups``, which keeps a group when the std of its metric is > 0).
+    On the verifier's reward, so with a format score a group of wrong answers that differ in form
+    counts as mixed: its GRPO advantages are not zero either.
+
+    Args:
+        rewards: (B, G) verifier rewards.
+    """
+    return rewards.amax(dim=1) > rewards.amin(dim=1)
+
+
+def select_groups(
+    mixed: Sequence[bool], want: int, *, exhausted: bool
+) -> tuple[list[int], bool] | None:
+    """Which of the drawn groups (in draw order) a dynamic-sampling step trains on.
+
+    Args:
+        mixed: one flag per group drawn so far, in draw order (round by round).
+        want: B, the groups a step trains on.
+        exhausted: no resampling round is left.
+
+    Returns:
+        None while fewer than `want` groups are mixed and rounds remain (draw another round);
+        else ``(indices, budget_ran_out)``: the first `want` mixed groups in draw order, or, when
+        the budget ran out first, every mixed group plus the first uniform ones in draw order up
+        to `want` (a step keeps B groups: fixed shapes and mini-batches), the indices sorted.
+
+    Raises:
+        ValueError: fewer than `want` groups drawn when `exhausted`.
+    """
+    hits = [i for i, m in enumerate(mixed) if m]
+    if len(hits) >= want:
+        return hits[:want], False
+    if not exhausted:
+        return None
+    if len(mixed) < want:
+        raise ValueError(f"select_groups: {len(mixed)} groups drawn, fewer than B = {want}")
+    fill = [i for i, m in enumerate(mixed) if not m][: want - len(hits)]
+    return sorted(hits + fill), True
+
+
+def truncated_responses(
+    response_ids: Tensor, response_mask: Tensor, stop_ids: Sequence[int], max_new_tokens: int
+) -> Tensor:
+    """(B, G) bool: responses that used all `max_new_tokens` without ending on a stop id.
+
+    DAPO's overlong filtering (arXiv 2503.14476 §3.4, "truncated samples are masked"; TRL
+    ``mask_truncated_completions``): these responses leave the loss.
+
+    Args:
+        response_ids, response_mask: (B, G, T) ids (right-padded) and the 1-on-response mask.
+        stop_ids: the ids that end a response (`llm.rollout.base.stop_token_ids`).
+        max_new_tokens: the generation budget (T <= max_new_tokens).
+    """
+    b, g, t = response_ids.shape
+    if t < max_new_tokens:
+        return torch.zeros(b, g, dtype=torch.bool, device=response_ids.device)
+    length = response_mask.sum(-1).to(torch.long)  # (B, G)
+    stops = torch.as_tensor(list(stop_ids), dtype=response_ids.dtype, device=response_ids.device)
+    ended = torch.isin(response_ids[..., max_new_tokens - 1], stops)
+    return (length >= max_new_tokens) & ~ended
+
+
+def concat_rollouts(
+    parts: Sequence[tuple[RolloutBatch, Sequence[int]]], pad_id: int
+) -> RolloutBatch:
+    """One `RolloutBatch` of the chosen groups of several rollouts, in the order given.
+
+    Prompts are left-padded and responses right-padded to the widest part with `pad_id` (masks,
+    log-probs, entropies and candidate log-probs 0 there, as `RolloutBatch` documents).
+
+    Args:
+        parts: ``(rollout, group indices)`` pairs.
+        pad_id: the tokenizer's pad id.
+
+    Raises:
+        ValueError: no group chosen, or the parts disagree on G or on which optional fields they
+            hold.
+    """
+    chosen = [(roll, list(idx)) for roll, idx in parts if len(idx)]
+    if not chosen:
+        raise ValueError("concat_rollouts: no group chosen")
+    if len({roll.group_size for roll, _ in chosen}) != 1:
+        raise ValueError("concat_rollouts: the rollouts differ in group size")
+    p = max(roll.prompt_ids.shape[1] for roll, _ in chosen)
+    t = max(roll.response_ids.shape[2] for roll, _ in chosen)
+
+    def left(x: Tensor, value: float) -> Tensor:
+        return torch.nn.functional.pad(x, (p - x.shape[1], 0), value=value)
+
+    def right(x: Tensor | None, value: float, last: int = 2) -> Tensor | None:
+        if x is None:
+            return None
+        pad = [0, 0] * (x.dim() - 1 - last) + [0, t - x.shape[last]]
+        return torch.nn.functional.pad(x, pad, value=value)
+
+    def cat(name: str, fn: Callable[[Tensor], Tensor | None]) -> Tensor | None:
+        values = [
+            None if getattr(roll, name) is None else fn(getattr(roll, name)[idx])
+            for roll, idx in chosen
+        ]
+        if all(v is None for v in values):
+            return None
+        if any(v is None for v in values):
+            raise ValueError(f"concat_rollouts: {name} is set in some rollouts only")
+        return torch.cat(values, dim=0)
+
+    return RolloutBatch(
+        prompts=[roll.prompts[i] for roll, idx in chosen for i in idx],
+        prompt_ids=cat("prompt_ids", lambda x: left(x, pad_id)),
+        prompt_mask=cat("prompt_mask", lambda x: left(x, 0.0)),
+        response_ids=cat("response_ids", lambda x: right(x, pad_id)),
+        response_mask=cat("response_mask", lambda x: right(x, 0.0)),
+        logp=cat("logp", lambda x: right(x, 0.0)),
+        texts=[roll.texts[i] for roll, idx in chosen for i in idx],
+        cand_ids=cat("cand_ids", lambda x: right(x, pad_id)),
+        cand_logp=cat("cand_logp", lambda x: right(x, 0.0)),
+        entropy=cat("entropy", lambda x: right(x, 0.0)),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Adaptive entropy coefficient (§2.32)
+
+
+def applied_entropy_coef(coef: float, entropy: float, *, target: float) -> float:
+    """The entropy coefficient a step's loss uses: ``c_k · 1[e_k <= target]``.
+
+    Skywork-OR1 (arXiv 2505.22312 §4, adaptive entropy control): the entropy term is on only
+    while the batch's token entropy is at or below the target; TRL's ``use_adaptive_entropy``
+    gates the same way (on the previous optimizer step's entropy).
+    """
+    return coef if entropy <= target else 0.0
+
+
+def next_entropy_coef(
+    coef: float, entropy: float, *, target: float, delta: float, lo: float = 0.0, hi: float = 1.0
+) -> float:
+    """The coefficient after a step with token entropy `entropy`: ``c + delta`` when
+    ``entropy <= target``, else ``c - delta``, clamped to ``[lo, hi]``.
+
+    Skywork-OR1 (arXiv 2505.22312 §4: ``c_{k+1} = c_k ± Δ``, ``c >= 0``); TRL ``GRPOTrainer``
+    (``entropy_coef_delta``, ``entropy_coef_min``, ``entropy_coef_max``, ``entropy_target``:
+    raises at equality too). docs/formulas.md §2.32.
+
+    Raises:
+        ValueError: ``delta < 0`` or ``lo > hi``.
+    """
+    if delta < 0 or lo > hi:
+        raise ValueError(
+            f"next_entropy_coef: expected delta >= 0 and lo <= hi, got {delta}, [{lo}, {hi}]"
+        )
+    step = delta if entropy <= target else -delta
+    return min(max(coef + step, lo), hi)
+
+
+# ---------------------------------------------------------------------------------------------
+# Outcome-based exploration (§2.33)
+
+
+def ucb_bonus(
+    counts: AnswerCounts, prompts: Sequence[str], answers: Sequence[Sequence[str | None]], c: float
+) -> Tensor:
+    """(B, G) historical bonus ``c / sqrt(1 + N(x, a))`` of each response's answer `a` to prompt
+    `x`, with the counts of earlier steps (0 for a response without an answer).
+
+    Song, Kempe & Munos 2025 (arXiv 2509.06941), historical exploration (UCB-style count bonus
+    on final outcomes); the ``1 +`` and the unanswered-response rule are ours (§2.33).
+    """
+    rows = []
+    for x, group in zip(prompts, answers, strict=True):
+        seen = counts.get(x, {})
+        rows.append([0.0 if a is None else c / math.sqrt(1 + seen.get(a, 0)) for a in group])
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def batch_bonus(answers: Sequence[Sequence[Hashable | None]], c: float) -> Tensor:
+    """(B, G) within-group penalty ``-c (n_a - 1) / (G - 1)``, ``n_a`` the number of the group's
+    responses with the same answer (itself included; 0 for a response without an answer).
+
+    A unique answer gets 0, a group that all says the same gets ``-c`` each. Song, Kempe & Munos
+    2025 (arXiv 2509.06941), batch exploration (penalise repetition within the batch); the
+    normalization by ``G - 1`` is ours (§2.33).
+
+    Raises:
+        ValueError: a group of fewer than 2 responses.
+    """
+    rows = []
+    for group in answers:
+        g = len(group)
+        if g < 2:
+            raise ValueError(f"batch_bonus: a group needs >= 2 responses, got {g}")
+        rows.append(
+            [0.0 if a is None else -c * (sum(b == a for b in group) - 1) / (g - 1) for a in group]
+        )
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def update_counts(
+    counts: AnswerCounts, prompts: Sequence[str], answers: Sequence[Sequence[str | None]]
+) -> None:
+    """Add each answered response of the step to ``N(x, a)`` (in place)."""
+    for x, group in zip(prompts, answers, strict=True):
+        seen = counts.setdefault(x, {})
+        for a in group:
+            if a is not None:
+                seen[a] = seen.get(a, 0) + 1
