@@ -224,7 +224,11 @@ def _train(
     from_policy = getattr(backend, "samples_from_policy", False) is True
     sampler_stats = from_policy and sampler_is_behaviour(cfg, needs)
     per_update = cfg.optim.prompts_per_update or cfg.rollout.prompts_per_step
-    stop_ids = getattr(backend, "stop_token_ids", None) or stop_token_ids(tokenizer, cfg.model_path)
+    stop_ids: list[int] = []  # read only for overlong masking (the model folder's EOS ids)
+    if cfg.rollout.mask_truncated:
+        stop_ids = getattr(backend, "stop_token_ids", None) or stop_token_ids(
+            tokenizer, cfg.model_path
+        )
 
     logger = (
         MetricsLogger(out, tensorboard=cfg.run.tensorboard, start_step=start)
