@@ -42,8 +42,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 import shaping
-from experiment.schema import apply_pairs
+from experiment.schema import NOUNS, apply_pairs, require, rule_text, value_ok
 from experiment.schema import describe as describe_options
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "apply_sets",
     "budget_difference",
     "check_budget",
+    "check_hyper",
     "describe",
     "extend_checkpoints",
     "move_keys",
@@ -299,6 +302,54 @@ def parse_methods(
                 check_key(method, k, where)
         out.append(MethodEntry(method, label, fixed, tuple(points)))
     return tuple(out)
+
+
+def check_hyper(
+    method: str,
+    hyper: Mapping[str, Any],
+    *,
+    where: str,
+    group_size: int = 2,
+    num_candidates: int = 1,
+) -> None:
+    """Check the values `hyper` of the shaping method `method`'s hyper-parameters: each name is
+    one of its hyper-parameters, each value has the type of its default (a float default takes
+    any finite number, an int default an integer, ...), then the method runs once on a tiny batch
+    (B = 1, G = `group_size`, T = 2, `num_candidates` candidates per token) so that its own rules
+    apply: its declared bounds (``shaping.METHODS[method].bounds``: ``gamma_p >= 0``, ``kl_coef
+    >= 0``, ``alpha in [0, 1]``, ...), choices, integers (``top_n >= 1``) and ``k <= G``. The one
+    check of both drivers' settings (`llm.config.validate`, `toymdp.sweep_spec.parse_config`).
+
+    Args:
+        where: the settings' place, the prefix of every key in the errors (``hyper``,
+            ``methods[ds_grpo]``).
+
+    Raises:
+        ValueError: ``WHERE.KEY = VALUE: not a hyper-parameter ...``, ``WHERE.KEY: expected
+            TYPE ..., got VALUE``, or ``WHERE (METHOD): METHOD: KEY must be BOUND, got VALUE``
+            (the method's own rules).
+    """
+    m = shaping.METHODS[method]
+    for key, value in hyper.items():
+        if key not in m.defaults:
+            raise ValueError(
+                f"{where}.{key} = {value!r}: not a hyper-parameter of {method}; known: "
+                f"{sorted(m.defaults)}"
+            )
+        default = m.defaults[key]
+        if type(default) in NOUNS:
+            require(
+                value_ok(value, type(default), {}),
+                f"{where}.{key}",
+                value,
+                f"{rule_text(type(default), {})} (as {method}'s default {default!r})",
+            )
+    try:
+        needs = m.needs_for(**hyper)
+        batch = shaping.example_batch(needs, 1, group_size, 2, max(num_candidates, 1), np)
+        m.loss(batch, **hyper)
+    except ValueError as e:
+        raise ValueError(f"{where} ({method}): {e}") from None
 
 
 def parse_seeds(value: object) -> tuple[int, ...]:

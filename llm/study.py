@@ -40,6 +40,7 @@ from llm.config import MOVED_KEYS
 from llm.eval.frontier import setting_name
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.executor import check_executor
+from llm.run.folder import RunLock
 from llm.sweep import (
     Setting,
     SweepSpec,
@@ -232,6 +233,7 @@ def run_study(
     Raises:
         ValueError: naming the file and key of a bad configuration, or a bad executor.
         ImportError: executor ``ray`` without Ray installed.
+        llm.run.folder.RunFolderError: another live study holds `out` (its PID named).
     """
     check_executor(executor, address)
     config_path = Path(config_path)
@@ -244,44 +246,45 @@ def run_study(
     if spec.confirm_train:  # else the confirmation trains and samples as the exploration does
         check_engine(sweep_from_dict(confirmation_doc(doc, spec, {}, config_path.parent),
                                      root=config_path.parent), engine)  # fmt: skip
-    explore = run_sweep(sweep, out / "explore", workers=workers, progress=progress,
-                        num_resamples=num_resamples, executor=executor,
-                        address=address, engine=engine, log=log)  # fmt: skip
-    picks = S.pick(explore["frontier"])
-    cdoc = confirmation_doc(doc, spec, picks["pass_at_k"], config_path.parent)
-    csweep = sweep_from_dict(cdoc, root=config_path.parent)
-    csweep.source = f"{config_path} (confirmation)"
-    confirm = run_sweep(csweep, out / "confirm", workers=workers, progress=progress,
-                        num_resamples=num_resamples, executor=executor,
-                        address=address, engine=engine, log=log)  # fmt: skip
-    design = {"explore_seeds": sweep.seeds, "explore_problems": sweep.eval["problems"],
-              "confirm_seeds": list(spec.confirm_seeds),
-              "confirm_problems": spec.confirm_problems,
-              "confirm_offset": csweep.eval["offset"], "samples": csweep.eval["samples"],
-              "checkpoints": sweep.checkpoints, "budget": budget, "engine": engine,
-              **({"sampler_version": SAMPLER_VERSION} if engine == "batched" else {})}  # fmt: skip
-    result = S.conclude(
-        spec.name, picks, confirm["frontier"], reference=sweep.reference[0], alpha=spec.alpha,
-        size=spec.claim_size, size_distinct=spec.claim_size_distinct,
-        problems=spec.confirm_problems, design=design,
-        provenance=S.provenance(config_path, numerics.tag()), by_step=True,
-        costs=measured_costs(out / "confirm" / "runs"),
-        defaults=_configured(sweep),
-    )  # fmt: skip
-    how = (f"Exploratory stage: seeds {sweep.seeds}, the first {sweep.eval['problems']} held-out "
-           f"problems × {sweep.eval['samples']} samples, checkpoints {sweep.checkpoints}; per "
-           "method the (setting, checkpoint) with the largest (bias-corrected) estimate of its pass@k lift. "
-           "Confirmation: those settings and GRPO's reference entries re-trained on fresh seeds "
-           f"{spec.confirm_seeds} and evaluated on {spec.confirm_problems} fresh problems (from "
-           f"{csweep.eval['offset']} on) × {csweep.eval['samples']} samples; each pick read at "
-           "its checkpoint. Tuning budgets: "
-           + ("equal (every method at the reference's learning rates, kl_coef values and "
-              "checkpoints)." if unequal is None
-              else f"**unequal** (explicit, [study] unequal_budget = true): {unequal}."))  # fmt: skip
-    result["fingerprints"] = {"explore": explore["fingerprints"],
-                              "confirm": confirm["fingerprints"]}  # fmt: skip
-    store.write_json(out / "study.json", result, indent=1)
-    store.write_text(out / "verdicts.md", S.study_markdown(result, how, "Problems"))
+    with RunLock(out):  # one study per folder; each stage's sweep locks its own
+        explore = run_sweep(sweep, out / "explore", workers=workers, progress=progress,
+                            num_resamples=num_resamples, executor=executor,
+                            address=address, engine=engine, log=log)  # fmt: skip
+        picks = S.pick(explore["frontier"])
+        cdoc = confirmation_doc(doc, spec, picks["pass_at_k"], config_path.parent)
+        csweep = sweep_from_dict(cdoc, root=config_path.parent)
+        csweep.source = f"{config_path} (confirmation)"
+        confirm = run_sweep(csweep, out / "confirm", workers=workers, progress=progress,
+                            num_resamples=num_resamples, executor=executor,
+                            address=address, engine=engine, log=log)  # fmt: skip
+        design = {"explore_seeds": sweep.seeds, "explore_problems": sweep.eval["problems"],
+                  "confirm_seeds": list(spec.confirm_seeds),
+                  "confirm_problems": spec.confirm_problems,
+                  "confirm_offset": csweep.eval["offset"], "samples": csweep.eval["samples"],
+                  "checkpoints": sweep.checkpoints, "budget": budget, "engine": engine,
+                  **({"sampler_version": SAMPLER_VERSION} if engine == "batched" else {})}  # fmt: skip
+        result = S.conclude(
+            spec.name, picks, confirm["frontier"], reference=sweep.reference[0], alpha=spec.alpha,
+            size=spec.claim_size, size_distinct=spec.claim_size_distinct,
+            problems=spec.confirm_problems, design=design,
+            provenance=S.provenance(config_path, numerics.tag()), by_step=True,
+            costs=measured_costs(out / "confirm" / "runs"),
+            defaults=_configured(sweep),
+        )  # fmt: skip
+        how = (f"Exploratory stage: seeds {sweep.seeds}, the first {sweep.eval['problems']} held-out "
+               f"problems × {sweep.eval['samples']} samples, checkpoints {sweep.checkpoints}; per "
+               "method the (setting, checkpoint) with the largest (bias-corrected) estimate of its pass@k lift. "
+               "Confirmation: those settings and GRPO's reference entries re-trained on fresh seeds "
+               f"{spec.confirm_seeds} and evaluated on {spec.confirm_problems} fresh problems (from "
+               f"{csweep.eval['offset']} on) × {csweep.eval['samples']} samples; each pick read at "
+               "its checkpoint. Tuning budgets: "
+               + ("equal (every method at the reference's learning rates, kl_coef values and "
+                  "checkpoints)." if unequal is None
+                  else f"**unequal** (explicit, [study] unequal_budget = true): {unequal}."))  # fmt: skip
+        result["fingerprints"] = {"explore": explore["fingerprints"],
+                                  "confirm": confirm["fingerprints"]}  # fmt: skip
+        store.write_json(out / "study.json", result, indent=1)
+        store.write_text(out / "verdicts.md", S.study_markdown(result, how, "Problems"))
     return result
 
 

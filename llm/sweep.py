@@ -54,7 +54,7 @@ from experiment.spec import (
 from experiment.spec import (
     describe as describe_keys,
 )
-from experiment.store import read_toml, write_json
+from experiment.store import config_error, read_toml, write_json
 from llm.config import TrainConfig, config_from_dict, new_key, upgrade_keys
 from llm.data import load_eval_sets, tiny_config
 from llm.eval.frontier import frontier_analysis, write_reports
@@ -62,6 +62,7 @@ from llm.eval.heldout import k_values
 from llm.model.tiny import ensure_base_model
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.executor import check_executor
+from llm.run.folder import RunLock
 from llm.run.jobs import (
     Job,
     collect,
@@ -262,8 +263,14 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
     ks = ev.ks or k_values(samples)
     if max(ks) > samples:
         raise ValueError(f"eval.ks: expected a list of k in [1, samples = {samples}], got {ks!r}")
+    problems = ev.problems or base_cfg.eval.n_problems
+    if ev.offset + problems > MAX_EVAL_STREAM:
+        raise ValueError(
+            f"eval.offset: expected offset + problems <= {MAX_EVAL_STREAM}, got {ev.offset} + "
+            f"{problems}"
+        )
     evald = {
-        "problems": ev.problems or base_cfg.eval.n_problems,
+        "problems": problems,
         # Only when set: an evaluation's key (and the results' bytes) without it stay as before.
         **({"offset": ev.offset} if ev.offset else {}),
         "samples": samples,
@@ -317,11 +324,16 @@ def load_sweep(path: str | os.PathLike[str], sets: Iterable[str] = ()) -> SweepS
     """Read a sweep TOML, apply ``--set`` pairs (`apply_sets`) and validate it (`sweep_from_dict`).
 
     Raises:
-        ValueError: invalid TOML or an invalid sweep (the message names the key).
+        ValueError: invalid TOML or an invalid sweep (the message names the file, the key and
+            the key's line, `experiment.store.config_error`).
         FileNotFoundError: no such file, or no such base config.
     """
     doc = apply_sets(read_toml(path), sets, _TOP_KEYS)
-    spec = sweep_from_dict(doc, root=Path(path).resolve().parent)
+    try:
+        spec = sweep_from_dict(doc, root=Path(path).resolve().parent)
+    except ValueError as e:
+        given = [pair.split("=", 1)[0].strip() for pair in sets]
+        raise config_error(path, e, given) from None
     spec.source = str(path)
     return spec
 
@@ -399,6 +411,12 @@ def _eval_problems(spec: SweepSpec, base_cfg: Any) -> tuple[list[Any], str]:
         )
     return problems, f"{base_cfg.eval.source}:{name}"
 
+
+MAX_EVAL_STREAM = 8000
+"""The most evaluation problems a sweep may draw (``eval.offset + eval.problems``): four times
+`llm.model.tiny.HELDOUT_RESERVED`. The tiny held-out stream past its reserved prefix is drawn by
+rejection, slower as its distribution runs out: 8000 problems took 18 s, 10000 over two minutes,
+and an offset of 1e8 never ends."""
 
 ENGINES = ("process", "batched")
 """How a sweep trains its runs (`run_sweep`'s `engine`)."""
@@ -499,83 +517,87 @@ def run_sweep(
         ValueError: invalid evaluation settings (e.g. more problems than the set holds), an
             unknown executor, or `address` without executor ``ray``.
         ImportError: executor ``ray`` without Ray installed.
+        llm.run.folder.RunFolderError: another live sweep or study holds `out` (its PID named).
     """
 
     t_start = time.perf_counter()
     check_executor(executor, address)
     out = Path(out)
-    workers = default_workers() if workers is None else workers
-    jobs, base_cfg, base_sha, problems, eval_key = _sweep_jobs(
-        spec, out, engine=engine, workers=workers, progress=progress,
-        run_bars=progress and executor == "local" and workers <= 1,
-    )  # fmt: skip
-    t0 = time.perf_counter()
-    units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, workers, max_batch)
-    done = map_jobs(
-        run_unit, units, workers=workers, progress=progress, desc="runs (train + eval)",
-        name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
-        executor=executor, address=address, log=log,
-    )  # fmt: skip
-    by_name = {j.name: o for unit, res in zip(units, done, strict=True)
-               for j, o in zip(unit, res, strict=True)}  # fmt: skip
-    outcomes = [by_name[j.name] for j in jobs]
-    t_runs = time.perf_counter() - t0
+    # One sweep per folder: a second one is refused (naming this one's PID) before it reads or
+    # writes anything there; a failed start leaves no folder behind.
+    with RunLock(out):
+        workers = default_workers() if workers is None else workers
+        jobs, base_cfg, base_sha, problems, eval_key = _sweep_jobs(
+            spec, out, engine=engine, workers=workers, progress=progress,
+            run_bars=progress and executor == "local" and workers <= 1,
+        )  # fmt: skip
+        t0 = time.perf_counter()
+        units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, workers, max_batch)
+        done = map_jobs(
+            run_unit, units, workers=workers, progress=progress, desc="runs (train + eval)",
+            name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
+            executor=executor, address=address, log=log,
+        )  # fmt: skip
+        by_name = {j.name: o for unit, res in zip(units, done, strict=True)
+                   for j, o in zip(unit, res, strict=True)}  # fmt: skip
+        outcomes = [by_name[j.name] for j in jobs]
+        t_runs = time.perf_counter() - t0
 
-    models, runs = collect(jobs, outcomes, spec.eval["ks"])
-    fingerprints = {j.name: run_fingerprint(o) for j, o in zip(jobs, outcomes, strict=True)}
-    results: dict[str, Any] = {
-        **report.results_header(
-            "llm",
-            numerics_tag=numerics.tag(),
-            config=spec.doc,
-            methods={s.label: s.method for s in spec.settings},
-            reference=spec.reference,
-            seeds=spec.seeds,
-            checkpoints=spec.checkpoints,
-        ),
-        "settings": {
-            "sweep": spec.source,
-            "base": spec.base,
-            "train": spec.train,
-            "model_path": str(base_cfg.model_path),
-            "base_weights_sha256": base_sha,
-            "steps": spec.steps,
-            "lr": base_cfg.optim.lr,
-            "group_size": base_cfg.rollout.group_size,
-            "prompts_per_step": base_cfg.rollout.prompts_per_step,
-            "checkpoints": spec.checkpoints,
-            "seeds": spec.seeds,
-            "reference": spec.reference,
-            "labels": spec.labels,
-            "settings": [dataclasses.asdict(s) for s in spec.settings],
-            "eval": {**eval_key, "ks": spec.eval["ks"]},
-            "workers": workers,
-            "executor": executor,
-            "engine": engine,
-            "batches": [len(u) for u in units],
-        },
-        "problems": [problem_dict(p) for p in problems],
-        "models": models,
-        "runs": runs,
-        "reused": {
-            "runs": sum(1 for r in outcomes[1:] if r["reused_run"]),
-            "of": len(jobs) - 1,
-            "evals": sum(r["reused_evals"] for r in outcomes),
-            "evals_of": sum(len(j.steps) for j in jobs),
-        },
-        "fingerprints": fingerprints,
-        "timings_seconds": {
-            "runs": round(t_runs, 1),
-            "total": round(time.perf_counter() - t_start, 1),
-        },
-    }
-    t0 = time.perf_counter()
-    results["frontier"] = frontier_analysis(results, num_resamples=num_resamples)
-    write_reports(results, out / "frontier.png", out / "lifts.md")
-    results["timings_seconds"]["frontier"] = round(time.perf_counter() - t0, 1)
-    results["timings_seconds"]["total"] = round(time.perf_counter() - t_start, 1)
-    write_json(out / RESULTS, results)
-    return results
+        models, runs = collect(jobs, outcomes, spec.eval["ks"])
+        fingerprints = {j.name: run_fingerprint(o) for j, o in zip(jobs, outcomes, strict=True)}
+        results: dict[str, Any] = {
+            **report.results_header(
+                "llm",
+                numerics_tag=numerics.tag(),
+                config=spec.doc,
+                methods={s.label: s.method for s in spec.settings},
+                reference=spec.reference,
+                seeds=spec.seeds,
+                checkpoints=spec.checkpoints,
+            ),
+            "settings": {
+                "sweep": spec.source,
+                "base": spec.base,
+                "train": spec.train,
+                "model_path": str(base_cfg.model_path),
+                "base_weights_sha256": base_sha,
+                "steps": spec.steps,
+                "lr": base_cfg.optim.lr,
+                "group_size": base_cfg.rollout.group_size,
+                "prompts_per_step": base_cfg.rollout.prompts_per_step,
+                "checkpoints": spec.checkpoints,
+                "seeds": spec.seeds,
+                "reference": spec.reference,
+                "labels": spec.labels,
+                "settings": [dataclasses.asdict(s) for s in spec.settings],
+                "eval": {**eval_key, "ks": spec.eval["ks"]},
+                "workers": workers,
+                "executor": executor,
+                "engine": engine,
+                "batches": [len(u) for u in units],
+            },
+            "problems": [problem_dict(p) for p in problems],
+            "models": models,
+            "runs": runs,
+            "reused": {
+                "runs": sum(1 for r in outcomes[1:] if r["reused_run"]),
+                "of": len(jobs) - 1,
+                "evals": sum(r["reused_evals"] for r in outcomes),
+                "evals_of": sum(len(j.steps) for j in jobs),
+            },
+            "fingerprints": fingerprints,
+            "timings_seconds": {
+                "runs": round(t_runs, 1),
+                "total": round(time.perf_counter() - t_start, 1),
+            },
+        }
+        t0 = time.perf_counter()
+        results["frontier"] = frontier_analysis(results, num_resamples=num_resamples)
+        write_reports(results, out / "frontier.png", out / "lifts.md")
+        results["timings_seconds"]["frontier"] = round(time.perf_counter() - t0, 1)
+        results["timings_seconds"]["total"] = round(time.perf_counter() - t_start, 1)
+        write_json(out / RESULTS, results)
+        return results
 
 
 def _sweep_jobs(
@@ -589,7 +611,6 @@ def _sweep_jobs(
     Raises:
         ValueError: an unknown `engine`, or evaluation settings the problem set cannot meet.
     """
-    (out / "runs").mkdir(parents=True, exist_ok=True)
     base_raw = _base_raw(spec)
     base_cfg = config_from_dict(base_raw)
     if base_cfg.build_base_model:
@@ -600,6 +621,7 @@ def _sweep_jobs(
     problems, source = _eval_problems(spec, base_cfg)
     check_engine(spec, engine)
     eval_key = jobs_eval_key(spec.eval, base_cfg, problems, source)
+    (out / "runs").mkdir(parents=True, exist_ok=True)  # once the settings are checked
     if engine == "batched":
         eval_key["engine"] = "batched"
         eval_key["batched_version"] = BATCHED_VERSION
@@ -661,15 +683,18 @@ def rerun_runs(
     """
     out = Path(out)
     workers = default_workers() if workers is None else workers
-    jobs, *_ = _sweep_jobs(spec, out, engine=engine, workers=workers, progress=progress,
-                           run_bars=progress and workers <= 1)  # fmt: skip
-    by_name = {j.name: j for j in jobs}
-    wanted = list(dict.fromkeys(names))
-    unknown = [n for n in wanted if n not in by_name]
-    if unknown:
-        raise ValueError(f"runs: {unknown} are not runs of the sweep (e.g. {list(by_name)[:3]})")
-    units = [[by_name[n]] for n in wanted]
-    done = map_jobs(run_unit, units, workers=workers, progress=progress, desc="runs (spot check)",
-                    name=lambda u: u[0].name, executor="local", address=None,
-                    log=log)  # fmt: skip
+    with RunLock(out):  # one sweep per folder (`run_sweep`)
+        jobs, *_ = _sweep_jobs(spec, out, engine=engine, workers=workers, progress=progress,
+                               run_bars=progress and workers <= 1)  # fmt: skip
+        by_name = {j.name: j for j in jobs}
+        wanted = list(dict.fromkeys(names))
+        unknown = [n for n in wanted if n not in by_name]
+        if unknown:
+            raise ValueError(
+                f"runs: {unknown} are not runs of the sweep (e.g. {list(by_name)[:3]})"
+            )
+        units = [[by_name[n]] for n in wanted]
+        done = map_jobs(run_unit, units, workers=workers, progress=progress,
+                        desc="runs (spot check)", name=lambda u: u[0].name, executor="local",
+                        address=None, log=log)  # fmt: skip
     return {u[0].name: run_fingerprint(r[0]) for u, r in zip(units, done, strict=True)}

@@ -177,10 +177,15 @@ def pass_at_k(n: object, c: object, k: object) -> np.ndarray | float:
         n: samples per problem; c: correct samples (`0 <= c <= n`); k: `1 <= k <= n`.
 
     Raises:
+        TypeError: naming `n`, `c` or `k`, if it is not a number or an array of numbers (a
+            string, None).
         ValueError: naming `n`, `c` or `k`, if they are not integers in those ranges.
     """
     n_arr, c_arr, k_arr = (np.asarray(v) for v in (n, c, k))
     for name, arr in (("n", n_arr), ("c", c_arr), ("k", k_arr)):
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+            raise TypeError(f"pass_at_k: {name} must be an integer or an array of integers, "
+                            f"got {arr.tolist()!r} ({arr.dtype})")  # fmt: skip
         if not np.all(np.equal(np.mod(arr, 1), 0)):
             raise ValueError(f"{name} must be integer-valued, got {arr!r}")
     n_arr, c_arr, k_arr = np.broadcast_arrays(

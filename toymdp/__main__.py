@@ -58,9 +58,9 @@ def _main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "sweep":
-        return _sweep(parser, args)
+        return _sweep(args)
     if args.command == "study":
-        return _study(parser, args)
+        return _study(args)
 
     if args.list:
         for exp in sorted(EXPERIMENTS.values(), key=lambda e: e.order):
@@ -68,7 +68,7 @@ def _main(argv: list[str]) -> int:
         return 0
     unknown = [n for n in args.only or [] if n not in EXPERIMENTS]
     if unknown:
-        parser.error(f"unknown experiment(s) {unknown}; known: {sorted(EXPERIMENTS)}")
+        raise ValueError(f"--only: unknown experiment(s) {unknown}; known: {sorted(EXPERIMENTS)}")
     if args.pdf:
         _plot.FORMATS = ["png", "pdf"]
     start = time.perf_counter()
@@ -87,15 +87,12 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
-def _study(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _study(args: argparse.Namespace) -> int:
     if not args.config.is_file():
-        parser.error(f"--config: no such file {str(args.config)!r}")
-    try:
-        result = run_study(
-            args.config, args.out, use_cache=not args.no_cache, progress=sys.stderr.isatty()
-        )
-    except ValueError as err:
-        parser.error(str(err))
+        raise FileNotFoundError(f"--config: no such file {str(args.config)!r}")
+    result = run_study(
+        args.config, args.out, use_cache=not args.no_cache, progress=sys.stderr.isatty()
+    )
     for row in result["claims"]:
         head = row["verdict"] or f"{row['lift']:+.1f} points"  # the spread row: no verdict
         print(f"{head:>13}: {row['text']}")
@@ -104,20 +101,15 @@ def _study(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     return 0
 
 
-def _sweep(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+def _sweep(args: argparse.Namespace) -> int:
     if args.describe:
         print(describe())
         return 0
     if args.config is None:
-        parser.error("sweep: --config FILE is required (see --describe)")
+        raise ValueError("sweep: --config FILE is required (see --describe)")
     if not args.config.is_file():
-        parser.error(f"--config: no such file {str(args.config)!r}")
-    try:
-        result = sweep(
-            args.config, args.out, use_cache=not args.no_cache, progress=sys.stderr.isatty()
-        )
-    except ValueError as err:
-        parser.error(str(err))
+        raise FileNotFoundError(f"--config: no such file {str(args.config)!r}")
+    result = sweep(args.config, args.out, use_cache=not args.no_cache, progress=sys.stderr.isatty())
     runs = len(result["doc"]["runs"])
     how = "loaded from cache" if result["cached"] else "trained"
     print(

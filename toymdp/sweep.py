@@ -26,6 +26,7 @@ Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.npz``.
 
 from __future__ import annotations
 
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -281,8 +282,19 @@ def sweep_config(
     cfg: SweepConfig, out: Path, *, use_cache: bool = True, progress: bool = True
 ) -> dict[str, Any]:
     """`sweep` of a parsed configuration into the folder `out` (returns `sweep`'s mapping plus
-    ``analysis``, the `analyse` of the results)."""
+    ``analysis``, the `analyse` of the results). A folder `out` that this call creates is removed
+    if it fails (its compilation cache included): a failed command leaves nothing."""
     out = Path(out)
+    created = not out.exists()
+    try:
+        return _sweep_into(cfg, out, use_cache=use_cache, progress=progress)
+    except BaseException:
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def _sweep_into(cfg: SweepConfig, out: Path, *, use_cache: bool, progress: bool) -> dict[str, Any]:
     cache = out / ".cache"
     cache.mkdir(parents=True, exist_ok=True)
     enable_jax_cache(cache / "jax")

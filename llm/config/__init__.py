@@ -36,12 +36,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
-
 import shaping
 from experiment import schema
 from experiment.schema import meta, option, require
-from experiment.store import write_text
+from experiment.spec import check_hyper
+from experiment.store import config_error, write_text
 from llm.config.tables import (
     DISTINCT,
     EVAL_PRECISION,
@@ -352,7 +351,8 @@ def load_config(
     validate.
 
     Raises:
-        ValueError: invalid TOML, an unknown key or an invalid value (naming the field).
+        ValueError: invalid TOML, an unknown key or an invalid value (naming the file, the field
+            and the field's line in the file, `experiment.store.config_error`).
         FileNotFoundError: no such file.
     """
     if Path(path).is_dir():
@@ -375,7 +375,14 @@ def load_config(
         if isinstance(value, dict) and isinstance(target.get(name), dict):
             value = {**target[name], **value}  # a table is merged, as by --set
         target[name] = value
-    return config_from_dict(raw)
+    given = [new_key(pair.split("=", 1)[0].strip()) for pair in sets]
+    for key, value in overrides.items():
+        if value is not None:
+            given += [f"{key}.{k}" for k in value] if isinstance(value, dict) else [new_key(key)]
+    try:
+        return config_from_dict(raw)
+    except ValueError as e:  # the file and the key's line (not for a key given by --set)
+        raise config_error(path, e, given) from None
 
 
 def check_model_path(cfg: TrainConfig) -> None:
@@ -483,21 +490,11 @@ def _validate_hyper(c: TrainConfig) -> None:
             raise ValueError(
                 f"hyper.{key} = {value!r}: not a hyper-parameter of {c.method}; known: {known}"
             )
-        default = method.defaults[key]
-        if type(default) in schema.NOUNS:
-            require(
-                schema.value_ok(value, type(default), {}),
-                f"hyper.{key}",
-                value,
-                f"{schema.rule_text(type(default), {})} (as {c.method}'s default {default!r})",
-            )
-    try:
-        hyper = c.loss_hyper
-        needs = method.needs_for(**hyper)
-        g = c.rollout.group_size
-        method.loss(shaping.example_batch(needs, 1, g, 2, max(c.n_candidates, 1), np), **hyper)
-    except ValueError as e:
-        raise ValueError(f"hyper ({c.method}): {e}") from None
+    # Types, then the method's own rules, on the resolved values (the top-level keys too).
+    check_hyper(
+        c.method, c.loss_hyper, where="hyper", group_size=c.rollout.group_size,
+        num_candidates=c.n_candidates,
+    )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

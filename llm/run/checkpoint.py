@@ -471,11 +471,19 @@ def restore_checkpoint(
     shards); returns ``(step, data_position)`` to continue from, ``(0, 0)`` for a fresh run
     (`ckpt` None).
 
+    The optimizer settings of `optimizer` and `scheduler` as made from this run's config (``lr``,
+    ``weight_decay``, ``adam_betas``: each param group's, and the scheduler's base lr) are kept
+    over the saved ones, so that ``--resume --change-optimizer`` applies what it records; the
+    lr continues at the restored step of this config's schedule. Unchanged settings are left
+    as loaded (a plain resume repeats an uninterrupted run to the bit).
+
     Raises:
         ValueError: see `load_optimizer_state`; a sharded checkpoint outside FSDP2.
     """
     if ckpt is None:
         return 0, 0
+    wanted = [{k: g[k] for k in _GROUP_SETTINGS} for g in optimizer.param_groups]
+    base_lrs = list(scheduler.base_lrs)
     state = torch.load(ckpt / STATE_FILE, weights_only=False)
     if state.get("layout") == _SHARDED:
         _load_sharded(ckpt, policy, optimizer, info)
@@ -493,8 +501,36 @@ def restore_checkpoint(
         load_optimizer_state(policy, optimizer, state, info)
         rng = state["rng"]
     scheduler.load_state_dict(state["scheduler"])
+    _apply_settings(optimizer, scheduler, wanted, base_lrs)
     set_rng_state(rng)
     return state["step"], state["data_position"]
+
+
+_GROUP_SETTINGS = ("betas", "weight_decay")
+"""AdamW's param-group settings besides the lr that the config sets (`make_optimizer`)."""
+
+
+def _apply_settings(
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    wanted: list[dict[str, Any]],
+    base_lrs: list[float],
+) -> None:
+    """Put this run's param-group settings `wanted` and base lrs `base_lrs` back over the ones a
+    checkpoint loaded (`restore_checkpoint`); the lr of a changed base is the schedule's at the
+    restored step."""
+    for group, want in zip(optimizer.param_groups, wanted, strict=True):
+        for key, value in want.items():
+            if group[key] != value:
+                group[key] = value
+    if list(scheduler.base_lrs) == base_lrs:
+        return
+    scheduler.base_lrs = base_lrs
+    rates = zip(base_lrs, scheduler.lr_lambdas, strict=True)
+    lrs = [base * f(scheduler.last_epoch) for base, f in rates]
+    for group, base, lr in zip(optimizer.param_groups, base_lrs, lrs, strict=True):
+        group["initial_lr"], group["lr"] = base, lr
+    scheduler._last_lr = lrs  # what get_last_lr() reports until the next step
 
 
 def trainer_extra(ckpt: Path | None) -> dict[str, Any] | None:

@@ -107,11 +107,15 @@ def check_device(device: str) -> None:
         return
     if not torch.cuda.is_available():
         why = "this torch is built without CUDA" if torch.version.cuda is None else "no GPU found"
-        raise ValueError(f'device: {device!r} cannot run here ({why}); set device = "cpu"')
+        raise ValueError(
+            f'system.device: {device!r} cannot run here ({why}); set system.device = "cpu" '
+            "(--set system.device=cpu)"
+        )
     index = int(device.split(":", 1)[1]) if ":" in device else 0
     if index >= torch.cuda.device_count():
         raise ValueError(
-            f"device: {device!r} cannot run here (only {torch.cuda.device_count()} CUDA devices)"
+            f"system.device: {device!r} cannot run here (only {torch.cuda.device_count()} CUDA "
+            "devices)"
         )
 
 

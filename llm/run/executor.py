@@ -3,8 +3,9 @@ default) or ``ray`` tasks on a Ray instance, local or a cluster's (the ``ray`` e
 
 Both keep the results in job order, show a tqdm bar over finished jobs and fail fast: the first
 job to raise stops the others (queued ones are dropped; Ray interrupts the running ones too) and
-its error propagates. Ray runs one task per job, each asking `cpus_per_job` CPUs of the scheduler
-(a job sets its own torch threads, `llm.run.jobs.run_job`). `map_jobs` uses the Ray instance this
+its error propagates; local workers die with their driver (`die_with_parent`). Ray runs one task
+per job, each asking `cpus_per_job` CPUs of the scheduler (a job sets its own torch threads,
+`llm.run.jobs.run_job`). `map_jobs` uses the Ray instance this
 process is connected to, if any; else it connects to `address` (``ray start --head`` on a cluster's
 head node prints it) or, with none, starts a local instance of `workers` CPUs. It disconnects only
 from an instance it connected to itself (which stops one it started), never from the caller's.
@@ -13,16 +14,19 @@ from an instance it connected to itself (which stops one it started), never from
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
 
-__all__ = ["EXECUTORS", "RAY_EXTRA", "check_executor", "map_jobs"]
+__all__ = ["EXECUTORS", "RAY_EXTRA", "check_executor", "die_with_parent", "map_jobs"]
 
 EXECUTORS = ("local", "ray")
 RAY_EXTRA = "pip install 'sharpening[ray]' (or pip install 'ray>=2.40')"
@@ -136,7 +140,9 @@ def _map_local(
         return results
     # spawn, not fork: a forked child inherits torch's thread pools and can deadlock.
     ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+    with cf.ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=die_with_parent, initargs=(os.getpid(),)
+    ) as pool:
         futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
         try:
             for fut in cf.as_completed(futures):
@@ -149,6 +155,38 @@ def _map_local(
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     return results
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+WATCHDOG_S = 1.0
+"""How often a worker without a parent-death signal checks that its driver is alive."""
+
+
+def die_with_parent(parent: int) -> None:
+    """A worker's initializer: end this process when the driver `parent` ends, ``kill -9``
+    included, so that no worker goes on training a dead sweep's queued runs (issue 40).
+
+    On Linux the kernel sends SIGKILL at the parent's death (``prctl(PR_SET_PDEATHSIG)``);
+    elsewhere, or if that call fails, a daemon thread checks every `WATCHDOG_S` seconds that the
+    parent is still this process's parent. A parent already gone ends the worker at once.
+    """
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:  # the driver died before the signal was armed
+        os._exit(1)
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCHDOG_S)
+    os._exit(1)
 
 
 def _map_ray(

@@ -14,13 +14,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import socket
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,6 +37,8 @@ __all__ = [
     "loadable_checkpoints",
     "newest_loadable",
     "read_metrics",
+    "restore_files",
+    "snapshot_files",
 ]
 
 LOCK_FILE = ".run.lock"
@@ -130,7 +133,9 @@ class RunLock:
     The lock is the file ``out/.run.lock``, created with ``O_CREAT | O_EXCL`` and holding
     ``{"pid", "host", "started"}``. A lock whose owner is dead (same host, PID gone), or a corrupt
     one older than 30 s, is stale: it is renamed away (an atomic step only one contender wins) and
-    the lock is taken. The file is removed on exit.
+    the lock is taken. The file is removed on exit, and so is the folder when the lock created
+    it and nothing else was written there (a refused command leaves nothing). A sweep or study
+    takes its output folder's lock (`llm.sweep.run_sweep`), so that two never share one.
 
     Raises:
         RunFolderError: another live process holds the lock (its PID is named).
@@ -139,6 +144,7 @@ class RunLock:
     def __init__(self, out: str | os.PathLike[str]) -> None:
         self.path = Path(out) / LOCK_FILE
         self.held = False
+        self.created = False
 
     def _owner(self) -> dict[str, Any] | None:
         try:
@@ -159,7 +165,9 @@ class RunLock:
         return not _pid_alive(owner["pid"])
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.created = True
         record = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
         for _ in range(5):
             try:
@@ -196,6 +204,9 @@ class RunLock:
             if owner is not None and owner.get("pid") == os.getpid():
                 self.path.unlink(missing_ok=True)
             self.held = False
+            if self.created:
+                with contextlib.suppress(OSError):
+                    self.path.parent.rmdir()  # only when empty
 
     def __enter__(self) -> RunLock:
         self.acquire()
@@ -203,6 +214,27 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def snapshot_files(out: str | os.PathLike[str], names: Iterable[str]) -> dict[str, bytes | None]:
+    """The bytes of each file `names` of `out` (None: missing), for `restore_files` to put back
+    after a refused command (a resume whose start fails writes nothing)."""
+    out = Path(out)
+    return {name: (out / name).read_bytes() if (out / name).is_file() else None for name in names}
+
+
+def restore_files(out: str | os.PathLike[str], snapshot: dict[str, bytes | None]) -> None:
+    """Put the files of `snapshot` (`snapshot_files`) back as they were: rewritten, or removed
+    when they did not exist."""
+    out = Path(out)
+    for name, data in snapshot.items():
+        path = out / name
+        if data is None:
+            path.unlink(missing_ok=True)
+        elif not path.is_file() or path.read_bytes() != data:
+            tmp = path.with_name(f"{name}.restore-{os.getpid()}")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------------

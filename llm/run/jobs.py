@@ -37,7 +37,7 @@ from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint
 from llm.run.distributed import set_matmul_precision
 from llm.run.executor import map_jobs
-from llm.run.folder import read_metrics
+from llm.run.folder import LOCK_FILE, RunLock, read_metrics
 from llm.train.batched import VERSION as BATCHED_VERSION
 from llm.train.batched import train_batch
 from llm.train.trainer import train
@@ -236,7 +236,7 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
     if out.exists() and (not same or ckpt is None):
         # A run of another config or base model (its checkpoints are not this run's), or one
         # killed before its first checkpoint: a fresh start needs an empty folder.
-        shutil.rmtree(out)
+        _empty_run_folder(out)
     out.mkdir(parents=True, exist_ok=True)
     prior = float(marker.get("train_seconds", 0.0)) if same and marker else 0.0
     evals = marker.get("evals", {}) if same and marker else {}
@@ -251,6 +251,23 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
     }
     write_json(marker_path, marker)
     return marker, False, ckpt is not None
+
+
+def _empty_run_folder(out: Path) -> None:
+    """Empty the run folder `out` for a fresh start, under its lock: a folder that a live
+    process holds (``llm train`` into it, another sweep's worker) is refused, never deleted.
+
+    Raises:
+        llm.run.folder.RunFolderError: a live process holds `out` (its PID named).
+    """
+    with RunLock(out):
+        for p in out.iterdir():
+            if p.name == LOCK_FILE:
+                continue
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p)
+            else:
+                p.unlink()
 
 
 def _finish(job: Job, marker: dict[str, Any], seconds: float) -> None:
@@ -296,7 +313,7 @@ def run_job(job: Job) -> dict[str, Any]:
 
     if _unevaluable(job, marker):
         # An evaluation asked of a checkpoint deleted after an earlier evaluation: train again.
-        shutil.rmtree(out)
+        _empty_run_folder(out)
         marker, reused = _train(job, cfg)
     todo = missing(marker)
     _quiet_worker()  # train() set the config's thread count; evaluation uses one thread too
@@ -331,7 +348,7 @@ def run_batch(jobs: Sequence[Job]) -> list[dict[str, Any]]:
         if finished and _unevaluable(job, marker):
             # An evaluation asked of a checkpoint deleted after an earlier evaluation (another
             # evaluation key, e.g. another sampler version): train the run again.
-            shutil.rmtree(job.out)
+            _empty_run_folder(Path(job.out))
             states[i] = _prepare(job, cfgs[i], "batched")
     groups: dict[bool, list[int]] = {}
     for i, (_, finished, resume) in enumerate(states):

@@ -72,6 +72,8 @@ from llm.run.folder import (
     RunLock,
     check_base_model_folder,
     claim_run_folder,
+    restore_files,
+    snapshot_files,
 )
 from llm.tasks import TASKS
 from llm.train import control
@@ -122,13 +124,17 @@ def train(
             folder's lock is taken first, so a folder in use by a live run is never moved.
         change_optimizer: with `resume`, the `llm.run.checkpoint.OPTIMIZER_KEYS` may differ from
             the saved config (e.g. a lower lr after a non-finite stop); the change is appended
-            to ``DIR/config_changes.jsonl`` and the new config saved.
+            to ``DIR/config_changes.jsonl``, the new config saved, and the new settings applied
+            over the checkpoint's (`llm.run.checkpoint.restore_checkpoint`).
 
     A fresh run whose start fails (a bad device, data file or base-model folder; any error
-    before its first step) removes what it wrote, so the corrected command starts normally.
+    before its first step) removes what it wrote, so the corrected command starts normally; a
+    resume whose start fails (e.g. ``--steps`` below its checkpoint) puts ``config.toml`` and
+    ``config_changes.jsonl`` back as they were.
 
     Raises:
-        ValueError: invalid config, a resumed run whose config differs, or a mini-batch
+        ValueError: invalid config, `change_optimizer` without `resume`, a resumed run whose
+            config differs, or a mini-batch
             (``prompts_per_update``, else ``prompts_per_step``) not divisible by the number of
             processes.
         FileNotFoundError: the model folder does not exist.
@@ -137,11 +143,14 @@ def train(
         llm.run.folder.NonFiniteError: a loss, gradient norm or parameter became NaN/inf (the
             newest checkpoint is then the last good state).
     """
+    if change_optimizer and not resume:
+        raise ValueError("--change-optimizer: only with --resume (it changes a resumed run)")
     info = init_distributed(cfg.system.device)
     out = Path(out_dir)
     lock = RunLock(out) if info.is_main else None
     created = not out.exists()
     before: set[str] = set()
+    kept: dict[str, bytes | None] = {}
     started = {"loop": False}
     if lock is not None:
         # The lock first: a folder in use by a live process is refused before anything in it is
@@ -157,13 +166,18 @@ def train(
             lock.release()
             raise
         before = {p.name for p in out.iterdir()}
+        # A refused resume (a step past --steps, a bad data file) leaves its files as they were.
+        kept = snapshot_files(out, ("config.toml", CONFIG_CHANGES)) if resume else {}
     try:
         return _train(
             cfg, out, info, resume, backend_factory, stop_after, progress, change_optimizer, started
         )
     except BaseException:
-        if lock is not None and not resume and not started["loop"]:
-            _undo_failed_start(out, before)
+        if lock is not None and not started["loop"]:
+            if resume:
+                restore_files(out, kept)
+            else:
+                _undo_failed_start(out, before)
         raise
     finally:
         if lock is not None:

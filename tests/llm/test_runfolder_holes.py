@@ -148,9 +148,8 @@ def test_a_refused_base_model_build_leaves_nothing(tmp_path) -> None:
 
 def test_errors_name_their_cause(tiny100, tmp_path) -> None:
     res = _train_cli(tmp_path / "a", _sets(tiny100, "optim.lr=1e38"))
-    assert (
-        res.returncode == 2 and "error: optim.lr: expected a finite number in (0, 1]" in res.stderr
-    )
+    named = f"error: {TINY}: optim.lr: expected a finite number in (0, 1]"
+    assert res.returncode == 2 and named in res.stderr
     garbage = tmp_path / "garbage.toml"
     garbage.write_bytes(bytes(range(256)))
     res = _cli("train", "--config", str(garbage), "--out", str(tmp_path / "b"))

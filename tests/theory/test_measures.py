@@ -184,3 +184,11 @@ def test_a_quantity_needing_both_kinds_rejects_an_empty_or_full_correct_set(
     with pytest.raises(ValueError, match=f"correct is {match}"):
         correct_mask(mask, 3, need_both=True)
     assert correct_mask(mask, 3).shape == (3,)  # fine where one kind suffices
+
+
+@pytest.mark.parametrize(("args", "name"), [(("5", 1, 1), "n"), ((5, "1", 1), "c"),
+                                            ((5, 1, None), "k")])  # fmt: skip
+def test_pass_at_k_names_an_argument_that_is_not_a_number(args, name) -> None:
+    """Issue 40: a string or None is named, not a ufunc error from inside numpy."""
+    with pytest.raises(TypeError, match=f"pass_at_k: {name} must be an integer"):
+        measures.pass_at_k(*args)
