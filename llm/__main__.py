@@ -52,12 +52,12 @@ from llm.config import (
     load_config,
 )
 from llm.config import describe as describe_config
-from llm.data import check_data_file, load_eval_sets
+from llm.data import check_data_file, load_eval_sets, tiny_config
 from llm.eval.diversity import load_encoder
 from llm.eval.heldout import evaluate, write_eval
 from llm.model.gguf import find_package_gguf, import_gguf
 from llm.model.load import load_model_and_tokenizer
-from llm.model.tiny import TinyConfig, tiny_problems
+from llm.model.tiny import tiny_problems
 from llm.reproduce import (
     DEFAULT_CONFIG,
     DEFAULT_METHODS,
@@ -135,7 +135,8 @@ def _eval(args: argparse.Namespace) -> int:
                 f"--heldout: llm.model.tiny's held-out problems are not {cfg.task} problems"
             )
 
-        sets = {"": tiny_problems(TinyConfig(), "heldout", args.heldout)}
+        # The config's distribution (its tiny_data_seed and designed regime), not the default's.
+        sets = {"": tiny_problems(tiny_config(cfg), "heldout", args.heldout)}
     else:
         sets = load_eval_sets(cfg)
         if len(sets) == 1:
