@@ -251,6 +251,27 @@ def _check_key(method: str, key: str, where: str) -> None:
         )
 
 
+def _check_settings(entry: spec.MethodEntry, tr: TrainSpec, env: EnvSpec) -> None:
+    """Every setting of `entry` against its method's declared rules (`experiment.spec.check_hyper`,
+    the LLM sweep's check) and a swept ``lr`` against ``[train] lr``'s (``> 0``).
+
+    Raises:
+        ValueError: naming ``methods[label]``, the method, the key and the value.
+    """
+    where = f"methods[{entry.label}]"
+    default_n = shaping.METHODS[entry.method].defaults.get("top_n")
+    for point in entry.points:
+        setting = {"kl_coef": tr.kl_coef, **entry.fixed, **point}
+        lr = setting.pop("lr", tr.lr)
+        schema.require(schema.value_ok(lr, float, {"gt": 0}), f"{where}.lr", lr, "a number > 0")
+        # The candidates the toy computes (`toymdp.train.TrainConfig.num_candidates`).
+        top_n = setting.get("top_n", default_n)
+        n = min(top_n, env.num_actions) if schema.value_ok(top_n, int, {"ge": 1}) else 1
+        spec.check_hyper(
+            entry.method, setting, where=where, group_size=tr.group_size, num_candidates=n
+        )
+
+
 def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
     """Validate a TOML document (a dict) into a `SweepConfig`.
 
@@ -272,6 +293,7 @@ def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
     for m in methods:
         if "lr" in m.fixed:
             raise ValueError(f"methods[{m.label}].fixed.lr: set lr in [train] or sweep it")
+        _check_settings(m, tr, env)
     num_resamples = parse_table("frontier", doc.get("frontier", {})).num_resamples
     return SweepConfig(
         env, tr, methods, spec.parse_reference(doc.get("reference"), methods),
