@@ -78,6 +78,17 @@ CLAIMS = (
     ("unlikeliness", "unlikeliness", "pass_at_k", "the unlikeliness reward keeps pass@k"),
     ("w_reinforce", "w_reinforce", "pass_at_k",
      "W-REINFORCE (down-weighted positive samples) keeps pass@k"),
+    # The field's controls (issue 39), each its source's claim:
+    ("clip_cov", "clip_cov", "pass_at_k", "Clip-Cov keeps pass@k (Cui et al. 2025)"),
+    ("kl_cov", "kl_cov", "pass_at_k", "KL-Cov keeps pass@k (Cui et al. 2025)"),
+    ("clip_higher", "clip_higher", "distinct_correct",
+     "clip-higher keeps diversity (DAPO: against entropy collapse)"),
+    ("top_entropy", "top_entropy", "pass_at_k",
+     "training on the high-entropy 20% of tokens keeps pass@k (Wang et al. 2025)"),
+    ("adaptive_entropy", "adaptive_entropy", "distinct_correct",
+     "an adaptive entropy coefficient keeps diversity (Skywork-OR1)"),
+    ("outcome_ucb", "outcome_ucb", "pass_at_k",
+     "outcome-based exploration keeps pass@k (Song et al. 2025)"),
 )  # fmt: skip
 """The seeds' claims: `(id, method label, measure, text)`; the label is looked up in a study's
 confirmation (a claim whose method a study lacks is left out of its table)."""

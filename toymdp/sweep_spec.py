@@ -272,8 +272,14 @@ def _check_settings(entry: spec.MethodEntry, tr: TrainSpec, env: EnvSpec) -> Non
         )
 
 
-def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
+def parse_config(doc: Mapping[str, Any], *, check_bounds: bool = True) -> SweepConfig:
     """Validate a TOML document (a dict) into a `SweepConfig`.
+
+    `check_bounds=False` skips the methods' declared bounds (`_check_settings`), for one caller:
+    figure 6's program-internal family (`toymdp.experiments.passk.FAMILY`), which runs DS-GRPO's
+    advantage with signed coefficients to train the entropy bonus and penalty in the same
+    compiled program (seed 000 Lemma B.4; its tests check each row equals its method). A config
+    file is always checked.
 
     Raises:
         ValueError: naming the section and key of the first bad value.
@@ -293,7 +299,8 @@ def parse_config(doc: Mapping[str, Any]) -> SweepConfig:
     for m in methods:
         if "lr" in m.fixed:
             raise ValueError(f"methods[{m.label}].fixed.lr: set lr in [train] or sweep it")
-        _check_settings(m, tr, env)
+        if check_bounds:
+            _check_settings(m, tr, env)
     num_resamples = parse_table("frontier", doc.get("frontier", {})).num_resamples
     return SweepConfig(
         env, tr, methods, spec.parse_reference(doc.get("reference"), methods),

@@ -221,7 +221,7 @@ def test_unequal_tuning_budgets_are_refused_unless_the_study_says_so(tmp_path, t
 @pytest.mark.parametrize(
     ("name", "budget"),
     [("study_countdown_strong.toml", "equal"), ("study_countdown_mild.toml", "equal"),
-     ("study_countdown_smollm2.toml", "equal")],
+     ("study_countdown_smollm2.toml", "equal"), ("study_countdown_rule.toml", "equal")],
 )  # fmt: skip
 def test_the_committed_study_configs_state_their_budgets(name, budget):
     """Parse only: the committed LLM studies give every method GRPO's tuning."""

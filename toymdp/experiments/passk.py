@@ -308,7 +308,7 @@ def run(quick: bool, seed: int) -> dict[str, np.ndarray]:
         ``quick``, ``seed`` (to rebuild the configuration), ``row_order`` `(N,)`,
         ``train_prompts`` `(P,)`, and per `toymdp.sweep.METRICS` name `(N, D, R, T, P[, k])`.
     """
-    cfg = sweep_spec.parse_config(sweep_doc(quick, seed))
+    cfg = sweep_spec.parse_config(sweep_doc(quick, seed), check_bounds=False)  # signed family
     res = sweep.run_sweep(cfg, progress=False)
     out = {k: np.asarray(v) for k, v in res.items() if k != "rows"}
     return {"quick": np.asarray(quick), "seed": np.asarray(seed), **out}
@@ -324,7 +324,7 @@ def analysis(results: dict[str, np.ndarray]) -> tuple[Any, dict[str, Any], list[
     key = (bool(results["quick"]), int(results["seed"]), results["correctness"].tobytes())
     if key not in _ANALYSES:
         quick = bool(results["quick"])
-        cfg = sweep_spec.parse_config(sweep_doc(quick, int(results["seed"])))
+        cfg = sweep_spec.parse_config(sweep_doc(quick, int(results["seed"])), check_bounds=False)
         rows = method_rows(cfg, quick)
         cfg = dataclasses.replace(cfg, reference=("grpo",))
         res = dict(results)
