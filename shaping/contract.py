@@ -19,7 +19,15 @@ from typing import Any
 import numpy as np
 from array_api_compat import array_namespace
 
-__all__ = ["BASE_KEYS", "BATCH_KEYS", "BatchKey", "check_batch", "contract_table", "example_batch"]
+__all__ = [
+    "BASE_KEYS",
+    "BATCH_KEYS",
+    "BatchKey",
+    "check_batch",
+    "check_values",
+    "contract_table",
+    "example_batch",
+]
 
 
 @dataclass(frozen=True)
@@ -132,6 +140,48 @@ def check_batch(name: str, batch: Mapping[str, Any]) -> None:
             raise ValueError(
                 f"{name}: batch[{key!r}] has shape {shape}, expected ({want}) as the other keys"
             )
+
+
+def check_values(name: str, batch: Mapping[str, Any]) -> None:
+    """Refuse NaN where it would reach the loss: in ``rewards`` and the (B, G) float keys anywhere,
+    in the (B, G, T) float keys on response tokens (padding may hold anything, CONTRACT.md).
+
+    Only concrete host arrays are read (NumPy, torch on the CPU): a JAX array may be a tracer and
+    a GPU tensor would cost a device sync, so those are left to the trainer's non-finite stop.
+    ``-inf`` log-probs are allowed (a token of probability 0 has a documented limit).
+
+    Raises:
+        ValueError: naming the key, how many entries are NaN and the first one's index.
+    """
+    mask = batch.get("mask")
+    for key, spec in _KEYS.items():
+        x = batch.get(key)
+        if x is None or spec.dtype != "float" or not _host(x):
+            continue
+        if spec.axes not in (("B", "G"), ("B", "G", "T")):
+            continue  # candidates and prompt keys: their padding has no mask of its own here
+        xp = array_namespace(x)
+        bad = xp.isnan(x)
+        if spec.axes == ("B", "G", "T") and mask is not None and _host(mask):
+            bad = bad & (xp.astype(mask, xp.bool) if mask.dtype != xp.bool else mask)
+        count = int(xp.sum(xp.astype(bad, xp.int64)))
+        if count:
+            first = tuple(int(i) for i in np.argwhere(np.asarray(_to_numpy(bad)))[0])
+            where = "response token(s)" if spec.axes == ("B", "G", "T") else "entries"
+            raise ValueError(
+                f"{name}: batch[{key!r}] holds NaN at {count} {where} (first at index {first})"
+            )
+
+
+def _host(x: Any) -> bool:
+    # A concrete array whose values are free to read: NumPy, or torch on the CPU.
+    if isinstance(x, np.ndarray):
+        return True
+    return type(x).__module__.startswith("torch") and getattr(x.device, "type", "") == "cpu"
+
+
+def _to_numpy(x: Any) -> Any:
+    return x if isinstance(x, np.ndarray) else x.detach().cpu().numpy()
 
 
 def _float_dtype(ns: Any) -> Any:

@@ -34,7 +34,7 @@ from array_api_compat import array_namespace
 
 from shaping import core
 from shaping.backend import stop_gradient, top_k
-from shaping.contract import check_batch
+from shaping.contract import check_batch, check_values
 
 Array = Any
 Batch = Mapping[str, Array]
@@ -271,6 +271,7 @@ def _method(
         h = _fill(name, defaults, hyper)
         _validate(name, h, batch, all_bounds)
         check_batch(name, batch)
+        check_values(name, batch)
         out = fn(batch, **{k: h[k] for k in own})
         return h, out if isinstance(out, Shaping) else Shaping(advantages=out)
 

@@ -9,6 +9,7 @@ written here (the slow reference covers them too, in test_methods.py).
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -236,3 +237,30 @@ def test_a_new_method_is_one_function():
         assert "`half_grpo_test`" in shaping.methods_table()
     finally:
         methods._REGISTRY.pop("half_grpo_test")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("key", ["rewards", "logp", "logp_old", "logp_ref", "entropy"])
+def test_nan_where_it_reaches_the_loss_is_named(key, backend):
+    # Issue 40 item 9: a NaN input gave a NaN loss silently. On padding it stays allowed.
+    batch, _ = _batch("grpo")
+    batch = {**batch, "logp_ref": batch["logp"].copy(), "entropy": np.ones_like(batch["logp"])}
+    batch["mask"][1, 2, :] = 0.0
+    batch["mask"][0, 1, 3] = 1.0
+    at = (0, 1) if key == "rewards" else (0, 1, 3)
+    padded = {**batch, key: batch[key].copy()}
+    if key != "rewards":
+        padded[key][1, 2, 0] = np.nan  # padding: ignored
+    bad = {**batch, key: batch[key].copy()}
+    bad[key][at] = np.nan
+    over = {"kl_coef": 0.1, "entropy_coef": 0.1}
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        padded = {k: torch.from_numpy(v) for k, v in padded.items()}
+        bad = {k: torch.from_numpy(v) for k, v in bad.items()}
+    loss, _ = shaping.get_method("grpo").loss(padded, **over)
+    assert np.isfinite(float(loss))
+    with pytest.raises(
+        ValueError, match=rf"batch\['{key}'\] holds NaN at 1 .*index {re.escape(str(at))}"
+    ):
+        shaping.get_method("grpo").loss(bad, **over)
