@@ -43,7 +43,6 @@ import numpy as np
 
 from experiment import estimand, inference
 from experiment.report import METHOD_COLORS
-from theory import trees
 from toymdp import sweep, sweep_spec
 from toymdp import train as T
 from toymdp.env import TreeEnv
@@ -86,37 +85,19 @@ SIZES = {
 
 def toy_dataset(rng: np.random.Generator, per_size: int) -> TreeEnv:
     """The popularity toy dataset (module docstring): `per_size` training then `per_size`
-    held-out prompts for each multiplicity in `MULTIPLICITIES`, training prompts first.
+    held-out prompts for each multiplicity in `MULTIPLICITIES`, training prompts first;
+    `toymdp.sweep_spec.popularity_dataset` with this module's constants.
 
     Returns:
         A `TreeEnv` with `P = 2·per_size·len(MULTIPLICITIES)` prompts; every base policy has
         correctness `BASE_CORRECTNESS` exactly.
     """
-    v, h = NUM_ACTIONS, DEPTH
-    m = trees.num_trajectories(v, h)
-    popularity = np.empty(m)
-    popularity[rng.permutation(m)] = 1.0 / np.arange(1, m + 1) ** ZIPF
-    popularity /= popularity.sum()
-    sizes = np.tile(np.repeat(MULTIPLICITIES, per_size), 2)  # (P,)
-    correct = np.zeros((sizes.size, m), dtype=bool)
-    for p, size in enumerate(sizes):
-        correct[p, rng.choice(m, size=size, replace=False, p=popularity)] = True
-    log_pb = trees.trajectory_log_probs(
-        np.stack([trees.random_base_logits(rng, v, h, SKEW) for _ in sizes]), v, h
-    )  # (P, M)
-    # Tilt: rescale the mass on C to BASE_CORRECTNESS and off C to the rest, keeping the
-    # base policy's preferences within C and within its complement.
-    masked = np.where(correct, log_pb, -np.inf)
-    log_pc = np.logaddexp.reduce(masked, axis=-1, keepdims=True)
-    log_pw = np.logaddexp.reduce(np.where(correct, -np.inf, log_pb), axis=-1, keepdims=True)
-    tilted = np.where(
-        correct,
-        np.log(BASE_CORRECTNESS) + log_pb - log_pc,
-        np.log1p(-BASE_CORRECTNESS) + log_pb - log_pw,
-    )
-    base = trees.logits_from_log_probs(tilted, v, h)
-    train = np.arange(sizes.size) < sizes.size // 2
-    return TreeEnv(v, h, correct, base, train, sharing="factored")
+    spec = sweep_spec.parse_env(
+        {"kind": "dataset", "num_actions": NUM_ACTIONS, "depth": DEPTH, "skew": SKEW,
+         "zipf": ZIPF, "multiplicities": list(MULTIPLICITIES), "per_size": per_size,
+         "base_correctness": BASE_CORRECTNESS}
+    )  # fmt: skip
+    return sweep_spec.popularity_dataset(rng, spec)
 
 
 def multiplicities(per_size: int) -> np.ndarray:
