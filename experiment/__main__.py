@@ -5,6 +5,10 @@ and coverage, the probability of picking the best setting, the confirmed lifts' 
 coverage, family-wise false verdicts with Holm, power and the rate at which a method above the
 claimed size is refuted.
 
+``python -m experiment fit-design RESULTS.json [--label grpo] [--steps 40,80,120]``: a calibration
+design fitted to a sweep's per-problem counts (`experiment.fit`), printed as JSON: the fields of
+`experiment.calibration.Design` to add to `DESIGNS`.
+
 ``python -m experiment publish STUDY_DIR DEST``: copy a study's small outputs (`study.json`,
 `verdicts.md`, each stage's `lifts.md` and the confirmation's `frontier.png`) into DEST (e.g.
 ``figures/toy_study_sharpening``), to be committed.
@@ -21,7 +25,7 @@ import json
 import sys
 
 from experiment import calibration as C
-from experiment import cli, store
+from experiment import cli, fit, store
 from experiment import study as S
 
 BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
@@ -69,6 +73,10 @@ def _main(argv: list[str]) -> int:
     cl = sub.add_parser("claims", help="the claims table of committed studies (study.json files)")
     cl.add_argument("studies", nargs="+", help="study.json files (python -m toymdp study)")
     cl.add_argument("--readme", help="write the table into this file between the claims markers")
+    fd = sub.add_parser("fit-design", help="a calibration design fitted to a sweep's counts")
+    fd.add_argument("results", help="a sweep's results.json (python -m llm sweep | study)")
+    fd.add_argument("--label", default="grpo", help="the reference's label (default grpo)")
+    fd.add_argument("--steps", help="checkpoint steps to fit, comma-separated (default: all)")
     pb = sub.add_parser("publish", help="copy a study's small outputs into a folder to commit")
     pb.add_argument("study_dir", help="a study's output folder (python -m toymdp|llm study)")
     pb.add_argument("dest", help="destination folder (e.g. figures/toy_study_sharpening)")
@@ -79,6 +87,8 @@ def _main(argv: list[str]) -> int:
         return 0
     if args.command == "claims":
         return _claims(args.studies, args.readme)
+    if args.command == "fit-design":
+        return _fit_design(args.results, args.label, args.steps)
     if args.replicates < 2 or args.draws < 20:
         parser.error("--replicates must be >= 2 and --draws >= 20")
     report = {design: C.calibrate(C.DESIGNS[design], replicates=args.replicates,
@@ -88,6 +98,21 @@ def _main(argv: list[str]) -> int:
         print(json.dumps(report, indent=2))
     else:
         print("\n\n".join(_table(name, out) for name, out in report.items()))
+    return 0
+
+
+def _fit_design(path: str, label: str, steps: str | None) -> int:
+    base, n, runs = fit.counts_from_results(store.read_json(path), label)
+    if steps is not None:
+        try:
+            keep = [int(v) for v in steps.split(",")]
+        except ValueError:
+            raise ValueError(f"--steps: expected comma-separated integers, got {steps!r}") from None
+        have = sorted(next(iter(runs.values())))
+        if not set(keep) <= set(have):
+            raise ValueError(f"--steps: {sorted(set(keep) - set(have))} not among {have}")
+        runs = {st: {k: by[k] for k in keep} for st, by in runs.items()}
+    print(json.dumps(fit.describe_fit(fit.fit_design(base, n, runs), list(runs)), indent=2))
     return 0
 
 

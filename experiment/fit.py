@@ -1,0 +1,196 @@
+"""Fit a calibration design (`experiment.calibration.Design`) to a sweep's per-problem counts.
+
+Issue 37, item 4: the calibration's designs are fitted from measured per-problem counts where they
+exist, not by eye. The model is `experiment.calibration`'s; each parameter is fitted by the
+simplest estimator that identifies it:
+
+- the base's problem logits `θ_j ~ Normal(mu, tau)`: maximum likelihood of the base model's counts
+  `c_j ~ Binomial(n, expit(θ_j))` (the logit-normal binomial; Gauss-Hermite in `θ`, 64 nodes);
+- each reference setting's path `(a, b)`: least squares of its mean points (pass@1 gain, pass@k
+  gain) at the checkpoints against `calibration.true_points` (training amount `s` = step / the
+  first checkpoint's step);
+- `sigma_along` (a seed's place along its path, `s·exp(σ·z)`): the seed-to-seed variance of a
+  checkpoint's pass@1 gain, less its binomial part, over `(s·∂x/∂s)²` (the delta method), pooled
+  over settings and checkpoints;
+- `sigma_off` (a seed's per-problem departure from its path, `σ·s·u_j` on the logit): the
+  seed-to-seed variance of a problem's rate beyond binomial noise and beyond the seed's shift
+  over all problems, over `(s·q(1 − q))²` (the delta method), pooled the same way.
+
+The paths are refitted once after the two sigmas (they move the population points a little).
+`python -m experiment calibrate --fit RESULTS.json` prints the fitted design.
+
+Sources: issue 37 (item 4); the delta method (e.g. Casella & Berger 2002, §5.5.4).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from scipy import optimize, special
+
+from experiment import calibration as C
+
+__all__ = ["counts_from_results", "fit_base", "fit_design"]
+
+_GH = 64
+"""Gauss-Hermite nodes of the base's marginal likelihood."""
+
+
+def counts_from_results(
+    results: Mapping[str, Any], label: str = "grpo"
+) -> tuple[np.ndarray, int, dict[str, dict[int, np.ndarray]]]:
+    """A sweep's counts in `fit_design`'s layout, from its results.json document (``models``:
+    one record per model with ``label``, ``params``, ``seed``, ``step``, ``n`` and ``correct``
+    `(P,)`; the base's label is ``"base"``).
+
+    Returns:
+        ``(base (P,), n, {setting: {step: (S, P) counts}})``, settings named by their params.
+
+    Raises:
+        ValueError: no base record, no record of `label`, or counts of different lengths.
+    """
+    records = results.get("models") if isinstance(results, Mapping) else None
+    if not isinstance(records, list):
+        raise ValueError("results: no 'models' list (a sweep's results.json has one)")
+    base = [m for m in records if m.get("label") == "base"]
+    if not base:
+        raise ValueError("results: no base model record (label 'base')")
+    runs: dict[str, dict[int, dict[int, list[int]]]] = {}
+    for m in records:
+        if m.get("label") != label:
+            continue
+        setting = json.dumps(m.get("params") or {}, sort_keys=True)
+        runs.setdefault(setting, {}).setdefault(int(m["step"]), {})[int(m["seed"])] = m["correct"]
+    if not runs:
+        raise ValueError(f"results: no model with label {label!r}")
+    b = np.asarray(base[0]["correct"], dtype=np.int64)
+    out = {}
+    for setting, steps in runs.items():
+        out[setting] = {}
+        for step, seeds in sorted(steps.items()):
+            arr = np.asarray([seeds[s] for s in sorted(seeds)], dtype=np.int64)
+            if arr.shape[1:] != b.shape:
+                raise ValueError(f"results: {label} {setting} step {step}: {arr.shape[1]} "
+                                 f"problems, the base has {b.size}")  # fmt: skip
+            out[setting][step] = arr
+    return b, int(base[0]["n"]), out
+
+
+def fit_base(correct: object, n: int) -> tuple[float, float]:
+    """`(mu, tau)` of the problems' logits by maximum likelihood of the base's counts `(P,)` of
+    `n` samples each (module docstring).
+
+    Raises:
+        ValueError: counts outside [0, n], fewer than 2 problems.
+    """
+    c = np.asarray(correct, dtype=np.float64)
+    if c.ndim != 1 or c.size < 2 or (c < 0).any() or (c > n).any():
+        raise ValueError(f"correct: expected (P >= 2,) counts in [0, {n}], got shape {c.shape}")
+    z, w = np.polynomial.hermite_e.hermegauss(_GH)
+    w = w / w.sum()
+
+    values, freq = np.unique(c, return_counts=True)  # a count's likelihood once per value
+
+    def nll(p: np.ndarray) -> float:
+        theta = p[0] + np.exp(p[1]) * z  # (G,)
+        logp = special.log_expit(theta)[None, :] * values[:, None]
+        logq = special.log_expit(-theta)[None, :] * (n - values)[:, None]
+        return -float(freq @ special.logsumexp(logp + logq, b=w[None, :], axis=1))
+
+    rate = np.clip(c.mean() / n, 1e-3, 1 - 1e-3)
+    res = optimize.minimize(nll, np.array([special.logit(rate), 0.0]), method="Nelder-Mead",
+                            options={"xatol": 1e-6, "fatol": 1e-9, "maxiter": 2000})  # fmt: skip
+    return float(res.x[0]), float(np.exp(res.x[1]))
+
+
+def _points(d: C.Design, counts: np.ndarray, base: np.ndarray, n: int) -> tuple[float, float]:
+    """The mean (pass@1, pass@k) gains of `(S, P)` counts over the base's `(P,)`."""
+    x = counts / n - base / n
+    y = C._pass_at_k_hat(counts, n, d.k) - C._pass_at_k_hat(base, n, d.k)
+    return float(x.mean()), float(y.mean())
+
+
+def _fit_path(d: C.Design, s: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> tuple[float, float]:
+    """Least-squares `(a, b)` of a path through the mean points `(xs, ys)` at amounts `s`."""
+
+    def resid(p: np.ndarray) -> np.ndarray:
+        x, y = C.true_points(d, float(p[0]), float(p[1]), s)
+        return np.concatenate([x - xs, y - ys])
+
+    return tuple(float(v) for v in optimize.least_squares(resid, [0.05, 0.0]).x)  # type: ignore[return-value]
+
+
+def fit_design(
+    base: object,
+    n: int,
+    runs: Mapping[str, Mapping[int, object]],
+    *,
+    k: int | None = None,
+    confirm_seeds: int = 8,
+    confirm_problems: int = 1024,
+) -> C.Design:
+    """A `calibration.Design` fitted to a sweep's counts (module docstring).
+
+    Args:
+        base: `(P,)` the base model's correct counts of `n` samples. runs: per reference setting,
+            per checkpoint step, `(S, P)` counts (`counts_from_results`); every setting has the
+            same steps. k: pass@k's k (default `n`). confirm_seeds, confirm_problems: the
+            confirmation stage the design simulates.
+
+    Raises:
+        ValueError: no settings, settings with different steps, fewer than 2 seeds.
+    """
+    base = np.asarray(base, dtype=np.int64)
+    if not runs:
+        raise ValueError("runs: no reference settings")
+    steps = sorted(next(iter(runs.values())))
+    for setting, by_step in runs.items():
+        if sorted(by_step) != steps:
+            raise ValueError(f"runs: {setting} has steps {sorted(by_step)}, another {steps}")
+    mu, tau = fit_base(base, n)
+    s = np.asarray(steps, dtype=np.float64) / steps[0]
+    counts = {st: {step: np.asarray(c, dtype=np.int64) for step, c in by.items()}
+              for st, by in runs.items()}  # fmt: skip
+    seeds = next(iter(next(iter(counts.values())).values())).shape[0]
+    if seeds < 2:
+        raise ValueError(f"runs: {seeds} seed(s); the seed effects need at least 2")
+    d = replace(C.Design(), problems=int(base.size), samples=n, k=n if k is None else k,
+                confirm_seeds=confirm_seeds, confirm_problems=confirm_problems, mu=mu, tau=tau,
+                checkpoints=tuple(float(v) for v in s), sigma_along=0.0, sigma_off=0.0)  # fmt: skip
+    means = {
+        st: np.array([_points(d, by[step], base, n) for step in steps]) for st, by in counts.items()
+    }
+    for _ in range(2):  # paths, the sigmas at those paths, the paths again
+        paths = {st: _fit_path(d, s, m[:, 0], m[:, 1]) for st, m in means.items()}
+        along, off = [], []
+        for st, (a, b) in paths.items():
+            h = 1e-4
+            x_hi, _ = C.true_points(d, a, b, s * (1 + h))
+            x_lo, _ = C.true_points(d, a, b, s * (1 - h))
+            slope = (x_hi - x_lo) / (2 * h)  # s · ∂x/∂s
+            for i, step in enumerate(steps):
+                rate = counts[st][step] / n  # (S, P)
+                binom = (rate * (1 - rate)).mean() / (n - 1)  # unbiased per-problem binomial part
+                per_seed = rate.mean(1)
+                if abs(slope[i]) > 1e-9:
+                    along.append((per_seed.var(ddof=1) - binom / base.size) / slope[i] ** 2)
+                dev = rate - rate.mean(0) - (per_seed - per_seed.mean())[:, None]
+                extra = dev.var(0, ddof=1).mean() - binom
+                q = rate.mean(0)
+                off.append(extra / (s[i] ** 2 * np.mean((q * (1 - q)) ** 2)))
+        d = replace(d, ref_settings=tuple(paths.values()),
+                    sigma_along=float(np.sqrt(max(np.mean(along), 0.0))),
+                    sigma_off=float(np.sqrt(max(np.mean(off), 0.0))))  # fmt: skip
+    return d
+
+
+def describe_fit(d: C.Design, settings: Sequence[str]) -> dict:
+    """The fitted design as JSON-able fields (the `calibration.Design` constructor's arguments)
+    with the reference settings' names."""
+    return {"settings": list(settings),
+            **{f: getattr(d, f) for f in ("problems", "samples", "k", "mu", "tau", "checkpoints",
+                                          "ref_settings", "sigma_along", "sigma_off")}}  # fmt: skip

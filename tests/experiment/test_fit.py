@@ -1,0 +1,98 @@
+"""`experiment.fit`: a calibration design fitted to per-problem counts recovers the design that
+simulated them, and a sweep's results.json reads into its layout."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from scipy import special
+
+from experiment import calibration as C
+from experiment import fit
+
+
+def _counts(d: C.Design, seeds: int, problems: int, seed: int):
+    """Counts simulated by `calibration`'s model (as `calibration.simulate`, kept as counts)."""
+    rng = np.random.default_rng(seed)
+    theta = rng.normal(d.mu, d.tau, problems)
+    base = rng.binomial(d.samples, special.expit(theta))
+    runs = {}
+    for i, (a, b) in enumerate(d.ref_settings):
+        z = rng.standard_normal(seeds)[:, None]
+        u = rng.standard_normal((seeds, problems))
+        runs[f"r{i}"] = {
+            round(100 * s): rng.binomial(d.samples, special.expit(
+                theta + s * np.exp(d.sigma_along * z) * (a + b * (theta - d.mu))
+                + d.sigma_off * s * u))
+            for s in d.checkpoints
+        }  # fmt: skip
+    return base, runs
+
+
+def test_fit_base_recovers_mu_and_tau():
+    rng = np.random.default_rng(3)
+    theta = rng.normal(-1.5, 1.2, 4000)
+    mu, tau = fit.fit_base(rng.binomial(16, special.expit(theta)), 16)
+    # Standard errors at P = 4,000 and n = 16: ~0.02 for mu, ~0.02 for tau; 5 of them.
+    assert abs(mu + 1.5) < 0.1 and abs(tau - 1.2) < 0.1
+
+
+def test_fit_design_recovers_the_simulating_design():
+    true = replace(C.DESIGNS["mild"], sigma_along=0.2, sigma_off=0.3)
+    base, runs = _counts(true, seeds=6, problems=2000, seed=0)
+    d = fit.fit_design(base, true.samples, runs)
+    assert d.checkpoints == true.checkpoints and d.problems == 2000 and d.k == 16
+    assert abs(d.mu - true.mu) < 0.15 and abs(d.tau - true.tau) < 0.15
+    # The paths' points, not their parameters (a path's push and sharpening trade off): within
+    # 1.5 points of pass@1 and pass@16 at every checkpoint.
+    for (a, b), (ta, tb) in zip(d.ref_settings, true.ref_settings, strict=True):
+        got = np.array(C.true_points(d, a, b, d.checkpoints))
+        want = np.array(C.true_points(true, ta, tb, true.checkpoints))
+        assert np.abs(got - want).max() < 0.015
+    assert abs(d.sigma_along - 0.2) < 0.1 and abs(d.sigma_off - 0.3) < 0.1
+
+
+def test_counts_from_results_groups_settings_steps_and_seeds():
+    rec = {"label": "grpo", "n": 4}
+    results = {"models": [
+        {"label": "base", "params": {}, "seed": None, "step": 0, "n": 4, "correct": [1, 2, 0]},
+        *({**rec, "params": {"lr": lr}, "seed": s, "step": st, "correct": [s, st // 10, 1]}
+          for lr in (1e-4, 3e-4) for st in (10, 20) for s in (0, 1)),
+    ]}  # fmt: skip
+    base, n, runs = fit.counts_from_results(results)
+    assert n == 4 and base.tolist() == [1, 2, 0] and len(runs) == 2
+    by_step = runs['{"lr": 0.0001}']
+    assert sorted(by_step) == [10, 20] and by_step[20].tolist() == [[0, 2, 1], [1, 2, 1]]
+    with pytest.raises(ValueError, match="label 'kl'"):
+        fit.counts_from_results(results, label="kl")
+    with pytest.raises(ValueError, match="no base"):
+        fit.counts_from_results({"models": results["models"][1:]})
+
+
+def test_fit_base_rejects_counts_outside_their_range():
+    with pytest.raises(ValueError, match="correct"):
+        fit.fit_base([0, 17], 16)
+
+
+def test_fit_design_command_prints_a_design_and_names_bad_steps(tmp_path, capsys):
+    import json
+
+    from experiment.__main__ import main
+
+    d = replace(C.DESIGNS["mild"], sigma_along=0.2, sigma_off=0.3)
+    base, runs = _counts(d, seeds=3, problems=300, seed=1)
+    models = [{"label": "base", "params": {}, "seed": None, "step": 0, "n": 16,
+               "correct": base.tolist()}]  # fmt: skip
+    for i, by_step in enumerate(runs.values()):
+        for step, counts in by_step.items():
+            models += [{"label": "grpo", "params": {"lr": i}, "seed": s, "step": step, "n": 16,
+                        "correct": c.tolist()} for s, c in enumerate(counts)]  # fmt: skip
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"models": models}))
+    assert main(["fit-design", str(path), "--steps", "100,300"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["checkpoints"] == [1.0, 3.0] and len(out["ref_settings"]) == 2
+    assert main(["fit-design", str(path), "--steps", "100,250"]) == 2
+    assert "--steps: [250]" in capsys.readouterr().err
