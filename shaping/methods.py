@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from array_api_compat import array_namespace
+from array_api_compat import array_namespace, device
 
 from shaping import core
 from shaping.backend import stop_gradient, top_k
@@ -1322,3 +1322,68 @@ def grpo_passk(batch: Batch, *, std_correction: int = 1, eps: float = 1e-6) -> A
     std = xp.sqrt(xp.sum((r - mean) ** 2, axis=-1, keepdims=True) / dof)
     best = (r == top2[..., 0:1]) & (gap > 0)
     return xp.where(best, gap / (std + eps) * xp.ones_like(r), xp.zeros_like(r))
+
+
+@register("pkpo")
+def pkpo(batch: Batch, *, k: int = 4) -> Array:
+    """PKPO: ``A_i = k E_T[max(r_i, max_T r) - max_T r]``, ``T`` a (k-1)-subset of the others.
+
+    This is ``A_i = G s_i^(loo-1)``, the paper's lowest-variance gradient weight (Eq. 33) times
+    the group size ``n = G``: ``s_i^(loo-1) = s_i - (k/n) rho_{k-1}(others)``, where
+    ``s_i = C(n, k)^-1 sum_{|S| = k, S contains i} max_S r`` (Eqs. 19, 27) is the unbiased
+    weight of response i in the gradient of ``max_r@k = E[max of k rewards]`` (pass@k for
+    binary rewards) and ``rho_{k-1}(others)`` is the unbiased max@(k-1) estimate (Eq. 12) from
+    the other ``n - 1`` responses (it does not depend on response i, so the estimate stays
+    unbiased). Computed pairwise, without enumerating subsets:
+    ``A_i = k sum_{j: r_j < r_i} w_j (r_i - r_j)`` with
+    ``w_j = C(rank_j, k-2) / C(n-1, k-1)`` the probability that response j (0-based ascending
+    rank) is the best of a uniform (k-1)-subset of the others; tied rewards contribute 0, so the
+    result does not depend on how ties are ranked. Binary rewards: a correct response gets
+    ``k C(n-c, k-1) / C(n-1, k-1)`` (``c`` correct in the group), an incorrect one 0. For k >= 2
+    every advantage is >= 0; a group of equal rewards gets 0 for every k.
+
+    Normalisation: the paper's estimator is ``sum_i s_i grad log pi(y_i)``; the loss averages
+    over a group's responses, so ``A = n s`` makes the group's mean of ``A_i grad log pi(y_i)``
+    exactly that estimator, and k = 1 has the scale of REINFORCE leave-one-out (below).
+
+    ``k = 1``: the (k-1)-subset is empty and Eq. 33 has no baseline (with the maximum of an
+    empty set read as 0, ``A_i = r_i``). We use the leave-one-out mean baseline the paper trains
+    its k_opt = 1 runs with (Eq. 26, §5.2):
+    ``A_i = r_i - mean_{j != i} r_j = G/(G-1) (r_i - mean_G r)``, still unbiased for
+    ``grad E[r]``. A group of one (G = 1) gets 0.
+
+    Shapes: ``rewards`` (B, G) (binary or continuous) -> advantages (B, G).
+
+    Hyper-parameters: ``k`` integer in [1, G] (default 4, within the paper's
+    ``k_opt in {1, 2, 4, 8}`` at n = 16); a traced ``k`` is not range-checked. The loss is
+    GRPO's clipped surrogate of these advantages.
+
+    Raises:
+        ValueError: a concrete ``k`` outside [1, G] (the message names ``k`` and G).
+
+    Source: Walder & Karkhanis 2025, arXiv 2505.15201 (PKPO: Eq. 12 max@k estimate, Eqs. 19/27
+    gradient weight s_i, Eq. 33 the (k-1) leave-one-out baseline s^(loo-1); §5.2 and Eq. 26 the
+    leave-one-out mean at k = 1); docs/formulas.md §2.34
+    """
+    r = _rewards("pkpo", batch)
+    xp = array_namespace(r)
+    n = r.shape[-1]
+    if _concrete(k) and not 1 <= k <= n:
+        raise ValueError(f"pkpo: k must satisfy 1 <= k <= G = {n}, got k={k!r}")
+    if n < 2:
+        return xp.zeros_like(r)
+    diff = xp.expand_dims(r, axis=-1) - xp.expand_dims(r, axis=-2)  # (B, G_i, G_j): r_i - r_j
+    loo = xp.sum(diff, axis=-1) / (n - 1)
+    if _concrete(k) and k == 1:
+        return loo
+    # w_j = C(rank_j, k-2)/C(n-1, k-1) = (k-1)/(n-1) prod_{t<k-2} (rank_j - t)/(n-2-t); a rank
+    # below k-2 meets the factor t = rank_j and gets 0. The product runs over t < G.
+    rank = xp.expand_dims(core.group_rank(r), axis=-1)  # (B, G, 1)
+    t = xp.arange(n, dtype=r.dtype, device=device(r))
+    used = t < k - 2
+    den = xp.where(used, n - 2.0 - t, 1.0)
+    w = (k - 1) / (n - 1) * xp.prod(xp.where(used, (rank - t) / den, 1.0), axis=-1)  # (B, G)
+    adv = k * xp.sum(xp.maximum(diff, 0.0) * xp.expand_dims(w, axis=-2), axis=-1)
+    if _concrete(k):
+        return adv
+    return xp.where(k == 1, loo, adv)

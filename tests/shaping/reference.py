@@ -16,6 +16,7 @@ Shapes: ``B`` prompts, ``G`` responses per prompt, ``T`` padded tokens, ``N`` ca
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -430,6 +431,7 @@ ADVANTAGES: dict[str, Callable[[Mapping, Mapping], np.ndarray]] = {
     "entropy_adv": _grpo,
     "lite_ppo": lambda batch, h: _lite_ppo_advantages(batch, h),
     "grpo_passk": lambda batch, h: _grpo_passk_advantages(batch, h),
+    "pkpo": lambda batch, h: pkpo_advantages(batch["rewards"], h["k"]),
 }
 
 
@@ -469,6 +471,53 @@ def _grpo_passk_advantages(batch: Mapping, h: Mapping) -> np.ndarray:
         mean = sum(row) / n_g
         std = math.sqrt(sum((x - mean) ** 2 for x in row) / (n_g - h["std_correction"]))
         out[b, row.index(ordered[0])] = gap / (std + h["eps"])
+    return out
+
+
+def max_at_k(values: list[float], k: int) -> float:
+    """Unbiased max@k estimate of ``values``: the mean over every k-subset of its maximum.
+
+    PKPO (Walder & Karkhanis 2025) Eq. 12 before its closed form: the subsets are enumerated.
+    """
+    subsets = list(itertools.combinations(values, k))
+    return sum(max(s) for s in subsets) / len(subsets)
+
+
+def pkpo_weights(row: list[float], k: int) -> list[float]:
+    """PKPO's ``s_i^(loo-1)`` (Eq. 33) of one group, by enumerating subsets, for ``k >= 2``.
+
+    ``s_i = C(n, k)^-1 sum_{|S| = k, S contains i} max_S g`` minus the baseline
+    ``(k/n) max@(k-1)`` of the other ``n - 1`` responses (`max_at_k`).
+    """
+    n = len(row)
+    weights = []
+    for i in range(n):
+        with_i = [s for s in itertools.combinations(range(n), k) if i in s]
+        s_i = sum(max(row[j] for j in s) for s in with_i) / comb(n, k)
+        others = row[:i] + row[i + 1 :]
+        weights.append(s_i - k / n * max_at_k(others, k - 1))
+    return weights
+
+
+def pkpo_advantages(rewards: Any, k: int) -> np.ndarray:
+    """PKPO advantages ``G s_i^(loo-1)`` per group, binary or continuous rewards; (B, G) -> (B, G).
+
+    ``k = 1`` (documented choice): the leave-one-out mean baseline ``r_i - mean_{j != i} r_j``
+    (the paper's k_opt = 1 runs, its Eq. 26); a group of one gets 0.
+    """
+    r = _rows(rewards)
+    n_b, n = r.shape
+    out = np.zeros((n_b, n))
+    if n < 2:
+        return out
+    for b in range(n_b):
+        row = [float(x) for x in r[b]]
+        if k == 1:
+            for i in range(n):
+                others = row[:i] + row[i + 1 :]
+                out[b, i] = row[i] - sum(others) / len(others)
+        else:
+            out[b] = [n * s for s in pkpo_weights(row, k)]
     return out
 
 

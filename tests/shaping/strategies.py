@@ -223,6 +223,7 @@ def hypers(draw, name: str, batch: dict[str, np.ndarray]) -> dict[str, object]:
     if name == "casp" and "top_n" not in out:
         # The default top_n = 3 is only valid with at least 3 candidates.
         out["top_n"] = min(3, batch["cand_logp"].shape[-1])
-    if name == "passk" and "k" not in out:
+    if "k" in DEFAULTS[name] and "k" not in out:
+        # pass@k methods (passk, pkpo): the default k = 4 needs G >= 4.
         out["k"] = min(4, n_g)
     return out

@@ -43,6 +43,7 @@ NON_DEFAULT: dict[str, dict[str, object]] = {
     "entropy_adv": {"alpha": 1.0, "kappa": 1.0, "top_entropy_quantile": 0.2},
     "lite_ppo": {"std_correction": 0, "kl_coef": 0.1, "kl_estimator": "k1"},
     "grpo_passk": {"eps_high": 0.5, "kl_coef": 0.1, "kl_estimator": "k2"},
+    "pkpo": {"k": 2, "eps_high": 0.28, "loss_agg": "seq-mean-token-mean"},
 }
 #: Methods whose default setting has no gradient on the seed-7 batch, legitimately: best-of-k
 #: credits only group 0's response 0, and every one of its ratios is past 1 + eps_high (1.2).
@@ -224,7 +225,7 @@ def _traceable(name: str) -> dict[str, object]:
     # Every numeric hyper-parameter a driver may sweep as data (top_n must stay a Python int).
     out = {k: v for k, v in ref.DEFAULTS[name].items() if isinstance(v, float)}
     out["kl_coef"] = 0.1
-    if name == "passk":
+    if "k" in ref.DEFAULTS[name]:
         out["k"] = 2
     return out
 

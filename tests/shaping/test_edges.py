@@ -26,7 +26,7 @@ BATCH_LOGP_MEANS = frozenset({"clip_cov", "kl_cov"})
 def _batch(name: str, B: int = 2, G: int = 4, T: int = 5, seed: int = 0) -> tuple[dict, dict]:
     method = shaping.get_method(name)
     over = {"form": "token"} if "form" in method.defaults else {}
-    if name == "passk":
+    if "k" in method.defaults:
         over["k"] = 2
     return shaping.example_batch(method.needs_for(**over), B, G, T, 3, np, seed=seed), over
 

@@ -7,16 +7,19 @@ advantages are nonzero). The slow references (test_methods.py) check every value
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import shaping
 from shaping import core
 
+from . import reference as ref
 from .helpers import assert_close, evaluate
 from .strategies import batches, random_batch, reward_groups
 
@@ -65,9 +68,11 @@ def test_on_policy_methods_differ_from_grpo_on_policy():
         "entropy_adv": {},
         "lite_ppo": {},
         "grpo_passk": {},
+        "pkpo": {},
     }
     assert set(over) | shaping.OFF_POLICY_ONLY >= {
-        "dual_clip", "gspo", "cispo", "clip_cov", "kl_cov", "entropy_adv", "lite_ppo", "grpo_passk"
+        "dual_clip", "gspo", "cispo", "clip_cov", "kl_cov", "entropy_adv", "lite_ppo", "grpo_passk",
+        "pkpo",
     }  # fmt: skip
     want = _grad("grpo", batch)[1]["logp"]
     for name, hyper in over.items():
@@ -215,3 +220,125 @@ def test_grpo_passk_credits_only_a_unique_best(r):
             assert adv[row == 1][0] == pytest.approx(1 / (row.std(ddof=1) + 1e-6))
         else:
             assert np.all(adv == 0)
+
+
+# PKPO (Walder & Karkhanis 2025, arXiv 2505.15201) -----------------------------------------------
+
+pkpo = shaping.get_method("pkpo")
+#: Rewards with frequent ties: a few repeated values and any value in [-2, 2].
+_REWARD = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(-2.0, 2.0))
+
+
+@st.composite
+def _continuous(draw, max_g: int = 6) -> tuple[np.ndarray, int]:
+    n_b, n_g = draw(st.integers(1, 3)), draw(st.integers(1, max_g))
+    return draw(hnp.arrays(np.float64, (n_b, n_g), elements=_REWARD)), draw(st.integers(1, n_g))
+
+
+@given(case=_continuous())
+def test_pkpo_equals_the_subset_enumeration_on_continuous_rewards(case):
+    r, k = case
+    want = ref.pkpo_advantages(r, k)
+    assert_close(pkpo.advantages({"rewards": r}, k=k), want, what=f"k={k} (numpy)")
+    t = torch.from_numpy(r)
+    assert_close(pkpo.advantages({"rewards": t}, k=k), want, what=f"k={k} (torch)")
+
+
+@given(value=_REWARD, n_b=st.integers(1, 3), n_g=st.integers(1, 6), data=st.data())
+def test_pkpo_gives_zero_to_a_group_of_equal_rewards(value, n_b, n_g, data):
+    k = data.draw(st.integers(1, n_g))
+    a = pkpo.advantages({"rewards": np.full((n_b, n_g), value)}, k=k)
+    assert np.array_equal(a, np.zeros((n_b, n_g)))
+
+
+@given(case=_continuous())
+def test_pkpo_with_k_one_is_the_leave_one_out_mean_baseline(case):
+    r, _ = case
+    n = r.shape[1]
+    a = pkpo.advantages({"rewards": r}, k=1)
+    want = n / (n - 1) * (r - r.mean(1, keepdims=True)) if n > 1 else np.zeros_like(r)
+    assert_close(a, want, atol=1e-12, what="k = 1: RLOO")
+
+
+@given(case=_continuous())
+def test_pkpo_is_nonnegative_and_at_k_equals_g_credits_only_a_unique_best(case):
+    r, k = case
+    assert np.all(pkpo.advantages({"rewards": r}, k=k) >= 0) or k == 1
+    n = r.shape[1]
+    a = pkpo.advantages({"rewards": r}, k=n)
+    for row, adv in zip(r, a, strict=True):
+        top = np.sort(row)[::-1]
+        if n > 1 and top[0] > top[1]:
+            # Tang et al.'s k = n baseline (max of the others): G (r_max - r_second) on the best.
+            assert adv[np.argmax(row)] == pytest.approx(n * (top[0] - top[1]), abs=1e-12)
+            assert (adv != 0).sum() == 1
+        else:
+            assert np.all(adv == 0)
+
+
+@given(st.integers(2, 8), st.data())
+def test_pkpo_binary_closed_form(n, data):
+    k = data.draw(st.integers(2, n))
+    r = data.draw(reward_groups(3, n))
+    a = pkpo.advantages({"rewards": r}, k=k)
+    for row, adv in zip(r, a, strict=True):
+        c = int(row.sum())
+        pos = k * math.comb(n - c, k - 1) / math.comb(n - 1, k - 1)
+        assert_close(adv, np.where(row == 1, pos, 0.0), atol=1e-12, what=f"c={c}, k={k}")
+
+
+def _outcomes(levels: int, n: int) -> np.ndarray:
+    # (levels^n, n): every joint outcome of a group of n responses (category indices).
+    return np.array(list(itertools.product(range(levels), repeat=n)), dtype=np.int64)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 6])
+def test_pkpo_is_unbiased_for_bernoulli_pass_at_k_and_its_gradient(n):
+    # x ~ Bernoulli(p), p = sigmoid(theta): d log p(x) / d theta = x - p. Exact expectations
+    # over all 2^n groups: E[rho] = pass@k and E[(1/n) sum_i A_i (x_i - p)] = d pass@k / d theta.
+    x = _outcomes(2, n).astype(np.float64)
+    for p in (0.1, 0.35, 0.8):
+        prob = np.prod(np.where(x == 1, p, 1 - p), axis=1)
+        for k in range(1, n + 1):
+            rho = np.array([ref.max_at_k(list(row), k) for row in x])
+            assert prob @ rho == pytest.approx(1 - (1 - p) ** k, abs=1e-12)
+            if n == 1:
+                continue  # no leave-one-out baseline exists: the advantage is 0 by choice
+            a = pkpo.advantages({"rewards": x}, k=k)
+            grad = prob @ (a * (x - p)).mean(axis=1)
+            want = k * (1 - p) ** (k - 1) * p * (1 - p)
+            assert grad == pytest.approx(want, abs=1e-12), (p, k)
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_pkpo_is_unbiased_for_the_gradient_of_max_at_k_with_continuous_rewards(n):
+    # Three reward levels, softmax(theta) probabilities: d log p(x) / d theta = e_x - p.
+    # max@k = sum_a v_a (F_a^k - F_{a-1}^k), F the CDF over ascending levels.
+    v = np.array([-0.5, 0.2, 1.0])
+    p = np.exp([0.3, -0.4, -1.1])
+    p /= p.sum()
+    cats = _outcomes(3, n)
+    prob = np.prod(p[cats], axis=1)
+    g = v[cats]
+    eye = np.eye(3)
+    cdf = np.cumsum(p)
+    # dF_a / d theta_c = p_c [c <= a] - F_a p_c; F_0 = 0 below the lowest level.
+    d_cdf = np.tril(np.ones((3, 3))) * p[None, :] - cdf[:, None] * p[None, :]
+    prev, d_prev = np.concatenate([[0.0], cdf[:-1]]), np.vstack([np.zeros(3), d_cdf[:-1]])
+    for k in range(1, n + 1):
+        rho = np.array([ref.max_at_k(list(row), k) for row in g])
+        assert prob @ rho == pytest.approx(v @ (cdf**k - prev**k), abs=1e-12)
+        # k = 1 (0^0 = 1): d E[r] / d theta, which the leave-one-out baseline keeps unbiased.
+        d_max = k * (cdf[:, None] ** (k - 1) * d_cdf - prev[:, None] ** (k - 1) * d_prev)
+        want = v @ d_max
+        a = pkpo.advantages({"rewards": g}, k=k)  # (outcomes, n)
+        score = eye[cats] - p  # (outcomes, n, 3)
+        grad = prob @ (a[..., None] * score).mean(axis=1)
+        assert_close(grad, want, atol=1e-12, what=f"k={k}")
+
+
+def test_pkpo_k_outside_one_to_g_raises_naming_k_and_g():
+    r = np.zeros((2, 3))
+    for k in (0, 4):
+        with pytest.raises(ValueError, match=r"\bk\b.*(G = 3|>= 1)"):
+            pkpo.advantages({"rewards": r}, k=k)

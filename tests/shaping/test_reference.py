@@ -121,3 +121,47 @@ def test_reference_gradients_match_finite_differences(name):
             fd[i] = (shifted[0] - shifted[1]) / (2 * step)
         np.testing.assert_allclose(grad.reshape(-1), fd, atol=1e-6, err_msg=f"{name} {key}")
     assert np.any(grads["logp"] != 0)
+
+
+# PKPO (Walder & Karkhanis 2025): the enumerations against the paper's sorted closed forms --------
+
+_REWARDS = st.one_of(st.sampled_from([0.0, 0.5, 1.0]), st.floats(-2.0, 2.0))
+
+
+@given(st.data())
+def test_pkpo_enumerations_match_the_sorted_closed_forms(data):
+    n = data.draw(st.integers(2, 6))
+    k = data.draw(st.integers(2, n))
+    row = data.draw(st.lists(_REWARDS, min_size=n, max_size=n))
+    # Ascending order, ties by position: y[i] is the reward of rank i + 1 (1-based in the paper).
+    order = sorted(range(n), key=lambda i: (row[i], i))
+    y = [row[i] for i in order]
+    c = math.comb
+    # Eq. 12: rho = sum_i C(i-1, k-1)/C(n, k) g_(i).
+    rho = sum(c(i - 1, k - 1) * y[i - 1] for i in range(1, n + 1)) / c(n, k)
+    assert ref.max_at_k(row, k) == pytest.approx(rho, abs=1e-12)
+    # Eq. 19: s_(i) = [C(i-1, k-1) g_(i) + sum_{j>i} C(j-2, k-2) g_(j)] / C(n, k).
+    s_sorted = [
+        (c(i - 1, k - 1) * y[i - 1] + sum(c(j - 2, k - 2) * y[j - 1] for j in range(i + 1, n + 1)))
+        / c(n, k)
+        for i in range(1, n + 1)
+    ]
+    # Eq. 33 with the (k-1) leave-one-out baseline: the reference's weights, rank by rank.
+    weights = ref.pkpo_weights(row, k)
+    for rank, i in enumerate(order):
+        others = row[:i] + row[i + 1 :]
+        want = s_sorted[rank] - k / n * ref.max_at_k(others, k - 1)
+        assert weights[i] == pytest.approx(want, abs=1e-12)
+
+
+@given(st.integers(2, 7), st.data())
+def test_pkpo_binary_weights_are_the_papers_eq_8_baselined(n, data):
+    # Binary rewards: s_i = k/n (correct) or (k/n) rho(n-1, c, k-1) (incorrect) (Eq. 8); the
+    # (k-1) baseline (k/n) rho(n-1, c_others, k-1) leaves k/n C(n-c, k-1)/C(n-1, k-1) and 0.
+    k = data.draw(st.integers(2, n))
+    r = data.draw(reward_groups(1, n))[0]
+    c = int(r.sum())
+    weights = ref.pkpo_weights([float(x) for x in r], k)
+    for g in range(n):
+        want = k / n * math.comb(n - c, k - 1) / math.comb(n - 1, k - 1) if r[g] == 1 else 0.0
+        assert weights[g] == pytest.approx(want, abs=1e-12)

@@ -174,7 +174,7 @@ MEASURES = ("pass_at_k", "distinct_correct")
 #: DSDR's reward bonus `λ·min(s, σ)` is constant on this toy at the default cap σ = 0.5 (every
 #: response of a group is equally novel), so σ = 1 and λ and the local-entropy weight move together.
 #: Methods without a float diversity coefficient sweep their learning rate: Dr. GRPO, PSR, NSR, and
-#: pass@k training at k = 4 (its `k` changes the compiled program, one compilation per value).
+#: pass@k training and PKPO at k = 4 (`k` changes the compiled program, one compilation per value).
 FRONTIER_METHODS: tuple[dict, ...] = (
     {"method": "diff_entropy", "zip": {"eta_pos": [0.03, 0.1, 0.3, 1.0], "eta_neg": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "dsdr", "fixed": {"sigma": 1.0},
@@ -194,6 +194,7 @@ FRONTIER_METHODS: tuple[dict, ...] = (
     {"method": "entropy_adv", "grid": {"alpha": [0.1, 0.4, 1.0, 3.0]}},
     {"method": "lite_ppo", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "grpo_passk", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
+    {"method": "pkpo", "fixed": {"k": 4}, "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
 )  # fmt: skip
 #: The family run as `ds_grpo` settings `(γ_p, γ_n, kl_coef, lr)` in ONE compiled program
 #: (compilation dominates the budget): GRPO (0, 0), DS-GRPO (γ, γ/2), DS-Positive (γ, 0),
