@@ -15,7 +15,8 @@ A config file holds a few top-level keys (task, model, method and its method-wid
 behaviour pass), ``[optim]`` (`OptimConfig`: AdamW, schedule, inner epochs, mini-batches),
 ``[system]`` (`SystemConfig`: device, precision, parallelism, micro-batches), ``[run]``
 (`RunConfig`: checkpoints and logs), ``[control]`` (`ControlConfig`: the adaptive entropy
-coefficient), ``[explore]`` (`ExploreConfig`: outcome-based exploration bonuses), ``[data]``,
+coefficient, the KL penalty in the reward, the adaptive KL coefficient, reference resets),
+``[explore]`` (`ExploreConfig`: outcome-based exploration bonuses), ``[data]``,
 ``[eval]`` and ``[vllm]``. The keys of
 [rollout], [optim], [system] and [run] were top-level before: the flat spelling is accepted for
 one release with a `FutureWarning` (`MOVED_KEYS`). `apply_overrides` sets any key from
@@ -137,7 +138,10 @@ class TrainConfig:
         ),
     )
     kl_coef: float = option(
-        0.0, "k3 KL penalty to the frozen base model, any method; > 0 loads a reference copy", ge=0
+        0.0,
+        """KL penalty to the frozen reference in the loss (hyper.kl_estimator, k3 by default), any
+        method; > 0 loads a reference copy; with control.adaptive_kl its starting value""",
+        ge=0,
     )
     entropy_coef: float = option(
         0.0,
@@ -183,7 +187,11 @@ class TrainConfig:
     )
     control: ControlConfig = field(
         default_factory=ControlConfig,
-        metadata={"help": "adaptive entropy coefficient (Skywork-OR1)", "table": True},
+        metadata={
+            "help": "adaptive entropy coefficient (Skywork-OR1), KL in the reward, adaptive KL "
+            "coefficient, reference resets (ProRL)",
+            "table": True,
+        },
     )
     explore: ExploreConfig = field(
         default_factory=ExploreConfig,
@@ -208,6 +216,12 @@ class TrainConfig:
         """The resolved keyword arguments of ``shaping.METHODS[method].loss`` (read-only): see
         `loss_hyper`, the one place they are computed."""
         return loss_hyper(self)
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the run loads the frozen KL reference: the in-loss ``kl_coef > 0`` or the
+        in-reward penalty (``control.kl_in_reward``)."""
+        return self.kl_coef > 0 or self.control.kl_in_reward
 
     @property
     def n_candidates(self) -> int:
@@ -469,6 +483,31 @@ def _cross_field_rules(c: TrainConfig) -> None:
         "control.entropy_coef_max",
         ctl.entropy_coef_max,
         f"a number >= control.entropy_coef_min ({ctl.entropy_coef_min})",
+    )
+    kl_on = c.kl_coef > 0 or ctl.kl_in_reward
+    require(
+        not ctl.adaptive_kl or kl_on,
+        "control.adaptive_kl",
+        ctl.adaptive_kl,
+        "false unless kl_coef > 0 or control.kl_in_reward (no KL coefficient to adapt)",
+    )
+    require(
+        not (ctl.adaptive_kl and ctl.kl_in_reward) or ctl.kl_reward_coef > 0,
+        "control.kl_reward_coef",
+        ctl.kl_reward_coef,
+        "a number > 0 with control.adaptive_kl (the controller multiplies it: 0 stays 0)",
+    )
+    require(
+        ctl.reference_reset_every == 0 or kl_on,
+        "control.reference_reset_every",
+        ctl.reference_reset_every,
+        "0 unless kl_coef > 0 or control.kl_in_reward (there is no reference to reset)",
+    )
+    require(
+        not ctl.reset_optimizer or ctl.reference_reset_every > 0,
+        "control.reset_optimizer",
+        ctl.reset_optimizer,
+        "false unless control.reference_reset_every > 0 (it acts at the resets)",
     )
     # The bonus must not lift a wrong answer over the correct-set threshold (rewards > 0.5).
     require(

@@ -211,10 +211,19 @@ class RolloutConfig:
     )
 
 
+KL_REWARD_ESTIMATORS = ("k1", "k2", "k3")
+"""Per-token KL estimators the in-reward penalty takes (`shaping.core.kl_penalty`; verl's
+``algorithm.kl_penalty`` "kl", "mse", "low_var_kl"). k3+ is left out: it differs from k3 in its
+gradient only, and the reward is detached."""
+
+
 @dataclass
 class ControlConfig:
-    """Skywork-OR1's adaptive entropy control: the trainer moves the coefficient of the token-
-    entropy term (`entropy_coef`, its starting value) each step toward a target entropy."""
+    """Driver-level controls of the trainer (`llm.train.control`): Skywork-OR1's adaptive entropy
+    control (the coefficient of the token-entropy term, `entropy_coef` its starting value, moved
+    each step toward a target entropy); the KL penalty in the reward (verl use_kl_in_reward), its
+    adaptive coefficient (Ziegler et al. 2019, verl AdaptiveKLController) and ProRL's reference
+    resets."""
 
     adaptive_entropy: bool = option(
         False,
@@ -231,6 +240,52 @@ class ControlConfig:
     entropy_coef_min: float = option(0.0, "lower clamp of the adaptive coefficient", ge=0)
     entropy_coef_max: float = option(
         1.0, "upper clamp of the adaptive coefficient (TRL entropy_coef_max)", ge=0
+    )
+    kl_in_reward: bool = option(
+        False,
+        """KL penalty in the reward (verl algorithm.use_kl_in_reward): each response's reward
+        becomes r - kl_reward_coef * sum_t kl_t before any advantage is computed, kl_t the
+        kl_reward_estimator of the sampled token between pi_old and the reference (detached);
+        loads the reference; combines with the in-loss kl_coef""",
+    )
+    kl_reward_coef: float = option(
+        0.001,
+        """beta of kl_in_reward (verl algorithm.kl_ctrl.kl_coef); with adaptive_kl its starting
+        value""",
+        ge=0,
+    )
+    kl_reward_estimator: str = option(
+        "k1",
+        """per-token KL estimate of kl_in_reward and of the adaptive controller's measured KL:
+        k1 (log pi_old - log pi_ref; verl's default kl_penalty = "kl"), k2 or k3""",
+        choices=KL_REWARD_ESTIMATORS,
+    )
+    adaptive_kl: bool = option(
+        False,
+        """adapt the KL coefficients each step (Ziegler et al. 2019; verl kl_ctrl.type =
+        "adaptive"): beta *= 1 + clip(KL / kl_target - 1, -0.2, 0.2) * n / kl_horizon, KL the
+        batch's mean per-token KL, n its responses; moves kl_reward_coef (kl_in_reward) and the
+        in-loss kl_coef, whichever is on; checkpointed""",
+    )
+    kl_target: float = option(
+        0.1, "adaptive_kl: target mean per-token KL in nats (verl kl_ctrl.target_kl)", gt=0
+    )
+    kl_horizon: int = option(
+        10000,
+        "adaptive_kl: horizon in responses (verl kl_ctrl.horizon): the gain per response is 1/horizon",
+        ge=1,
+    )
+    reference_reset_every: int = option(
+        0,
+        """ProRL reference reset: after every this many steps the KL reference becomes a copy of
+        the current policy (checkpointed with the run); 0 = off; needs kl_coef > 0 or
+        kl_in_reward""",
+        ge=0,
+    )
+    reset_optimizer: bool = option(
+        False,
+        """with reference_reset_every: also clear AdamW's moments at each reset (ProRL
+        re-initializes the optimizer states)""",
     )
 
 

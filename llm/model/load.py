@@ -15,6 +15,7 @@ from llm.config import TrainConfig
 
 __all__ = [
     "enable_gradient_checkpointing",
+    "load_model",
     "load_model_and_tokenizer",
     "load_policy_and_reference",
     "load_tokenizer",
@@ -45,24 +46,39 @@ def load_model_and_tokenizer(
     Raises:
         FileNotFoundError: `path` is not a local folder (models are never downloaded).
     """
+    return load_model(path, device, precision), load_tokenizer(path)
+
+
+def load_model(path: str | os.PathLike[str], device: str, precision: str = "fp32") -> Any:
+    """The model of `load_model_and_tokenizer` alone (a folder without a tokenizer will do).
+
+    Raises:
+        FileNotFoundError: `path` is not a local folder (models are never downloaded).
+    """
     if not Path(path).is_dir():
         raise FileNotFoundError(
             f"model folder {str(path)!r} does not exist (models load from local folders; "
             "nothing is downloaded)"
         )
-
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-    return model.to(device).eval(), load_tokenizer(path)
+    return model.to(device).eval()
 
 
 def load_policy_and_reference(
-    cfg: TrainConfig, path: str | os.PathLike[str], device: str
+    cfg: TrainConfig,
+    path: str | os.PathLike[str],
+    device: str,
+    *,
+    ref_path: str | os.PathLike[str] | None = None,
 ) -> tuple[Any, Any, Any | None]:
     """``(model, tokenizer, ref_model)``: the policy from `path` (a checkpoint or
     ``cfg.model_path``) with activation checkpointing when ``cfg.system.gradient_checkpointing``, and the
-    frozen base model as the KL reference when ``cfg.kl_coef > 0`` (else None), whole on this
-    device (under FSDP2 the trainer then shards it: `llm.run.distributed.wrap_reference`).
+    frozen KL reference when the run uses one (``cfg.uses_reference``: ``kl_coef > 0`` or
+    ``control.kl_in_reward``; else None), whole on this device (under FSDP2 the trainer then
+    shards it: `llm.run.distributed.wrap_reference`). The reference is the base model
+    ``cfg.model_path``, or `ref_path` (a reset reference saved in a checkpoint,
+    ``control.reference_reset_every``).
 
     Raises:
         FileNotFoundError: a model folder does not exist.
@@ -71,10 +87,10 @@ def load_policy_and_reference(
     if cfg.system.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     ref_model = None
-    if cfg.kl_coef > 0:
+    if cfg.uses_reference:
         # Frozen: no fp32 master copy needed, bf16 unless the run is fp32 throughout.
         ref_precision = "fp32" if cfg.system.precision == "fp32" else "bf16"
-        ref_model, _ = load_model_and_tokenizer(cfg.model_path, device, ref_precision)
+        ref_model = load_model(ref_path or cfg.model_path, device, ref_precision)
         ref_model.requires_grad_(False)
     return model, tokenizer, ref_model
 

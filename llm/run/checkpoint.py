@@ -18,6 +18,11 @@ A checkpoint is ``DIR/checkpoints/step_NNNNNN/``, written atomically (into
   DIR`` evaluates the final model (`latest_checkpoint` returns the newest checkpoint holding
   weights). An intermediate sharded checkpoint becomes a model folder with `export_checkpoint`.
 
+Either layout may hold ``reference/``: the weights of the KL reference after a reference reset
+(``control.reference_reset_every``, `llm.train.control.reset_reference`), a Hugging Face model
+folder (`save_pretrained`, gathered to rank 0 under FSDP2) that a resumed run loads as its
+reference (`reference_folder`).
+
 Resuming restores all of it, so a resumed run repeats the uninterrupted one exactly;
 `MetricsLogger` drops the lines of steps the resumed run redoes.
 
@@ -62,6 +67,7 @@ from llm.run.folder import loadable_checkpoints, newest_loadable, read_metrics
 __all__ = [
     "CHECKPOINTS",
     "COMPLETE_FILE",
+    "REFERENCE_DIR",
     "RNG_DIR",
     "SHARDED_DIR",
     "STATE_FILE",
@@ -72,6 +78,7 @@ __all__ = [
     "is_sharded_checkpoint",
     "latest_checkpoint",
     "load_optimizer_state",
+    "reference_folder",
     "restore_checkpoint",
     "rng_state",
     "save_checkpoint",
@@ -85,6 +92,7 @@ STATE_FILE = "trainer_state.pt"
 SHARDED_DIR = "sharded"  # the DCP folder of a sharded checkpoint
 RNG_DIR = "rng"  # rank_RRRRR.pt: each rank's RNG states (sharded checkpoints)
 COMPLETE_FILE = "COMPLETE"  # written last into a sharded checkpoint
+REFERENCE_DIR = "reference"  # the reset KL reference's weights (a model folder)
 _SHARDED = "sharded"  # trainer_state.pt's "layout" of a sharded checkpoint
 
 
@@ -279,6 +287,7 @@ def save_checkpoint(
     *,
     last: bool = False,
     extra: dict[str, Any] | None = None,
+    reference: torch.nn.Module | None = None,
 ) -> Path:
     """Write ``step_NNNNNN`` atomically (a temp folder renamed by rank 0 after every rank is done).
 
@@ -287,7 +296,8 @@ def save_checkpoint(
     each rank writing its own shards and RNG states; with `last` (the run's last step) rank 0 adds
     the Hugging Face export of the full weights (module docstring). `extra`, when given, is the
     trainer's own state (`llm.train.control`: the adaptive entropy coefficient, answer counts),
-    stored in ``trainer_state.pt`` and read back by `trainer_extra`."""
+    stored in ``trainer_state.pt`` and read back by `trainer_extra`. `reference`, when given (a
+    reset KL reference), is written to ``reference/`` (collective under FSDP2)."""
     root = out_dir / CHECKPOINTS
     target = root / f"step_{step:06d}"
     tmp = root / f".tmp_step_{step:06d}"
@@ -297,6 +307,8 @@ def save_checkpoint(
         )
     else:
         _save_full(tmp, step, policy, tokenizer, optimizer, scheduler, position, info, extra)
+    if reference is not None:
+        _save_reference(tmp, reference, info)
     if info.is_main:
         # A directory rename is atomic on POSIX: a checkpoint is either complete or absent.
         if target.exists():
@@ -387,6 +399,34 @@ def _save_sharded(
     if info.is_main:
         marker = {"layout": _SHARDED, "step": step, "world_size": info.world_size}
         (tmp / COMPLETE_FILE).write_text(json.dumps(marker), encoding="utf-8")
+
+
+def _save_reference(tmp: Path, reference: torch.nn.Module, info: DistInfo) -> None:
+    """The reference's weights as a model folder ``tmp/reference`` (rank 0 writes; under FSDP2
+    every rank takes part in the gather)."""
+    weights = _full_weights(reference) if info.enabled and _is_fsdp2(reference) else None
+    if info.is_main:
+        unwrap(reference).save_pretrained(tmp / REFERENCE_DIR, state_dict=weights)
+    if info.enabled:
+        torch.distributed.barrier()
+
+
+def reference_folder(ckpt: Path | None, saved: dict[str, Any] | None) -> Path | None:
+    """The reset reference's model folder in `ckpt` when its trainer state `saved` says the
+    reference was reset (``reference_step > 0``), else None (the reference is the base model).
+
+    Raises:
+        ValueError: the state names a reset but the checkpoint holds no ``reference/``.
+    """
+    if ckpt is None or not saved or not saved.get("reference_step"):
+        return None
+    folder = ckpt / REFERENCE_DIR
+    if not folder.is_dir():
+        raise ValueError(
+            f"--resume: {ckpt} says its reference was reset at step {saved['reference_step']} "
+            f"but holds no {REFERENCE_DIR}/ folder"
+        )
+    return folder
 
 
 def _load_sharded(

@@ -129,6 +129,10 @@ def batchable(cfg: TrainConfig) -> str | None:
         return "rollout.dynamic_sampling / rollout.mask_truncated (the process trainer's)"
     if cfg.control.adaptive_entropy:
         return "control.adaptive_entropy (the process trainer's)"
+    if cfg.control.kl_in_reward or cfg.control.adaptive_kl:
+        return "control.kl_in_reward / control.adaptive_kl (the process trainer's)"
+    if cfg.control.reference_reset_every:
+        return "control.reference_reset_every (the process trainer's)"
     if cfg.explore.ucb_coef > 0 or cfg.explore.batch_coef > 0:
         return "explore bonuses (the process trainer's)"
     return None

@@ -37,6 +37,7 @@ __all__ = [
     "BehaviourBatch",
     "behaviour_batch",
     "fixed_keys",
+    "reference_logp",
     "rollout_is_weight",
 ]
 
@@ -83,18 +84,31 @@ class _Sources:
     diversity: Any  # (B, G) DSDR scores, or None
 
 
-def _logp_ref(s: _Sources) -> Tensor:
-    if s.ref_model is None:
-        raise ValueError("logp_ref: the method needs the reference model (kl_coef > 0 loads it)")
-    c = s.cfg
+def reference_logp(
+    ref_model: torch.nn.Module | None, batch: BehaviourBatch, cfg: TrainConfig
+) -> Tensor:
+    """``logp_ref (B, G, T)``: the frozen reference's log-probs of the sampled tokens of `batch`
+    (one no-grad forward, micro-batched; logits / temperature as the policy's).
+
+    Raises:
+        ValueError: no reference model (``kl_coef > 0`` or ``control.kl_in_reward`` loads it).
+    """
+    if ref_model is None:
+        raise ValueError(
+            "logp_ref: needs the reference model (kl_coef > 0 or control.kl_in_reward loads it)"
+        )
     ref = forward_all(
-        s.ref_model,
-        s.batch.rows,
-        c.system.micro_batch_size,
-        temperature=c.rollout.temperature,
-        precision=autocast_precision(s.ref_model, c.system.precision),
+        ref_model,
+        batch.rows,
+        cfg.system.micro_batch_size,
+        temperature=cfg.rollout.temperature,
+        precision=autocast_precision(ref_model, cfg.system.precision),
     )
-    return ref.logp.reshape(s.batch.shape)
+    return ref.logp.reshape(batch.shape)
+
+
+def _logp_ref(s: _Sources) -> Tensor:
+    return reference_logp(s.ref_model, s.batch, s.cfg)
 
 
 def _diversity(s: _Sources) -> Tensor:

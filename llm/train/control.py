@@ -1,11 +1,12 @@
 """Driver-level controls of a training step that act around the method's loss (issue 39):
-DAPO's dynamic sampling and overlong masking, Skywork-OR1's adaptive entropy coefficient, and
-outcome-based exploration bonuses on final answers. Pure functions of tensors, answers and
-counts; `llm.train.trainer` calls them, their state (the coefficient, the answer counts) travels
-in the checkpoint.
+DAPO's dynamic sampling and overlong masking, Skywork-OR1's adaptive entropy coefficient,
+outcome-based exploration bonuses on final answers, the KL penalty in the reward, the adaptive
+KL coefficient and ProRL's reference reset. Pure functions of tensors, answers and counts (and
+one in-place weight copy); `llm.train.trainer` calls them, their state (the coefficients, the
+answer counts, the reference's step) travels in the checkpoint.
 
 Shapes: B prompts, G responses per prompt (a group), P prompt tokens, T response tokens, N
-candidates. Formulas: docs/formulas.md §2.31-§2.34.
+candidates. Formulas: docs/formulas.md §2.31-§2.33, §2.35-§2.37.
 """
 
 from __future__ import annotations
@@ -16,14 +17,19 @@ from collections.abc import Callable, Hashable, Sequence
 import torch
 
 from llm.rollout.base import RolloutBatch
+from llm.run.distributed import unwrap
+from shaping.core import kl_penalty
 
 __all__ = [
     "AnswerCounts",
     "applied_entropy_coef",
     "batch_bonus",
     "concat_rollouts",
+    "kl_reward_penalty",
     "mixed_groups",
     "next_entropy_coef",
+    "next_kl_coef",
+    "reset_reference",
     "select_groups",
     "truncated_responses",
     "ucb_bonus",
@@ -250,3 +256,81 @@ def update_counts(
         for a in group:
             if a is not None:
                 seen[a] = seen.get(a, 0) + 1
+
+
+# ---------------------------------------------------------------------------------------------
+# KL penalty in the reward (§2.35), adaptive KL coefficient (§2.36), reference reset (§2.37)
+
+
+def kl_reward_penalty(
+    logp_old: Tensor, logp_ref: Tensor, mask: Tensor, *, estimator: str = "k1"
+) -> tuple[Tensor, Tensor]:
+    """The summed and the mean per-token KL estimate of each response, between the behaviour
+    policy and the reference, on the sampled tokens (no gradient).
+
+    ``kl_t`` is `shaping.core.kl_penalty` of ``logp_old`` against ``logp_ref`` (k1: ``log
+    pi_old - log pi_ref``, verl's default ``algorithm.kl_penalty = "kl"``). The in-reward penalty
+    is ``beta * sum_t kl_t``: verl subtracts ``beta * kl_t`` from every token's reward
+    (``apply_kl_penalty``) and its outcome advantages sum the token rewards
+    (``compute_grpo_outcome_advantage``: ``token_level_rewards.sum(-1)``). The mean is the
+    quantity verl's controller measures (``masked_mean(kld, mask, axis=-1)``).
+
+    Args:
+        logp_old, logp_ref, mask: (B, G, T) log-probs of the sampled tokens under pi_old and the
+            reference, and the response mask.
+        estimator: "k1", "k2" or "k3" (`shaping.core.KL_ESTIMATORS`).
+
+    Returns:
+        ``(kl_sum, kl_mean)``, each (B, G): ``sum_t kl_t m_t`` and that sum over
+        ``max(sum_t m_t, 1)`` (0 for an empty response).
+    """
+    with torch.no_grad():
+        kl = kl_penalty(logp_old, logp_ref, mask, estimator) * mask  # (B, G, T)
+        total = kl.sum(-1)
+        return total, total / mask.sum(-1).clamp(min=1)
+
+
+def next_kl_coef(coef: float, kl: float, *, target: float, horizon: int, n_steps: int) -> float:
+    """Ziegler et al. 2019's proportional controller (arXiv 1909.08593 §2.2; verl
+    ``AdaptiveKLController.update``): ``coef * (1 + clip(kl / target - 1, -0.2, 0.2) * n_steps /
+    horizon)``. In float64, in verl's order of operations. docs/formulas.md §2.36.
+
+    Args:
+        coef: the coefficient the step used.
+        kl: the step's measured KL (mean per-token KL of its responses).
+        target: target KL (> 0).
+        horizon: the controller's horizon (> 0), in responses.
+        n_steps: responses in the step (verl passes its batch size).
+
+    Raises:
+        ValueError: ``target <= 0`` or ``horizon <= 0``.
+    """
+    if not target > 0 or not horizon > 0:
+        raise ValueError(
+            f"next_kl_coef: expected target > 0 and horizon > 0, got {target}, {horizon}"
+        )
+    error = min(max(kl / target - 1, -0.2), 0.2)
+    return coef * (1 + error * n_steps / horizon)
+
+
+def reset_reference(reference: torch.nn.Module, policy: torch.nn.Module) -> None:
+    """Copy the policy's weights into the frozen reference, in place, in the reference's dtype
+    (ProRL's "reference policy reset", arXiv 2505.24864; docs/formulas.md §2.37).
+
+    Parameters and persistent buffers are matched by name (`unwrap`: DDP or FSDP2 wrappers
+    aside; under FSDP2 both models are sharded alike, each rank copies its shards).
+
+    Raises:
+        ValueError: the two models do not hold the same tensors.
+    """
+    ref, pol = unwrap(reference), unwrap(policy)
+    dst = dict(ref.state_dict(keep_vars=True))
+    src = dict(pol.state_dict(keep_vars=True))
+    if dst.keys() != src.keys():
+        raise ValueError(
+            "reset_reference: the reference and the policy hold different tensors: "
+            f"{sorted(dst.keys() ^ src.keys())[:5]}"
+        )
+    with torch.no_grad():
+        for name, t in dst.items():
+            t.copy_(src[name])

@@ -10,6 +10,9 @@
    (`llm.model.forward`): ``logp_old (B, G, T)``, token entropy, top-N candidates (CaSP, Lambda^(n)),
    prompt log-probs (ProGRPO); ``logp_ref`` from the frozen base model when ``kl_coef > 0``;
    DSDR's ``diversity (B, G)`` (`llm.eval.diversity`). The keys built are the method's needs;
+   the driver-level controls (`llm.train.control`) act around it: the KL penalty in the reward,
+   the adaptive KL and entropy coefficients, overlong masking, and after the update the
+   reference reset;
 4. **update** (`llm.train.update`): mu inner epochs, each ONE optimizer step per mini-batch with
    gradients accumulated over micro-batches (`accumulate_gradients`, exact for every method),
    clipping, AdamW and a warm-up + decay schedule;
@@ -50,6 +53,7 @@ from llm.run.checkpoint import (
     MetricsLogger,
     check_resume_config,
     find_resume_checkpoint,
+    reference_folder,
     restore_checkpoint,
     save_checkpoint,
     trainer_extra,
@@ -77,7 +81,12 @@ from llm.run.folder import (
 )
 from llm.tasks import TASKS
 from llm.train import control
-from llm.train.behaviour import BehaviourBatch, behaviour_batch, sampler_is_behaviour
+from llm.train.behaviour import (
+    BehaviourBatch,
+    behaviour_batch,
+    reference_logp,
+    sampler_is_behaviour,
+)
 from llm.train.update import (
     make_optimizer,
     masked_mean,
@@ -105,7 +114,8 @@ def train(
     Writes ``DIR/config.toml``, ``DIR/metrics.jsonl`` (one line per logged step),
     ``DIR/tb/`` (TensorBoard) and ``DIR/checkpoints/step_NNNNNN/`` (model + tokenizer via
     `save_pretrained`, and ``trainer_state.pt``: optimizer, scheduler, RNG states, data
-    position, step) every `save_every` steps and at the last step; under FSDP2 sharded
+    position, step, the controls' state; ``reference/`` once the KL reference was reset) every
+    `save_every` steps and at the last step; under FSDP2 sharded
     (`llm.run.checkpoint`), the last one with a Hugging Face export that ``llm eval --model`` reads.
 
     Under ``torchrun --nproc_per_node W`` each of the W processes samples and scores
@@ -213,16 +223,18 @@ def _train(
     _start_run(cfg, out, resume=resume, info=info, change_optimizer=change_optimizer)
     ckpt = find_resume_checkpoint(out, cfg.steps) if resume and info.is_main else None
     ckpt = broadcast_object(ckpt, info)
+    saved = trainer_extra(ckpt)
     model, tokenizer, ref_model = load_policy_and_reference(
-        cfg, weights_folder(ckpt, cfg.model_path), info.device
-    )
+        cfg, weights_folder(ckpt, cfg.model_path), info.device,
+        ref_path=reference_folder(ckpt, saved) if cfg.uses_reference else None,
+    )  # fmt: skip
     policy = wrap_policy(model, info, cfg.system.parallel, cfg.system.precision)
     ref_model = wrap_reference(ref_model, info, cfg.system.parallel)
     backend = (backend_factory or make_backend)(cfg, model, tokenizer)
     optimizer, scheduler = make_optimizer(cfg, policy)
     # Loads a sharded (FSDP2) checkpoint's weights too, so the engine is synced after it.
     start, position = restore_checkpoint(ckpt, policy, optimizer, scheduler, info)
-    ctl = _controller_state(cfg, trainer_extra(ckpt), ckpt)
+    ctl = _controller_state(cfg, saved, ckpt)
     if ckpt is not None:
         backend.sync_weights(model)  # an engine with its own copy starts from cfg.model_path
 
@@ -287,13 +299,18 @@ def _train(
             t_old = time.perf_counter()
 
             # Update: mu passes over the mini-batches, one optimizer step each, on the loss batch
-            # (overlong responses masked) with this step's entropy coefficient.
+            # (KL penalty in the reward, overlong responses masked) with this step's KL and
+            # entropy coefficients.
+            step_hyper: Mapping[str, Any] = hyper
+            if cfg.control.kl_in_reward or cfg.control.adaptive_kl:
+                behaviour, step_hyper = _kl_control(
+                    behaviour, ref_model, hyper, cfg, info, ctl, extra
+                )
             loss_batch = behaviour
             if cfg.rollout.mask_truncated:
                 loss_batch = _mask_truncated(behaviour, cfg, stop_ids, info, extra)
-            step_hyper: Mapping[str, Any] = hyper
             if cfg.control.adaptive_entropy:
-                step_hyper = _adapt_entropy(loss_batch, hyper, cfg, info, ctl, extra)
+                step_hyper = _adapt_entropy(loss_batch, step_hyper, cfg, info, ctl, extra)
             update = update_policy(
                 policy, optimizer, scheduler, loss_batch, cfg=cfg, info=info, step=step,
                 hyper=step_hyper,
@@ -302,9 +319,20 @@ def _train(
 
             # Log and checkpoint.
             lr = scheduler.get_last_lr()[0]
-            metrics = step_metrics(behaviour, update, cfg=cfg, hyper=step_hyper, lr=lr, info=info)
+            metrics = step_metrics(
+                behaviour, update, cfg=cfg, hyper=step_hyper, lr=lr, info=info,
+                chart_rewards=rewards if cfg.control.kl_in_reward else None,
+            )  # fmt: skip
             metrics.update(extra)
             backend.sync_weights(model)
+            every = cfg.control.reference_reset_every
+            if every and step % every == 0:  # ProRL: the reference becomes the policy
+                control.reset_reference(ref_model, policy)
+                ctl["reference_step"] = step
+                if cfg.control.reset_optimizer:
+                    optimizer.state.clear()
+            if every:
+                metrics["control/reference_step"] = float(ctl["reference_step"])
             t_end = time.perf_counter()
             metrics.update(
                 {
@@ -322,7 +350,8 @@ def _train(
             bar.set_postfix(reward=f"{metrics['charts/reward_mean']:.3f}")
             if step == cfg.steps or (cfg.run.save_every and step % cfg.run.save_every == 0):
                 state = (out, step, policy, tokenizer, optimizer, scheduler, position, info)
-                save_checkpoint(*state, last=step == cfg.steps, extra=ctl or None)
+                reset = ref_model if ctl.get("reference_step", 0) > 0 else None
+                save_checkpoint(*state, last=step == cfg.steps, extra=ctl or None, reference=reset)
     finally:
         if logger is not None:
             logger.close()
@@ -384,24 +413,34 @@ def _diversity(roll: Any, cfg: TrainConfig, encoder: Any) -> list[list[float]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Driver-level controls (`llm.train.control`, docs/formulas.md §2.31-§2.33)
+# Driver-level controls (`llm.train.control`, docs/formulas.md §2.31-§2.33, §2.35-§2.37)
 
 
 def _controller_state(
     cfg: TrainConfig, saved: dict[str, Any] | None, ckpt: Path | None
 ) -> dict[str, Any]:
     """The trainer's own state: the adaptive entropy coefficient (``control.adaptive_entropy``,
-    starting at `entropy_coef`) and the answer counts ``N(x, a)`` (``explore.ucb_coef``); empty
-    when neither is on. A resumed run takes them from its checkpoint (`saved`).
+    starting at `entropy_coef`), the answer counts ``N(x, a)`` (``explore.ucb_coef``), the
+    adaptive KL coefficients (``control.adaptive_kl``: ``kl_reward_coef`` with
+    ``control.kl_in_reward``, ``kl_coef`` when the in-loss ``kl_coef > 0``) and the step whose
+    policy the reference holds (``control.reference_reset_every``; 0 = the base model); empty
+    when none is on. A resumed run takes them from its checkpoint (`saved`).
 
     Raises:
         ValueError: the checkpoint lacks a state the config needs.
     """
     state: dict[str, Any] = {}
-    if cfg.control.adaptive_entropy:
+    c = cfg.control
+    if c.adaptive_entropy:
         state["entropy_coef"] = float(cfg.entropy_coef)
     if cfg.explore.ucb_coef > 0:
         state["answer_counts"] = {}
+    if c.adaptive_kl and c.kl_in_reward:
+        state["kl_reward_coef"] = float(c.kl_reward_coef)
+    if c.adaptive_kl and cfg.kl_coef > 0:
+        state["kl_coef"] = float(cfg.kl_coef)
+    if c.reference_reset_every:
+        state["reference_step"] = 0
     if ckpt is not None and state:
         missing = sorted(k for k in state if saved is None or k not in saved)
         if missing:
@@ -508,6 +547,60 @@ def _mask_truncated(
     metrics["overlong/masked_rate"] = gather_batch({"cut": cut.float()}, info)["cut"].mean().item()
     fixed = {**behaviour.fixed, "mask": mask * (~cut).unsqueeze(-1).to(mask.dtype)}
     return replace(behaviour, fixed=fixed)
+
+
+def _kl_control(
+    behaviour: BehaviourBatch,
+    ref_model: torch.nn.Module | None,
+    hyper: Mapping[str, Any],
+    cfg: TrainConfig,
+    info: DistInfo,
+    ctl: dict[str, Any],
+    metrics: dict[str, float],
+) -> tuple[BehaviourBatch, Mapping[str, Any]]:
+    """The KL penalty in the reward and the adaptive KL coefficients of ``[control]``.
+
+    With ``kl_in_reward`` the batch's rewards become ``r - beta sum_t kl_t`` (`llm.train.control.
+    kl_reward_penalty`: pi_old against the reference on the sampled tokens, over the response
+    mask before any overlong masking), beta the step's coefficient. With ``adaptive_kl`` the
+    step's measured KL (the mean over the global batch's responses of their per-token mean) moves
+    the coefficients for the next step (`llm.train.control.next_kl_coef`, in `ctl`), and the
+    in-loss ``kl_coef`` of this step's hyper-parameters is the controller's. ``control/``
+    metrics into `metrics`.
+
+    Returns:
+        (the behaviour batch with the penalised rewards, this step's hyper-parameters).
+    """
+    c = cfg.control
+    fixed = behaviour.fixed
+    logp_ref = fixed.get("logp_ref")
+    if logp_ref is None:
+        logp_ref = reference_logp(ref_model, behaviour, cfg)
+    kl_sum, kl_mean = control.kl_reward_penalty(
+        fixed["logp_old"], logp_ref, fixed["mask"], estimator=c.kl_reward_estimator
+    )
+    full = gather_batch({"kl_mean": kl_mean}, info)["kl_mean"]
+    kl = full.mean().item()
+    metrics["control/kl"] = kl
+    step_hyper = hyper
+    if c.kl_in_reward:
+        beta = ctl.get("kl_reward_coef", c.kl_reward_coef)
+        penalty = beta * kl_sum
+        metrics["control/kl_reward_coef"] = beta
+        metrics["control/kl_penalty"] = gather_batch({"p": penalty}, info)["p"].mean().item()
+        behaviour = replace(behaviour, fixed={**fixed, "rewards": fixed["rewards"] - penalty})
+    if c.adaptive_kl:
+        n = full.numel()
+        move = {"target": c.kl_target, "horizon": c.kl_horizon, "n_steps": n}
+        if "kl_reward_coef" in ctl:
+            ctl["kl_reward_coef"] = control.next_kl_coef(ctl["kl_reward_coef"], kl, **move)
+            metrics["control/next_kl_reward_coef"] = ctl["kl_reward_coef"]
+        if "kl_coef" in ctl:
+            metrics["control/kl_coef"] = ctl["kl_coef"]
+            step_hyper = MappingProxyType({**hyper, "kl_coef": ctl["kl_coef"]})
+            ctl["kl_coef"] = control.next_kl_coef(ctl["kl_coef"], kl, **move)
+            metrics["control/next_kl_coef"] = ctl["kl_coef"]
+    return behaviour, step_hyper
 
 
 def _adapt_entropy(

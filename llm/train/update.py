@@ -292,21 +292,29 @@ def step_metrics(
     hyper: dict[str, Any],
     lr: float,
     info: DistInfo,
+    chart_rewards: Tensor | None = None,
 ) -> dict[str, float]:
     """The step's ``charts/``, ``losses/``, ``adv/`` and ``topn/`` metrics: over the global batch
     for the behaviour pass and the rollout (every rank takes part in the gather), as the mean over
-    the step's optimizer steps for the loss terms and the gradient norm."""
+    the step's optimizer steps for the loss terms and the gradient norm.
+
+    `chart_rewards` (B, G), when given, are the rewards the ``charts/`` reward, accuracy, pass
+    and format rates read instead of the batch's (the trainer passes the rewards before the
+    in-reward KL penalty, `llm.train.control.kl_reward_penalty`); the advantages always read
+    the batch's."""
     b, g, t = behaviour.shape
     old = behaviour.old
     # The behaviour pass is the policy at the rollout: its values stand in for the current ones.
     local = {**behaviour.fixed, "logp": behaviour.fixed["logp_old"]}
+    if chart_rewards is not None:
+        local["chart_rewards"] = chart_rewards
     local["entropy"] = old.entropy.reshape(b, g, t)
     if old.cand_logp is not None:
         local["cand_logp"] = old.cand_logp.reshape(b, g, t, -1)
     if behaviour.sampler_logp is not None:
         local["sampler_logp"] = behaviour.sampler_logp
     full = gather_batch(local, info)
-    rewards, mask = full["rewards"], full["mask"]
+    rewards, mask = full.pop("chart_rewards", full["rewards"]), full["mask"]
     adv = shaping.METHODS[cfg.method].advantages(full, **hyper)
     correct = (rewards > 0.5).float()
     metrics = {

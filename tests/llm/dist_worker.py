@@ -81,10 +81,21 @@ def main(
     mode: str = "run",
 ) -> None:
     """`mode`: run (all steps), kill (stop after step 1, checkpointed), resume (from it), or
-    share (`generate_shared` with groups of 2 ranks, as vLLM tensor parallelism needs)."""
+    share (`generate_shared` with groups of 2 ranks, as vLLM tensor parallelism needs). A
+    `method` ending in ``+kl`` turns on the KL controls: the in-loss and in-reward KL, both
+    coefficients adaptive, and a reference reset after every step."""
     hyper = {"form": "token", "eta": 0.05} if method == "entropy_bonus" else {}
+    kl: dict = {}
+    if method.endswith("+kl"):
+        method = method.removesuffix("+kl")
+        kl = {
+            "kl_coef": 0.01,
+            "control": {"kl_in_reward": True, "kl_reward_coef": 0.05, "adaptive_kl": True,
+                        "kl_target": 1e-3, "kl_horizon": 40, "reference_reset_every": 1},
+        }  # fmt: skip
     cfg = config_from_dict(
         {
+            **kl,
             "model_path": model,
             "method": method,
             "hyper": hyper,

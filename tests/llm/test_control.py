@@ -1,7 +1,7 @@
 """Driver-level controls of issue 39 (`llm.train.control`): DAPO dynamic sampling and overlong
-masking, the adaptive entropy coefficient, outcome-based exploration bonuses; their pure
-functions on hand-made inputs, and short runs through the real loop (metrics, determinism,
-exact resume)."""
+masking, the adaptive entropy coefficient, outcome-based exploration bonuses, the KL penalty in
+the reward, the adaptive KL coefficient and the reference reset; their pure functions on
+hand-made inputs, and short runs through the real loop (metrics, determinism, exact resume)."""
 
 from __future__ import annotations
 
@@ -238,3 +238,257 @@ def test_controls_resume_after_kill_bit_identical(tiny_model_path, tmp_path):
     a, b = _rows(tmp_path / "full"), _rows(tmp_path / "killed")
     assert [r["step"] for r in b] == [1, 2, 3, 4]
     assert a == b  # bit-identical: coefficient, answer counts and data position restored
+
+
+# ---------------------------------------------------------------------------------------------
+# KL penalty in the reward, adaptive KL coefficient, reference reset (docs/formulas.md §2.35-§2.37)
+
+
+def _token_kl(lo: float, lr: float, estimator: str) -> float:
+    """One token's estimate of KL(pi_old || pi_ref) from the two log-probs (Schulman 2020)."""
+    d = lo - lr
+    return {"k1": d, "k2": 0.5 * d * d, "k3": math.exp(-d) + d - 1}[estimator]
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+def test_kl_reward_penalty_sums_the_token_estimates(estimator):
+    g = torch.Generator().manual_seed(3)
+    b, gs, t = 2, 3, 5
+    logp_old = -torch.rand(b, gs, t, generator=g) * 3
+    logp_ref = -torch.rand(b, gs, t, generator=g) * 3
+    lengths = torch.tensor([[5, 2, 0], [1, 4, 3]])
+    mask = (torch.arange(t) < lengths[..., None]).float()
+    logp_old[mask == 0] = float("nan")  # padding may hold anything
+    total, mean = control.kl_reward_penalty(logp_old, logp_ref, mask, estimator=estimator)
+    for i, j in itertools.product(range(b), range(gs)):
+        n = int(lengths[i, j])
+        want = sum(
+            _token_kl(float(logp_old[i, j, k]), float(logp_ref[i, j, k]), estimator)
+            for k in range(n)
+        )
+        assert float(total[i, j]) == pytest.approx(want, rel=1e-5, abs=1e-6)
+        assert float(mean[i, j]) == pytest.approx(want / max(n, 1), rel=1e-5, abs=1e-6)
+    assert float(total[0, 2]) == 0.0 and float(mean[0, 2]) == 0.0  # an empty response
+
+
+class _VerlAdaptiveKL:
+    """Ziegler et al. 2019's controller as verl's ``AdaptiveKLController`` states it
+    (verl/trainer/ppo/core_algos.py; read, not copied)."""
+
+    def __init__(self, value: float, target: float, horizon: int):
+        self.value, self.target, self.horizon = value, target, horizon
+
+    def update(self, kl: float, n: int) -> None:
+        err = np.clip(kl / self.target - 1, -0.2, 0.2)
+        self.value *= 1 + err * n / self.horizon
+
+
+def test_adaptive_kl_coefficient_follows_the_proportional_controller():
+    ref = _VerlAdaptiveKL(0.05, 0.1, 100)
+    coef = 0.05
+    for kl in [0.0, 0.05, 0.1, 0.11, 0.3, -0.02, 0.09]:
+        coef = control.next_kl_coef(coef, kl, target=0.1, horizon=100, n_steps=8)
+        ref.update(kl, 8)
+        assert coef == ref.value  # the same double arithmetic
+    # Clipped at +-20 % per horizon: far above the target it grows by 0.2 n / H, no more.
+    assert control.next_kl_coef(1.0, 5.0, target=0.1, horizon=10, n_steps=5) == pytest.approx(1.1)
+    assert control.next_kl_coef(1.0, 0.0, target=0.1, horizon=10, n_steps=5) == pytest.approx(0.9)
+    assert control.next_kl_coef(1.0, 0.1, target=0.1, horizon=10, n_steps=5) == 1.0
+    with pytest.raises(ValueError, match="horizon"):
+        control.next_kl_coef(1.0, 0.1, target=0.1, horizon=0, n_steps=5)
+
+
+def test_reset_reference_copies_the_policy(tmp_path):
+    from llm.model.load import load_model
+    from tests.llm.conftest import save_random_tiny_model
+
+    path = save_random_tiny_model(tmp_path / "a")
+    policy, reference = load_model(path, "cpu"), load_model(path, "cpu")
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn_like(p))
+    before = {k: v.clone() for k, v in policy.state_dict().items()}
+    control.reset_reference(reference, policy)
+    ref_state = reference.state_dict()
+    assert ref_state.keys() == before.keys()
+    for k, v in before.items():
+        assert torch.equal(ref_state[k], v), k
+        assert torch.equal(policy.state_dict()[k], v), k  # the policy is left as it was
+
+
+def _kl_config(model_path, **over):
+    control_keys = {"kl_in_reward": True, "kl_reward_coef": 0.05}
+    control_keys.update(over.pop("control", {}))
+    return _config(model_path, "grpo", control=control_keys, **over)
+
+
+def _spy_steps(monkeypatch):
+    """Record, per step, the behaviour batch the trainer built (rewards before any control) and
+    the batch the update trained on."""
+    from llm.train import trainer
+
+    seen: list[dict] = []
+    build, update = trainer.behaviour_batch, trainer.update_policy
+
+    def spy_build(*args, **kw):
+        batch = build(*args, **kw)
+        seen.append({"rewards": batch.fixed["rewards"].clone(), "built": batch})
+        return batch
+
+    def spy_update(policy, optimizer, scheduler, batch, **kw):
+        seen[-1]["trained"] = batch
+        return update(policy, optimizer, scheduler, batch, **kw)
+
+    monkeypatch.setattr(trainer, "behaviour_batch", spy_build)
+    monkeypatch.setattr(trainer, "update_policy", spy_update)
+    return seen
+
+
+def test_kl_in_reward_shifts_each_reward_by_beta_times_the_summed_kl(
+    tiny_model_path, tmp_path, monkeypatch
+):
+    from llm.model.forward import forward_all
+    from llm.model.load import load_model
+
+    seen = _spy_steps(monkeypatch)
+    factory = lambda c, m, t: PlantingBackend(m, t)  # noqa: E731
+    cfg = _kl_config(tiny_model_path, steps=3)
+    hist = train(cfg, tmp_path, backend_factory=factory, progress=False)
+    base = load_model(tiny_model_path, "cpu")  # the reference, loaded here on its own
+    moved = 0
+    for h, s in zip(hist, seen, strict=True):
+        built, trained = s["built"], s["trained"]
+        b, g, t = built.shape
+        ref = forward_all(base, built.rows, 5, temperature=cfg.rollout.temperature)
+        logp_ref = ref.logp.reshape(b, g, t).double()
+        logp_old, mask = built.fixed["logp_old"].double(), built.fixed["mask"].double()
+        kl_sum = ((logp_old - logp_ref) * mask).sum(-1)  # k1, summed over each response
+        shift = s["rewards"].double() - trained.fixed["rewards"].double()
+        # float32 sums of <= T terms each |logp| < 30: a loose bound is plenty here.
+        torch.testing.assert_close(shift, 0.05 * kl_sum, rtol=0, atol=1e-5)
+        assert "logp_ref" not in trained.fixed  # kl_coef = 0: the loss batch is unchanged
+        assert h["control/kl_reward_coef"] == 0.05
+        kl_mean = ((logp_old - logp_ref) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+        assert h["control/kl"] == pytest.approx(float(kl_mean.mean()), abs=1e-6)
+        assert h["control/kl_penalty"] == pytest.approx(float(shift.mean()), abs=1e-6)
+        # The charts read the verifier's rewards, the advantages the penalised ones.
+        assert h["charts/reward_mean"] == pytest.approx(float(s["rewards"].mean()))
+        moved += bool(shift.abs().max() > 0)
+    assert hist[0]["control/kl"] == 0.0  # step 1: pi_old is the base model itself
+    assert moved >= 1
+
+
+def test_adaptive_kl_coefficients_follow_the_controller_in_the_loop(tiny_model_path, tmp_path):
+    factory = lambda c, m, t: PlantingBackend(m, t)  # noqa: E731
+    cfg = _kl_config(tiny_model_path, steps=4, kl_coef=0.02,
+                     control={"adaptive_kl": True, "kl_target": 1e-3, "kl_horizon": 40})  # fmt: skip
+    hist = train(cfg, tmp_path, backend_factory=factory, progress=False)
+    n = cfg.rollout.prompts_per_step * cfg.rollout.group_size
+    reward_ctl = _VerlAdaptiveKL(0.05, 1e-3, 40)
+    loss_ctl = _VerlAdaptiveKL(0.02, 1e-3, 40)
+    for h in hist:
+        assert h["control/kl_reward_coef"] == reward_ctl.value
+        assert h["control/kl_coef"] == loss_ctl.value
+        reward_ctl.update(h["control/kl"], n)
+        loss_ctl.update(h["control/kl"], n)
+        assert h["control/next_kl_reward_coef"] == reward_ctl.value
+        assert h["control/next_kl_coef"] == loss_ctl.value
+    assert hist[1]["control/kl_coef"] != hist[0]["control/kl_coef"]
+
+
+def test_reference_reset_makes_the_reference_the_policy_of_the_reset_step(
+    tiny_model_path, tmp_path
+):
+    from safetensors.torch import load_file
+
+    factory = lambda c, m, t: PlantingBackend(m, t)  # noqa: E731
+    cfg = _kl_config(tiny_model_path, steps=3, save_every=2, behaviour_pass="always",
+                     control={"reference_reset_every": 2})  # fmt: skip
+    hist = train(cfg, tmp_path, backend_factory=factory, progress=False)
+    assert [h["control/reference_step"] for h in hist] == [0.0, 2.0, 2.0]
+    # Steps 1 and 3 sample from the reference itself (the base model, then the policy after the
+    # reset of step 2): the same weights through the same forward, so the KL is exactly 0.
+    assert hist[0]["control/kl"] == 0.0 and hist[2]["control/kl"] == 0.0
+    assert hist[1]["control/kl"] != 0.0
+    ckpt = tmp_path / "checkpoints" / "step_000002"
+    policy = load_file(ckpt / "model.safetensors")
+    reference = load_file(ckpt / "reference" / "model.safetensors")
+    assert policy.keys() == reference.keys()
+    assert all(torch.equal(policy[k], reference[k]) for k in policy)
+
+
+@pytest.mark.parametrize(
+    "control_keys",
+    [
+        {"kl_in_reward": True},
+        {"kl_in_reward": True, "adaptive_kl": True, "kl_target": 1e-3, "kl_horizon": 40},
+        {"kl_in_reward": False, "adaptive_kl": True, "kl_horizon": 40},
+        {"kl_in_reward": False, "reference_reset_every": 1, "reset_optimizer": True},
+    ],
+    ids=["in_reward", "adaptive_reward", "adaptive_loss", "reset"],
+)
+def test_kl_controls_run_finite(control_keys, tiny_model_path, tmp_path):
+    factory = lambda c, m, t: PlantingBackend(m, t)  # noqa: E731
+    cfg = _kl_config(tiny_model_path, kl_coef=0.01, control=control_keys)
+    hist = train(cfg, tmp_path, backend_factory=factory, progress=False)
+    for h in hist:
+        assert all(np.isfinite(v) for v in h.values()), h
+        assert h["charts/grad_norm"] > 0
+
+
+def test_kl_controls_resume_after_kill_bit_identical(tiny_model_path, tmp_path):
+    from safetensors.torch import load_file
+
+    factory = lambda c, m, t: PlantingBackend(m, t)  # noqa: E731
+    cfg = _kl_config(tiny_model_path, steps=5, save_every=3, kl_coef=0.02,
+                     control={"adaptive_kl": True, "kl_target": 1e-3, "kl_horizon": 40,
+                              "reference_reset_every": 2, "reset_optimizer": True})  # fmt: skip
+    train(cfg, tmp_path / "full", backend_factory=factory, progress=False)
+    # Killed after step 4: the checkpoint of step 3 holds the coefficients and the reference
+    # reset at step 2; the resumed run resets again at step 4.
+    train(cfg, tmp_path / "killed", backend_factory=factory, stop_after=4, progress=False)
+    ckpt = tmp_path / "killed" / "checkpoints" / "step_000003"
+    assert (ckpt / "reference" / "model.safetensors").is_file()
+    train(cfg, tmp_path / "killed", resume=True, backend_factory=factory, progress=False)
+    a, b = _rows(tmp_path / "full"), _rows(tmp_path / "killed")
+    assert [r["step"] for r in b] == [1, 2, 3, 4, 5]
+    assert [r["control/reference_step"] for r in b] == [0.0, 2.0, 2.0, 4.0, 4.0]
+    assert a == b  # bit-identical: coefficients, reference and optimizer state restored
+    last = "checkpoints/step_000005"
+    for name in ("model.safetensors", "reference/model.safetensors"):
+        wa, wb = (load_file(d / last / name) for d in (tmp_path / "full", tmp_path / "killed"))
+        assert all(torch.equal(wa[k], wb[k]) for k in wa), name
+
+
+@pytest.mark.parametrize(
+    ("over", "match"),
+    [
+        ({"control": {"adaptive_kl": True}}, r"control\.adaptive_kl: expected false unless"),
+        ({"control": {"reference_reset_every": 5}}, r"control\.reference_reset_every: .* got 5"),
+        ({"kl_coef": 0.1, "control": {"reset_optimizer": True}}, r"control\.reset_optimizer"),
+        (
+            {"control": {"kl_in_reward": True, "adaptive_kl": True, "kl_reward_coef": 0.0}},
+            r"control\.kl_reward_coef: expected a number > 0 .* got 0\.0",
+        ),
+        ({"control": {"kl_reward_estimator": "k3+"}}, r"control\.kl_reward_estimator"),
+        ({"control": {"kl_horizon": 0}}, r"control\.kl_horizon"),
+        ({"control": {"kl_target": 0.0}}, r"control\.kl_target"),
+        ({"control": {"kl_reward_coef": -1.0}}, r"control\.kl_reward_coef"),
+    ],
+)
+def test_kl_control_keys_are_checked(over, match, tiny_model_path):
+    with pytest.raises(ValueError, match=match):
+        _config(tiny_model_path, "grpo", **over)
+
+
+def test_batched_trainer_refuses_the_kl_controls(tiny_model_path):
+    from llm.train.batched import batchable
+
+    assert batchable(_config(tiny_model_path, "grpo", kl_coef=0.1)) is None
+    for keys, name in [
+        ({"kl_in_reward": True}, "control.kl_in_reward"),
+        ({"adaptive_kl": True}, "control.adaptive_kl"),
+        ({"reference_reset_every": 3}, "control.reference_reset_every"),
+    ]:
+        reason = batchable(_config(tiny_model_path, "grpo", kl_coef=0.1, control=keys))
+        assert reason is not None and name in reason

@@ -81,6 +81,35 @@ def test_two_processes_equal_one(parallel, method, per_update, single, tiny_mode
     assert_close(_loss(tmp_path), _loss(ref), dtype="float32", n=DATA_PARALLEL_N)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
+def test_kl_controls_under_two_processes_equal_one(parallel, tiny_model_path, tmp_path):
+    """The KL in the reward, the adaptive coefficients and a reference reset after every step
+    (docs/formulas.md §2.35-§2.37): the sharded reference is reset from the sharded policy, and
+    its gathered copy in the checkpoint is the policy of the reset step."""
+    ref, out = tmp_path / "one", tmp_path / "two"
+    _run([tiny_model_path, str(ref), "auto", "grpo+kl", "0", "2"], world=1)
+    _run([tiny_model_path, str(out), parallel, "grpo+kl", "0", "2"], world=2)
+    want, got = _params(ref, 2), _params(out, 2)
+    for k in want:
+        assert_close(got[k], want[k], dtype="float32", n=DATA_PARALLEL_N, elementwise=True)
+    for step in (1, 2):
+        one = load_file(
+            ref / "checkpoints" / f"step_{step:06d}" / "reference" / "model.safetensors"
+        )
+        folder = out / "checkpoints" / f"step_{step:06d}"
+        two = load_file(folder / "reference" / "model.safetensors")
+        for k in want:
+            assert torch.equal(one[k], _params(ref, step)[k]), (step, k)
+            assert_close(two[k], one[k], dtype="float32", n=DATA_PARALLEL_N, elementwise=True)
+        if (folder / "model.safetensors").is_file():  # FSDP2 exports the weights at the last step
+            policy = load_file(folder / "model.safetensors")
+            assert all(torch.equal(policy[k], two[k]) for k in policy), step
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["control/reference_step"] for r in rows] == [1.0, 2.0]
+    assert rows[1]["control/kl"] == 0.0  # step 2 samples from the reference itself
+
+
 def test_generate_shared_gives_a_group_the_same_requests(tiny_model_path, tmp_path):
     """vLLM tensor parallelism: both ranks of a group submit the group's prompts with the first
     rank's seed, and each keeps its own prompts' rollouts."""
