@@ -3,11 +3,12 @@
 Three measurements, each timed in this process, one torch thread, back to back:
 
 1. **Sweep throughput**: the reproduce sweep (`configs/sweep_countdown_tiny.toml`, reduced by
-   ``--steps``/``--problems``/``--seeds``) run by `llm.sweep.run_sweep` with ``--workers 1``
-   under ``engine="process"`` (each run trained alone by `llm.train.trainer.train`, evaluated
-   through transformers' `generate`) and ``engine="batched"`` (`llm.train.batched.train_batch`
-   in batches of `llm.sweep.MAX_BATCH`, stacked evaluation). With one worker the wall clock is
-   the core time: runs per core-hour = runs / hours. Goal: batched >= 3x.
+   ``--steps``/``--problems``/``--seeds``) run by `llm.orchestrate.sweep.run_sweep` with
+   ``--workers 1`` under ``engine="process"`` (each run trained alone by
+   `llm.train.trainer.train`, evaluated through transformers' `generate`) and
+   ``engine="batched"`` (`llm.train.batched.train_batch` in batches of
+   `llm.orchestrate.sweep.MAX_BATCH`, stacked evaluation). With one worker the wall
+   clock is the core time: runs per core-hour = runs / hours. Goal: batched >= 3x.
 2. **Step time per run**: the training step of the reproduce config alone (`train`) and in a
    batch of R runs (`train_batch`, the batch's step time / R).
 3. **Evaluation throughput**: completions per core-second of `llm.eval.heldout.evaluate`
@@ -44,9 +45,9 @@ from llm.config import load_config
 from llm.eval.heldout import evaluate, evaluate_models
 from llm.model.load import load_model_and_tokenizer
 from llm.model.tiny import TinyConfig, ensure_base_model, tiny_problems
+from llm.orchestrate.sweep import load_sweep, run_sweep
 from llm.rollout.base import stop_token_ids
 from llm.rollout.hf import HFGenerateBackend
-from llm.sweep import load_sweep, run_sweep
 from llm.train.batched import train_batch
 from llm.train.trainer import train
 

@@ -58,7 +58,8 @@ from llm.eval.heldout import evaluate, write_eval
 from llm.model.gguf import find_package_gguf, import_gguf
 from llm.model.load import load_model_and_tokenizer
 from llm.model.tiny import tiny_problems
-from llm.reproduce import (
+from llm.orchestrate.executor import EXECUTORS, check_executor
+from llm.orchestrate.reproduce import (
     DEFAULT_CONFIG,
     DEFAULT_METHODS,
     ReproduceSettings,
@@ -66,13 +67,12 @@ from llm.reproduce import (
     parse_seeds,
     reproduce,
 )
+from llm.orchestrate.study import run_study, spot_check
+from llm.orchestrate.sweep import ENGINES, load_sweep, run_sweep
+from llm.orchestrate.sweep import describe as describe_sweep
 from llm.rollout.backend import make_backend
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import check_device, close_distributed, set_matmul_precision
-from llm.run.executor import EXECUTORS, check_executor
-from llm.study import run_study, spot_check
-from llm.sweep import ENGINES, load_sweep, run_sweep
-from llm.sweep import describe as describe_sweep
 from llm.tasks import TASKS
 from llm.train.trainer import train
 from numerics.emulate import run_emulated

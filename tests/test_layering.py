@@ -1,6 +1,7 @@
 """The house stays drawn: every import of the package against the "may import" table of
 docs/architecture.md (function-level imports included), no import cycle among the project's
-modules, and imports at module top.
+modules, imports at module top, and inside llm/ no wing importing a wing above it (the wing list
+of docs/architecture.md, bottom first).
 
 A function-level import is allowed only for a heavy optional dependency (`LAZY`), for a library
 whose absence the function turns into a named error (inside ``try: ... except ImportError``), and
@@ -136,6 +137,42 @@ def violations(root: Path, packages: tuple[str, ...], table: dict) -> list[str]:
     return out
 
 
+def parse_wings(text: str) -> tuple[str, ...]:
+    """The wings of llm/ as docs/architecture.md lists them, bottom first (``tasks/`` and
+    ``data.py`` give ``tasks`` and ``data``)."""
+    block = re.search(r"<!-- llm wings: begin -->(.*?)<!-- llm wings: end -->", text, re.S)
+    if block is None:
+        raise ValueError("docs/architecture.md: no llm wings markers")
+    names = re.findall(r"^\d+\. `([^`]+)`", block.group(1), re.M)
+    return tuple(n.removesuffix("/").removesuffix(".py") for n in names)
+
+
+def wing_violations(root: Path, wings: tuple[str, ...], package: str = "llm") -> list[str]:
+    """Imports inside `package` from a module of a lower wing to a higher wing (function-level
+    ones included), and modules of a wing the list does not name. A module's wing is its first
+    name below `package` (``llm.run.folder``: ``run``); the package's own ``__init__`` has none."""
+    modules = project_modules(root, (package,))
+    rank = {w: i for i, w in enumerate(wings)}
+    out = []
+    for mod, path in modules.items():
+        parts = mod.split(".")
+        if len(parts) < 2:
+            continue
+        wing = parts[1]
+        if wing not in rank:
+            out.append(f"{path.relative_to(root)}: wing {wing!r} is not in the list")
+            continue
+        for imp in read_imports(path, root):
+            above = {
+                t.split(".")[1] for t in resolve(imp.target, modules)
+                if t.count(".") >= 1 and rank.get(t.split(".")[1], -1) > rank[wing]
+            }  # fmt: skip
+            for up in sorted(above):
+                out.append(f"{path.relative_to(root)}:{imp.line} imports {imp.target}: "
+                           f"{wing} may not import the higher wing {up}")  # fmt: skip
+    return out
+
+
 def cycles(root: Path, packages: tuple[str, ...]) -> list[list[str]]:
     """Import cycles among the project's modules (function-level imports included), each as the
     modules of one strongly connected component."""
@@ -177,7 +214,9 @@ def cycles(root: Path, packages: tuple[str, ...]) -> list[list[str]]:
     return found
 
 
-TABLE = parse_table((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"))
+ARCHITECTURE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+TABLE = parse_table(ARCHITECTURE)
+LLM_WINGS = parse_wings(ARCHITECTURE)
 
 
 def test_every_import_follows_the_table():
@@ -188,6 +227,19 @@ def test_every_import_follows_the_table():
 def test_no_import_cycles():
     found = cycles(ROOT, PACKAGES)
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_llm_wing_imports_a_wing_above_it():
+    bad = wing_violations(ROOT, LLM_WINGS)
+    assert not bad, "imports against the wings of docs/architecture.md:\n" + "\n".join(bad)
+
+
+def test_the_wing_list_names_every_wing_of_llm():
+    here = {m.split(".")[1] for m in project_modules(ROOT, ("llm",)) if "." in m}
+    assert set(LLM_WINGS) == here and len(LLM_WINGS) == len(here)
+    # Orchestration of many runs above training, one run's infrastructure below it.
+    assert LLM_WINGS.index("run") < LLM_WINGS.index("train") < LLM_WINGS.index("orchestrate")
+    assert LLM_WINGS[-1] == "__main__"
 
 
 def test_the_table_names_every_package():
@@ -240,3 +292,28 @@ def test_planted_imports_against_the_table_are_found(tmp_path):
 @pytest.mark.parametrize("package", ["experiment", "theory", "shaping"])
 def test_lower_floors_never_import_the_drivers(package):
     assert not {"toymdp", "llm", "bench"} & TABLE[package]["project"]
+
+
+def test_planted_imports_of_a_higher_wing_are_found(tmp_path):
+    root = _package(tmp_path, {
+        "llm/__init__.py": "",
+        "llm/__main__.py": "from llm.orchestrate import sweep\n",
+        "llm/run/__init__.py": "",
+        "llm/run/folder.py": "import json\n",
+        "llm/run/jobs.py": "from llm.run.folder import x\nimport llm.train.trainer\n",
+        "llm/train/__init__.py": "",
+        "llm/train/trainer.py": "from llm.run import folder\nfrom ..eval import heldout\n",
+        "llm/eval/__init__.py": "",
+        "llm/eval/heldout.py": "def f():\n    from ..orchestrate.sweep import g\n",
+        "llm/orchestrate/__init__.py": "",
+        "llm/orchestrate/sweep.py": "import llm.train.trainer\nfrom llm import run\n",
+        "llm/stray.py": "",
+    })  # fmt: skip
+    wings = ("run", "eval", "train", "orchestrate", "__main__")
+    bad = wing_violations(root, wings)
+    text = "\n".join(bad)
+    assert "jobs.py:2 imports llm.train.trainer: run may not import the higher wing train" in text
+    assert "heldout.py:2 imports llm.orchestrate.sweep.g: eval may not import the" in text
+    assert "llm/stray.py: wing 'stray' is not in the list" in text
+    assert "trainer.py" not in text and "sweep.py" not in text and "__main__" not in text
+    assert len(bad) == 3

@@ -180,8 +180,8 @@ def prune(root: Path) -> int:
     """Delete the checkpoints of every run under `root` that finished and has an evaluation of
     each checkpoint (its marker says so): a lease's disk holds 64 GiB and a 135M run's last
     checkpoint with its AdamW state is 1.6 GB. A rerun of its sweep reuses it from the marker
-    (`llm.run.jobs`). The other runs keep only their newest optimizer state (`strip_states`).
-    Returns how many runs were pruned."""
+    (`llm.orchestrate.jobs`). The other runs keep only their newest optimizer state
+    (`strip_states`). Returns how many runs were pruned."""
     strip_states(root)
     n = 0
     for marker in root.rglob("sweep_run.json"):
@@ -204,7 +204,7 @@ def prune(root: Path) -> int:
 def keep(tarball: Path) -> Path:
     """Keep a call's returned ``runs.tgz`` (run folders without checkpoints) as ``.gpu/state``,
     which the plan's last call carries: a study cut off by one lease continues in the next from
-    the finished runs' markers (`llm.run.jobs` reuses a finished, evaluated run without its
+    the finished runs' markers (`llm.orchestrate.jobs` reuses a finished, evaluated run without its
     checkpoints)."""
     state = CARRY / "state"
     state.mkdir(parents=True, exist_ok=True)

@@ -1,5 +1,5 @@
-"""The frontier of an LLM sweep's evaluations (`llm.sweep`): per-problem gains over the base model
-from the stored counts, lifts at matched pass@1 over the reference curve
+"""The frontier of an LLM sweep's evaluations (`llm.orchestrate.sweep`): per-problem gains over the
+base model from the stored counts, lifts at matched pass@1 over the reference curve
 (`experiment.report.lift_analysis`), the lift tables and the frontier figure (`write_reports`).
 """
 

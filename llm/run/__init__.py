@@ -1,1 +1,2 @@
-"""The run: torch.distributed setup (`distributed`), checkpoints (`checkpoint`), the run folder and its lock (`folder`), the sweep's jobs (`jobs`) and where they run (`executor`: local processes or Ray)."""
+"""The run: torch.distributed setup (`distributed`), checkpoints (`checkpoint`), the run folder and
+its lock (`folder`)."""

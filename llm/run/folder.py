@@ -135,7 +135,7 @@ class RunLock:
     one older than 30 s, is stale: it is renamed away (an atomic step only one contender wins) and
     the lock is taken. The file is removed on exit, and so is the folder when the lock created
     it and nothing else was written there (a refused command leaves nothing). A sweep or study
-    takes its output folder's lock (`llm.sweep.run_sweep`), so that two never share one.
+    takes its output folder's lock (`llm.orchestrate.sweep.run_sweep`), so that two never share one.
 
     Raises:
         RunFolderError: another live process holds the lock (its PID is named).

@@ -369,8 +369,8 @@ def test_gpu_evaluation_settings_key_the_evaluation_only_when_not_the_defaults()
     import torch
 
     from llm.config import config_from_dict
+    from llm.orchestrate.jobs import eval_key
     from llm.run.distributed import set_matmul_precision
-    from llm.run.jobs import eval_key
 
     ev = {"problems": 2, "samples": 2, "seed": 0}
     plain = eval_key(ev, config_from_dict({}), [], "heldout")

@@ -1,6 +1,6 @@
-"""`llm.run.executor`: a 2-run sweep on Ray (a local instance of 2 CPUs) gives the results of the
-local executor but for wall-clock fields, keeps job order, fails fast, leaves the caller's Ray
-instance up; and the executor's errors (unknown one, an address without Ray, Ray missing)."""
+"""`llm.orchestrate.executor`: a 2-run sweep on Ray (a local instance of 2 CPUs) gives the results
+of the local executor but for wall-clock fields, keeps job order, fails fast, leaves the caller's
+Ray instance up; and the executor's errors (unknown one, an address without Ray, Ray missing)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from llm.__main__ import main
-from llm.run.executor import check_executor, map_jobs
-from llm.sweep import load_sweep, run_sweep
+from llm.orchestrate.executor import check_executor, map_jobs
+from llm.orchestrate.sweep import load_sweep, run_sweep
 from tests.llm.test_sweep import _write
 
 # What differs between two identical sweeps run apart: wall-clock times and where they ran.

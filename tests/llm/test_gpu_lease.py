@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from llm.config import load_config
+from llm.orchestrate.study import load_study
+from llm.orchestrate.sweep import sweep_from_dict
 from llm.run.checkpoint import STATE_FILE, latest_checkpoint
-from llm.study import load_study
-from llm.sweep import sweep_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 LEASE = ROOT / "bench" / "gpu" / "lease.py"

@@ -12,10 +12,10 @@ import pytest
 
 from experiment import report
 from experiment.spec import parse_methods, parse_reference
-from llm import study as llm_study
 from llm.__main__ import main as llm_main
 from llm.config import load_config
-from llm.sweep import load_sweep
+from llm.orchestrate import study as llm_study
+from llm.orchestrate.sweep import load_sweep
 from toymdp import study as toy_study
 from toymdp import sweep_spec as toy_spec
 from toymdp.__main__ import main as toy_main

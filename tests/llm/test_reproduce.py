@@ -1,7 +1,7 @@
-"""`python -m llm reproduce --quick`: the make-reproduce LLM stage (a budgeted `llm.sweep`) end to
-end on a smoke budget (1-layer base model, 2 training steps per run evaluated at steps 1 and 2,
-4 held-out problems x 4 samples), and its resume safety (a second call reuses the finished runs
-and their evaluations)."""
+"""`python -m llm reproduce --quick`: the make-reproduce LLM stage (a budgeted
+`llm.orchestrate.sweep`) end to end on a smoke budget (1-layer base model, 2 training steps per run
+evaluated at steps 1 and 2, 4 held-out problems x 4 samples), and its resume safety (a second call
+reuses the finished runs and their evaluations)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import tomllib
 import pytest
 
 from llm.__main__ import main
-from llm.reproduce import DEFAULT_SWEEP, ReproduceSettings, results_table
-from llm.run.jobs import RUN_MARKER
-from llm.sweep import load_sweep
+from llm.orchestrate.jobs import RUN_MARKER
+from llm.orchestrate.reproduce import DEFAULT_SWEEP, ReproduceSettings, results_table
+from llm.orchestrate.sweep import load_sweep
 
 METHODS = ("grpo", "ds_grpo")
 # configs/sweep_countdown_tiny.toml: grpo {default, kl_coef=0.1}, ds_grpo x 3 coefficients

@@ -12,8 +12,8 @@ import pytest
 
 from experiment import study as S
 from llm.__main__ import main
-from llm.study import budgets, confirmation_doc, load_study, spot_check, study_budget
-from llm.sweep import run_sweep, sweep_from_dict
+from llm.orchestrate.study import budgets, confirmation_doc, load_study, spot_check, study_budget
+from llm.orchestrate.sweep import run_sweep, sweep_from_dict
 from numerics import emulate
 from tests.llm.test_sweep import BASE, SWEEP
 

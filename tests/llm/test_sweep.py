@@ -18,8 +18,8 @@ from experiment.spec import apply_sets
 from llm.__main__ import main
 from llm.config import config_from_dict, config_to_toml
 from llm.eval.frontier import frontier_arrays
-from llm.run.jobs import RUN_MARKER, Job, _prepare, same_eval, weights_sha
-from llm.sweep import (
+from llm.orchestrate.jobs import RUN_MARKER, Job, _prepare, same_eval, weights_sha
+from llm.orchestrate.sweep import (
     _base_raw,
     _run_raw,
     load_sweep,

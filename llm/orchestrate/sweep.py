@@ -16,7 +16,7 @@ the methods' pass@1): its runs are evaluated at the sweep's checkpoints up to it
 continued at their last spacing (`SweepSpec.checkpoints_of`).
 
 The runs go to local worker processes or to Ray tasks, on this machine or a cluster
-(`llm.run.executor`; `llm.run.jobs`: reuse, resume and pruning of runs). Writes
+(`llm.orchestrate.executor`; `llm.orchestrate.jobs`: reuse, resume and pruning of runs). Writes
 ``OUT/results.json`` (the schema of `experiment.report`; per model and seed pass@k for every k
 from the per-problem counts, distinct correct solutions, the counts; under ``frontier`` each
 model's lift at matched pass@1 over the reference curve; under ``fingerprints`` each run's
@@ -60,10 +60,8 @@ from llm.data import load_eval_sets, tiny_config
 from llm.eval.frontier import frontier_analysis, write_reports
 from llm.eval.heldout import k_values
 from llm.model.tiny import ensure_base_model
-from llm.rollout.stacked import VERSION as SAMPLER_VERSION
-from llm.run.executor import check_executor
-from llm.run.folder import RunLock
-from llm.run.jobs import (
+from llm.orchestrate.executor import check_executor
+from llm.orchestrate.jobs import (
     Job,
     collect,
     default_workers,
@@ -73,7 +71,9 @@ from llm.run.jobs import (
     run_job,
     weights_sha,
 )
-from llm.run.jobs import eval_key as jobs_eval_key
+from llm.orchestrate.jobs import eval_key as jobs_eval_key
+from llm.rollout.stacked import VERSION as SAMPLER_VERSION
+from llm.run.folder import RunLock
 from llm.train.batched import VERSION as BATCHED_VERSION
 from llm.train.batched import batch_key, batchable
 
@@ -452,9 +452,10 @@ def pack_jobs(jobs: list[Job], workers: int, max_batch: int = MAX_BATCH) -> list
 
 
 def run_unit(unit: list[Job]) -> list[dict[str, Any]]:
-    """`llm.run.jobs.run_job` of a one-job unit that is not a batched run (the base model's
+    """`llm.orchestrate.jobs.run_job` of a one-job unit that is not a batched run (the base model's
     evaluation, the process engine, a run `llm.train.batched.batchable` refuses),
-    `llm.run.jobs.run_batch` of the others (module level: workers pickle it by reference)."""
+    `llm.orchestrate.jobs.run_batch` of the others (module level: workers pickle it by
+    reference)."""
     job = unit[0]
     if len(unit) == 1 and (
         job.setting is None
@@ -494,16 +495,17 @@ def run_sweep(
     log: bool = False,
 ) -> dict[str, Any]:
     """Train and evaluate every (setting, seed) of `spec` into `out` and write ``results.json``.
-    Without `progress`, `log` prints a line per finished run (`llm.run.executor.LineProgress`).
+    Without `progress`, `log` prints a line per finished run
+    (`llm.orchestrate.executor.LineProgress`).
 
     `engine`: ``process`` trains each run alone in a worker (`llm.train.trainer.train`, sampling
     with transformers' `generate`); ``batched`` packs the runs that can share a batch
     (`pack_jobs`) into batches of at most `max_batch` runs, each trained as one program with
-    its evaluations (`llm.run.jobs.run_batch`; the base model too is evaluated by the stacked
-    sampler), and trains the others alone. The engines draw different random streams: a run's
-    results depend on the engine, which its marker and the evaluation key record.
+    its evaluations (`llm.orchestrate.jobs.run_batch`; the base model too is evaluated by the
+    stacked sampler), and trains the others alone. The engines draw different random streams: a
+    run's results depend on the engine, which its marker and the evaluation key record.
 
-    The runs go to `executor` (`llm.run.executor.map_jobs`): ``local`` worker processes
+    The runs go to `executor` (`llm.orchestrate.executor.map_jobs`): ``local`` worker processes
     (`workers`, default one per core) or ``ray`` tasks on the Ray instance at `address` (None: a
     local one of `workers` CPUs); on a cluster, every node reads the base model and writes the
     run folders under `out`, so both must be on a filesystem all nodes share.
@@ -649,12 +651,12 @@ FINGERPRINTED = ("weights_sha256", "correct", "distinct", "accuracy", "distinct_
 
 def run_fingerprint(outcome: Mapping[str, Any]) -> str:
     """The SHA-256 (hex) of a run's results: at every evaluated step, the checkpoint's weights
-    (`llm.run.jobs.weights_sha`) and its per-problem counts, accuracy, distinct correct and
+    (`llm.orchestrate.jobs.weights_sha`) and its per-problem counts, accuracy, distinct correct and
     Self-BLEU (`FINGERPRINTED`), as canonical JSON. Two machines that train and evaluate a run
     alike give the same fingerprint; a study records them (`rerun_runs` checks them).
 
     Args:
-        outcome: a `llm.run.jobs.run_job` outcome (``{"models": {step: record}, ...}``).
+        outcome: a `llm.orchestrate.jobs.run_job` outcome (``{"models": {step: record}, ...}``).
     """
     models = outcome["models"]
     doc = {str(step): {k: models[step].get(k) for k in FINGERPRINTED}
@@ -675,7 +677,8 @@ def rerun_runs(
     """Train and evaluate the runs `names` of `spec` (``"base"``: the base model's evaluation)
     into `out` as `run_sweep` would, on local workers, and return their `run_fingerprint`s:
     each run alone (under engine ``batched``, a batch of one: a run's bytes do not depend on its
-    batch, `pack_jobs`). A spot check of a study on another machine (`llm.study.spot_check`).
+    batch, `pack_jobs`). A spot check of a study on another machine
+    (`llm.orchestrate.study.spot_check`).
 
     Raises:
         ValueError: a name that is not a run of `spec` (the message lists a few that are), or as

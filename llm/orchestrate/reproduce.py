@@ -1,9 +1,9 @@
 """The CPU LLM stage of `make reproduce`: ``python -m llm reproduce``, a budgeted sweep.
 
 1. build (or reuse) the offline tiny base model (`llm.model.tiny.ensure_base_model`);
-2. run the sweep ``configs/sweep_countdown_tiny.toml`` (`llm.sweep`) from it: GRPO's training
-   path and a ``kl_coef`` setting as the reference curve, DS-GRPO, entropy bonus, CaSP and
-   unlikeliness at three coefficients each from no effect to collapse, three seeds, every run
+2. run the sweep ``configs/sweep_countdown_tiny.toml`` (`llm.orchestrate.sweep`) from it: GRPO's
+   training path and a ``kl_coef`` setting as the reference curve, DS-GRPO, entropy bonus, CaSP
+   and unlikeliness at three coefficients each from no effect to collapse, three seeds, every run
    evaluated at three checkpoints on the same held-out problems with the same sampling seed
    (paired), in ``RUNS/sweep/`` (``results.json``: per-problem correct counts of every model);
 3. write ``FIGURES/llm_countdown_frontier.png`` (pass@1 gain vs pass@k gain at the largest k and
@@ -14,9 +14,9 @@
    (the results table and the lift tables) and ``FIGURES/llm_countdown.json`` (the same
    numbers, per seed, with the settings, lifts and timings).
 
-Resume-safe (`llm.sweep`): a finished run is reused when its resolved config and the base model's
-weights match, an unfinished one resumes from its newest checkpoint, a stale one is retrained;
-an evaluation is reused when its settings match.
+Resume-safe (`llm.orchestrate.sweep`): a finished run is reused when its resolved config and the
+base model's weights match, an unfinished one resumes from its newest checkpoint, a stale one is
+retrained; an evaluation is reused when its settings match.
 
 Deterministic given the seeds: every run uses ONE torch thread. The tiny model's matrices are too
 small for a second thread to help (measured: 0.125 s per step with one thread or two), one
@@ -52,7 +52,7 @@ import shaping
 from experiment.store import write_json
 from llm.eval.frontier import setting_name, write_reports
 from llm.model.tiny import TinyConfig, ensure_base_model
-from llm.sweep import SweepSpec, run_sweep, sweep_from_dict
+from llm.orchestrate.sweep import SweepSpec, run_sweep, sweep_from_dict
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -66,7 +66,7 @@ __all__ = [
     "results_table",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = ROOT / "configs" / "countdown_tiny.toml"
 DEFAULT_SWEEP = ROOT / "configs" / "sweep_countdown_tiny.toml"
 DEFAULT_METHODS: tuple[str, ...] = ("grpo", "ds_grpo", "entropy_bonus", "casp", "unlikeliness")
@@ -123,8 +123,8 @@ class ReproduceSettings:
     num_resamples: int = 1000
     """draws of the means behind the lift CIs (`experiment.inference`)"""
     engine: str = "batched"
-    """how the sweep trains its runs (`llm.sweep.run_sweep`): batched (runs that share a batch
-    train as one program, `llm.train.batched`) or process (each run alone)"""
+    """how the sweep trains its runs (`llm.orchestrate.sweep.run_sweep`): batched (runs that share a
+    batch train as one program, `llm.train.batched`) or process (each run alone)"""
 
     def resolved(self) -> ReproduceSettings:
         """Apply `quick`: the first seed only, 2 steps, 4 problems x 4 samples, one process,

@@ -1,8 +1,9 @@
-"""The runs of an LLM sweep (`llm.sweep`): one `Job` trains a run, or reuses a finished one whose
-resolved config, base weights and numeric settings match, resumes an unfinished one from its
-newest checkpoint, evaluates each asked checkpoint on the paired problems (reusing evaluations
+"""The runs of an LLM sweep (`llm.orchestrate.sweep`): one `Job` trains a run, or reuses a finished
+one whose resolved config, base weights and numeric settings match, resumes an unfinished one from
+its newest checkpoint, evaluates each asked checkpoint on the paired problems (reusing evaluations
 whose settings match), and prunes the evaluated intermediate checkpoints; `map_jobs`
-(`llm.run.executor`) runs jobs in worker processes (spawned) or Ray tasks, one torch thread each.
+(`llm.orchestrate.executor`) runs jobs in worker processes (spawned) or Ray tasks, one torch thread
+each.
 
 Files of a run folder: ``sweep_run.json`` (`RUN_MARKER`: the base weights' hash, whether training
 finished, each checkpoint's evaluation with its settings); the base model's evaluation goes to
@@ -32,11 +33,11 @@ from llm.config import EVAL_PRECISION, EvalConfig, config_from_dict, config_to_t
 from llm.eval.diversity import load_encoder
 from llm.eval.heldout import evaluate, evaluate_models
 from llm.model.load import load_model_and_tokenizer
+from llm.orchestrate.executor import map_jobs
 from llm.rollout.backend import make_backend
 from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint
 from llm.run.distributed import set_matmul_precision
-from llm.run.executor import map_jobs
 from llm.run.folder import LOCK_FILE, RunLock, read_metrics
 from llm.train.batched import VERSION as BATCHED_VERSION
 from llm.train.batched import train_batch
@@ -88,7 +89,7 @@ def default_workers() -> int:
 
 
 def _quiet_worker() -> None:
-    """One torch thread (see `llm.reproduce`) and no per-checkpoint loading bars."""
+    """One torch thread (see `llm.orchestrate.reproduce`) and no per-checkpoint loading bars."""
     torch.set_num_threads(1)
     hf_logging.disable_progress_bar()
 
@@ -205,8 +206,8 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
     """`job`'s marker before training: (marker, finished (reuse it), resume (from its newest
     checkpoint)). A finished run is reused when its last checkpoint is there or when every
     evaluation `job` asks for is recorded. A folder of another config, base model, numeric
-    setting or engine, or one killed before its first checkpoint, is emptied (`llm.reproduce`'s
-    resume rule)."""
+    setting or engine, or one killed before its first checkpoint, is emptied
+    (`llm.orchestrate.reproduce`'s resume rule)."""
     out = Path(job.out)
     marker_path = out / RUN_MARKER
     marker = read_json(marker_path)

@@ -5,7 +5,7 @@ Both keep the results in job order, show a tqdm bar over finished jobs and fail 
 job to raise stops the others (queued ones are dropped; Ray interrupts the running ones too) and
 its error propagates; local workers die with their driver (`die_with_parent`). Ray runs one task
 per job, each asking `cpus_per_job` CPUs of the scheduler (a job sets its own torch threads,
-`llm.run.jobs.run_job`). `map_jobs` uses the Ray instance this
+`llm.orchestrate.jobs.run_job`). `map_jobs` uses the Ray instance this
 process is connected to, if any; else it connects to `address` (``ray start --head`` on a cluster's
 head node prints it) or, with none, starts a local instance of `workers` CPUs. It disconnects only
 from an instance it connected to itself (which stops one it started), never from the caller's.

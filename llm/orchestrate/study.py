@@ -1,6 +1,6 @@
 """`python -m llm study --config FILE [--workers N] [--out DIR]`: a two-stage LLM study with verdicts.
 
-A study file is an LLM sweep file (`llm.sweep`: the exploratory stage, every method's
+A study file is an LLM sweep file (`llm.orchestrate.sweep`: the exploratory stage, every method's
 coefficients against GRPO's own curve, every run evaluated at every checkpoint) plus a ``[study]``
 table (`StudySpec`): the fresh training seeds, the fresh held-out problems (how many, and how many
 of the stream to skip: the exploratory ones) of the confirmation stage, the claimed size of a lift
@@ -18,7 +18,7 @@ and the family-wise level. The stages (`experiment.study`):
 Outputs in OUT (default ``runs/llm_study/<config stem>``): ``explore/`` and ``confirm/`` (sweep
 folders: results.json, lifts.md, frontier.png, runs/), ``study.json`` (provenance, picks, confirmed
 lifts, verdicts, the problems each comparison would need for the claimed size) and
-``verdicts.md``. Both stages are resumable run by run (`llm.run.jobs`): a rerun after a kill
+``verdicts.md``. Both stages are resumable run by run (`llm.orchestrate.jobs`): a rerun after a kill
 continues where it stopped and reuses every finished run and evaluation.
 """
 
@@ -38,10 +38,8 @@ from experiment.schema import meta, option
 from experiment.spec import Budget, check_budget, untune
 from llm.config import MOVED_KEYS
 from llm.eval.frontier import setting_name
-from llm.rollout.stacked import VERSION as SAMPLER_VERSION
-from llm.run.executor import check_executor
-from llm.run.folder import RunLock
-from llm.sweep import (
+from llm.orchestrate.executor import check_executor
+from llm.orchestrate.sweep import (
     Setting,
     SweepSpec,
     check_engine,
@@ -51,6 +49,8 @@ from llm.sweep import (
     run_sweep,
     sweep_from_dict,
 )
+from llm.rollout.stacked import VERSION as SAMPLER_VERSION
+from llm.run.folder import RunLock
 from numerics.emulate import emulated
 
 __all__ = [
@@ -99,8 +99,9 @@ checkpoints)."""
 
 def budgets(sweep: SweepSpec) -> list[Budget]:
     """Each setting's tuning (`experiment.spec.Budget`): its learning rate and ``kl_coef`` as its
-    runs train (`llm.sweep.run_config`: base config, ``[train]``, the setting) and the
-    checkpoints its models are read at (`llm.sweep.SweepSpec.checkpoints_of`: every one)."""
+    runs train (`llm.orchestrate.sweep.run_config`: base config, ``[train]``, the setting) and the
+    checkpoints its models are read at (`llm.orchestrate.sweep.SweepSpec.checkpoints_of`: every
+    one)."""
     out = []
     for s in sweep.settings:
         cfg = run_config(sweep, s)
@@ -131,7 +132,7 @@ def study_budget(sweep: SweepSpec, spec: StudySpec) -> tuple[str, str | None]:
 
 def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
     """The exploratory sweep document (the file without ``[study]``) and its `StudySpec`; the
-    sweep is validated (`llm.sweep.sweep_from_dict`), and so are its tuning budgets
+    sweep is validated (`llm.orchestrate.sweep.sweep_from_dict`), and so are its tuning budgets
     (`experiment.spec.check_budget` of `budgets`).
 
     Raises:
@@ -228,7 +229,7 @@ def run_study(
 ) -> dict[str, Any]:
     """Both stages of the study in `config_path` (module docstring); returns study.json's dict.
     `workers`, `executor`, `address`, `engine` and `log` (both stages) go to
-    `llm.sweep.run_sweep`.
+    `llm.orchestrate.sweep.run_sweep`.
 
     Raises:
         ValueError: naming the file and key of a bad configuration, or a bad executor.
@@ -299,12 +300,12 @@ def spot_check(
     log: bool = False,
 ) -> dict[str, Any]:
     """Re-train a few of a committed study's confirmation runs on this machine and compare their
-    `llm.sweep.run_fingerprint` (checkpoint weights and per-problem counts) with the ones the
-    study recorded: the base model's evaluation and `runs` runs drawn with `seed`, each alone (a
-    run of the ``batched`` engine as a batch of one: its bytes do not depend on its batch,
-    `llm.sweep.pack_jobs`). Equal fingerprints on another CPU say that this machine would
-    reproduce the study's bytes, and so its verdicts, at the cost of a few runs (issue 20: "on a
-    second machine the verdicts are the same"). The study's config is read at the path its
+    `llm.orchestrate.sweep.run_fingerprint` (checkpoint weights and per-problem counts) with the
+    ones the study recorded: the base model's evaluation and `runs` runs drawn with `seed`, each
+    alone (a run of the ``batched`` engine as a batch of one: its bytes do not depend on its batch,
+    `llm.orchestrate.sweep.pack_jobs`). Equal fingerprints on another CPU say that this machine
+    would reproduce the study's bytes, and so its verdicts, at the cost of a few runs (issue 20: "on
+    a second machine the verdicts are the same"). The study's config is read at the path its
     provenance records (relative: run from the repository root). Writes ``OUT/spot_check.json``
     (default OUT: ``runs/llm_spot_check/<config stem>``; runs found there from an earlier check
     are reused).
