@@ -11,7 +11,7 @@ A synthetic study, shaped like the package's (`Design`):
   (`σ_off · s · u_j`, one `u_j` per run and problem);
 - every model is evaluated on the same problems with `samples` samples each (binomial counts);
   `x` is the per-problem pass@1 gain over the base model and `y` the gain in the unbiased pass@k
-  estimate (Chen et al. 2021), as in `llm.sweep`.
+  estimate (Chen et al. 2021), as in `llm.orchestrate.sweep`.
 
 GRPO runs `ref_settings` paths, read at every checkpoint. The *true* lift of a model is its
 population point (means over the problem distribution and over seeds) against the hull of the

@@ -486,7 +486,7 @@ def budget_difference(rows: Sequence[Budget], reference: Sequence[str]) -> str |
     combinations (a method whose learning rates are zipped with its coefficient differs there).
 
     Args:
-        rows: one `Budget` per setting of the sweep (the leg's, e.g. `llm.study.budgets`).
+        rows: one `Budget` per setting of the sweep (the leg's, e.g. `llm.orchestrate.study.budgets`).
         reference: the reference labels.
     """
     ref = [dict(r.axes) for r in rows if r.label in reference]

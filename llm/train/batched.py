@@ -23,7 +23,7 @@ Which runs can share a batch (`batch_key`): equal configs up to `PER_RUN` (seed,
 coefficients, KL, optimizer settings); which configs can be batched at all (`batchable`): the
 transformers backend on CPU in float32 without parallelism, a `StackedLM` architecture, and a
 method whose batch keys the batched path produces (not DSDR's sentence embeddings, not
-ProGRPO's prompt log-probs). Anything else trains alone in its own process (`llm.run.jobs`).
+ProGRPO's prompt log-probs). Anything else trains alone in its own process (`llm.orchestrate.jobs`).
 """
 
 from __future__ import annotations
