@@ -104,6 +104,24 @@ DESIGNS = {
     ),
     # The mild study: GRPO +2..+5 pass@1, -3..-7 pass@16.
     "mild": Design(ref_settings=((0.03, 0.18), (0.02, 0.12))),
+    # The rule-regime study (configs/study_countdown_rule.toml: the designed tiny base, 2 updates
+    # per rollout batch), fitted to its exploration's GRPO counts (both learning rates, steps 40,
+    # 80, 120; 3 seeds x 256 problems): `python -m experiment fit-design
+    # runs/llm_study/study_countdown_rule/explore/results.json` (`experiment.fit`). GRPO +4..+18
+    # pass@1 (lr 1e-4) and +9..+17 (3e-4) with very large seed effects (one lr-3e-4 seed -1..+12
+    # while the others reach +17..+24). Confirmed on 8 seeds x 1,024 problems, as the study.
+    "rule": Design(
+        problems=256,
+        confirm_seeds=8,
+        confirm_problems=1024,
+        mu=-1.6629,
+        tau=1.1678,
+        ref_settings=((0.07846, 0.16144), (-0.07266, 1.24909)),
+        sigma_along=0.9387,
+        sigma_off=0.4820,
+        pushes=tuple(float(v) for v in np.arange(-20, 21) * 0.01),
+        sharpenings=(-2.0, 8.0),
+    ),
     # SmolLM2-135M on Countdown (GPU): base pass@1 0.12, pass@32 0.79; GRPO +34 pass@1 and -33
     # pass@32 within its checkpoints, collapsing onto the problems one rule solves.
     "real": Design(

@@ -96,3 +96,19 @@ def test_fit_design_command_prints_a_design_and_names_bad_steps(tmp_path, capsys
     assert out["checkpoints"] == [1.0, 3.0] and len(out["ref_settings"]) == 2
     assert main(["fit-design", str(path), "--steps", "100,250"]) == 2
     assert "--steps: [250]" in capsys.readouterr().err
+
+
+def test_the_rule_design_is_the_fit_of_its_committed_counts():
+    """`calibration.DESIGNS["rule"]` is `python -m experiment fit-design` of the rule study's
+    exploration counts committed in docs/data (to the digits written there; the optimizers stop
+    within 1e-6 of their optimum)."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "docs" / "data" / "rule_study_grpo_counts.json"
+    base, n, runs = fit.counts_from_results(json.loads(path.read_text()))
+    got, want = fit.fit_design(base, n, runs), C.DESIGNS["rule"]
+    assert (got.problems, got.samples, got.k, got.checkpoints) == (256, 16, 16, (1.0, 2.0, 3.0))
+    np.testing.assert_allclose([got.mu, got.tau, got.sigma_along, got.sigma_off],
+                               [want.mu, want.tau, want.sigma_along, want.sigma_off], atol=5e-4)  # fmt: skip
+    np.testing.assert_allclose(got.ref_settings, want.ref_settings, atol=5e-4)
