@@ -19,12 +19,18 @@
 # the 2026-11-25 lease (bench/results/gpu_lease_smollm2_2026-11-25.json): 10 workers at
 # micro-batch 64 and 512 responses per generate call ran out of an H100's memory; checkpoints
 # (1.6 GB each) filled the disk.
+# STUDY names the study file (default configs/study_countdown_smollm2.toml). The bf16 gate: the
+# first call samples once with eval.dtype = bfloat16 on the GPU (sampler_speed.py, random weights;
+# BENCH_DTYPES, default "float32 bfloat16"); unless that passed on this machine, the study's
+# confirmation samples in float32 (a copy of STUDY without its confirm_train line). Every call ends
+# with $OUT/progress.json (lease.py progress: runs and evaluations done per stage, what is left).
 # Usage there: DEADLINE=540 bash bench/gpu/device_call.sh
 set -uo pipefail
 START=$(date +%s)
 DEADLINE=${DEADLINE:-540}
 OUT=${OUT:-gpu_out}
 LEASE=/tmp/lease
+STUDY=${STUDY:-configs/study_countdown_smollm2.toml}
 MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
 # An evaluating worker holds ~17 GiB (1,024 responses per generate call, fp32 KV cache of a
 # 207-token prompt): 10 of them ran an H200 (140 GiB) out of memory on the 2026-11-26 lease.
@@ -71,7 +77,11 @@ pack() {  # everything but checkpoints, weights and optimizer states; tmp + rena
     i=$((i + 1)); [ $((i % 6)) = 0 ] && pack
   done ) &
 KEEPER=$!
-finish() { kill "$SMI" "$KEEPER" 2>/dev/null; pack; ls -la "$OUT"; df -h . | tail -1; }
+finish() {
+  kill "$SMI" "$KEEPER" 2>/dev/null
+  python3 bench/gpu/lease.py progress runs/gpu/study --out "$OUT/progress.json" > /dev/null
+  pack; ls -la "$OUT"; df -h . | tail -1
+}
 
 if [ -f .gpu/state/runs.tgz ] && [ ! -d runs/gpu/study ]; then
   tar xzf .gpu/state/runs.tgz && log "unpacked the run folders of an earlier lease"
@@ -96,12 +106,15 @@ PY
   if [ ! -f "$LEASE/bench.done" ]; then
     # float32 (the exploration's evaluations) against bfloat16 (the confirmation's: the study's
     # confirm_train), each timed apart from its profiled call (docs/gpu.md, third lease).
-    for dtype in float32 bfloat16; do
+    for dtype in ${BENCH_DTYPES:-float32 bfloat16}; do
       log "sampler speed, $dtype"
       timeout 90 python3 bench/gpu/sampler_speed.py --model models/smollm2-random --device cuda \
-        --tf32 --dtype "$dtype" --config configs/countdown_smollm2_gpu.toml --shapes 16x8 32x32 \
-        --profile 25 --out "$OUT/sampler_speed_$dtype.json" > "$OUT/sampler_$dtype.txt" 2>&1
-      grep -v Warning "$OUT/sampler_$dtype.txt" | grep -E "^ +(shape|[0-9]+x[0-9]+) "
+        --tf32 --dtype "$dtype" --config configs/countdown_smollm2_gpu.toml \
+        --shapes ${BENCH_SHAPES:-16x8 32x32} --profile "${BENCH_PROFILE:-25}" \
+        --out "$OUT/sampler_speed_$dtype.json" > "$OUT/sampler_$dtype.txt" 2>&1
+      rc=$?
+      [ "$dtype" = bfloat16 ] && { [ $rc = 0 ] && touch "$LEASE/bf16.ok" || touch "$LEASE/bf16.failed"; }
+      log "rc=$rc"; grep -v Warning "$OUT/sampler_$dtype.txt" | grep -E "^ +(shape|[0-9]+x[0-9]+) "
     done
     modes=(); [ "${UPDATE_BENCH:-0}" = 1 ] && modes=(eager --compile)
     for mode in "${modes[@]}"; do
@@ -140,10 +153,15 @@ if [ "${BASE:-0}" = 1 ] && [ ! -f runs/gpu/base_passk.json ]; then
     --prompts-per-batch 16 --variants 2:1-20:1-100 3:1-20:1-100 4:1-20:1-100 2:1-50:1-200 \
     --out runs/gpu/base_passk.json 2>&1 | grep -v Warning | tail -6
 fi
-log "the study ($WORKERS workers)"
+if [ ! -f "$LEASE/bf16.ok" ] && grep -q '^confirm_train' "$STUDY"; then
+  # The gate did not pass on this machine: the confirmation samples in float32.
+  fp32="$(dirname "$STUDY")/_fp32_$(basename "$STUDY")"
+  grep -v '^confirm_train' "$STUDY" > "$fp32" && STUDY=$fp32
+  log "bf16 gate not passed here: the confirmation samples in float32 ($STUDY)"
+fi
+log "the study $STUDY ($WORKERS workers)"
 timeout "$(( $(left) > 60 ? $(left) - 20 : 40 ))" python3 -m llm --debug study \
-  --config configs/study_countdown_smollm2.toml --workers "$WORKERS" --out runs/gpu/study \
-  > runs/gpu/study.log 2>&1
+  --config "$STUDY" --workers "$WORKERS" --out runs/gpu/study >> runs/gpu/study.log 2>&1
 log "study rc=$?"
 grep -v Warning runs/gpu/study.log | tail -30
 finish

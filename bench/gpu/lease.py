@@ -201,6 +201,40 @@ def prune(root: Path) -> int:
     return n
 
 
+def progress(study: Path) -> dict:
+    """What a study folder holds now, per stage (``explore``, ``confirm``): the base model's
+    evaluation, each run's state (``finished``; else ``resumes at step N`` from its newest
+    checkpoint, or ``starts over``), the evaluations recorded, and whether ``study.json`` is
+    written. A call writes it last (bench/gpu/device_call.sh), so a lease cut off anywhere says
+    what the next call resumes."""
+    out: dict = {"study": str(study), "study_json": (study / "study.json").is_file(), "stages": {}}
+    for stage in ("explore", "confirm"):
+        folder = study / stage
+        if not folder.is_dir():
+            continue
+        runs = {}
+        for marker in sorted(folder.glob("runs/*/sweep_run.json")):
+            try:
+                m = json.loads(marker.read_text())
+            except (OSError, ValueError):
+                continue  # being written
+            ckpts = sorted((marker.parent / "checkpoints").glob("step_*"))
+            state = ("finished" if m.get("finished") else
+                     f"resumes at step {int(ckpts[-1].name[5:])}" if ckpts else "starts over")  # fmt: skip
+            runs[marker.parent.name] = {
+                "state": state,
+                "evals": sorted(m.get("evals", {}), key=int),
+            }
+        out["stages"][stage] = {
+            "base_evaluated": (folder / "base_eval.json").is_file(),
+            "runs_finished": sum(r["state"] == "finished" for r in runs.values()),
+            "runs_started": len(runs),
+            "evaluations": sum(len(r["evals"]) for r in runs.values()),
+            "runs": runs,
+        }
+    return out
+
+
 def keep(tarball: Path) -> Path:
     """Keep a call's returned ``runs.tgz`` (run folders without checkpoints) as ``.gpu/state``,
     which the plan's last call carries: a study cut off by one lease continues in the next from
@@ -244,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--into", default="/tmp/lease/gguf")
     pr = sub.add_parser("prune", help="there: delete evaluated runs' checkpoints (disk)")
     pr.add_argument("root")
+    pg = sub.add_parser("progress", help="there: runs and evaluations done per stage (JSON)")
+    pg.add_argument("study")
+    pg.add_argument("--out", default=None, help="also write it here")
     kp = sub.add_parser("keep", help="here: a returned runs.tgz becomes .gpu/state (carried)")
     kp.add_argument("tarball")
     sm = sub.add_parser("smoke", help="there: a 2-step study file on a model folder")
@@ -252,6 +289,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.cmd == "prune":
         print(f"prune: {prune(Path(args.root))} runs")
+        return 0
+    if args.cmd == "progress":
+        text = json.dumps(progress(Path(args.study)), indent=1)
+        if args.out:
+            Path(args.out).write_text(text + "\n")
+        print(text)
         return 0
     if args.cmd == "keep":
         print(keep(Path(args.tarball)))

@@ -1,19 +1,22 @@
-"""bench/gpu/lease.py without a GPU: the GGUF's pieces join to the same bytes only when all are
-there, a joined file that does not match its sha256 is refused, evaluated runs lose their
-checkpoints and nothing else does, and the smoke study and the GPU study files parse."""
+"""bench/gpu/lease.py and adopt.py without a GPU: the GGUF's pieces join to the same bytes only
+when all are there, a joined file that does not match its sha256 is refused, evaluated runs lose
+their checkpoints and nothing else does, the progress file says what a call resumes, an earlier
+lease's complete runs are adopted under a study's names (and incomplete ones are not), and the
+smoke study and the GPU study files parse."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
-from llm.config import load_config
+from llm.config import config_from_dict, config_to_toml, load_config
 from llm.orchestrate.study import load_study
-from llm.orchestrate.sweep import sweep_from_dict
+from llm.orchestrate.sweep import _sweep_jobs, sweep_from_dict
 from llm.run.checkpoint import STATE_FILE, latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,6 +114,75 @@ def test_prune_keeps_only_the_newest_optimizer_state_of_a_running_run(lease, tmp
     assert lease.STATE_FILE == STATE_FILE
 
 
+def test_progress_says_what_each_stage_holds_and_what_resumes(lease, tmp_path):
+    study = tmp_path / "study"
+    _run(study / "explore" / "runs", "done", finished=True, evals=[5, 10, 20])
+    _run(study / "confirm" / "runs", "mid", finished=False, evals=[5], steps=10)
+    empty = study / "confirm" / "runs" / "new"
+    empty.mkdir(parents=True)
+    (empty / "sweep_run.json").write_text(json.dumps({"finished": False, "evals": {}}))
+    (study / "explore" / "base_eval.json").write_text("{}")
+    got = lease.progress(study)
+    assert not got["study_json"]
+    ex, co = got["stages"]["explore"], got["stages"]["confirm"]
+    assert (ex["base_evaluated"], ex["runs_finished"], ex["evaluations"]) == (True, 1, 3)
+    assert ex["runs"]["done"] == {"state": "finished", "evals": ["5", "10", "20"]}
+    assert (co["base_evaluated"], co["runs_finished"], co["runs_started"]) == (False, 0, 2)
+    assert co["runs"]["mid"]["state"] == "resumes at step 10"
+    assert co["runs"]["new"]["state"] == "starts over"
+
+
+def _tiny_study(tmp_path: Path, model: str) -> Path:
+    base = (ROOT / "configs" / "countdown_tiny.toml").read_text()
+    base = base.replace('model_path = "runs/base_tiny"', f'model_path = "{model}"')
+    (tmp_path / "base.toml").write_text(
+        base.replace("build_base_model = true", "build_base_model = false")
+    )
+    study = tmp_path / "study.toml"
+    study.write_text(
+        'base = "base.toml"\nseeds = [0]\ncheckpoints = [1, 2]\nreference = ["grpo"]\n'
+        'tune = { "optim.lr" = [1e-4, 3e-4] }\n[train]\nsteps = 2\n'
+        "[eval]\nproblems = 4\nsamples = 2\nseed = 0\n"
+        '[[methods]]\nmethod = "grpo"\n'
+        '[study]\nname = "adopt"\nconfirm_seeds = [1]\nconfirm_problems = 4\n'
+    )  # fmt: skip
+    return study
+
+
+def test_adopt_renames_complete_runs_by_config_and_leaves_the_rest(tmp_path, tiny_model_path):
+    """A run folder of the same train config under another name (an earlier study's), finished
+    and evaluated at every asked step under the study's key, is packed under the study's name;
+    one missing an evaluation is not."""
+    spec = importlib.util.spec_from_file_location("gpu_adopt", ROOT / "bench/gpu/adopt.py")
+    adopt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(adopt)
+    study = _tiny_study(tmp_path, tiny_model_path)
+    doc, _ = load_study(study)
+    jobs, _, base_sha, _, key = _sweep_jobs(sweep_from_dict(doc, root=tmp_path), tmp_path / "x",
+                                            engine="process", workers=1, progress=False,
+                                            run_bars=False)  # fmt: skip
+    old = tmp_path / "old" / "runs" / "gpu" / "study" / "explore"
+    for job, name, evals, sha in ((jobs[1], "grpo_lr_a", [1, 2], base_sha),
+                                  (jobs[2], "grpo_lr_b", [1], base_sha)):  # fmt: skip
+        run = old / "runs" / name
+        run.mkdir(parents=True)
+        (run / "config.toml").write_text(config_to_toml(config_from_dict(job.raw)))
+        marker = {"finished": True, "base_sha": sha,
+                  "evals": {str(s): {"eval": key} for s in evals}}  # fmt: skip
+        (run / "sweep_run.json").write_text(json.dumps(marker))
+    (old / "base_eval.json").write_text("{}")
+    tarball = tmp_path / "old.tgz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(tmp_path / "old" / "runs", arcname="runs")
+    rows = adopt.adopt(tarball, study, tmp_path / "state" / "runs.tgz")
+    assert rows == [(jobs[1].name, "grpo_lr_a"), (jobs[2].name, None)]
+    with tarfile.open(tmp_path / "state" / "runs.tgz") as tar:
+        names = tar.getnames()
+    assert f"runs/gpu/study/explore/runs/{jobs[1].name}/sweep_run.json" in names
+    assert "runs/gpu/study/explore/base_eval.json" in names
+    assert not any(jobs[2].name in n for n in names)
+
+
 def test_the_study_and_its_smoke_version_parse(lease, tmp_path):
     doc, spec = load_study(ROOT / "configs" / "study_countdown_smollm2.toml")
     sweep = sweep_from_dict(doc, root=ROOT / "configs")
@@ -122,6 +194,10 @@ def test_the_study_and_its_smoke_version_parse(lease, tmp_path):
     s = sweep_from_dict(sdoc, root=tmp_path)
     assert (s.steps, s.checkpoints, s.seeds, sspec.confirm_seeds) == (2, [1, 2], [0], [2])
     assert 'model_path = "models/random"' in (tmp_path / "smoke_base.toml").read_text()
+    doc, spec = load_study(ROOT / "configs" / "study_countdown_smollm2_ds.toml")
+    sweep = sweep_from_dict(doc, root=ROOT / "configs")
+    assert [s.label for s in sweep.settings] == ["grpo", "grpo", "ds_grpo", "ds_grpo"]
+    assert spec.confirm_train == {"eval": {"dtype": "bfloat16"}}
 
 
 def test_base_passk_writes_one_row_per_variant(tmp_path, tiny_model_path):
