@@ -43,6 +43,7 @@ from scipy.special import ndtri
 
 from experiment import estimand, frontier, report
 from experiment import study as S
+from theory.measures import pass_at_k_fast
 
 __all__ = ["CLAIM_SIZE", "DESIGNS", "METHODS", "Design", "calibrate", "method_path", "simulate"]
 
@@ -248,12 +249,6 @@ def method_path(d: Design, lift: float) -> tuple[float, float]:
     return min(found)[1:]
 
 
-def _pass_at_k_hat(c: np.ndarray, n: int, k: int) -> np.ndarray:
-    """Unbiased pass@k from `c` correct of `n` (vectorized `theory.measures.pass_at_k`)."""
-    out = 1.0 - special.comb(n - c, k, exact=False) / special.comb(n, k, exact=False)
-    return np.where(n - c < k, 1.0, out)
-
-
 def simulate(
     d: Design,
     paths: list[tuple[str, str, float, float, tuple[int, ...]]],
@@ -271,7 +266,7 @@ def simulate(
     """
     theta = rng.normal(d.mu, d.tau, problems)
     base = rng.binomial(d.samples, special.expit(theta))
-    bx, by = base / d.samples, _pass_at_k_hat(base, d.samples, d.k)
+    bx, by = base / d.samples, pass_at_k_fast(d.samples, base, d.k)
     xs, ys = [np.zeros((seeds, problems))], [np.zeros((seeds, problems))]
     names, settings, steps = ["grpo"], ["base"], [0]
     for name, setting, a, b, at in paths:
@@ -283,7 +278,7 @@ def simulate(
                               + d.sigma_off * s * u)  # fmt: skip
             counts = rng.binomial(d.samples, q)
             xs.append(counts / d.samples - bx)
-            ys.append(_pass_at_k_hat(counts, d.samples, d.k) - by)
+            ys.append(pass_at_k_fast(d.samples, counts, d.k) - by)
             names.append(name)
             settings.append(setting)
             steps.append(round(100 * s))

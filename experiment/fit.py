@@ -33,6 +33,7 @@ import numpy as np
 from scipy import optimize, special
 
 from experiment import calibration as C
+from theory.measures import pass_at_k_fast
 
 __all__ = ["counts_from_results", "fit_base", "fit_design"]
 
@@ -110,7 +111,7 @@ def fit_base(correct: object, n: int) -> tuple[float, float]:
 def _points(d: C.Design, counts: np.ndarray, base: np.ndarray, n: int) -> tuple[float, float]:
     """The mean (pass@1, pass@k) gains of `(S, P)` counts over the base's `(P,)`."""
     x = counts / n - base / n
-    y = C._pass_at_k_hat(counts, n, d.k) - C._pass_at_k_hat(base, n, d.k)
+    y = pass_at_k_fast(n, counts, d.k) - pass_at_k_fast(n, base, d.k)
     return float(x.mean()), float(y.mean())
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
+from scipy import special
 from scipy.special import logsumexp
 
 from theory._validate import correct_mask, log_probs
@@ -204,3 +205,13 @@ def pass_at_k(n: object, c: object, k: object) -> np.ndarray | float:
             i = np.arange(nn - cc + 1, nn + 1, dtype=np.float64)
             out[idx] = -np.expm1(np.sum(np.log1p(-kk / i)))
     return float(out) if out.ndim == 0 else out
+
+
+def pass_at_k_fast(n: int, c: np.ndarray, k: int) -> np.ndarray:
+    """`pass_at_k` vectorized over the correct counts `c` (any shape; `n`, `k` scalars), for the
+    calibration's millions of problems: `1 − C(n−c, k) / C(n, k)` with scipy's float binomials,
+    exactly 1 where `n − c < k`. No argument checks; equal to `pass_at_k` to ~1e-12
+    (`tests/theory/test_measures.py`)."""
+    c = np.asarray(c)
+    out = 1.0 - special.comb(n - c, k, exact=False) / special.comb(n, k, exact=False)
+    return np.where(n - c < k, 1.0, out)

@@ -1,9 +1,11 @@
 """Driver-level controls of a training step that act around the method's loss (issue 39):
 DAPO's dynamic sampling and overlong masking, Skywork-OR1's adaptive entropy coefficient,
 outcome-based exploration bonuses on final answers, the KL penalty in the reward, the adaptive
-KL coefficient and ProRL's reference reset. Pure functions of tensors, answers and counts (and
-one in-place weight copy); `llm.train.trainer` calls them, their state (the coefficients, the
-answer counts, the reference's step) travels in the checkpoint.
+KL coefficient and ProRL's reference reset. First pure functions of tensors, answers and counts
+(and one in-place weight copy); then the same controls applied to a step's batch
+(`controller_state`, `explore_rewards`, `kl_control`, `mask_truncated`, `adapt_entropy`), which
+`llm.train.trainer` calls; their state (the coefficients, the answer counts, the reference's
+step) travels in the checkpoint.
 
 Shapes: B prompts, G responses per prompt (a group), P prompt tokens, T response tokens, N
 candidates. Formulas: docs/formulas.md §2.31-§2.33, §2.35-§2.37.
@@ -12,12 +14,20 @@ candidates. Formulas: docs/formulas.md §2.31-§2.33, §2.35-§2.37.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
 import torch
 
+from llm.config import TrainConfig
 from llm.rollout.base import RolloutBatch
-from llm.run.distributed import unwrap
+from llm.run.distributed import DistInfo, gather_batch, unwrap
+from llm.tasks import TASKS
+from llm.train.behaviour import BehaviourBatch, reference_logp
+from llm.train.update import masked_mean
 from shaping.core import kl_penalty
 
 __all__ = [
@@ -334,3 +344,170 @@ def reset_reference(reference: torch.nn.Module, policy: torch.nn.Module) -> None
     with torch.no_grad():
         for name, t in dst.items():
             t.copy_(src[name])
+
+
+# ---------------------------------------------------------------------------------------------
+# Applied to a step's batch (`llm.train.trainer` calls these)
+
+
+def controller_state(
+    cfg: TrainConfig, saved: dict[str, Any] | None, ckpt: Path | None
+) -> dict[str, Any]:
+    """The trainer's own state: the adaptive entropy coefficient (``control.adaptive_entropy``,
+    starting at `entropy_coef`), the answer counts ``N(x, a)`` (``explore.ucb_coef``), the
+    adaptive KL coefficients (``control.adaptive_kl``: ``kl_reward_coef`` with
+    ``control.kl_in_reward``, ``kl_coef`` when the in-loss ``kl_coef > 0``) and the step whose
+    policy the reference holds (``control.reference_reset_every``; 0 = the base model); empty
+    when none is on. A resumed run takes them from its checkpoint (`saved`).
+
+    Raises:
+        ValueError: the checkpoint lacks a state the config needs.
+    """
+    state: dict[str, Any] = {}
+    c = cfg.control
+    if c.adaptive_entropy:
+        state["entropy_coef"] = float(cfg.entropy_coef)
+    if cfg.explore.ucb_coef > 0:
+        state["answer_counts"] = {}
+    if c.adaptive_kl and c.kl_in_reward:
+        state["kl_reward_coef"] = float(c.kl_reward_coef)
+    if c.adaptive_kl and cfg.kl_coef > 0:
+        state["kl_coef"] = float(cfg.kl_coef)
+    if c.reference_reset_every:
+        state["reference_step"] = 0
+    if ckpt is not None and state:
+        missing = sorted(k for k in state if saved is None or k not in saved)
+        if missing:
+            raise ValueError(f"--resume: {ckpt} holds no trainer state {missing}")
+        state.update({k: saved[k] for k in state})
+    return state
+
+
+def explore_rewards(
+    roll: Any,
+    rewards: torch.Tensor,
+    cfg: TrainConfig,
+    counts: AnswerCounts | None,
+    metrics: dict[str, float],
+) -> torch.Tensor:
+    """The verifier's rewards plus the outcome-based exploration bonuses of ``[explore]``
+    (historical: counts of earlier steps, then this step's answers are counted; within-group);
+    ``explore/`` metrics into `metrics`."""
+    task = TASKS[cfg.task]
+    answers = [[task.answer_key(t, distinct=cfg.distinct) for t in texts] for texts in roll.texts]
+    bonus = torch.zeros_like(rewards)
+    if cfg.explore.ucb_coef > 0:
+        assert counts is not None  # controller_state holds them whenever ucb_coef > 0
+        bonus += ucb_bonus(counts, roll.prompts, answers, cfg.explore.ucb_coef).to(bonus)
+        update_counts(counts, roll.prompts, answers)
+    if cfg.explore.batch_coef > 0:
+        bonus += batch_bonus(answers, cfg.explore.batch_coef).to(bonus)
+    metrics["explore/verifier_reward_mean"] = rewards.mean().item()
+    metrics["explore/bonus_mean"] = bonus.mean().item()
+    metrics["explore/distinct_answers"] = sum(
+        len({a for a in group if a is not None}) for group in answers
+    ) / max(len(answers), 1)
+    return rewards + bonus
+
+
+def mask_truncated(
+    behaviour: BehaviourBatch,
+    cfg: TrainConfig,
+    stop_ids: list[int],
+    info: DistInfo,
+    metrics: dict[str, float],
+) -> BehaviourBatch:
+    """`behaviour` with the responses that hit ``max_new_tokens`` unfinished masked out of the
+    loss (DAPO overlong masking, `truncated_responses`); their rewards still
+    count in their groups. ``overlong/masked_rate`` into `metrics`."""
+    b, g, t = behaviour.shape
+    mask = behaviour.fixed["mask"]
+    ids = behaviour.rows.response_ids.reshape(b, g, t)
+    cut = truncated_responses(ids, mask, stop_ids, cfg.rollout.max_new_tokens)
+    metrics["overlong/masked_rate"] = gather_batch({"cut": cut.float()}, info)["cut"].mean().item()
+    fixed = {**behaviour.fixed, "mask": mask * (~cut).unsqueeze(-1).to(mask.dtype)}
+    return replace(behaviour, fixed=fixed)
+
+
+def kl_control(
+    behaviour: BehaviourBatch,
+    ref_model: torch.nn.Module | None,
+    hyper: Mapping[str, Any],
+    cfg: TrainConfig,
+    info: DistInfo,
+    ctl: dict[str, Any],
+    metrics: dict[str, float],
+) -> tuple[BehaviourBatch, Mapping[str, Any]]:
+    """The KL penalty in the reward and the adaptive KL coefficients of ``[control]``.
+
+    With ``kl_in_reward`` the batch's rewards become ``r - beta sum_t kl_t`` (`
+    kl_reward_penalty`: pi_old against the reference on the sampled tokens, over the response
+    mask before any overlong masking), beta the step's coefficient. With ``adaptive_kl`` the
+    step's measured KL (the mean over the global batch's responses of their per-token mean) moves
+    the coefficients for the next step (`next_kl_coef`, in `ctl`), and the
+    in-loss ``kl_coef`` of this step's hyper-parameters is the controller's. ``control/``
+    metrics into `metrics`.
+
+    Returns:
+        (the behaviour batch with the penalised rewards, this step's hyper-parameters).
+    """
+    c = cfg.control
+    fixed = behaviour.fixed
+    logp_ref = fixed.get("logp_ref")
+    if logp_ref is None:
+        logp_ref = reference_logp(ref_model, behaviour, cfg)
+    kl_sum, kl_mean = kl_reward_penalty(
+        fixed["logp_old"], logp_ref, fixed["mask"], estimator=c.kl_reward_estimator
+    )
+    full = gather_batch({"kl_mean": kl_mean}, info)["kl_mean"]
+    kl = full.mean().item()
+    metrics["control/kl"] = kl
+    step_hyper = hyper
+    if c.kl_in_reward:
+        beta = ctl.get("kl_reward_coef", c.kl_reward_coef)
+        penalty = beta * kl_sum
+        metrics["control/kl_reward_coef"] = beta
+        metrics["control/kl_penalty"] = gather_batch({"p": penalty}, info)["p"].mean().item()
+        behaviour = replace(behaviour, fixed={**fixed, "rewards": fixed["rewards"] - penalty})
+    if c.adaptive_kl:
+        n = full.numel()
+        move = {"target": c.kl_target, "horizon": c.kl_horizon, "n_steps": n}
+        if "kl_reward_coef" in ctl:
+            ctl["kl_reward_coef"] = next_kl_coef(ctl["kl_reward_coef"], kl, **move)
+            metrics["control/next_kl_reward_coef"] = ctl["kl_reward_coef"]
+        if "kl_coef" in ctl:
+            metrics["control/kl_coef"] = ctl["kl_coef"]
+            step_hyper = MappingProxyType({**hyper, "kl_coef": ctl["kl_coef"]})
+            ctl["kl_coef"] = next_kl_coef(ctl["kl_coef"], kl, **move)
+            metrics["control/next_kl_coef"] = ctl["kl_coef"]
+    return behaviour, step_hyper
+
+
+def adapt_entropy(
+    batch: BehaviourBatch,
+    hyper: Mapping[str, Any],
+    cfg: TrainConfig,
+    info: DistInfo,
+    ctl: dict[str, Any],
+    metrics: dict[str, float],
+) -> Mapping[str, Any]:
+    """This step's loss hyper-parameters with the adaptive entropy coefficient (Skywork-OR1:
+    ``c_k 1[e_k <= target]``, `e_k` the batch's mean token entropy under pi_old over the loss
+    mask), and the coefficient moved for the next step in `ctl`; ``control/`` metrics into
+    `metrics`."""
+    b, g, t = batch.shape
+    full = gather_batch(
+        {"entropy": batch.old.entropy.reshape(b, g, t), "mask": batch.fixed["mask"]}, info
+    )
+    entropy = masked_mean(full["entropy"], full["mask"])
+    c = cfg.control
+    coef = ctl["entropy_coef"]
+    applied = applied_entropy_coef(coef, entropy, target=c.entropy_target)
+    ctl["entropy_coef"] = next_entropy_coef(
+        coef, entropy, target=c.entropy_target, delta=c.entropy_coef_delta,
+        lo=c.entropy_coef_min, hi=c.entropy_coef_max,
+    )  # fmt: skip
+    metrics["control/entropy"] = entropy
+    metrics["control/entropy_coef"] = applied
+    metrics["control/next_entropy_coef"] = ctl["entropy_coef"]
+    return MappingProxyType({**hyper, "entropy_coef": applied})

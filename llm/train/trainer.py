@@ -29,9 +29,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -62,7 +60,6 @@ from llm.run.checkpoint import (
 from llm.run.distributed import (
     DistInfo,
     broadcast_object,
-    gather_batch,
     generate_shared,
     init_distributed,
     rank_share,
@@ -82,14 +79,11 @@ from llm.run.folder import (
 from llm.tasks import TASKS
 from llm.train import control
 from llm.train.behaviour import (
-    BehaviourBatch,
     behaviour_batch,
-    reference_logp,
     sampler_is_behaviour,
 )
 from llm.train.update import (
     make_optimizer,
-    masked_mean,
     step_metrics,
     update_policy,
 )
@@ -234,7 +228,7 @@ def _train(
     optimizer, scheduler = make_optimizer(cfg, policy)
     # Loads a sharded (FSDP2) checkpoint's weights too, so the engine is synced after it.
     start, position = restore_checkpoint(ckpt, policy, optimizer, scheduler, info)
-    ctl = _controller_state(cfg, saved, ckpt)
+    ctl = control.controller_state(cfg, saved, ckpt)
     if ckpt is not None:
         backend.sync_weights(model)  # an engine with its own copy starts from cfg.model_path
 
@@ -290,7 +284,7 @@ def _train(
             if not cfg.rollout.dynamic_sampling:
                 rewards = _score(roll, batch_problems, cfg, info.device)
             if cfg.explore.ucb_coef > 0 or cfg.explore.batch_coef > 0:
-                rewards = _explore(roll, rewards, cfg, ctl["answer_counts"], extra)
+                rewards = control.explore_rewards(roll, rewards, cfg, ctl["answer_counts"], extra)
             t_behaviour = time.perf_counter()
             diversity = _diversity(roll, cfg, encoder) if "diversity" in needs else None
             behaviour = behaviour_batch(
@@ -303,14 +297,14 @@ def _train(
             # entropy coefficients.
             step_hyper: Mapping[str, Any] = hyper
             if cfg.control.kl_in_reward or cfg.control.adaptive_kl:
-                behaviour, step_hyper = _kl_control(
+                behaviour, step_hyper = control.kl_control(
                     behaviour, ref_model, hyper, cfg, info, ctl, extra
                 )
             loss_batch = behaviour
             if cfg.rollout.mask_truncated:
-                loss_batch = _mask_truncated(behaviour, cfg, stop_ids, info, extra)
+                loss_batch = control.mask_truncated(behaviour, cfg, stop_ids, info, extra)
             if cfg.control.adaptive_entropy:
-                step_hyper = _adapt_entropy(loss_batch, step_hyper, cfg, info, ctl, extra)
+                step_hyper = control.adapt_entropy(loss_batch, step_hyper, cfg, info, ctl, extra)
             update = update_policy(
                 policy, optimizer, scheduler, loss_batch, cfg=cfg, info=info, step=step,
                 hyper=step_hyper,
@@ -416,39 +410,6 @@ def _diversity(roll: Any, cfg: TrainConfig, encoder: Any) -> list[list[float]]:
 # Driver-level controls (`llm.train.control`, docs/formulas.md §2.31-§2.33, §2.35-§2.37)
 
 
-def _controller_state(
-    cfg: TrainConfig, saved: dict[str, Any] | None, ckpt: Path | None
-) -> dict[str, Any]:
-    """The trainer's own state: the adaptive entropy coefficient (``control.adaptive_entropy``,
-    starting at `entropy_coef`), the answer counts ``N(x, a)`` (``explore.ucb_coef``), the
-    adaptive KL coefficients (``control.adaptive_kl``: ``kl_reward_coef`` with
-    ``control.kl_in_reward``, ``kl_coef`` when the in-loss ``kl_coef > 0``) and the step whose
-    policy the reference holds (``control.reference_reset_every``; 0 = the base model); empty
-    when none is on. A resumed run takes them from its checkpoint (`saved`).
-
-    Raises:
-        ValueError: the checkpoint lacks a state the config needs.
-    """
-    state: dict[str, Any] = {}
-    c = cfg.control
-    if c.adaptive_entropy:
-        state["entropy_coef"] = float(cfg.entropy_coef)
-    if cfg.explore.ucb_coef > 0:
-        state["answer_counts"] = {}
-    if c.adaptive_kl and c.kl_in_reward:
-        state["kl_reward_coef"] = float(c.kl_reward_coef)
-    if c.adaptive_kl and cfg.kl_coef > 0:
-        state["kl_coef"] = float(cfg.kl_coef)
-    if c.reference_reset_every:
-        state["reference_step"] = 0
-    if ckpt is not None and state:
-        missing = sorted(k for k in state if saved is None or k not in saved)
-        if missing:
-            raise ValueError(f"--resume: {ckpt} holds no trainer state {missing}")
-        state.update({k: saved[k] for k in state})
-    return state
-
-
 def _dynamic_rollout(
     backend: RolloutBackendLike,
     problems: list[Problem],
@@ -501,136 +462,6 @@ def _dynamic_rollout(
         "dynamic/budget_exhausted": float(ran_out),
     }
     return batch_problems, roll, rewards, position, metrics
-
-
-def _explore(
-    roll: Any,
-    rewards: torch.Tensor,
-    cfg: TrainConfig,
-    counts: control.AnswerCounts | None,
-    metrics: dict[str, float],
-) -> torch.Tensor:
-    """The verifier's rewards plus the outcome-based exploration bonuses of ``[explore]``
-    (historical: counts of earlier steps, then this step's answers are counted; within-group);
-    ``explore/`` metrics into `metrics`."""
-    task = TASKS[cfg.task]
-    answers = [[task.answer_key(t, distinct=cfg.distinct) for t in texts] for texts in roll.texts]
-    bonus = torch.zeros_like(rewards)
-    if cfg.explore.ucb_coef > 0:
-        assert counts is not None  # _controller_state holds them whenever ucb_coef > 0
-        bonus += control.ucb_bonus(counts, roll.prompts, answers, cfg.explore.ucb_coef).to(bonus)
-        control.update_counts(counts, roll.prompts, answers)
-    if cfg.explore.batch_coef > 0:
-        bonus += control.batch_bonus(answers, cfg.explore.batch_coef).to(bonus)
-    metrics["explore/verifier_reward_mean"] = rewards.mean().item()
-    metrics["explore/bonus_mean"] = bonus.mean().item()
-    metrics["explore/distinct_answers"] = sum(
-        len({a for a in group if a is not None}) for group in answers
-    ) / max(len(answers), 1)
-    return rewards + bonus
-
-
-def _mask_truncated(
-    behaviour: BehaviourBatch,
-    cfg: TrainConfig,
-    stop_ids: list[int],
-    info: DistInfo,
-    metrics: dict[str, float],
-) -> BehaviourBatch:
-    """`behaviour` with the responses that hit ``max_new_tokens`` unfinished masked out of the
-    loss (DAPO overlong masking, `llm.train.control.truncated_responses`); their rewards still
-    count in their groups. ``overlong/masked_rate`` into `metrics`."""
-    b, g, t = behaviour.shape
-    mask = behaviour.fixed["mask"]
-    ids = behaviour.rows.response_ids.reshape(b, g, t)
-    cut = control.truncated_responses(ids, mask, stop_ids, cfg.rollout.max_new_tokens)
-    metrics["overlong/masked_rate"] = gather_batch({"cut": cut.float()}, info)["cut"].mean().item()
-    fixed = {**behaviour.fixed, "mask": mask * (~cut).unsqueeze(-1).to(mask.dtype)}
-    return replace(behaviour, fixed=fixed)
-
-
-def _kl_control(
-    behaviour: BehaviourBatch,
-    ref_model: torch.nn.Module | None,
-    hyper: Mapping[str, Any],
-    cfg: TrainConfig,
-    info: DistInfo,
-    ctl: dict[str, Any],
-    metrics: dict[str, float],
-) -> tuple[BehaviourBatch, Mapping[str, Any]]:
-    """The KL penalty in the reward and the adaptive KL coefficients of ``[control]``.
-
-    With ``kl_in_reward`` the batch's rewards become ``r - beta sum_t kl_t`` (`llm.train.control.
-    kl_reward_penalty`: pi_old against the reference on the sampled tokens, over the response
-    mask before any overlong masking), beta the step's coefficient. With ``adaptive_kl`` the
-    step's measured KL (the mean over the global batch's responses of their per-token mean) moves
-    the coefficients for the next step (`llm.train.control.next_kl_coef`, in `ctl`), and the
-    in-loss ``kl_coef`` of this step's hyper-parameters is the controller's. ``control/``
-    metrics into `metrics`.
-
-    Returns:
-        (the behaviour batch with the penalised rewards, this step's hyper-parameters).
-    """
-    c = cfg.control
-    fixed = behaviour.fixed
-    logp_ref = fixed.get("logp_ref")
-    if logp_ref is None:
-        logp_ref = reference_logp(ref_model, behaviour, cfg)
-    kl_sum, kl_mean = control.kl_reward_penalty(
-        fixed["logp_old"], logp_ref, fixed["mask"], estimator=c.kl_reward_estimator
-    )
-    full = gather_batch({"kl_mean": kl_mean}, info)["kl_mean"]
-    kl = full.mean().item()
-    metrics["control/kl"] = kl
-    step_hyper = hyper
-    if c.kl_in_reward:
-        beta = ctl.get("kl_reward_coef", c.kl_reward_coef)
-        penalty = beta * kl_sum
-        metrics["control/kl_reward_coef"] = beta
-        metrics["control/kl_penalty"] = gather_batch({"p": penalty}, info)["p"].mean().item()
-        behaviour = replace(behaviour, fixed={**fixed, "rewards": fixed["rewards"] - penalty})
-    if c.adaptive_kl:
-        n = full.numel()
-        move = {"target": c.kl_target, "horizon": c.kl_horizon, "n_steps": n}
-        if "kl_reward_coef" in ctl:
-            ctl["kl_reward_coef"] = control.next_kl_coef(ctl["kl_reward_coef"], kl, **move)
-            metrics["control/next_kl_reward_coef"] = ctl["kl_reward_coef"]
-        if "kl_coef" in ctl:
-            metrics["control/kl_coef"] = ctl["kl_coef"]
-            step_hyper = MappingProxyType({**hyper, "kl_coef": ctl["kl_coef"]})
-            ctl["kl_coef"] = control.next_kl_coef(ctl["kl_coef"], kl, **move)
-            metrics["control/next_kl_coef"] = ctl["kl_coef"]
-    return behaviour, step_hyper
-
-
-def _adapt_entropy(
-    batch: BehaviourBatch,
-    hyper: Mapping[str, Any],
-    cfg: TrainConfig,
-    info: DistInfo,
-    ctl: dict[str, Any],
-    metrics: dict[str, float],
-) -> Mapping[str, Any]:
-    """This step's loss hyper-parameters with the adaptive entropy coefficient (Skywork-OR1:
-    ``c_k 1[e_k <= target]``, `e_k` the batch's mean token entropy under pi_old over the loss
-    mask), and the coefficient moved for the next step in `ctl`; ``control/`` metrics into
-    `metrics`."""
-    b, g, t = batch.shape
-    full = gather_batch(
-        {"entropy": batch.old.entropy.reshape(b, g, t), "mask": batch.fixed["mask"]}, info
-    )
-    entropy = masked_mean(full["entropy"], full["mask"])
-    c = cfg.control
-    coef = ctl["entropy_coef"]
-    applied = control.applied_entropy_coef(coef, entropy, target=c.entropy_target)
-    ctl["entropy_coef"] = control.next_entropy_coef(
-        coef, entropy, target=c.entropy_target, delta=c.entropy_coef_delta,
-        lo=c.entropy_coef_min, hi=c.entropy_coef_max,
-    )  # fmt: skip
-    metrics["control/entropy"] = entropy
-    metrics["control/entropy_coef"] = applied
-    metrics["control/next_entropy_coef"] = ctl["entropy_coef"]
-    return MappingProxyType({**hyper, "entropy_coef": applied})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -115,6 +115,17 @@ def test_pass_at_k_matches_the_binomial_formula() -> None:
                 assert measures.pass_at_k(n, c, k) == pytest.approx(direct, abs=1e-13)
 
 
+def test_pass_at_k_fast_equals_the_reference() -> None:
+    """The calibration's vectorized pass@k against `pass_at_k`, every count, at its sizes (n up
+    to 64 samples): float64 binomials of at most C(64, 32) ~ 1.8e18, relative error ~1e-15."""
+    for n in (1, 2, 8, 16, 32, 64):
+        c = np.arange(n + 1)
+        for k in sorted({1, min(2, n), n // 2 or 1, n}):
+            fast = measures.pass_at_k_fast(n, c.reshape(-1, 1), k)
+            assert fast.shape == (n + 1, 1)
+            np.testing.assert_allclose(fast[:, 0], measures.pass_at_k(n, c, k), rtol=0, atol=1e-12)
+
+
 def test_pass_at_k_broadcasts_and_is_stable() -> None:
     out = measures.pass_at_k(np.array([10, 20]), np.array([[0], [5]]), 4)
     assert out.shape == (2, 2)
