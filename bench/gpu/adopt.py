@@ -1,12 +1,14 @@
 """Carry an earlier lease's finished runs into a study under the names that study gives them.
 
     python bench/gpu/adopt.py bench/results/gpu_lease_smollm2_2026-11-26_lease3_runs.tgz \
-        --study configs/study_countdown_smollm2_ds.toml          # writes .gpu/state/runs.tgz
+        bench/results/gpu_lease_smollm2_2026-11-27_lease4_runs.tgz \
+        --study configs/study_countdown_smollm2.toml             # writes .gpu/state/runs.tgz
 
 A study names a run folder after its setting (`llm.orchestrate.sweep.run_name`): the third lease's
 ``grpo_seed0`` (GRPO at the base config's lr 3e-5) is ``grpo_optim.lr=3e-05_seed0`` in a study that
 tunes the learning rate, though it is the same run. This matches each of the study's exploratory
-runs to an earlier run folder by its train config (``config.toml``, compared as
+runs to an earlier run folder (of any of the tarballs, a complete one first, a later tarball's
+before an earlier's) by its train config (``config.toml``, compared as
 `llm.config.config_to_toml` writes it), checks the earlier marker's base weights (when the model
 folder is here) and which of the asked evaluations it holds under the study's evaluation key
 (`llm.orchestrate.jobs.same_eval`), and packs the runs that `llm.orchestrate.jobs` will reuse,
@@ -37,42 +39,54 @@ STUDY_DIR = Path("runs/gpu/study")
 """The folder bench/gpu/device_call.sh gives the study (``--out``)."""
 
 
-def adopt(tarball: Path, study: Path, out: Path) -> list[tuple[str, str | None]]:
-    """Write `out` (module docstring); returns (study run name, adopted folder name or None)."""
+def adopt(tarballs: Path | list[Path], study: Path, out: Path) -> list[tuple[str, str | None]]:
+    """Write `out` (module docstring) from one or several earlier leases' ``runs.tgz``; returns
+    (study run name, adopted folder name or None) per exploratory run of the study."""
+    tarballs = [tarballs] if isinstance(tarballs, Path) else list(tarballs)
     doc, _ = load_study(study)
     spec = sweep_from_dict(doc, root=study.parent)
     rows: list[tuple[str, str | None]] = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        with tarfile.open(tarball) as tar:
-            tar.extractall(tmp / "old", filter="data")
-        old_explore = next((tmp / "old").rglob("explore"), None)
-        if old_explore is None or not (old_explore / "runs").is_dir():
-            raise SystemExit(f"{tarball}: no explore/runs folder in it")
-        by_config = {}
-        for d in sorted((old_explore / "runs").iterdir()):
-            if (d / "config.toml").is_file() and (d / RUN_MARKER).is_file():
-                text = config_to_toml(config_from_dict(read_toml(d / "config.toml")))
-                by_config.setdefault(text, d)
+        candidates: dict[str, list[Path]] = {}  # train config -> run folders, latest tarball first
+        base_evals = []
+        for k, tarball in enumerate(reversed(tarballs)):
+            with tarfile.open(tarball) as tar:
+                tar.extractall(tmp / f"old{k}", filter="data")
+            old_explore = next((tmp / f"old{k}").rglob("explore"), None)
+            if old_explore is None or not (old_explore / "runs").is_dir():
+                raise SystemExit(f"{tarball}: no explore/runs folder in it")
+            base_evals.append(old_explore / "base_eval.json")
+            for d in sorted((old_explore / "runs").iterdir()):
+                if (d / "config.toml").is_file() and (d / RUN_MARKER).is_file():
+                    text = config_to_toml(config_from_dict(read_toml(d / "config.toml")))
+                    candidates.setdefault(text, []).append(d)
         new_explore = tmp / "new" / STUDY_DIR / "explore"
         jobs, _, base_sha, _, eval_key = _sweep_jobs(
             spec, new_explore, engine="process", workers=1, progress=False, run_bars=False
         )
-        for job in jobs[1:]:
-            src = by_config.get(config_to_toml(config_from_dict(job.raw)))
-            marker = read_json(src / RUN_MARKER) if src is not None else None
-            complete = (
+
+        def complete(src: Path, steps: list[int]) -> bool:
+            marker = read_json(src / RUN_MARKER)
+            return bool(
                 marker is not None
                 and marker.get("finished")
                 and marker.get("base_sha") == base_sha
                 and all(same_eval(marker.get("evals", {}).get(str(s), {}).get("eval"), eval_key)
-                        for s in job.steps)
+                        for s in steps)
             )  # fmt: skip
-            if complete:
-                shutil.copytree(src, Path(job.out), ignore=shutil.ignore_patterns("checkpoints"))
-            rows.append((job.name, src.name if complete else None))
-        if (old_explore / "base_eval.json").is_file():
-            shutil.copy(old_explore / "base_eval.json", new_explore / "base_eval.json")
+
+        for job in jobs[1:]:
+            found = [d for d in candidates.get(config_to_toml(config_from_dict(job.raw)), [])
+                     if complete(d, job.steps)]  # fmt: skip
+            if found:
+                shutil.copytree(
+                    found[0], Path(job.out), ignore=shutil.ignore_patterns("checkpoints")
+                )
+            rows.append((job.name, found[0].name if found else None))
+        base_eval = next((b for b in base_evals if b.is_file()), None)
+        if base_eval is not None:
+            shutil.copy(base_eval, new_explore / "base_eval.json")
         out.parent.mkdir(parents=True, exist_ok=True)
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
@@ -83,11 +97,11 @@ def adopt(tarball: Path, study: Path, out: Path) -> list[tuple[str, str | None]]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("tarball", type=Path, help="an earlier lease's runs.tgz")
+    ap.add_argument("tarballs", type=Path, nargs="+", help="earlier leases' runs.tgz, oldest first")
     ap.add_argument("--study", type=Path, required=True, help="the study file the lease runs")
     ap.add_argument("--out", type=Path, default=ROOT / ".gpu" / "state" / "runs.tgz")
     args = ap.parse_args(argv)
-    rows = adopt(args.tarball, args.study, args.out)
+    rows = adopt(args.tarballs, args.study, args.out)
     for name, src in rows:
         print(f"{name}: " + (f"adopted from {src}" if src else "trained in the lease"))
     print(f"{sum(s is not None for _, s in rows)} of {len(rows)} runs adopted -> {args.out}")

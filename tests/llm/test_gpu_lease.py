@@ -181,6 +181,20 @@ def test_adopt_renames_complete_runs_by_config_and_leaves_the_rest(tmp_path, tin
     assert f"runs/gpu/study/explore/runs/{jobs[1].name}/sweep_run.json" in names
     assert "runs/gpu/study/explore/base_eval.json" in names
     assert not any(jobs[2].name in n for n in names)
+    # A later lease's tarball completes the second run: adopted from it, the first from the earlier.
+    later = tmp_path / "later" / "runs" / "gpu" / "study" / "explore" / "runs" / "grpo_lr_b2"
+    later.mkdir(parents=True)
+    (later / "config.toml").write_text(config_to_toml(config_from_dict(jobs[2].raw)))
+    marker = {
+        "finished": True,
+        "base_sha": base_sha,
+        "evals": {"1": {"eval": key}, "2": {"eval": key}},
+    }
+    (later / "sweep_run.json").write_text(json.dumps(marker))
+    with tarfile.open(tmp_path / "later.tgz", "w:gz") as tar:
+        tar.add(tmp_path / "later" / "runs", arcname="runs")
+    rows = adopt.adopt([tarball, tmp_path / "later.tgz"], study, tmp_path / "state" / "runs.tgz")
+    assert rows == [(jobs[1].name, "grpo_lr_a"), (jobs[2].name, "grpo_lr_b2")]
 
 
 def test_the_study_and_its_smoke_version_parse(lease, tmp_path):
