@@ -40,7 +40,7 @@ import numerics  # first: pins the numeric code paths before numpy, torch, JAX l
 import numpy as np
 import torch
 
-from experiment.study import cpu_model
+from experiment.study_report import cpu_model
 from llm.config import load_config
 from llm.eval.heldout import evaluate, evaluate_models
 from llm.model.load import load_model_and_tokenizer

@@ -14,7 +14,7 @@ design fitted to a sweep's per-problem counts (`experiment.fit`), printed as JSO
 ``figures/toy_study_sharpening``), to be committed.
 
 ``python -m experiment claims STUDY.json ... [--readme README.md]``: the claims table of the
-studies' confirmation stages (`experiment.study.claims_table`, the rule in docs/statistics.md),
+studies' confirmation stages (`experiment.study_report.claims_table`, the rule in docs/statistics.md),
 printed, or written into README.md between ``<!-- claims: begin -->`` and ``<!-- claims: end -->``.
 """
 
@@ -26,7 +26,7 @@ import sys
 
 from experiment import calibration as C
 from experiment import cli, fit, store
-from experiment import study as S
+from experiment import study_report as R
 
 BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
 SUPERSEDED = "lift v2, unequal budgets: superseded, to be re-run"
@@ -82,7 +82,7 @@ def _main(argv: list[str]) -> int:
     pb.add_argument("dest", help="destination folder (e.g. figures/toy_study_sharpening)")
     args = parser.parse_args(argv)
     if args.command == "publish":
-        for name in S.publish(args.study_dir, args.dest):
+        for name in R.publish(args.study_dir, args.dest):
             print(name)
         return 0
     if args.command == "claims":
@@ -127,7 +127,7 @@ def _claims(paths: list[str], readme: str | None) -> int:
             rows.extend({**r, "study": tag} for r in doc["claims"])
         else:
             rows.extend(doc["claims"])
-    table = S.claims_table(rows)
+    table = R.claims_table(rows)
     if readme is None:
         print(table, end="")
         return 0

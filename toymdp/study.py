@@ -35,6 +35,7 @@ from typing import Any
 import numerics
 from experiment import store
 from experiment import study as S
+from experiment import study_report as R
 from experiment.schema import meta, option
 from experiment.spec import Budget, check_budget, untune
 from toymdp import sweep as SW
@@ -189,7 +190,7 @@ def run_study(
         spec.name, picks, confirm["doc"]["frontier"], reference=cfg.reference[0],
         alpha=spec.alpha, size=spec.claim_size, size_distinct=spec.claim_size_distinct,
         problems=len(spec.confirm_draws), design=design,
-        provenance=S.provenance(config_path, numerics.tag()), by_step=True,
+        provenance=R.provenance(config_path, numerics.tag()), by_step=True,
         costs=COSTS, defaults={"lr": cfg.train.lr, "kl_coef": cfg.train.kl_coef},
     )  # fmt: skip
     how = (f"Exploratory stage: draws {design['explore_draws']}, seeds {design['explore_seeds']}, "
@@ -202,5 +203,5 @@ def run_study(
               "checkpoints)." if unequal is None
               else f"**unequal** (explicit, [study] unequal_budget = true): {unequal}."))  # fmt: skip
     store.write_json(out / "study.json", result, indent=1)
-    store.write_text(out / "verdicts.md", S.study_markdown(result, how, "Dataset draws"))
+    store.write_text(out / "verdicts.md", R.study_markdown(result, how, "Dataset draws"))
     return result

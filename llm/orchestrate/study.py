@@ -34,6 +34,7 @@ import numpy as np
 import numerics
 from experiment import schema, store
 from experiment import study as S
+from experiment import study_report as R
 from experiment.schema import meta, option
 from experiment.spec import Budget, check_budget, untune
 from llm.config import MOVED_KEYS
@@ -268,7 +269,7 @@ def run_study(
             spec.name, picks, confirm["frontier"], reference=sweep.reference[0], alpha=spec.alpha,
             size=spec.claim_size, size_distinct=spec.claim_size_distinct,
             problems=spec.confirm_problems, design=design,
-            provenance=S.provenance(config_path, numerics.tag()), by_step=True,
+            provenance=R.provenance(config_path, numerics.tag()), by_step=True,
             costs=measured_costs(out / "confirm" / "runs"),
             defaults=_configured(sweep),
         )  # fmt: skip
@@ -285,7 +286,7 @@ def run_study(
         result["fingerprints"] = {"explore": explore["fingerprints"],
                                   "confirm": confirm["fingerprints"]}  # fmt: skip
         store.write_json(out / "study.json", result, indent=1)
-        store.write_text(out / "verdicts.md", S.study_markdown(result, how, "Problems"))
+        store.write_text(out / "verdicts.md", R.study_markdown(result, how, "Problems"))
     return result
 
 
@@ -337,7 +338,7 @@ def spot_check(
                          "recorded); read the study again with python -m llm study")  # fmt: skip
     prov = doc["provenance"]
     config_path = Path(prov["config"])
-    here = S.provenance(config_path, numerics.tag())
+    here = R.provenance(config_path, numerics.tag())
     if here["config_sha256"] != prov["config_sha256"]:
         raise ValueError(f"{config_path}: its content changed since the study (sha256 "
                          f"{here['config_sha256'][:12]}, the study's {prov['config_sha256'][:12]}); "

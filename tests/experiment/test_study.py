@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from experiment import covariance as Cv
 from experiment import inference as I
 from experiment import study as S
+from experiment import study_report as R
 
 
 def _model(label, lift, lo, hi, *, p=0.5, se=0.01, df=30.0, status="inside", ref=False, step=10,
@@ -108,7 +109,7 @@ def test_a_pick_outside_the_range_is_refuted_only_when_a_grpo_model_beats_it(p, 
     assert S.claim_verdict({**r, "dominated_by": None}, 0.03) == "not resolved"
     rows = S.claim_rows("s", {"pass_at_k": {"unlikeliness": r}}, {"verdict": "supported", "y": 0,
                         "y_lo": 0, "y_hi": 0}, size=3.0, size_distinct=0.1)  # fmt: skip
-    cell = S.claims_table(rows)
+    cell = R.claims_table(rows)
     if p <= 0.05 / picks:
         assert (
             f"**refuted** (outside GRPO's range; GRPO lr=1e-4, step 50 beats it on both axes, "
@@ -156,11 +157,11 @@ def test_publish_copies_the_small_outputs(tmp_path):
     (src / "confirm").mkdir(parents=True)
     (src / "study.json").write_text("{}")
     (src / "confirm" / "lifts.md").write_text("table")
-    written = S.publish(src, tmp_path / "pub")
+    written = R.publish(src, tmp_path / "pub")
     assert sorted(p.rsplit("/", 1)[1] for p in written) == ["confirm_lifts.md", "study.json"]
     assert (tmp_path / "pub" / "confirm_lifts.md").read_text() == "table"
     with pytest.raises(ValueError, match=r"no study\.json and no explore"):
-        S.publish(tmp_path / "missing", tmp_path / "pub")
+        R.publish(tmp_path / "missing", tmp_path / "pub")
 
 
 def test_sharpening_is_read_from_the_first_trained_setting_not_the_base():
@@ -214,7 +215,7 @@ def test_reference_spread_takes_each_settings_best_checkpoint_and_feeds_one_row(
     assert spread["grpo kl=0"]["step"] == 10 and spread["grpo kl=1"]["lift"] == 0.05
     row = S.spread_row("st", spread)
     assert row["lift"] == pytest.approx(5.0) and row["where"] == "kl=1, step 20"
-    assert "+5.0 [+3.0, +7.0] (kl=1, step 20)" in S.claims_table([row])
+    assert "+5.0 [+3.0, +7.0] (kl=1, step 20)" in R.claims_table([row])
     assert S.spread_row("st", {}) is None
 
 
@@ -249,7 +250,7 @@ def test_the_curve_free_check_is_carried_to_the_confirmation_table():
     out = S.confirm(section, ["a", "b"])
     assert out["a"]["dominated_by"] == dom and out["b"]["dominated_by"] is None
     picks = {"pass_at_k": {k: {"setting": "s", "step": 10, "lift": 0.0} for k in "ab"}}
-    md = S.verdicts_markdown({"pass_at_k": out, "distinct_correct": out}, picks, "intro")
+    md = R.verdicts_markdown({"pass_at_k": out, "distinct_correct": out}, picks, "intro")
     assert md.count("| a | kl_coef=0.1, 50 | +1.20 | +3.40 | 0.004 |") == 1  # pass@k: points
     assert md.count("| a | kl_coef=0.1, 50 | +1.20 | +0.03 | 0.004 |") == 1  # distinct: as is
     assert md.count("intersection-union") == 1 and md.count("Curve-free check (as above)") == 1

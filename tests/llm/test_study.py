@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from experiment import study as S
+from experiment import study_report as R
 from llm.__main__ import main
 from llm.orchestrate.study import budgets, confirmation_doc, load_study, spot_check, study_budget
 from llm.orchestrate.sweep import run_sweep, sweep_from_dict
@@ -71,7 +72,7 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     rep = spot_check(out / "study.json", runs=2, out=spot, workers=1, progress=False)
     n = min(3, 1 + len(confirm["runs"]))
     assert rep["of"] == rep["same"] == n and rep["runs"][0]["run"] == "base"
-    assert rep["cpu_id"]["here"] == rep["cpu_id"]["study"] == S.cpu_id()
+    assert rep["cpu_id"]["here"] == rep["cpu_id"]["study"] == R.cpu_id()
     assert json.loads((spot / "spot_check.json").read_text()) == rep
     # A fingerprint that differs is named, and the command fails (the runs are reused).
     doc["fingerprints"]["confirm"][rep["runs"][1]["run"]] = "0" * 64
@@ -113,7 +114,7 @@ def test_a_spot_check_on_an_emulated_cpu_gives_the_same_bytes(
     report names the emulator (its /proc/cpuinfo is the host's). The emulated CPU is of the other
     vendor (an Intel ``Haswell`` on an AMD host, else QEMU's AMD ``max``): MKL picks kernels by
     vendor, which numerics pin version 2 makes irrelevant (docs/numerics.md)."""
-    cpu = "Haswell" if S.cpu_id().startswith("AuthenticAMD") else "max"
+    cpu = "Haswell" if R.cpu_id().startswith("AuthenticAMD") else "max"
     config = _write(tmp_path, tiny_model_path, STUDY.replace("[5]", "[5, 6]"))
     monkeypatch.chdir(tmp_path.parent)
     config = config.relative_to(tmp_path.parent)
