@@ -76,6 +76,7 @@ bench: $(VENV)/.stamp-test
 	$(PY) bench/bench_numerics.py
 	$(PY) bench/bench_trl.py --threads 1 --rounds 2
 	$(PY) bench/bench_batched.py
+	$(PY) bench/bench_roofline.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache .hypothesis
