@@ -16,7 +16,7 @@ One thread (as every sweep run trains), side by side in one call:
    would take at those rates). The fraction of the ceiling a step reaches is its achieved rate
    (work / time) over it.
 
-    python bench/bench_roofline.py [--steps 8] [--runs 8] [--out bench/results/roofline.json]
+    python bench/bench_roofline.py [--steps 8] [--runs 8] [--model DIR] [--out bench/results/roofline.json]
 
 Prints one line per engine: GFLOP per run-step, s per run-step, achieved GFLOP/s, the ceiling and
 the fraction. Numbers depend on this machine and its load; the fraction is the comparable one.
@@ -40,7 +40,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from experiment.study_report import cpu_id
-from llm.config import load_config
+from llm.config import add_set_argument, load_config
 from llm.train.batched import train_batch
 from llm.train.trainer import train
 
@@ -50,9 +50,13 @@ WARM = 2
 """Steps left out of the median step time (the first calls pay for allocation and caches)."""
 
 
-def _configs(steps: int, runs: int) -> list[Any]:
-    base = load_config(CONFIG, steps=steps, run={"save_every": 0, "tensorboard": False},
-                       system={"num_threads": 1})  # fmt: skip
+def _configs(
+    steps: int, runs: int, model: str | None = None, sets: list[str] | None = None
+) -> list[Any]:
+    over = {"model_path": model, "build_base_model": False} if model else {}
+    base = load_config(CONFIG, sets=sets or (), steps=steps,
+                       run={"save_every": 0, "tensorboard": False}, system={"num_threads": 1},
+                       **over)  # fmt: skip
     return [dataclasses.replace(base, seed=r) for r in range(runs)]
 
 
@@ -112,11 +116,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=8, help="runs in the batched engine's batch")
     ap.add_argument("--repeats", type=int, default=5, help="repeats of each product (best kept)")
     ap.add_argument("--out", type=Path, default=None, help="also write the numbers as JSON")
+    ap.add_argument(
+        "--model",
+        default=None,
+        help="a base model folder (default: the config's, built on first use)",
+    )
+    add_set_argument(ap, "config overrides (data.max_target=20 ...)")
     args = ap.parse_args(argv)
     if args.steps <= WARM:
         raise SystemExit(f"--steps: expected more than {WARM} (the warm steps), got {args.steps}")
     torch.set_num_threads(1)
-    cfgs = _configs(args.steps, args.runs)
+    cfgs = _configs(args.steps, args.runs, args.model, args.sets)
     measured = {}
     for name, batched in (("single", False), ("batched", True)):  # trains the base model first
         group = cfgs if batched else cfgs[:1]
