@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -137,8 +138,17 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
+GIT_COMMIT_ENV = "SHARPENING_GIT_COMMIT"
+"""Names the commit a study records where the checkout's own git metadata is not the tree's: a
+GPU lease's copy of the working tree carries the session's first HEAD (bench/gpu/device_call.sh's
+caller sets it to ``git rev-parse HEAD`` here)."""
+
+
 def _git_commit() -> str:
-    """The checkout's commit (``unknown`` outside a git checkout)."""
+    """`GIT_COMMIT_ENV` when set, else the checkout's commit (``unknown`` outside a git
+    checkout)."""
+    if os.environ.get(GIT_COMMIT_ENV):
+        return os.environ[GIT_COMMIT_ENV]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                               check=True, cwd=Path(__file__).parent).stdout.strip()  # fmt: skip

@@ -24,6 +24,8 @@
 # BENCH_DTYPES, default "float32 bfloat16"); unless that passed on this machine, the study's
 # confirmation samples in float32 (a copy of STUDY without its confirm_train line). Every call ends
 # with $OUT/progress.json (lease.py progress: runs and evaluations done per stage, what is left).
+# SHARPENING_GIT_COMMIT names the commit the study records (the device's copy of .git holds the
+# session's first HEAD, not the tree sent): pass the one here, `git rev-parse HEAD`, in the command.
 # Usage there: DEADLINE=540 bash bench/gpu/device_call.sh
 set -uo pipefail
 START=$(date +%s)

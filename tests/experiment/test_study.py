@@ -274,3 +274,13 @@ def test_sharpening_is_read_at_the_configured_setting_not_the_first_tuning():
     assert out["setting"] == "lr=0.3" and out["verdict"] == "supported"
     # no setting agrees: the first
     assert S.sharpening_verdict(section, "grpo", defaults={"lr": 1.0})["setting"] == "lr=0.03"
+
+
+def test_provenance_names_the_commit_it_is_told(tmp_path, monkeypatch):
+    """A GPU lease's tree copy carries a stale .git: the caller names the commit."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("a = 1\n")
+    monkeypatch.setenv(R.GIT_COMMIT_ENV, "0123abc")
+    assert R.provenance(cfg, "pinned")["git_commit"] == "0123abc"
+    monkeypatch.delenv(R.GIT_COMMIT_ENV)
+    assert R.provenance(cfg, "pinned")["git_commit"] != "0123abc"
