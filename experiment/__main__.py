@@ -27,6 +27,7 @@ import sys
 from experiment import calibration as C
 from experiment import cli, fit, store
 from experiment import study_report as R
+from experiment.inference import PROCEDURE
 
 BEGIN, END = "<!-- claims: begin -->", "<!-- claims: end -->"
 SUPERSEDED = "lift v2, unequal budgets: superseded, to be re-run"
@@ -124,6 +125,9 @@ def _claims(paths: list[str], readme: str | None) -> int:
             raise ValueError(f"{path}: not a study.json (python -m toymdp study writes one)")
         if "procedure" not in doc:  # read by lift v2, before equal budgets (issue 37)
             tag = f"{doc.get('study', path)} ({SUPERSEDED})"
+            rows.extend({**r, "study": tag} for r in doc["claims"])
+        elif doc["procedure"] != PROCEDURE:  # an earlier lift: its column says which
+            tag = f"{doc.get('study', path)} ({doc['procedure'].split(':')[0]})"
             rows.extend({**r, "study": tag} for r in doc["claims"])
         else:
             rows.extend(doc["claims"])

@@ -45,7 +45,17 @@ from experiment import estimand, frontier, report
 from experiment import study as S
 from theory.measures import pass_at_k_fast
 
-__all__ = ["CLAIM_SIZE", "DESIGNS", "METHODS", "Design", "calibrate", "method_path", "simulate"]
+__all__ = [
+    "CLAIM_SIZE",
+    "DESIGNS",
+    "ESCAPE",
+    "METHODS",
+    "Design",
+    "calibrate",
+    "method_path",
+    "methods_of",
+    "simulate",
+]
 
 # Quadrature of the population truth: a problem's logit at equal-mass nodes (the midpoint rule in
 # its quantile, robust where a sharpened path makes success a step in the logit: Gauss-Hermite
@@ -64,6 +74,14 @@ METHODS = {
 """The simulated methods: the largest true lift of each of their three settings (probability
 units). ``null`` does not beat GRPO anywhere; ``plus5``'s best setting is 4 points better than its
 others (the pick-the-best check)."""
+
+ESCAPE = {"escape": (0.08, 0.05)}
+"""A method whose settings' best models lie *above* GRPO's pass@1 range (lift v4: `experiment.
+estimand` continues the hull there), for the designs whose GRPO stops at a ceiling (`Design.
+escape`): the SmolLM2 study's DS-GRPO passed GRPO's one-rule collapse (docs/gpu.md). Only large
+lifts are reachable there in the `real` design (a path that passes the ceiling keeps much of its
+pass@k): +8 (its last checkpoint above the range, 2 points ahead of its others) and +5 (a near
+tie with an inside checkpoint)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +105,8 @@ class Design:
     """The pushes `a` `method_path` tries for a method's path."""
     sharpenings: tuple[float, float] = (-2.0, 2.0)
     """The range of sharpenings `b` `method_path` searches."""
+    escape: bool = False
+    """Also simulate `ESCAPE` (a method whose best models pass GRPO's largest pass@1)."""
 
 
 DESIGNS = {
@@ -139,11 +159,18 @@ DESIGNS = {
         sigma_off=0.3,
         pushes=tuple(float(v) for v in np.arange(-20, 21) * 0.01),
         sharpenings=(-2.0, 8.0),
+        escape=True,
     ),
 }
 """The library of regimes (issue 37, item 4; fitted by eye to the committed studies' reports,
 whose per-problem counts are not committed): each is explored on `problems` × `explore_seeds` and
-confirmed on `confirm_problems` × `confirm_seeds`; every design carries the `METHODS`."""
+confirmed on `confirm_problems` × `confirm_seeds`; every design carries the `METHODS` (and
+`ESCAPE` where `Design.escape`: `methods_of`)."""
+
+
+def methods_of(d: Design) -> dict[str, tuple[float, ...]]:
+    """The simulated methods of design `d`: `METHODS`, and `ESCAPE` where ``d.escape``."""
+    return {**METHODS, **(ESCAPE if d.escape else {})}
 
 
 def _pass_at_k_prob(q: np.ndarray, k: int) -> np.ndarray:
@@ -194,14 +221,24 @@ def true_hull(d: Design) -> estimand.Hull:
 
 def true_lifts(d: Design, a: float, b: object) -> np.ndarray:
     """The true lift of path `(a, b)`'s model at every checkpoint, `(C,)` (or `(nb, C)` for `b`
-    `(nb,)`); NaN outside GRPO's range."""
+    `(nb,)`); NaN below GRPO's range (above it the hull is continued: `experiment.estimand`)."""
     x, y = true_points(d, a, b, d.checkpoints)
     return y - true_hull(d)(x)
 
 
+def _lifts(d: Design, a: float, b: object, where: str) -> np.ndarray:
+    """`true_lifts`, NaN above GRPO's range too when ``where == "inside"`` (a method whose every
+    checkpoint stays inside the range, as under lift v3: `METHODS`' paths are the same)."""
+    t = true_lifts(d, a, b)
+    if where == "inside":
+        x, _ = true_points(d, a, b, d.checkpoints)
+        t = np.where(x > true_hull(d).x_max, np.nan, t)
+    return t
+
+
 def _best(t: np.ndarray) -> np.ndarray:
-    """The largest lift over the checkpoints, `(...)` of `(..., C)` (NaN when one is outside the
-    range: a method's settings stay inside GRPO's range, so that their truth is defined)."""
+    """The largest lift over the checkpoints, `(...)` of `(..., C)` (NaN when one is below the
+    range: a method's settings stay where their truth is defined)."""
     return t.max(-1)
 
 
@@ -211,41 +248,51 @@ def _sharpenings(d: Design) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=1024)
-def _scan(d: Design, a: float) -> np.ndarray:
+def _scan(d: Design, a: float, where: str = "inside") -> np.ndarray:
     """`(161,)` the largest true lift of the paths `(a, b)` over `_sharpenings(d)` (NaN where a
     checkpoint leaves GRPO's range): computed once per push for every lift `method_path` solves."""
-    return _best(true_lifts(d, a, _sharpenings(d)))
+    return _best(_lifts(d, a, _sharpenings(d), where))
 
 
 @functools.lru_cache(maxsize=128)
-def method_path(d: Design, lift: float) -> tuple[float, float]:
-    """A path `(a, b)` whose largest true lift over its checkpoints is `lift` (probability units),
-    every checkpoint inside GRPO's range: of the pushes `d.pushes` for which a sharpening `b` in
-    `d.sharpenings` reaches it, the one whose best model's pass@1 is nearest the middle of the
-    range (a path that hardly moves, or whose best model sits at the range's edge, would test
-    little). Roots are bracketed on `_sharpenings`, then found by Brent's method.
+def method_path(d: Design, lift: float, where: str = "inside") -> tuple[float, float]:
+    """A path `(a, b)` whose largest true lift over its checkpoints is `lift` (probability units):
+    with ``where="inside"`` every checkpoint inside GRPO's range (the `METHODS`, as under lift v3),
+    of the pushes `d.pushes` for which a sharpening `b` in `d.sharpenings` reaches it the one whose
+    best model's pass@1 is nearest the middle of the range (a path that hardly moves, or whose best
+    model sits at the range's edge, would test little); with ``where="above"`` (`ESCAPE`) no
+    checkpoint below the range and the best model above it, nearest a third of the range beyond
+    its end. Roots are bracketed on
+    `_sharpenings`, then found by Brent's method.
 
     Raises:
-        ValueError: no such path (the design leaves no room for the lift).
+        ValueError: no such path (the design leaves no room for the lift), or a bad `where`.
     """
+    if where not in ("inside", "above"):
+        raise ValueError(f"where: expected 'inside' or 'above', got {where!r}")
     hull = true_hull(d)
     mid = (hull.x_min + hull.x_max) / 2
+    if where == "above":
+        mid = hull.x_max + (hull.x_max - hull.x_min) / 3
     grid = _sharpenings(d)
     found = []
     for a in d.pushes:
 
         def gap(b: float, a: float = a) -> float:
-            return float(_best(true_lifts(d, a, b))) - lift
+            return float(_best(_lifts(d, a, b, where))) - lift
 
-        g = _scan(d, a) - lift
+        g = _scan(d, a, where) - lift
         ok = np.isfinite(g[:-1]) & np.isfinite(g[1:]) & (np.sign(g[:-1]) != np.sign(g[1:]))
         for i in np.flatnonzero(ok)[:1]:
             b = float(optimize.brentq(gap, grid[i], grid[i + 1], xtol=1e-10))
             x, _ = true_points(d, a, b, d.checkpoints)
-            t = true_lifts(d, a, b)
-            found.append((abs(x[int(np.nanargmax(t))] - mid), float(a), b))
+            t = _lifts(d, a, b, where)
+            best_x = x[int(np.nanargmax(t))]
+            if where == "above" and best_x <= hull.x_max:
+                continue
+            found.append((abs(best_x - mid), float(a), b))
     if not found:
-        raise ValueError(f"lift: no path (a, b) gives a true lift of {lift} inside the reference")
+        raise ValueError(f"lift: no path (a, b) gives a true lift of {lift} {where} the reference")
     return min(found)[1:]
 
 
@@ -309,16 +356,17 @@ def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1
                  for a, b in d.ref_settings]  # fmt: skip
     truth: dict[tuple[str, str, int], float] = {}
     paths = []
-    for name, lifts in METHODS.items():
+    methods = methods_of(d)
+    for name, lifts in methods.items():
         for i, lift in enumerate(lifts):
-            a, b = method_path(d, lift)
+            a, b = method_path(d, lift, "above" if name in ESCAPE else "inside")
             setting = f"s{i}"
             paths.append((name, setting, a, b, tuple(range(len(d.checkpoints)))))
             for c, t in enumerate(true_lifts(d, a, b)):
-                truth[(name, setting, round(100 * d.checkpoints[c]))] = float(t)  # NaN outside
-    best = {name: f"s{int(np.argmax(lifts))}" for name, lifts in METHODS.items()}
+                truth[(name, setting, round(100 * d.checkpoints[c]))] = float(t)  # NaN below
+    best = {name: f"s{int(np.argmax(lifts))}" for name, lifts in methods.items()}
     max_abs, cover_explore, picked_best = [], [], []
-    rec: dict[str, list[tuple[float, ...]]] = {name: [] for name in METHODS}
+    rec: dict[str, list[tuple[float, ...]]] = {name: [] for name in methods}
     fw_above, fw_below = [], []
     for r in range(replicates):
         x, y, models = simulate(d, ref_paths + paths, rng, seeds=d.explore_seeds,

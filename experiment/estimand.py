@@ -9,10 +9,17 @@ GRPO's models is attainable by GRPO, and the upper hull is the best of them. Car
 line: a hull point is a mixture of at most two of the points.
 
 The *lift* of a model is `ȳ_m − H(x̄_m)`: its gain in the measure minus the hull at its pass@1 gain,
-defined only inside the hull's range `[min(0, min x̄_ref), max x̄_ref]` (status ``"inside"``;
-``"below"`` or ``"above"`` it otherwise, where no mixture of GRPO's models matches the model's
-pass@1). A hull value is a weighted mean of GRPO's own points, so a lift is the difference of
-two means of the measure: inside `[−1, +1]` for pass@k (±100 points), whatever the noise.
+inside the hull's range `[min(0, min x̄_ref), max x̄_ref]` (status ``"inside"``). **Above** it
+(status ``"above"``: the model moved pass@1 further than any of GRPO's models) GRPO is credited
+with its value at the range's end, `H(x) = H(x_max)`: it is never charged for falling further.
+Where GRPO's measure already falls with pass@1 at its end (it sharpens), that favours GRPO; where
+it still rises, its end is its best measure, which a hull value never exceeds; where GRPO's end is
+a collapse onto one rule (a fixed point of its training), it is what GRPO would reach. So a lift
+above the range says "this much more of the measure than GRPO's highest-pass@1 trade-off, with
+more pass@1 besides" (lift v4; the SmolLM2 study, docs/gpu.md, had DS-GRPO's models there).
+**Below** it (less pass@1 than both the base and every GRPO model) there is no lift: the
+curve-free check (`experiment.inference.dominance`) decides. A hull value is a weighted mean of
+GRPO's own points, so a lift stays a difference of two means of the measure: inside `[−1, +1]` for pass@k (±100 points), whatever the noise.
 
 Sources: issue 37 (the estimand); the mixture argument is the one of randomized decision rules
 (a convex combination of two achievable risk points is achievable).
@@ -53,10 +60,10 @@ class Hull:
         return float(self.vx[-1])
 
     def __call__(self, x: object) -> np.ndarray:
-        """`H(x)` elementwise (any shape); NaN outside `[x_min, x_max]`."""
+        """`H(x)` elementwise (any shape): the hull on `[x_min, x_max]`, its end value above
+        `x_max` (module docstring), NaN below `x_min`."""
         x = np.asarray(x, dtype=np.float64)
-        inside = (x >= self.vx[0]) & (x <= self.vx[-1])
-        return np.where(inside, np.interp(x, self.vx, self.vy), np.nan)
+        return np.where(x < self.vx[0], np.nan, np.interp(x, self.vx, self.vy))
 
     def status(self, x: object) -> np.ndarray:
         """``"below"``, ``"inside"`` or ``"above"`` the hull's pass@1 range, elementwise."""
@@ -64,10 +71,13 @@ class Hull:
         return np.where(x < self.vx[0], "below", np.where(x > self.vx[-1], "above", "inside"))
 
     def facet(self, x: float) -> tuple[int, int, float]:
-        """The segment under `x` (inside the range): the vertex positions `(i, j)` and the weight
-        `w` of `j` (`H(x) = (1 − w)·vy[i] + w·vy[j]`); `i == j`, `w = 0` on a single vertex."""
+        """The segment under `x` (inside the range or above it): the vertex positions `(i, j)` and
+        the weight `w` of `j` (`H(x) = (1 − w)·vy[i] + w·vy[j]`); `i == j`, `w = 0` on a single
+        vertex and above the range (the last vertex alone)."""
         if self.vx.size == 1:
             return 0, 0, 0.0
+        if x > self.vx[-1]:
+            return self.vx.size - 1, self.vx.size - 1, 0.0
         j = int(np.clip(np.searchsorted(self.vx, x, side="left"), 1, self.vx.size - 1))
         i = j - 1
         return i, j, float((x - self.vx[i]) / (self.vx[j] - self.vx[i]))
@@ -114,7 +124,7 @@ def lifts(px: object, py: object, ref: object) -> tuple[np.ndarray, np.ndarray, 
         ref: `(R,)` the reference models' indices.
 
     Returns:
-        `(lift (M,), status (M,), hull)`: lift NaN where the status is ``"below"``/``"above"``.
+        `(lift (M,), status (M,), hull)`: lift NaN where the status is ``"below"``.
     """
     px, py = np.asarray(px, dtype=np.float64), np.asarray(py, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.int64)

@@ -20,8 +20,10 @@ through the estimand (`experiment.estimand`).
    the corrected estimate ± the t quantile times the standard error, clipped to the measure's
    span; `p` is the two-sided t test of lift 0.
 
-A model outside the hull's pass@1 range has no lift; `dominance` is the curve-free check that
-decides its claim (is one of GRPO's models better on both axes?). `holm` adjusts a family.
+A model below the hull's pass@1 range has no lift; `dominance` is the curve-free check that
+decides its claim (is one of GRPO's models better on both axes?). Above the range the hull is
+continued (`experiment.estimand`, lift v4): a lift there has the same inference. `holm` adjusts a
+family.
 Calibrated by `experiment.calibration` (docs/statistics.md).
 """
 
@@ -47,7 +49,10 @@ __all__ = [
     "lift_inference",
 ]
 
-PROCEDURE = "lift v3: concave hull of the reference, crossed-covariance draws, bias-corrected"
+PROCEDURE = (
+    "lift v4: concave hull of the reference, continued above its range, crossed-covariance "
+    "draws, bias-corrected"
+)
 """The procedure's version, recorded in every results.json and study.json."""
 
 NUM_DRAWS = 2000
@@ -65,13 +70,14 @@ class LiftResult:
 
     Attributes (each `(M,)` unless said):
         models: the `Models`. reference: `(R,)` the reference models' indices.
-        x, y: the points (means of the gains). lift: the bias-corrected estimate (NaN outside).
+        x, y: the points (means of the gains). lift: the bias-corrected estimate (NaN below).
         status: ``"inside"``, ``"below"`` or ``"above"`` the hull's pass@1 range.
         A reference model's fields are read against the hull of the reference's other settings
         (when it has others): how much its setting adds to GRPO's trade-off.
         lo, hi: the t interval at `level`. se: the draws' standard deviation. df: Satterthwaite's.
-        p: two-sided p-value of lift 0 (NaN where `se` ≤ `SE_FLOOR` or outside).
-        bias: the subtracted bias estimate. inside_fraction: the share of draws inside the range.
+        p: two-sided p-value of lift 0 (NaN where `se` ≤ `SE_FLOOR` or below).
+        bias: the subtracted bias estimate. inside_fraction: the share of draws with a lift (not
+            below the range).
         components: `(M, 3)` variance components of the linearized lift (`design_mde`).
         hull: the reference's hull of the observed points. level, num_draws: as called.
     """
@@ -196,7 +202,7 @@ def _over_hull(
     n, num_draws = px.size, draws.shape[0]
     raw, status, hull = estimand.lifts(px, py, ref)
     status = np.where(np.isin(np.arange(n), targets), status, "-")
-    inside = status == "inside"
+    inside = (status == "inside") | (status == "above")  # a lift is defined (lift v4)
     drawn = np.full((num_draws, n), np.nan)
     for b, (dx, dy) in enumerate(zip(draws[:, :n], draws[:, n:], strict=True)):
         drawn[b, targets] = dy[targets] - estimand.upper_hull(dx[ref], dy[ref])(dx[targets])

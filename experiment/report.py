@@ -79,6 +79,14 @@ LIFT_METHOD = (
 )
 """How the lifts of `lift_analysis` are computed, in words, for the tables' intros."""
 
+LIFT_STATUS = (
+    "(above): the model's pass@1 lies above the reference's range, where its hull is continued "
+    "flat (along its last facet where that still rises: lift v4, `experiment.estimand`); n/a "
+    "(below): below the base's and every reference model's pass@1 (no lift); inside: the share "
+    "of the draws of the means with a lift"
+)
+"""What a lift table's status marks and its ``inside`` column mean, for the tables' intros."""
+
 _MODEL_KEYS = {
     "label": str, "setting": str, "step": int, "reference": bool, "status": str,
     "x": (float, type(None)), "y": (float, type(None)), "lift": (float, type(None)),
@@ -280,10 +288,12 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
         for m in a["models"]:
             if m["reference"]:
                 continue
-            if m["status"] == "inside" and m["lift"] is not None:
+            if m["status"] in ("inside", "above") and m["lift"] is not None:
                 cell = f"{scale * m['lift']:+.2f}"
                 if m["lift_lo"] is not None:
                     cell += f" [{scale * m['lift_lo']:+.2f}, {scale * m['lift_hi']:+.2f}]"
+                if m["status"] == "above":
+                    cell += " (above)"
             else:
                 cell = f"n/a ({m['status']})"
             pv = "" if m.get("lift_p") is None else f"{m['lift_p']:.3f}"

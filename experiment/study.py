@@ -81,27 +81,33 @@ CLAIMS = (
 confirmation (a claim whose method a study lacks is left out of its table)."""
 
 
+_WITH_LIFT = ("inside", "above")
+"""The statuses a lift is defined at (`experiment.estimand`, lift v4: above the reference's range
+its hull is continued)."""
+
+
 def _inside(m: Mapping[str, Any]) -> bool:
-    """A testable comparison: inside the reference's range, with a p-value (standard error > 0)."""
-    return m["status"] == "inside" and m["lift"] is not None and m.get("lift_p") is not None
+    """A testable comparison: a lift (inside the reference's range or above it) with a p-value
+    (standard error > 0)."""
+    return m["status"] in _WITH_LIFT and m["lift"] is not None and m.get("lift_p") is not None
 
 
 def _never_moved(m: Mapping[str, Any]) -> bool:
     """Inside the range with a lift but no p-value: its standard error is 0 (it never left the
     base)."""
-    return m["status"] == "inside" and m["lift"] is not None and m.get("lift_p") is None
+    return m["status"] in _WITH_LIFT and m["lift"] is not None and m.get("lift_p") is None
 
 
 def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> dict[str, dict]:
     """The exploratory picks: per non-reference label (or each of `labels`), its model (record of
-    `lift_analysis`'s section) with the largest lift estimate among models inside the reference's
-    pass@1 range (ties: the first). The estimate, not a lower bound: a lower bound prefers models
-    whose position gives a small standard error, not a large lift (issue 37's simulation: the best
-    of three settings picked in 50-74% of studies against 84-87%). A label none of whose models is
-    inside, but some outside (they moved pass@1 further than any of GRPO's models, or below the
-    base), gets its model nearest the range: the largest share of draws inside it
-    (``inside_fraction``), then the pass@1 nearest it; the curve-free check decides its claim
-    (`dominated`). A label with neither is left out (its models never left the base).
+    `lift_analysis`'s section) with the largest lift estimate among models with a lift (inside the
+    reference's pass@1 range or above it; ties: the first). The estimate, not a lower bound: a
+    lower bound prefers models whose position gives a small standard error, not a large lift
+    (issue 37's simulation: the best of three settings picked in 50-74% of studies against
+    84-87%). A label none of whose models has a lift, but some below the range (less pass@1 than
+    the base and every GRPO model), gets its model nearest the range: the largest share of draws
+    with a lift (``inside_fraction``), then the largest pass@1; the curve-free check decides its
+    claim (`dominated`). A label with neither is left out (its models never left the base).
 
     Args:
         section: one measure's section of `experiment.report.lift_analysis`.
@@ -118,8 +124,8 @@ def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> d
         if _inside(m):
             if label not in best or m["lift"] > best[label][0]:
                 best[label] = (m["lift"], m)
-        elif m["status"] in ("below", "above"):
-            near = (m.get("inside_fraction") or 0.0, m["x"] if m["status"] == "below" else -m["x"])
+        elif m["status"] == "below":
+            near = (m.get("inside_fraction") or 0.0, m["x"])
             if label not in nearest or near > nearest[label][0]:
                 nearest[label] = (near, m)
     return {label: (best.get(label) or nearest[label])[1]

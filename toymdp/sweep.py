@@ -315,8 +315,7 @@ def _sweep_into(cfg: SweepConfig, out: Path, *, use_cache: bool, progress: bool)
     store.write_json(out / "results.json", doc, indent=1)
     intro = (f"Lift at matched pass@1 over `{', '.join(cfg.reference)}` (every checkpoint of every "
              f"setting), gains over the base policy on the {_design(cfg)}; {report.LIFT_METHOD}; "
-             f"problems: {_columns(cfg)}; inside: fraction of {cfg.num_resamples} "
-             "draws of the means inside the reference's pass@1 range.")  # fmt: skip
+             f"problems: {_columns(cfg)}; {report.LIFT_STATUS} ({cfg.num_resamples} draws).")  # fmt: skip
     store.write_text(out / "lifts.md", report.lift_markdown(doc["frontier"], intro))
     report.plot_frontier(doc["frontier"], out / "frontier.png",
                          labels=[m.label for m in cfg.methods], reference=cfg.reference,

@@ -75,8 +75,7 @@ def lift_intro(results: Mapping[str, Any]) -> str:
         f"Paired evaluation: {ev['problems']} problems ({ev['source']}) × {ev['samples']} "
         "samples, "
         f"sampling seed {ev['seed']} for every model; training seeds {s['seeds']}; "
-        f"{report.LIFT_METHOD}. n/a: the model's pass@1 lies outside the reference's range (no "
-        "extrapolation); inside: fraction of the draws of the means inside it."
+        f"{report.LIFT_METHOD}; {report.LIFT_STATUS}."
     )
 
 

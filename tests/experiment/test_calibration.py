@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from experiment import calibration as C
+from experiment.inference import PROCEDURE
 
 
 def test_no_training_is_the_base_point():
@@ -22,15 +23,23 @@ def test_no_training_is_the_base_point():
 def test_every_design_has_its_methods_and_grpo_sharpens(name):
     """In every design GRPO's last checkpoint gains pass@1 and loses pass@k, and every simulated
     method's settings reach their chosen largest true lift with every checkpoint inside GRPO's
-    range."""
+    range; an escaping method's best model lies above it (none below)."""
     d = C.DESIGNS[name]
     for a, b in d.ref_settings:
         x, y = C.true_points(d, a, b, d.checkpoints)
         assert x[-1] > 0.005 and y[-1] < -0.03
-    for lifts in C.METHODS.values():
+    for method, lifts in C.methods_of(d).items():
+        where = "above" if method in C.ESCAPE else "inside"
         for lift in lifts:
-            t = C.true_lifts(d, *C.method_path(d, lift))
+            a, b = C.method_path(d, lift, where)
+            t = C.true_lifts(d, a, b)
             assert np.isfinite(t).all() and t.max() == pytest.approx(lift, abs=1e-7)
+            x, _ = C.true_points(d, a, b, d.checkpoints)
+            x_max = C.true_hull(d).x_max
+            assert (x[int(np.argmax(t))] > x_max) == (where == "above")
+            assert where == "above" or (x <= x_max).all()  # as under lift v3
+    with pytest.raises(ValueError, match="where"):
+        C.method_path(d, 0.0, "sideways")
 
 
 def test_a_stage_has_the_frontier_layout():
@@ -81,7 +90,9 @@ def test_the_committed_calibration_is_every_design():
     doc = json.loads((Path(__file__).parents[2] / "docs" / "calibration.json").read_text())
     assert set(doc) == set(C.DESIGNS)
     for name, out in doc.items():
-        assert out["replicates"] == 300 and set(out["confirm"]) == set(C.METHODS)
+        assert out["replicates"] == 300 and set(out["confirm"]) == set(
+            C.methods_of(C.DESIGNS[name])
+        )
         assert out["explore"]["max_abs_lift"] <= 100.0
         assert out["familywise"]["above"] <= 0.05 and out["familywise"]["below"] <= 0.05
         assert out["design"]["problems"] == C.DESIGNS[name].problems
@@ -104,7 +115,7 @@ def test_claims_command_writes_the_table_between_the_markers(tmp_path, capsys):
     study = tmp_path / "study.json"
     row = {"study": "toy", "claim": "ds_grpo", "text": "DS-GRPO beats GRPO", "verdict": "refuted",
            "lift": -1.0, "lo": -2.0, "hi": 0.5, "mde": 1.2, "size": 1.5, "unit": "points"}  # fmt: skip
-    study.write_text(json.dumps({"study": "toy", "procedure": "lift v3", "claims": [row]}))
+    study.write_text(json.dumps({"study": "toy", "procedure": PROCEDURE, "claims": [row]}))
     readme = tmp_path / "README.md"
     readme.write_text("top\n<!-- claims: begin -->\nold\n<!-- claims: end -->\nbottom\n")
     assert main(["claims", str(study), "--readme", str(readme)]) == 0
@@ -112,7 +123,14 @@ def test_claims_command_writes_the_table_between_the_markers(tmp_path, capsys):
     assert "old" not in text and text.startswith("top\n") and text.endswith("bottom\n")
     assert "| claim | toy |" in text
     assert "| DS-GRPO beats GRPO | **refuted** -1.0 [-2.0, +0.5], MDE 1.2 |" in text
-    # a study read before lift v3 (no procedure recorded) is marked superseded
+    # a study read by an earlier lift says which; one read before lift v3 (none recorded) is
+    # marked superseded
+    v3 = tmp_path / "v3.json"
+    v3.write_text(
+        json.dumps({"study": "toy", "procedure": "lift v3: concave hull", "claims": [row]})
+    )
+    assert main(["claims", str(v3)]) == 0
+    assert "| claim | toy (lift v3) |" in capsys.readouterr().out
     old = tmp_path / "old.json"
     old.write_text(json.dumps({"study": "toy", "claims": [row]}))
     assert main(["claims", str(old)]) == 0

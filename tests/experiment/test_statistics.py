@@ -23,10 +23,13 @@ from experiment import report
 
 def slow_hull(px: list[float], py: list[float], x: float) -> float:
     """`H(x)` from the definition: the best mixture of two of the points (the origin included)
-    with pass@1 exactly `x`, NaN outside their pass@1 range."""
+    with pass@1 exactly `x`; above their pass@1 range the value at its end; NaN below it."""
     pts = [*zip(px, py, strict=True), (0.0, 0.0)]
-    if x < min(p[0] for p in pts) or x > max(p[0] for p in pts):
+    x_max = max(p[0] for p in pts)
+    if x < min(p[0] for p in pts):
         return math.nan
+    if x > x_max:
+        return slow_hull(px, py, x_max)
     best = -math.inf
     for (x0, y0), (x1, y1) in itertools.product(pts, pts):
         if x0 == x == x1:
@@ -43,7 +46,8 @@ def test_hand_computed_hull():
     np.testing.assert_array_equal(h.vy, [0.0, 2.0, 2.5, 1.0])
     np.testing.assert_array_equal(h.index, [E.ORIGIN, 0, 1, 2])
     assert h(0.5) == pytest.approx(1.0) and h(2.5) == pytest.approx(1.75)
-    assert np.isnan(h(3.5)) and np.isnan(h(-0.1))
+    assert h(3.5) == pytest.approx(1.0) and np.isnan(h(-0.1))  # above: the end's value
+    assert h.facet(3.5) == (3, 3, 0.0)
     assert list(h.status([-1.0, 1.0, 4.0])) == ["below", "inside", "above"]
     # A point on a segment is not a vertex; a tie in pass@1 keeps the highest.
     h = E.upper_hull([1.0, 2.0, 2.0], [1.0, 2.0, 0.0])
@@ -128,7 +132,7 @@ def test_every_lift_is_bounded_and_inside_its_interval(ref_pts, method_pts, nois
     assert np.all(np.abs(res.lift[ok]) <= 1.0)
     assert np.all(res.lo[ok] <= res.lift[ok]) and np.all(res.lift[ok] <= res.hi[ok])
     assert np.all(np.abs(res.lo[ok]) <= 1.0) and np.all(np.abs(res.hi[ok]) <= 1.0)
-    assert np.all((res.status == "inside") == ok)
+    assert np.all((res.status != "below") == ok)  # lift v4: a lift inside the range and above it
 
 
 def slow_draws(x, y, ref, num_draws, seed):
@@ -179,7 +183,7 @@ def test_lift_inference_equals_a_plain_loop():
     drawn = slow_draws(x, y, [0, 1, 2, 3], 50, 5)
     px, py = x.mean((1, 2)), y.mean((1, 2))
     for m in (4, 5):
-        if res.status[m] != "inside":
+        if res.status[m] == "below":
             continue
         raw = py[m] - slow_hull(list(px[:4]), list(py[:4]), px[m])
         ok = np.isfinite(drawn[:, m])
@@ -203,7 +207,7 @@ def test_lift_inference_equals_a_plain_loop():
         assert res.inside_fraction[m] == pytest.approx(ok.mean())
 
 
-def test_lift_table_lists_outside_models_without_extrapolating():
+def test_lift_table_reads_a_model_above_the_range_against_the_hull_s_end():
     rng = np.random.default_rng(0)
     x = np.array([0.0, 0.2, 0.5]).reshape(3, 1, 1) + 0.01 * rng.standard_normal((3, 2, 3))
     y = np.array([0.0, 0.1, 0.2]).reshape(3, 1, 1) + 0.01 * rng.standard_normal((3, 2, 3))
@@ -213,8 +217,10 @@ def test_lift_table_lists_outside_models_without_extrapolating():
     rows.append({"label": "m", "setting": "b", "step": 5})
     section, res = report.lift_analysis(x, y, models, rows, "grpo", k=4, num_resamples=20)
     assert res.status[2] == "above" and section["procedure"] == I.PROCEDURE
+    # Above GRPO's range (pass@1 0.5 > 0.2) the hull's end value: a lift near 0.2 - 0.1.
+    assert abs(res.lift[2] - (y[2].mean() - y[1].mean())) < 0.05
     table = report.lift_markdown({"pass_at_k": section}, "intro")
-    assert "n/a (above) |" in table
+    assert "(above) |" in table and "n/a" not in table
     assert table.count("\n| m |") == 1 and "| grpo |" not in table
 
 

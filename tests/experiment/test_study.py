@@ -22,24 +22,24 @@ def _model(label, lift, lo, hi, *, p=0.5, se=0.01, df=30.0, status="inside", ref
             "y_hi": 0.01}  # fmt: skip
 
 
-def test_select_takes_the_largest_estimate_inside_the_range():
+def test_select_takes_the_largest_estimate_with_a_lift():
     section = {"models": [
         _model("grpo", 0.0, -1, 1, ref=True),
         _model("a", 0.05, -0.01, 0.11, setting="big"),   # largest lift, wide interval: the pick
         _model("a", 0.03, 0.01, 0.05, setting="tight"),  # largest lower bound
-        _model("a", 0.09, None, None, status="above", setting="out"),
-        # b never reached GRPO's range: its model nearest it, by the bootstrap's share inside
-        # the range, then by pass@1
+        # b never reached GRPO's range: its model nearest it, by the bootstrap's share with a
+        # lift, then by pass@1
         {**_model("b", None, None, None, status="below", setting="far"), "inside_fraction": 0.0},
         {**_model("b", None, None, None, status="below", setting="near"), "inside_fraction": 0.4},
         {**_model("b", None, None, None, status="below", setting="tie"), "inside_fraction": 0.4,
          "x": 0.05},
-        {**_model("c", None, None, None, status="above", setting="high"), "x": 0.3},
-        {**_model("c", None, None, None, status="above", setting="low"), "x": 0.2},
+        # c passed GRPO's largest pass@1: above the range it has a lift (lift v4), and competes
+        _model("c", 0.02, -0.01, 0.05, setting="inside"),
+        {**_model("c", 0.09, 0.05, 0.13, status="above", setting="high"), "x": 0.3},
     ]}  # fmt: skip
     picks = S.select(section)
     assert list(picks) == ["a", "b", "c"] and picks["a"]["setting"] == "big"
-    assert picks["b"]["setting"] == "near" and picks["c"]["setting"] == "low"
+    assert picks["b"]["setting"] == "near" and picks["c"]["setting"] == "high"
     assert list(S.select(section, ["b"])) == ["b"]
 
 
