@@ -14,7 +14,7 @@ concave hull):
   at the first step of Holm's procedure (level `alpha / n`);
 - `claim_verdict`: "X lifts the measure by at least `size`" is **supported** when the confirmed
   lift is > 0 after Holm; **refuted** when the confirmed interval lies below `size` (or, for a pick
-  outside GRPO's range, when one of GRPO's models beats it on both axes: `dominated`) and the
+  below GRPO's range, when one of GRPO's models beats it on both axes: `dominated`) and the
   method had GRPO's tuning budget; **not better than tuned GRPO** for the same evidence where the
   study gave GRPO more tuning than the method (``design["budget"]`` not ``"equal"``); **not
   resolved** otherwise, with the MDE reached;
@@ -138,7 +138,7 @@ def confirm(
     """Per picked label, its confirmation result: ``{lift, lo, hi, se, df, p, p_holm, mde,
     verdict ("above" | "below" | "none"), x, y, setting, step, dominated_by, dominance_level
     (alpha over the picks, the curve-free check's level)}`` (lift, interval and MDE in the
-    measure's units; None where the model fell outside the reference's range, which counts as
+    measure's units; None where the model fell below the reference's range, which counts as
     not resolved). Holm is over the labels with a lift.
 
     Args:

@@ -102,9 +102,9 @@ def dominance_markdown(
 
 _WHY_NO_LIFT = {
     "se 0": "never left the base",
-    None: "outside GRPO's range",
+    None: "below GRPO's range",
 }
-"""Why a claim's confirmed model has no lift, by its status (any other: outside the range)."""
+"""Why a claim's confirmed model has no lift, by its status (any other: below the range)."""
 
 
 def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:

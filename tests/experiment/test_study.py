@@ -112,11 +112,11 @@ def test_a_pick_outside_the_range_is_refuted_only_when_a_grpo_model_beats_it(p, 
     cell = R.claims_table(rows)
     if p <= 0.05 / picks:
         assert (
-            f"**refuted** (outside GRPO's range; GRPO lr=1e-4, step 50 beats it on both axes, "
+            f"**refuted** (below GRPO's range; GRPO lr=1e-4, step 50 beats it on both axes, "
             f"p {p:.3f})" in cell
         )
     else:
-        assert "**not resolved** (outside GRPO's range) |" in cell
+        assert "**not resolved** (below GRPO's range) |" in cell
 
 
 def test_problems_for_scales_with_the_square_of_the_mde_ratio():
