@@ -229,11 +229,10 @@ def true_lifts(d: Design, a: float, b: object) -> np.ndarray:
 def _lifts(d: Design, a: float, b: object, where: str) -> np.ndarray:
     """`true_lifts`, NaN above GRPO's range too when ``where == "inside"`` (a method whose every
     checkpoint stays inside the range, as under lift v3: `METHODS`' paths are the same)."""
-    t = true_lifts(d, a, b)
-    if where == "inside":
-        x, _ = true_points(d, a, b, d.checkpoints)
-        t = np.where(x > true_hull(d).x_max, np.nan, t)
-    return t
+    x, y = true_points(d, a, b, d.checkpoints)
+    hull = true_hull(d)
+    t = y - hull(x)  # `true_lifts`, with the points computed once
+    return np.where(x > hull.x_max, np.nan, t) if where == "inside" else t
 
 
 def _best(t: np.ndarray) -> np.ndarray:
@@ -262,8 +261,7 @@ def method_path(d: Design, lift: float, where: str = "inside") -> tuple[float, f
     best model's pass@1 is nearest the middle of the range (a path that hardly moves, or whose best
     model sits at the range's edge, would test little); with ``where="above"`` (`ESCAPE`) no
     checkpoint below the range and the best model above it, nearest a third of the range beyond
-    its end. Roots are bracketed on
-    `_sharpenings`, then found by Brent's method.
+    its end. Roots are bracketed on `_sharpenings`, then found by Brent's method.
 
     Raises:
         ValueError: no such path (the design leaves no room for the lift), or a bad `where`.

@@ -19,7 +19,8 @@ above the range says "this much more of the measure than GRPO's highest-pass@1 t
 more pass@1 besides" (lift v4; the SmolLM2 study, docs/gpu.md, had DS-GRPO's models there).
 **Below** it (less pass@1 than both the base and every GRPO model) there is no lift: the
 curve-free check (`experiment.inference.dominance`) decides. A hull value is a weighted mean of
-GRPO's own points, so a lift stays a difference of two means of the measure: inside `[−1, +1]` for pass@k (±100 points), whatever the noise.
+GRPO's own points, so a lift stays a difference of two means of the measure: inside `[−1, +1]`
+for pass@k (±100 points), whatever the noise.
 
 Sources: issue 37 (the estimand); the mixture argument is the one of randomized decision rules
 (a convex combination of two achievable risk points is achievable).

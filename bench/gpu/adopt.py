@@ -32,7 +32,7 @@ from experiment.store import read_json, read_toml
 from llm.config import config_from_dict, config_to_toml
 from llm.orchestrate.jobs import RUN_MARKER, same_eval
 from llm.orchestrate.study import load_study
-from llm.orchestrate.sweep import _sweep_jobs, sweep_from_dict
+from llm.orchestrate.sweep import sweep_from_dict, sweep_jobs
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY_DIR = Path("runs/gpu/study")
@@ -62,7 +62,7 @@ def adopt(tarballs: Path | list[Path], study: Path, out: Path) -> list[tuple[str
                     text = config_to_toml(config_from_dict(read_toml(d / "config.toml")))
                     candidates.setdefault(text, []).append(d)
         new_explore = tmp / "new" / STUDY_DIR / "explore"
-        jobs, _, base_sha, _, eval_key = _sweep_jobs(
+        jobs, _, base_sha, _, eval_key = sweep_jobs(
             spec, new_explore, engine="process", workers=1, progress=False, run_bars=False
         )
 

@@ -88,6 +88,7 @@ __all__ = [
     "run_name",
     "run_sweep",
     "sweep_from_dict",
+    "sweep_jobs",
 ]
 
 RESULTS = "results.json"
@@ -529,7 +530,7 @@ def run_sweep(
     # writes anything there; a failed start leaves no folder behind.
     with RunLock(out):
         workers = default_workers() if workers is None else workers
-        jobs, base_cfg, base_sha, problems, eval_key = _sweep_jobs(
+        jobs, base_cfg, base_sha, problems, eval_key = sweep_jobs(
             spec, out, engine=engine, workers=workers, progress=progress,
             run_bars=progress and executor == "local" and workers <= 1,
         )  # fmt: skip
@@ -602,7 +603,7 @@ def run_sweep(
         return results
 
 
-def _sweep_jobs(
+def sweep_jobs(
     spec: SweepSpec, out: Path, *, engine: str, workers: int, progress: bool, run_bars: bool
 ) -> tuple[list[Job], TrainConfig, str, list[Any], dict[str, Any]]:
     """Every job of `spec` under `out` (the base model's evaluation first, then each setting ×
@@ -687,7 +688,7 @@ def rerun_runs(
     out = Path(out)
     workers = default_workers() if workers is None else workers
     with RunLock(out):  # one sweep per folder (`run_sweep`)
-        jobs, *_ = _sweep_jobs(spec, out, engine=engine, workers=workers, progress=progress,
+        jobs, *_ = sweep_jobs(spec, out, engine=engine, workers=workers, progress=progress,
                                run_bars=progress and workers <= 1)  # fmt: skip
         by_name = {j.name: j for j in jobs}
         wanted = list(dict.fromkeys(names))

@@ -16,7 +16,7 @@ import pytest
 
 from llm.config import config_from_dict, config_to_toml, load_config
 from llm.orchestrate.study import load_study
-from llm.orchestrate.sweep import _sweep_jobs, sweep_from_dict
+from llm.orchestrate.sweep import sweep_from_dict, sweep_jobs
 from llm.run.checkpoint import STATE_FILE, latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -158,7 +158,7 @@ def test_adopt_renames_complete_runs_by_config_and_leaves_the_rest(tmp_path, tin
     spec.loader.exec_module(adopt)
     study = _tiny_study(tmp_path, tiny_model_path)
     doc, _ = load_study(study)
-    jobs, _, base_sha, _, key = _sweep_jobs(sweep_from_dict(doc, root=tmp_path), tmp_path / "x",
+    jobs, _, base_sha, _, key = sweep_jobs(sweep_from_dict(doc, root=tmp_path), tmp_path / "x",
                                             engine="process", workers=1, progress=False,
                                             run_bars=False)  # fmt: skip
     old = tmp_path / "old" / "runs" / "gpu" / "study" / "explore"
