@@ -10,8 +10,14 @@ design fitted to a sweep's per-problem counts (`experiment.fit`), printed as JSO
 `experiment.calibration.Design` to add to `DESIGNS`.
 
 ``python -m experiment publish STUDY_DIR DEST``: copy a study's small outputs (`study.json`,
-`verdicts.md`, each stage's `lifts.md` and the confirmation's `frontier.png`) into DEST (e.g.
+`verdicts.md`, each stage's `lifts.md`, `frontier.png` and `lift_inputs.npz`) into DEST (e.g.
 ``figures/toy_study_sharpening``), to be committed.
+
+``python -m experiment reread STUDY_DIR [--out DIR]``: re-read a published study (or a study's
+output folder) with the procedure in force, from its lift inputs, nothing re-trained
+(`experiment.reread`): picks again, concludes again, rewrites study.json, verdicts.md and the lift
+tables and figures in STUDY_DIR (or DIR); a pick whose setting the confirmation did not train is
+listed as pending (re-run the study to confirm it).
 
 ``python -m experiment claims STUDY.json ... [--readme README.md]``: the claims table of the
 studies' confirmation stages (`experiment.study_report.claims_table`, the rule in docs/statistics.md),
@@ -25,7 +31,7 @@ import json
 import sys
 
 from experiment import calibration as C
-from experiment import cli, fit, store
+from experiment import cli, fit, reread, store
 from experiment import study_report as R
 from experiment.inference import PROCEDURE
 
@@ -81,7 +87,12 @@ def _main(argv: list[str]) -> int:
     pb = sub.add_parser("publish", help="copy a study's small outputs into a folder to commit")
     pb.add_argument("study_dir", help="a study's output folder (python -m toymdp|llm study)")
     pb.add_argument("dest", help="destination folder (e.g. figures/toy_study_sharpening)")
+    rr = sub.add_parser("reread", help="re-read a study with the procedure in force, no training")
+    rr.add_argument("study_dir", help="a published study folder (figures/...) or a study's output")
+    rr.add_argument("--out", help="write there instead of STUDY_DIR")
     args = parser.parse_args(argv)
+    if args.command == "reread":
+        return _reread(args.study_dir, args.out)
     if args.command == "publish":
         for name in R.publish(args.study_dir, args.dest):
             print(name)
@@ -114,6 +125,17 @@ def _fit_design(path: str, label: str, steps: str | None) -> int:
             raise ValueError(f"--steps: {sorted(set(keep) - set(have))} not among {have}")
         runs = {st: {k: by[k] for k in keep} for st, by in runs.items()}
     print(json.dumps(fit.describe_fit(fit.fit_design(base, n, runs), list(runs)), indent=2))
+    return 0
+
+
+def _reread(study_dir: str, out: str | None) -> int:
+    result = reread.reread(study_dir, out)
+    print(f"{result['study']}: re-read by {result['procedure']} (was {result['reread']['from']})")
+    for row in result["claims"]:
+        if row["verdict"]:
+            print(f"  {row['claim']}: {row['verdict']}")
+    for label, p in result.get("pending", {}).items():
+        print(f"  {label}: pick {p['setting']} step {p['step']} not trained in the confirmation")
     return 0
 
 

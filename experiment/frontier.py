@@ -75,7 +75,9 @@ class Models:
 
 
 def check_values(x: object, y: object, models: Models | None = None) -> tuple:
-    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    # C order: a reduction's summation order follows the memory layout, so a transposed view and
+    # its copy would give lifts a last bit apart (found re-reading a toy study: experiment.reread).
+    x, y = np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(y, dtype=np.float64)
     for name, arr in (("x", x), ("y", y)):
         if arr.ndim != 3:
             raise ValueError(f"{name} must have shape (M, S, P), got {arr.shape}")

@@ -203,7 +203,8 @@ def lift_analysis(
     Raises:
         ValueError: as `lift_inference` (shapes, no reference model, num_resamples < 20, P < 2).
     """
-    span = 1.0 if k is not None else max(2.0 * float(np.abs(np.asarray(y)).max()), 1e-12)
+    x, y = frontier.check_values(x, y, models)  # float64, C order: layout-free reductions
+    span = 1.0 if k is not None else max(2.0 * float(np.abs(y).max()), 1e-12)
     res = inference.lift_inference(x, y, models, reference, num_draws=num_resamples, level=level,
                                    seed=seed, span=span)  # fmt: skip
     _, x_lo, x_hi = covariance.mean_interval(x, level)

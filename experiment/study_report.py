@@ -27,6 +27,7 @@ __all__ = [
     "cpu_model",
     "designs_markdown",
     "dominance_markdown",
+    "git_commit",
     "provenance",
     "publish",
     "study_markdown",
@@ -144,7 +145,7 @@ GPU lease's copy of the working tree carries the session's first HEAD (bench/gpu
 caller sets it to ``git rev-parse HEAD`` here)."""
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
     """`GIT_COMMIT_ENV` when set, else the checkout's commit (``unknown`` outside a git
     checkout)."""
     if os.environ.get(GIT_COMMIT_ENV):
@@ -200,7 +201,7 @@ def provenance(config_path: str | Path, numerics_tag: str) -> dict[str, str]:
     leg)."""
     text = json.dumps(store.read_toml(config_path), sort_keys=True, default=str)
     return {"config": str(config_path), "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "git_commit": _git_commit(), "cpu": cpu_model(), "cpu_id": cpu_id(),
+            "git_commit": git_commit(), "cpu": cpu_model(), "cpu_id": cpu_id(),
             "numerics": numerics_tag}  # fmt: skip
 
 
@@ -268,8 +269,11 @@ PUBLISHED = {
     "explore/frontier.png": "explore_frontier.png",
     "confirm/lifts.md": "confirm_lifts.md",
     "confirm/frontier.png": "confirm_frontier.png",
+    "explore/lift_inputs.npz": "explore_lift_inputs.npz",
+    "confirm/lift_inputs.npz": "confirm_lift_inputs.npz",
 }
-"""A study's small outputs (source under the study folder → name in the published folder)."""
+"""A study's small outputs (source under the study folder → name in the published folder): the
+lift inputs let a later procedure re-read it (`experiment.reread`)."""
 
 
 def publish(study_dir: str | Path, dest: str | Path) -> list[str]:

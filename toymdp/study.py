@@ -36,6 +36,7 @@ import numerics
 from experiment import store
 from experiment import study as S
 from experiment import study_report as R
+from experiment.reread import write_study
 from experiment.schema import meta, option
 from experiment.spec import Budget, check_budget, untune
 from toymdp import sweep as SW
@@ -186,12 +187,16 @@ def run_study(
               "confirm_draws": list(spec.confirm_draws), "confirm_seeds": list(spec.confirm_seeds),
               "confirm_key": spec.confirm_key, "checkpoints": list(cfg.eval_steps[1:]),
               "budget": budget}  # fmt: skip
+    reading = {
+        "reference": cfg.reference[0],
+        "problems": len(spec.confirm_draws),
+        "defaults": {"lr": cfg.train.lr, "kl_coef": cfg.train.kl_coef},
+        "by_step": True,
+    }
     result = S.conclude(
-        spec.name, picks, confirm["doc"]["frontier"], reference=cfg.reference[0],
-        alpha=spec.alpha, size=spec.claim_size, size_distinct=spec.claim_size_distinct,
-        problems=len(spec.confirm_draws), design=design,
-        provenance=R.provenance(config_path, numerics.tag()), by_step=True,
-        costs=COSTS, defaults={"lr": cfg.train.lr, "kl_coef": cfg.train.kl_coef},
+        spec.name, picks, confirm["doc"]["frontier"], alpha=spec.alpha, size=spec.claim_size,
+        size_distinct=spec.claim_size_distinct, design=design,
+        provenance=R.provenance(config_path, numerics.tag()), costs=COSTS, **reading,
     )  # fmt: skip
     how = (f"Exploratory stage: draws {design['explore_draws']}, seeds {design['explore_seeds']}, "
            f"checkpoints {design['checkpoints']}; per method the (setting, checkpoint) with the "
@@ -202,6 +207,5 @@ def run_study(
            + ("equal (every method at the reference's learning rates, kl_coef values and "
               "checkpoints)." if unequal is None
               else f"**unequal** (explicit, [study] unequal_budget = true): {unequal}."))  # fmt: skip
-    store.write_json(out / "study.json", result, indent=1)
-    store.write_text(out / "verdicts.md", R.study_markdown(result, how, "Dataset draws"))
+    write_study(out, result, reading=reading, how=how, unit="Dataset draws")
     return result

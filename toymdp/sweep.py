@@ -20,7 +20,8 @@ Outputs in OUT (default ``runs/toy_sweep/<config stem>``): ``results.json`` (the
 the held-out prompts, axes `(D draws, R seeds, T eval steps[, k])`), ``frontier.png`` and
 ``lifts.md`` (`experiment.report`: lift at matched pass@1 over the reference curve, every
 checkpoint of every setting, as the LLM sweep reads its runs (`read_steps`: each run a path, so a
-method is early-stopped as GRPO is); `experiment.inference.lift_inference` over seeds × draws).
+method is early-stopped as GRPO is); `experiment.inference.lift_inference` over seeds × draws) and
+``lift_inputs.npz`` (the lift analysis' inputs, for a later procedure's re-read: `experiment.reread`).
 Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.npz``.
 """
 
@@ -37,7 +38,7 @@ import numpy as np
 from tqdm import tqdm
 
 import numerics
-from experiment import frontier, report, spec, store
+from experiment import frontier, report, reread, spec, store
 from toymdp import train as T
 from toymdp.engine import RUN_SOURCES, code_hash, enable_jax_cache, run_over_draws
 from toymdp.env import TreeEnv
@@ -316,8 +317,14 @@ def _sweep_into(cfg: SweepConfig, out: Path, *, use_cache: bool, progress: bool)
     intro = (f"Lift at matched pass@1 over `{', '.join(cfg.reference)}` (every checkpoint of every "
              f"setting), gains over the base policy on the {_design(cfg)}; {report.LIFT_METHOD}; "
              f"problems: {_columns(cfg)}; {report.LIFT_STATUS} ({cfg.num_resamples} draws).")  # fmt: skip
+    labels, title = [m.label for m in cfg.methods], f"frontiers: {_design(cfg)}"
     store.write_text(out / "lifts.md", report.lift_markdown(doc["frontier"], intro))
-    report.plot_frontier(doc["frontier"], out / "frontier.png",
-                         labels=[m.label for m in cfg.methods], reference=cfg.reference,
-                         title=f"frontiers: {_design(cfg)}")  # fmt: skip
+    report.plot_frontier(doc["frontier"], out / "frontier.png", labels=labels,
+                         reference=cfg.reference, title=title)  # fmt: skip
+    inputs = {metric: {**{k: item["data"][k] for k in ("x", "y", "models", "rows")},
+                       "reference": list(cfg.reference),
+                       "k": max(cfg.train.pass_k) if metric == "pass_at_k" else None}
+              for metric, item in analysis.items()}  # fmt: skip
+    reread.save_inputs(out / reread.INPUTS, inputs, num_resamples=cfg.num_resamples,
+                       seed=cfg.train.seed, intro=intro, labels=labels, title=title)  # fmt: skip
     return {"out": out, "cached": cached, "run_s": run_s, "doc": doc, "analysis": analysis}

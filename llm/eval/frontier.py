@@ -11,9 +11,17 @@ from typing import Any
 
 import numpy as np
 
-from experiment import frontier, report
+from experiment import frontier, report, reread
 
-__all__ = ["frontier_analysis", "frontier_arrays", "lift_intro", "setting_name", "write_reports"]
+__all__ = [
+    "frontier_analysis",
+    "frontier_arrays",
+    "frontier_inputs",
+    "lift_intro",
+    "save_inputs",
+    "setting_name",
+    "write_reports",
+]
 
 
 def setting_name(params: Mapping[str, Any]) -> str:
@@ -41,27 +49,66 @@ def frontier_arrays(
     )  # fmt: skip
 
 
+def frontier_inputs(results: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{measure: {"x", "y", "models", "rows", "reference", "k"}}``: the arguments of
+    `experiment.report.lift_analysis` for each measure of `experiment.report.MEASURES`
+    (`frontier_arrays`; k the largest evaluated k for pass@k, None for distinct correct)."""
+    s = results["settings"]
+    out = {}
+    for measure in report.MEASURES:
+        x, y, models, rows = frontier_arrays(results, measure)
+        k = int(s["eval"]["ks"][-1]) if measure == "pass_at_k" else None
+        out[measure] = {"x": x, "y": y, "models": models, "rows": rows,
+                        "reference": list(s["reference"]), "k": k}  # fmt: skip
+    return out
+
+
 def frontier_analysis(
-    results: Mapping[str, Any], *, num_resamples: int = 1000, level: float = 0.95, seed: int = 0
+    results: Mapping[str, Any],
+    *,
+    num_resamples: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    inputs: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Lift at matched pass@1 of every model over the reference labels' upper envelope, for each
     measure of `experiment.report.MEASURES` (`experiment.report.lift_analysis`: the lift over the
-    reference's hull, draws of every model's mean over training seeds and problems).
+    reference's hull, draws of every model's mean over training seeds and problems), from
+    `inputs` (default: `frontier_inputs` of `results`).
 
     Returns:
         ``{measure: section}`` of `lift_analysis`; gains over the base model (x: pass@1, y: the
         measure), NaN written as null.
     """
+    stage = {"measures": inputs if inputs is not None else frontier_inputs(results),
+             "num_resamples": num_resamples, "level": level, "seed": seed}  # fmt: skip
+    return reread.sections(stage)
+
+
+def _title(results: Mapping[str, Any]) -> str:
     s = results["settings"]
-    out: dict[str, Any] = {}
-    for measure in report.MEASURES:
-        x, y, models, rows = frontier_arrays(results, measure)
-        k = int(s["eval"]["ks"][-1]) if measure == "pass_at_k" else None
-        out[measure], _ = report.lift_analysis(
-            x, y, models, rows, s["reference"], k=k, num_resamples=num_resamples, level=level,
-            seed=seed,
-        )  # fmt: skip
-    return out
+    ev = s["eval"]
+    level = next(iter(results["frontier"].values()))["level"]
+    return (f"frontiers: {ev['problems']} problems × {ev['samples']} samples (paired), seeds "
+            f"{s['seeds']}, checkpoints {s['checkpoints']}; bars: {round(100 * level)}% "
+            "t intervals of each method's hull vertices")  # fmt: skip
+
+
+def save_inputs(
+    results: Mapping[str, Any],
+    path: Path,
+    inputs: Mapping[str, Mapping[str, Any]],
+    *,
+    num_resamples: int,
+    seed: int = 0,
+) -> Path:
+    """Write a sweep's lift inputs (`frontier_inputs`) with its table paragraph and figure title
+    to `path` (`experiment.reread.save_inputs`), so that a later procedure can re-read it."""
+    level = next(iter(results["frontier"].values()))["level"]
+    return reread.save_inputs(
+        path, inputs, num_resamples=num_resamples, seed=seed, level=level,
+        intro=lift_intro(results), labels=results["settings"]["labels"], title=_title(results),
+    )  # fmt: skip
 
 
 def lift_intro(results: Mapping[str, Any]) -> str:
@@ -82,14 +129,8 @@ def lift_intro(results: Mapping[str, Any]) -> str:
 def write_reports(results: Mapping[str, Any], frontier_png: Path, lifts_md: Path) -> str:
     """Write the frontier figure and the lift tables (`experiment.report`); returns the tables."""
     s = results["settings"]
-    ev = s["eval"]
-    level = next(iter(results["frontier"].values()))["level"]
-    report.plot_frontier(
-        results["frontier"], frontier_png, labels=s["labels"], reference=s["reference"],
-        title=f"frontiers: {ev['problems']} problems × {ev['samples']} samples (paired), seeds "
-        f"{s['seeds']}, checkpoints {s['checkpoints']}; bars: {round(100 * level)}% "
-        "t intervals of each method's hull vertices",
-    )  # fmt: skip
+    report.plot_frontier(results["frontier"], frontier_png, labels=s["labels"],
+                         reference=s["reference"], title=_title(results))  # fmt: skip
     text = report.lift_markdown(results["frontier"], lift_intro(results))
     lifts_md.write_text(text, encoding="utf-8")
     return text

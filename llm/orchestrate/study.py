@@ -35,6 +35,7 @@ import numerics
 from experiment import schema, store
 from experiment import study as S
 from experiment import study_report as R
+from experiment.reread import write_study
 from experiment.schema import meta, option
 from experiment.spec import Budget, check_budget, untune
 from llm.config import MOVED_KEYS
@@ -265,13 +266,13 @@ def run_study(
                   "confirm_offset": csweep.eval["offset"], "samples": csweep.eval["samples"],
                   "checkpoints": sweep.checkpoints, "budget": budget, "engine": engine,
                   **({"sampler_version": SAMPLER_VERSION} if engine == "batched" else {})}  # fmt: skip
+        reading = {"reference": sweep.reference[0], "defaults": _configured(sweep),
+                   "problems": spec.confirm_problems, "by_step": True}  # fmt: skip
         result = S.conclude(
-            spec.name, picks, confirm["frontier"], reference=sweep.reference[0], alpha=spec.alpha,
-            size=spec.claim_size, size_distinct=spec.claim_size_distinct,
-            problems=spec.confirm_problems, design=design,
-            provenance=R.provenance(config_path, numerics.tag()), by_step=True,
-            costs=measured_costs(out / "confirm" / "runs"),
-            defaults=_configured(sweep),
+            spec.name, picks, confirm["frontier"], alpha=spec.alpha, size=spec.claim_size,
+            size_distinct=spec.claim_size_distinct, design=design,
+            provenance=R.provenance(config_path, numerics.tag()),
+            costs=measured_costs(out / "confirm" / "runs"), **reading,
         )  # fmt: skip
         how = (f"Exploratory stage: seeds {sweep.seeds}, the first {sweep.eval['problems']} held-out "
                f"problems × {sweep.eval['samples']} samples, checkpoints {sweep.checkpoints}; per "
@@ -285,8 +286,7 @@ def run_study(
                   else f"**unequal** (explicit, [study] unequal_budget = true): {unequal}."))  # fmt: skip
         result["fingerprints"] = {"explore": explore["fingerprints"],
                                   "confirm": confirm["fingerprints"]}  # fmt: skip
-        store.write_json(out / "study.json", result, indent=1)
-        store.write_text(out / "verdicts.md", R.study_markdown(result, how, "Problems"))
+        write_study(out, result, reading=reading, how=how, unit="Problems")
     return result
 
 

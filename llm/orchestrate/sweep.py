@@ -20,8 +20,9 @@ The runs go to local worker processes or to Ray tasks, on this machine or a clus
 ``OUT/results.json`` (the schema of `experiment.report`; per model and seed pass@k for every k
 from the per-problem counts, distinct correct solutions, the counts; under ``frontier`` each
 model's lift at matched pass@1 over the reference curve; under ``fingerprints`` each run's
-`run_fingerprint`), ``OUT/frontier.png`` and
-``OUT/lifts.md`` (`llm.eval.frontier`).
+`run_fingerprint`), ``OUT/frontier.png``,
+``OUT/lifts.md`` (`llm.eval.frontier`) and ``OUT/lift_inputs.npz`` (the lift analysis' inputs, for
+a later procedure's re-read: `experiment.reread`).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any
 import numerics
 import shaping
 from experiment import report, schema
+from experiment.reread import INPUTS
 from experiment.spec import (
     COMMON_KEYS,
     apply_sets,
@@ -57,7 +59,7 @@ from experiment.spec import (
 from experiment.store import config_error, read_toml, write_json
 from llm.config import TrainConfig, config_from_dict, new_key, upgrade_keys
 from llm.data import load_eval_sets, tiny_config
-from llm.eval.frontier import frontier_analysis, write_reports
+from llm.eval.frontier import frontier_analysis, frontier_inputs, save_inputs, write_reports
 from llm.eval.heldout import k_values
 from llm.model.tiny import ensure_base_model
 from llm.orchestrate.executor import check_executor
@@ -595,8 +597,10 @@ def run_sweep(
             },
         }
         t0 = time.perf_counter()
-        results["frontier"] = frontier_analysis(results, num_resamples=num_resamples)
+        inputs = frontier_inputs(results)
+        results["frontier"] = frontier_analysis(results, num_resamples=num_resamples, inputs=inputs)
         write_reports(results, out / "frontier.png", out / "lifts.md")
+        save_inputs(results, out / INPUTS, inputs, num_resamples=num_resamples)
         results["timings_seconds"]["frontier"] = round(time.perf_counter() - t0, 1)
         results["timings_seconds"]["total"] = round(time.perf_counter() - t_start, 1)
         write_json(out / RESULTS, results)

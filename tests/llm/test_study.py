@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from experiment import reread
 from experiment import study as S
 from experiment import study_report as R
 from llm.__main__ import main
@@ -65,6 +66,13 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     # The cost model of the power calculation, measured in the confirmation's runs.
     assert doc["costs"]["unit"] == "core-s" and doc["costs"]["run"] > 0
     assert doc["costs"]["problem"] > 0 and "designs_for_goal" in doc
+    # The study re-reads from its folder's lift inputs to the same study.json (experiment.reread).
+    again = reread.reread(out, tmp_path / "reread")
+    assert again.pop("reread")["from"] == doc["procedure"]
+    assert json.loads(json.dumps(again)) == doc
+    assert (tmp_path / "reread" / "explore_lifts.md").read_text() == (
+        out / "explore" / "lifts.md"
+    ).read_text()
     # Every run's fingerprint, and a spot check that re-trains a few here: the same bytes.
     assert set(doc["fingerprints"]) == {"explore", "confirm"}
     assert set(doc["fingerprints"]["confirm"]) == {"base", *(r["run"] for r in confirm["runs"])}

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from experiment import reread
 from experiment import study as S
+from experiment import study_report as R
 from toymdp import study as TS
 from toymdp import sweep as SW
 from toymdp import sweep_spec
@@ -31,7 +33,9 @@ def study_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def test_the_study_confirms_the_picks_on_fresh_draws_and_keys(study_file: Path, tmp_path: Path):
+def test_the_study_confirms_the_picks_on_fresh_draws_and_keys(
+    study_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     assert main(["study", "--config", str(study_file), "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "study.json").read_text())
     confirm = json.loads((tmp_path / "confirm" / "results.json").read_text())
@@ -68,6 +72,32 @@ def test_the_study_confirms_the_picks_on_fresh_draws_and_keys(study_file: Path, 
     assert doc["costs"] == TS.COSTS and "## Designs for the MDE goal" in text
     for label, d in doc["designs_for_goal"]["pass_at_k"].items():
         assert d is None or (d["mde"] <= 0.015 and d["cost"] == d["seeds"] * d["problems"]), label
+    # Published, the study re-reads to the same study.json, verdicts and tables (nothing
+    # re-trained: experiment.reread from the lift inputs), and a re-read is recorded as such.
+    pub = tmp_path / "published"
+    R.publish(tmp_path, pub)
+    again = reread.reread(pub, tmp_path / "reread")
+    assert again.pop("reread") == {"from": doc["procedure"], "procedure": doc["procedure"],
+                                   "git_commit": doc["provenance"]["git_commit"]}  # fmt: skip
+    assert json.loads(json.dumps(again)) == doc
+    for name in ("verdicts.md", "explore_lifts.md", "confirm_lifts.md"):
+        assert (tmp_path / "reread" / name).read_text() == (pub / name).read_text(), name
+    # A procedure that picks a setting the confirmation did not train leaves it pending.
+    other = next(m for m in json.loads((tmp_path / "explore" / "results.json").read_text())[
+        "frontier"]["pass_at_k"]["models"] if m["label"] == "ds_grpo" and m["setting"] != pick[
+        "setting"])  # fmt: skip
+    picked = S.pick
+
+    def moved(explore):
+        picks = picked(explore)
+        picks["pass_at_k"]["ds_grpo"] = other
+        return picks
+
+    monkeypatch.setattr(S, "pick", moved)
+    later = reread.reread(pub, tmp_path / "later")
+    assert later["pending"]["ds_grpo"]["setting"] == other["setting"]
+    assert {r["claim"] for r in later["claims"]} == {"grpo_sharpens", "grpo_spread"}
+    assert "## Picks not confirmed" in (tmp_path / "later" / "verdicts.md").read_text()
 
 
 def test_bad_study_tables_are_named(tmp_path: Path):
