@@ -63,7 +63,8 @@ from llm.run.folder import (
 )
 from llm.tasks import TASKS
 from llm.train.behaviour import BehaviourBatch, behaviour_batch, sampler_is_behaviour
-from llm.train.trainer import _score, _start_run, _step_seed
+from llm.train.rollout_step import score, step_seed
+from llm.train.trainer import start_run
 from llm.train.update import UpdateResult, leaf_gradients, make_optimizer, step_metrics
 
 __all__ = [
@@ -426,7 +427,7 @@ def _train_batch(
     info = DistInfo()
     cfg0 = cfgs[0]
     for cfg, out in zip(cfgs, outs, strict=True):
-        _start_run(cfg, out, resume=resume, info=info)
+        start_run(cfg, out, resume=resume, info=info)
     models, optimizers, schedulers, starts, positions = [], [], [], [], []
     ref_model = None
     if any(c.kl_coef > 0 for c in cfgs):
@@ -476,7 +477,7 @@ def _train_batch(
                 idx = data_indices(positions[i], b, len(problems), cfg.data.seed)
                 positions[i] += b
                 batch_problems.append([problems[j] for j in idx])
-            generators = [torch.Generator().manual_seed(_step_seed(c.seed, step)) for c in cfgs]
+            generators = [torch.Generator().manual_seed(step_seed(c.seed, step)) for c in cfgs]
             rolls = sample_groups(
                 lm, tokenizer, [[task.prompt(p, cfg0.template) for p in ps]
                                 for ps in batch_problems],
@@ -495,7 +496,7 @@ def _train_batch(
                         roll, cand_ids=roll.cand_ids[..., : cfg.n_candidates],
                         cand_logp=roll.cand_logp[..., : cfg.n_candidates],
                     )  # fmt: skip
-                rewards = _score(roll, batch_problems[i], cfg, "cpu")
+                rewards = score(roll, batch_problems[i], cfg, "cpu")
                 behaviours.append(behaviour_batch(
                     models[i], ref_model if cfg.kl_coef > 0 else None, roll, rewards, cfg=cfg,
                     needs=needs[i],

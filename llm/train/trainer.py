@@ -4,8 +4,9 @@
 
 1. **rollout**: B prompts in a deterministic order (a permutation per data epoch seeded by
    ``(seed, epoch)``; prompts consumed = the resumable data position), G responses each with a
-   per-step generator (`llm.run.distributed.generate_shared` over `llm.model.load.make_backend`);
-2. **score**: the task's verifier gives ``rewards (B, G)``;
+   per-step generator (`llm.run.distributed.generate_shared` over `llm.model.load.make_backend`;
+   `llm.train.rollout_step`, with DAPO's dynamic sampling);
+2. **score**: the task's verifier gives ``rewards (B, G)`` (`llm.train.rollout_step.score`);
 3. **behaviour batch** (`llm.train.behaviour`): a no-grad forward of pi_old on prompt + response
    (`llm.model.forward`): ``logp_old (B, G, T)``, token entropy, top-N candidates (CaSP, Lambda^(n)),
    prompt log-probs (ProGRPO); ``logp_ref`` from the frozen base model when ``kl_coef > 0``;
@@ -38,8 +39,8 @@ from tqdm.auto import tqdm
 
 import shaping
 from llm.config import TrainConfig, save_config
-from llm.data import Problem, data_indices, drop_long_prompts, load_train_problems, tiny_config
-from llm.eval.diversity import diversity_scores, load_encoder
+from llm.data import data_indices, drop_long_prompts, load_train_problems, tiny_config
+from llm.eval.diversity import load_encoder
 from llm.model.load import (
     load_policy_and_reference,
 )
@@ -60,7 +61,6 @@ from llm.run.checkpoint import (
 from llm.run.distributed import (
     DistInfo,
     broadcast_object,
-    generate_shared,
     init_distributed,
     rank_share,
     set_matmul_precision,
@@ -69,15 +69,13 @@ from llm.run.distributed import (
 )
 from llm.run.folder import (
     LOCK_FILE,
-    NonFiniteError,
     RunLock,
     check_base_model_folder,
     claim_run_folder,
     restore_files,
     snapshot_files,
 )
-from llm.tasks import TASKS
-from llm.train import control
+from llm.train import control, rollout_step
 from llm.train.behaviour import (
     behaviour_batch,
     sampler_is_behaviour,
@@ -89,7 +87,7 @@ from llm.train.update import (
 )
 
 # The names other modules, tests and benchmarks import from here stay importable from here.
-__all__ = ["train"]
+__all__ = ["start_run", "train"]
 
 
 def train(
@@ -214,7 +212,7 @@ def _train(
     change_optimizer: bool = False,
     started: dict[str, bool] | None = None,
 ) -> list[dict[str, float]]:
-    _start_run(cfg, out, resume=resume, info=info, change_optimizer=change_optimizer)
+    start_run(cfg, out, resume=resume, info=info, change_optimizer=change_optimizer)
     ckpt = find_resume_checkpoint(out, cfg.steps) if resume and info.is_main else None
     ckpt = broadcast_object(ckpt, info)
     saved = trainer_extra(ckpt)
@@ -267,7 +265,7 @@ def _train(
             t0 = time.perf_counter()
             extra: dict[str, float] = {}
             if cfg.rollout.dynamic_sampling:  # DAPO: rounds of prompts until B mixed groups
-                batch_problems, roll, rewards, position, extra = _dynamic_rollout(
+                batch_problems, roll, rewards, position, extra = rollout_step.dynamic_rollout(
                     backend, problems, position, cfg, info, step, sampler_stats,
                     tokenizer.pad_token_id,
                 )  # fmt: skip
@@ -277,16 +275,16 @@ def _train(
                 )
                 position += cfg.rollout.prompts_per_step
                 batch_problems = [problems[i] for i in rank_share(idx, info, per_update)]
-                roll = _rollout(backend, batch_problems, cfg, info, step, sampler_stats)
+                roll = rollout_step.rollout(backend, batch_problems, cfg, info, step, sampler_stats)
             t_roll = time.perf_counter()
 
             # Score, then the behaviour batch: pi_old's view of the rollout, keys by the method.
             if not cfg.rollout.dynamic_sampling:
-                rewards = _score(roll, batch_problems, cfg, info.device)
+                rewards = rollout_step.score(roll, batch_problems, cfg, info.device)
             if cfg.explore.ucb_coef > 0 or cfg.explore.batch_coef > 0:
                 rewards = control.explore_rewards(roll, rewards, cfg, ctl["answer_counts"], extra)
             t_behaviour = time.perf_counter()
-            diversity = _diversity(roll, cfg, encoder) if "diversity" in needs else None
+            diversity = rollout_step.diversity(roll, cfg, encoder) if "diversity" in needs else None
             behaviour = behaviour_batch(
                 policy, ref_model, roll, rewards, cfg=cfg, needs=needs, diversity=diversity
             )
@@ -353,122 +351,10 @@ def _train(
 
 
 # ---------------------------------------------------------------------------------------------
-# The blocks of a step that speak to the task
-
-
-def _rollout(
-    backend: RolloutBackendLike,
-    problems: list[Problem],
-    cfg: TrainConfig,
-    info: DistInfo,
-    step: int,
-    sampler_stats: bool,
-    round_: int = 0,
-) -> Any:
-    """G responses to each problem's prompt (a `RolloutBatch`), sampled with the step's seed (and
-    the dynamic-sampling round's, `round_` > 0); with `sampler_stats` also the sampler's
-    entropies and top-N candidates (the behaviour values,
-    `llm.train.behaviour.sampler_is_behaviour`)."""
-    prompts = [TASKS[cfg.task].prompt(p, cfg.template) for p in problems]
-    try:
-        return generate_shared(
-            backend,
-            prompts,
-            info,
-            share=cfg.vllm.tensor_parallel_size if cfg.rollout.backend == "vllm" else 1,
-            seed_of=lambda rank: _step_seed(cfg.seed, step, rank, round_),
-            group_size=cfg.rollout.group_size,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            **({"top_n": cfg.n_candidates, "want_entropy": True} if sampler_stats else {}),
-        )
-    except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: a diverged policy
-        if "inf" not in str(e) and "nan" not in str(e):
-            raise
-        raise NonFiniteError(
-            f"step {step}: the policy's sampling probabilities are not finite ({e}); the newest "
-            "checkpoint may already hold the diverged weights: resume from an earlier one"
-        ) from e
-
-
-def _score(roll: Any, problems: list[Problem], cfg: TrainConfig, device: str) -> torch.Tensor:
-    """The verifier's ``rewards (B, G)`` of the rollout's responses, float32 on `device`."""
-    scores = [
-        [TASKS[cfg.task].score(text, prob, format_score=cfg.format_score) for text in texts]
-        for texts, prob in zip(roll.texts, problems, strict=True)
-    ]
-    return torch.tensor(scores, dtype=torch.float32, device=device)
-
-
-def _diversity(roll: Any, cfg: TrainConfig, encoder: Any) -> list[list[float]]:
-    """DSDR's per-response diversity scores (B, G) of the rollout (`llm.eval.diversity`)."""
-    return diversity_scores(roll.texts, task=cfg.task, encoder=encoder, distinct=cfg.distinct)
-
-
-# ---------------------------------------------------------------------------------------------
-# Driver-level controls (`llm.train.control`, docs/formulas.md §2.31-§2.33, §2.35-§2.37)
-
-
-def _dynamic_rollout(
-    backend: RolloutBackendLike,
-    problems: list[Problem],
-    position: int,
-    cfg: TrainConfig,
-    info: DistInfo,
-    step: int,
-    sampler_stats: bool,
-    pad_id: int,
-) -> tuple[list[Problem], Any, torch.Tensor, int, dict[str, float]]:
-    """DAPO dynamic sampling: rounds of ``prompts_per_step`` prompts (the data order's next ones,
-    each round with its own seed) until B groups have mixed rewards or
-    ``1 + max_resample_rounds`` rounds are drawn (`llm.train.control.select_groups`).
-
-    Returns:
-        (problems, rollout, rewards (B, G), data position, ``dynamic/`` metrics): the chosen B
-        groups in draw order; the metrics give the rounds drawn, the prompts sampled, the mixed
-        groups trained on and whether the budget ran out (then uniform groups fill the batch).
-    """
-    b = cfg.rollout.prompts_per_step
-    rounds: list[tuple[list[Problem], Any, torch.Tensor]] = []
-    mixed: list[bool] = []
-    n_rounds = 1 + cfg.rollout.max_resample_rounds
-    chosen = None
-    for r in range(n_rounds):
-        idx = data_indices(position, b, len(problems), cfg.data.seed)
-        position += b
-        probs = [problems[i] for i in idx]
-        roll = _rollout(backend, probs, cfg, info, step, sampler_stats, round_=r)
-        rewards = _score(roll, probs, cfg, info.device)
-        rounds.append((probs, roll, rewards))
-        mixed += control.mixed_groups(rewards).tolist()
-        chosen = control.select_groups(mixed, b, exhausted=r + 1 == n_rounds)
-        if chosen is not None:
-            break
-    assert chosen is not None  # select_groups decides on the last round
-    picked, ran_out = chosen
-    per_round = [
-        [i - k * b for i in picked if k * b <= i < (k + 1) * b] for k in range(len(rounds))
-    ]
-    roll = control.concat_rollouts(
-        [(r_roll, ids) for (_, r_roll, _), ids in zip(rounds, per_round, strict=True)], pad_id
-    )
-    rewards = torch.cat([r_rew[ids] for (_, _, r_rew), ids in zip(rounds, per_round, strict=True)])
-    batch_problems = [rounds[i // b][0][i % b] for i in picked]
-    metrics = {
-        "dynamic/rounds": float(len(rounds)),
-        "dynamic/prompts_sampled": float(len(mixed)),
-        "dynamic/mixed_groups": float(sum(mixed[i] for i in picked)),
-        "dynamic/budget_exhausted": float(ran_out),
-    }
-    return batch_problems, roll, rewards, position, metrics
-
-
-# ---------------------------------------------------------------------------------------------
 # Run set-up, data order and seeds
 
 
-def _start_run(
+def start_run(
     cfg: TrainConfig, out: Path, *, resume: bool, info: DistInfo, change_optimizer: bool = False
 ) -> None:
     """Check the launch, write ``config.toml`` (building the tiny base model when asked) and seed
@@ -510,12 +396,3 @@ def _start_run(
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)  # noqa: NPY002 (seeds the legacy global RNG that libraries use)
     torch.manual_seed(cfg.seed)
-
-
-def _step_seed(seed: int, step: int, rank: int = 0, round_: int = 0) -> int:
-    # Sampling uses a generator seeded per step (and rank, and dynamic-sampling round), so a
-    # resumed run samples what it would have; rank 0's first round keeps the single-process seeds.
-    key = (seed, 7919, step) if rank == 0 else (seed, 7919, step, rank)
-    if round_ > 0:
-        key = (seed, 7919, step, rank, round_)
-    return int(np.random.default_rng(key).integers(2**62))

@@ -15,7 +15,8 @@ import torch
 
 from llm.rollout.base import RolloutBatch
 from llm.train import control
-from llm.train.trainer import _step_seed, train
+from llm.train.rollout_step import step_seed
+from llm.train.trainer import train
 from tests.llm.test_trainer import PlantingBackend, _config
 
 # ---------------------------------------------------------------------------------------------
@@ -84,8 +85,8 @@ def test_dynamic_batch_holds_no_uniform_group_unless_the_budget_ran_out(seed):
 
 
 def test_resampling_rounds_have_their_own_seeds():
-    assert _step_seed(0, 3) == _step_seed(0, 3, 0, 0)  # round 0 keeps the plain step seed
-    seeds = {_step_seed(0, 3, 0, r) for r in range(5)} | {_step_seed(0, 3, 1)}
+    assert step_seed(0, 3) == step_seed(0, 3, 0, 0)  # round 0 keeps the plain step seed
+    seeds = {step_seed(0, 3, 0, r) for r in range(5)} | {step_seed(0, 3, 1)}
     assert len(seeds) == 6
 
 
