@@ -5,6 +5,7 @@ whole study is in tests/toymdp/test_study.py and tests/llm/test_study.py.)"""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from experiment import frontier, report, reread
+from experiment.__main__ import main
 
 
 def _inputs(seed: int, m: int = 5, s: int = 3, p: int = 6) -> dict:
@@ -71,3 +73,28 @@ def test_reread_errors_name_what_is_missing(tmp_path):
     np.savez(tmp_path / "other.npz", a=np.zeros(2))
     with pytest.raises(ValueError, match="has no 'meta' entry"):
         reread.load_inputs(tmp_path / "other.npz")
+
+
+COMMITTED = sorted(
+    p.parent
+    for p in (Path(__file__).parents[2] / "figures").glob("*/study.json")
+    if "reading" in json.loads(p.read_text())
+)
+
+
+@pytest.mark.parametrize("folder", COMMITTED, ids=lambda p: p.name)
+def test_the_committed_studies_read_as_committed(folder, tmp_path, capsys):
+    """Every committed study with lift inputs re-reads (`python -m experiment reread`) to its
+    committed study.json: the README's claims are the procedure in force's reading (a new
+    procedure must re-read and re-publish them)."""
+    assert main(["reread", str(folder), "--out", str(tmp_path)]) == 0
+    assert "re-read by" in capsys.readouterr().out
+    again = json.loads((tmp_path / "study.json").read_text())
+    again.pop("reread")
+    assert again == json.loads((folder / "study.json").read_text())
+    assert (tmp_path / "verdicts.md").read_text() == (folder / "verdicts.md").read_text()
+
+
+def test_the_reread_command_names_a_bad_folder(tmp_path, capsys):
+    assert main(["reread", str(tmp_path)]) == 2
+    assert "study.json is missing" in capsys.readouterr().err
