@@ -188,8 +188,9 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
     keep = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
     if pending:
         result["pending"] = {label: {k: p.get(k) for k in keep} for label, p in pending.items()}
-    if "fingerprints" in doc:
-        result["fingerprints"] = doc["fingerprints"]
+    for key in ("measures", "fingerprints"):  # of the confirmation's models: unchanged
+        if key in doc:
+            result[key] = doc[key]
     result["reread"] = {"from": doc.get("procedure"), "procedure": inference.PROCEDURE,
                         "git_commit": R.git_commit()}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ __all__ = [
     "designs_markdown",
     "dominance_markdown",
     "git_commit",
+    "measures_markdown",
     "provenance",
     "publish",
     "study_markdown",
@@ -231,9 +232,44 @@ def study_markdown(result: Mapping[str, Any], how: str, unit: str) -> str:
                  "| setting | step | lift [95% CI] |\n|---|---|---|\n"
                  + "".join(f"| {k} | {r['step']} | {100 * r['lift']:+.2f} [{100 * r['lo']:+.2f}, "
                            f"{100 * r['hi']:+.2f}] |\n" for k, r in spread.items()))  # fmt: skip
+    if result.get("measures"):
+        text += measures_markdown(result)
     if "designs_for_goal" in result:
         text += designs_markdown(result, unit)
     return text
+
+
+def measures_markdown(result: Mapping[str, Any]) -> str:
+    """The confirmation's other measures (study.json's ``measures``: per model the means over
+    seeds, `None` where an evaluation did not record one) of the base, GRPO's configured setting
+    at its read step (`grpo_sharpens`) and each pass@k pick at its step."""
+    rows = {(r["label"], r["setting"], r["step"]): r for r in result["measures"]}
+    sharp = result["grpo_sharpens"]
+    base = next((r for r in result["measures"] if r["step"] == 0), None)
+    ref = base["label"] if base is not None else None
+    chosen = [
+        ("base", base),
+        ("GRPO (configured)", rows.get((ref, sharp["setting"], sharp["step"]))),
+    ]
+    chosen += [(label, rows.get((label, p["setting"], p["step"])))
+               for label, p in result["picks"]["pass_at_k"].items()]  # fmt: skip
+
+    def cell(v: Any, scale: float = 1.0, digits: int = 2) -> str:
+        return "—" if v is None else f"{scale * v:.{digits}f}"
+
+    lines = ["\n## Other measures of the models read\n",
+             "Means over the confirmation's seeds (pass@1, pass@k and maj@k in percent; maj@k: "
+             "majority-vote accuracy over k samples; answer entropy in nats over a problem's "
+             "final answers; distinct correct answers per problem).\n",
+             "| model | setting | step | pass@1 | pass@k | maj@k | answer entropy | "
+             "distinct correct |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, r in chosen:
+        if r is None:
+            continue
+        lines.append(f"| {name} | {r['setting']} | {r['step']} | {cell(r['pass1'], 100, 1)} | "
+                     f"{cell(r['pass_at_k'], 100, 1)} | {cell(r['maj_at_k'], 100, 1)} | "
+                     f"{cell(r['answer_entropy'])} | {cell(r['distinct_correct'])} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
 
 
 def _cost(v: float, unit: str) -> str:

@@ -151,6 +151,8 @@ def _record(r: Mapping[str, Any], n: int, seconds: float) -> dict[str, Any]:
         "distinct_correct": float(np.mean(distinct)),
         "self_bleu": r.get("self_bleu"),
         "semantic_cosine_correct": r.get("semantic_cosine_correct"),
+        "maj_at_k": r.get("maj_at_k"),
+        "answer_entropy": r.get("answer_entropy"),
         "n": n,
         "correct": correct,
         "distinct": [int(d) for d in distinct],

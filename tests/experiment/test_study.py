@@ -284,3 +284,26 @@ def test_provenance_names_the_commit_it_is_told(tmp_path, monkeypatch):
     assert R.provenance(cfg, "pinned")["git_commit"] == "0123abc"
     monkeypatch.delenv(R.GIT_COMMIT_ENV)
     assert R.provenance(cfg, "pinned")["git_commit"] != "0123abc"
+
+
+def test_the_measures_table_shows_the_base_grpo_and_each_pick():
+    row = {"pass1": 0.2, "pass_at_k": 0.6, "maj_at_k": 0.3, "answer_entropy": 1.2,
+           "distinct_correct": 1.5}  # fmt: skip
+    result = {
+        "grpo_sharpens": {"setting": "lr=0.1", "step": 20},
+        "picks": {"pass_at_k": {"ds": {"setting": "g=1", "step": 10}}},
+        "measures": [
+            {"label": "grpo", "setting": "base", "step": 0, **row},
+            {"label": "grpo", "setting": "lr=0.1", "step": 20, **row, "pass1": 0.4},
+            {"label": "grpo", "setting": "lr=0.1", "step": 10, **row, "pass1": 0.9},
+            {"label": "ds", "setting": "g=1", "step": 10, **row, "maj_at_k": None},
+            {"label": "ds", "setting": "g=1", "step": 20, **row, "pass1": 0.9},
+        ],
+    }
+    text = R.measures_markdown(result)
+    lines = [x for x in text.splitlines() if x.startswith("| ") and "model" not in x]
+    assert lines == [
+        "| base | base | 0 | 20.0 | 60.0 | 30.0 | 1.20 | 1.50 |",
+        "| GRPO (configured) | lr=0.1 | 20 | 40.0 | 60.0 | 30.0 | 1.20 | 1.50 |",
+        "| ds | g=1 | 10 | 20.0 | 60.0 | — | 1.20 | 1.50 |",
+    ]

@@ -66,6 +66,15 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     # The cost model of the power calculation, measured in the confirmation's runs.
     assert doc["costs"]["unit"] == "core-s" and doc["costs"]["run"] > 0
     assert doc["costs"]["problem"] > 0 and "designs_for_goal" in doc
+    # The confirmation's other measures (maj@k, answer entropy) of the base, GRPO and each pick.
+    rows = {(r["label"], r["step"]): r for r in doc["measures"]}
+    base = rows[("grpo", 0)]
+    first = confirm["models"][0]
+    assert first["label"] == "base" and base["maj_at_k"] == first["maj_at_k"][str(max(
+        int(k) for k in first["maj_at_k"]))]  # fmt: skip
+    assert base["pass1"] == first["pass1"] and base["answer_entropy"] == first["answer_entropy"]
+    assert all(0.0 <= r["maj_at_k"] <= 1.0 for r in doc["measures"])
+    assert "## Other measures of the models read" in (out / "verdicts.md").read_text()
     # The study re-reads from its folder's lift inputs to the same study.json (experiment.reread).
     again = reread.reread(out, tmp_path / "reread")
     assert again.pop("reread")["from"] == doc["procedure"]
