@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import subprocess
@@ -130,7 +131,12 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
                     f"; GRPO {d['setting']}, step {d['step']} beats it on both axes, p {d['p']:.3f}"
                 )
             return f"**{r['verdict']}** ({why})"
-        d = 2 if r.get("unit") == "per problem" else 1  # distinct correct: small numbers
+        # Enough decimals to show the interval's width (a +0.04-point lift is not "+0.0"): at
+        # least 1 for points and 2 for distinct correct, at most 3.
+        d = 2 if r.get("unit") == "per problem" else 1
+        width = r["hi"] - r["lo"] if r.get("hi") is not None and r.get("lo") is not None else 1.0
+        if width > 0:
+            d = min(3, max(d, math.ceil(-math.log10(width)) + 1))
         mde = "" if r.get("mde") is None else f", MDE {r['mde']:.{d}f}"
         return f"**{r['verdict']}** {r['lift']:+.{d}f} [{r['lo']:+.{d}f}, {r['hi']:+.{d}f}]{mde}"
 
