@@ -82,11 +82,7 @@ def save_inputs(
             "reference": [ref] if isinstance(ref, str) else list(ref),
         }  # fmt: skip
     arrays["meta"] = np.array(json.dumps(meta, default=_plain))
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez_compressed(tmp, **arrays)
-    tmp.replace(path)
-    return path
+    return store.save_npz(path, arrays, compressed=True)
 
 
 def load_inputs(path: str | Path) -> dict[str, Any]:
@@ -185,9 +181,9 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
         design=design, provenance=doc["provenance"], by_step=reading["by_step"],
         costs=doc.get("costs"), defaults=reading["defaults"],
     )  # fmt: skip
-    keep = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
     if pending:
-        result["pending"] = {label: {k: p.get(k) for k in keep} for label, p in pending.items()}
+        result["pending"] = {label: {k: p.get(k) for k in S.PICK_KEYS}
+                             for label, p in pending.items()}  # fmt: skip
     for key in ("measures", "fingerprints"):  # of the confirmation's models: unchanged
         if key in doc:
             result[key] = doc[key]
@@ -202,7 +198,5 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
         report.plot_frontier(found[stage], out / f"{stage}_frontier.png", labels=data["labels"],
                              reference=next(iter(data["measures"].values()))["reference"],
                              title=data["title"])  # fmt: skip
-    how, unit = reading["how"], reading["unit"]
-    write_study(out, result, reading={k: v for k, v in reading.items() if k not in ("how", "unit")},
-                how=how, unit=unit)  # fmt: skip
+    write_study(out, result, reading=reading, how=reading["how"], unit=reading["unit"])
     return result

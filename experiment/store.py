@@ -145,10 +145,11 @@ def read_json(path: PathLike) -> Any:
         return None
 
 
-def save_npz(path: PathLike, arrays: Mapping[str, np.ndarray]) -> Path:
-    """`np.savez(path, **arrays)` atomically (uncompressed); returns the path."""
+def save_npz(path: PathLike, arrays: Mapping[str, np.ndarray], *, compressed: bool = False) -> Path:
+    """`np.savez(path, **arrays)` (`np.savez_compressed` with `compressed`) atomically; returns
+    the path."""
     path = Path(path)
     tmp = _tmp(path, ".tmp.npz")  # np.savez appends .npz to a name without it
-    np.savez(tmp, **arrays)
+    (np.savez_compressed if compressed else np.savez)(tmp, **arrays)
     os.replace(tmp, path)
     return path

@@ -39,6 +39,7 @@ from experiment import covariance, inference
 
 __all__ = [
     "CLAIMS",
+    "PICK_KEYS",
     "VERDICTS",
     "claim_rows",
     "claim_verdict",
@@ -55,6 +56,9 @@ __all__ = [
 ]
 
 VERDICTS = ("supported", "refuted", "not better than tuned GRPO", "not resolved")
+
+PICK_KEYS = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
+"""What study.json keeps of a pick (its setting, checkpoint and exploratory lift)."""
 
 CLAIMS = (
     ("grpo_sharpens", "grpo", "pass_at_k", "GRPO sharpens: pass@1 rises while large-k pass@k falls"),
@@ -438,7 +442,6 @@ def conclude(
                                   cost_run=costs["run"], cost_problem=costs["problem"])
                 for label, r in rows.items() if r.get("components") is not None
             }  # fmt: skip
-    keep = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
     spread = {measure: reference_spread(section) for measure, section in confirmation.items()}
     claims = claim_rows(
         name,
@@ -454,7 +457,7 @@ def conclude(
         "procedure": inference.PROCEDURE,
         "provenance": dict(provenance),
         "design": {**design, "alpha": alpha, "claim_size": size, "claim_size_distinct": size_distinct},
-        "picks": {m: {label: {k: p.get(k) for k in keep} for label, p in ps.items()}
+        "picks": {m: {label: {k: p.get(k) for k in PICK_KEYS} for label, p in ps.items()}
                   for m, ps in picks.items()},
         "confirmed": confirmed,
         "grpo_sharpens": sharp,
