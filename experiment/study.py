@@ -13,7 +13,9 @@ concave hull):
   over the picked labels (`experiment.inference.holm`) and the minimum detectable lift at 80% power
   at the first step of Holm's procedure (level `alpha / n`);
 - `claim_verdict`: "X lifts the measure by at least `size`" is **supported** when the confirmed
-  lift is > 0 after Holm; **refuted** when the confirmed interval lies below `size` (or, for a pick
+  lift is > 0 after Holm and its interval reaches `size`; **smaller than claimed** when it is > 0
+  after Holm but its interval lies below `size`; **refuted** when the confirmed interval lies
+  below `size` without the lift being > 0 (or, for a pick
   below GRPO's range, when one of GRPO's models beats it on both axes: `dominated`) and the
   method had GRPO's tuning budget; **not better than tuned GRPO** for the same evidence where the
   study gave GRPO more tuning than the method (``design["budget"]`` not ``"equal"``); **not
@@ -55,7 +57,13 @@ __all__ = [
     "spread_row",
 ]
 
-VERDICTS = ("supported", "refuted", "not better than tuned GRPO", "not resolved")
+VERDICTS = (
+    "supported",
+    "smaller than claimed",
+    "refuted",
+    "not better than tuned GRPO",
+    "not resolved",
+)
 
 PICK_KEYS = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
 """What study.json keeps of a pick (its setting, checkpoint and exploratory lift)."""
@@ -102,7 +110,38 @@ def _never_moved(m: Mapping[str, Any]) -> bool:
     return m["status"] in _WITH_LIFT and m["lift"] is not None and m.get("lift_p") is None
 
 
-def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> dict[str, dict]:
+def shrunk_lifts(lift: object, se: object) -> np.ndarray:
+    """Empirical-Bayes estimates of the true lifts of one method's candidate models `(n,)`: each
+    estimate `lift` (standard error `se`, both `(n,)`, > 0) pulled toward the candidates' common
+    mean by its own precision, ``mu + tau² / (tau² + se²) · (lift − mu)``, with the normal prior's
+    ``mu`` and ``tau²`` by DerSimonian & Laird's (1986) moment estimator (random-effects
+    meta-analysis). A noisy estimate is pulled further than a precise one, so a model is picked for
+    its expected true lift, not for its noise (the largest of estimates of unequal precision is
+    most often the noisiest). With ``tau² = 0`` every candidate gets ``mu``.
+
+    Raises:
+        ValueError: `lift` and `se` differ in shape, or an `se` is not finite and > 0.
+    """
+    lift, se = np.asarray(lift, dtype=np.float64), np.asarray(se, dtype=np.float64)
+    if lift.shape != se.shape or lift.ndim != 1:
+        raise ValueError(f"lift, se: expected two (n,) arrays, got {lift.shape} and {se.shape}")
+    if not (np.all(np.isfinite(se)) and np.all(se > 0)):
+        raise ValueError(f"se: expected finite values > 0, got {se}")
+    w = 1.0 / se**2
+    fixed = float(w @ lift / w.sum())
+    q = float(w @ (lift - fixed) ** 2)
+    tau2 = (
+        max(0.0, (q - (len(lift) - 1)) / (w.sum() - (w**2).sum() / w.sum()))
+        if len(lift) > 1
+        else 0.0
+    )
+    w_re = 1.0 / (se**2 + tau2)
+    mu = float(w_re @ lift / w_re.sum())
+    return mu + tau2 / (tau2 + se**2) * (lift - mu)
+
+
+def select(section: Mapping[str, Any], labels: Sequence[str] | None = None,
+           rule: str = "estimate") -> dict[str, dict]:  # fmt: skip
     """The exploratory picks: per non-reference label (or each of `labels`), its model (record of
     `lift_analysis`'s section) with the largest lift estimate among models with a lift (inside the
     reference's pass@1 range or above it; ties: the first). The estimate, not a lower bound: a
@@ -116,7 +155,10 @@ def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> d
     Args:
         section: one measure's section of `experiment.report.lift_analysis`.
     """
+    if rule not in ("estimate", "shrunk"):
+        raise ValueError(f"rule: expected 'estimate' or 'shrunk', got {rule!r}")
     best: dict[str, tuple[float, dict]] = {}
+    cands: dict[str, list[dict]] = {}
     nearest: dict[str, tuple[tuple[float, float], dict]] = {}
     order: list[str] = []
     for m in section["models"]:
@@ -126,12 +168,18 @@ def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> d
         if label not in order:
             order.append(label)
         if _inside(m):
+            cands.setdefault(label, []).append(m)
             if label not in best or m["lift"] > best[label][0]:
                 best[label] = (m["lift"], m)
         elif m["status"] == "below":
             near = (m.get("inside_fraction") or 0.0, m["x"])
             if label not in nearest or near > nearest[label][0]:
                 nearest[label] = (near, m)
+    if rule == "shrunk":
+        for label, ms in cands.items():
+            post = shrunk_lifts([m["lift"] for m in ms], [m["lift_se"] for m in ms])
+            i = max(range(len(ms)), key=lambda i: (post[i], ms[i]["lift"]))
+            best[label] = (ms[i]["lift"], ms[i])
     return {label: (best.get(label) or nearest[label])[1]
             for label in order if label in best or label in nearest}  # fmt: skip
 
@@ -187,13 +235,19 @@ def confirm(
 
 def claim_verdict(result: Mapping[str, Any], size: float, *, equal_budget: bool = True) -> str:
     """The verdict of "the method lifts the measure by at least `size`" from its `confirm` record
-    (module docstring): supported, refuted (`equal_budget`) or not better than tuned GRPO (not
-    `equal_budget`), not resolved."""
+    (module docstring): supported, smaller than claimed, refuted (`equal_budget`) or not better
+    than tuned GRPO (not `equal_budget`), not resolved.
+
+    The claim has a direction (a lift > 0) and a size (at least `size`); the confirmation can
+    establish the one and exclude the other. *Smaller than claimed*: the lift is > 0 after Holm and
+    its interval lies below `size`, both at once (the sharpening toy's W-REINFORCE: +0.73
+    [+0.34, +1.11] against 1.5 read "supported" in one run and +0.3 [−0.3, +1.0] "refuted" in the
+    next, two readings of the same half-point lift)."""
     beaten = "refuted" if equal_budget else "not better than tuned GRPO"
     if result["lift"] is None:
         return beaten if dominated(result) else "not resolved"
     if result["verdict"] == "above":
-        return "supported"
+        return "smaller than claimed" if result["hi"] < size else "supported"
     if result["hi"] < size:
         return beaten
     return "not resolved"

@@ -165,7 +165,7 @@ def _eval(args: argparse.Namespace) -> int:
         encoder = load_encoder(cfg.system.device)
     backend = make_backend(cfg, model, tokenizer)
     common = {
-        "n": args.n or cfg.eval.n_samples,
+        "n": args.n or cfg.eval.samples,
         "template": cfg.template,
         "max_new_tokens": args.max_new_tokens
         or cfg.eval.max_new_tokens
@@ -386,7 +386,7 @@ def _main(argv: list[str]) -> int:
     src.add_argument("--heldout", type=int, metavar="N", help="llm.model.tiny's first N held-out")
     ev.add_argument(
         "--n", "--samples", dest="n", type=int,
-        help="samples per problem (default: eval.n_samples); pass@k and maj@k for k = 1, 2, 4, "
+        help="samples per problem (default: eval.samples); pass@k and maj@k for k = 1, 2, 4, "
         "..., n (256: the curve to k = 256 of Yue et al. 2025, with --max-problems 16)",
     )  # fmt: skip
     ev.add_argument(

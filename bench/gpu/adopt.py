@@ -77,7 +77,7 @@ def adopt(tarballs: Path | list[Path], study: Path, out: Path) -> list[tuple[str
             )  # fmt: skip
 
         for job in jobs[1:]:
-            found = [d for d in candidates.get(config_to_toml(config_from_dict(job.raw)), [])
+            found = [d for d in candidates.get(config_to_toml(job.cfg), [])
                      if complete(d, job.steps)]  # fmt: skip
             if found:
                 shutil.copytree(

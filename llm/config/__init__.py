@@ -61,6 +61,7 @@ from llm.tasks import TASKS
 __all__ = [
     "EVAL_PRECISION",
     "MOVED_KEYS",
+    "RENAMED_KEYS",
     "ControlConfig",
     "DataConfig",
     "EvalConfig",
@@ -261,6 +262,11 @@ MOVED_KEYS: dict[str, str] = {
 release, with a `FutureWarning`, in config files, ``--set`` pairs, keyword overrides and a run
 folder's saved ``config.toml`` (`new_key`, `upgrade_keys`)."""
 
+RENAMED_KEYS: dict[str, str] = {"eval.n_samples": "eval.samples"}
+"""Old ``TABLE.NAME`` -> its new one, accepted for one release like `MOVED_KEYS` (2026-11-27,
+issue 42: the evaluation's sample count is ``samples`` from the TOML to the code, as in a
+sweep's ``[eval]``)."""
+
 
 def describe() -> str:
     """Every config key with its default (as TOML), documentation and accepted values, then each
@@ -285,14 +291,15 @@ def describe() -> str:
 def new_key(key: str) -> str:
     """`key`, or its new ``TABLE.NAME`` spelling if it is an old flat key of `MOVED_KEYS` (with a
     `FutureWarning` naming the new key)."""
-    if key not in MOVED_KEYS:
+    new = MOVED_KEYS.get(key) or RENAMED_KEYS.get(key)
+    if new is None:
         return key
     warnings.warn(
-        f"{key} is now {MOVED_KEYS[key]}; the flat key is accepted until the next release",
+        f"{key} is now {new}; the old key is accepted until the next release",
         FutureWarning,
         stacklevel=3,
     )
-    return MOVED_KEYS[key]
+    return new
 
 
 def upgrade_keys(raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -310,6 +317,14 @@ def upgrade_keys(raw: Mapping[str, Any]) -> dict[str, Any]:
             if name in target:
                 raise ValueError(f"{old}: give {table}.{name} only ({old} is its old spelling)")
             target[name] = out.pop(old)
+    for old in RENAMED_KEYS:
+        table, _, was = old.partition(".")
+        target = out.get(table)
+        if isinstance(target, dict) and was in target:
+            name = new_key(old).partition(".")[2]
+            if name in target:
+                raise ValueError(f"{old}: give {table}.{name} only ({old} is its old spelling)")
+            target[name] = target.pop(was)
     return out
 
 

@@ -92,7 +92,7 @@ class EvalConfig:
         ge=0,
         le=MAX_SEED,
     )
-    n_samples: int = option(
+    samples: int = option(
         16, "samples per problem n; pass@k is reported for k = 1, 2, 4, ..., n", ge=1
     )
     temperature: float = option(1.0, "sampling temperature at evaluation", gt=0)

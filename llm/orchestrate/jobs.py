@@ -28,8 +28,8 @@ import torch
 from transformers.utils import logging as hf_logging
 
 import numerics
-from experiment.store import read_json, read_toml, write_json
-from llm.config import EVAL_PRECISION, EvalConfig, config_from_dict, config_to_toml
+from experiment.store import read_json, write_json
+from llm.config import EVAL_PRECISION, EvalConfig, TrainConfig, config_to_toml, load_config
 from llm.eval.diversity import load_encoder
 from llm.eval.heldout import evaluate, evaluate_models
 from llm.model.load import load_model_and_tokenizer
@@ -101,7 +101,9 @@ class Job:
     name: str
     setting: Any  # the sweep's `Setting` of this run (None: the base model)
     seed: int
-    raw: dict[str, Any]
+    cfg: TrainConfig
+    """the run's train config (resolved once, `llm.orchestrate.sweep.run_config`; the base
+    model's evaluation: the base config)"""
     out: str
     base_sha: str
     steps: list[int]
@@ -163,7 +165,7 @@ def _record(r: Mapping[str, Any], n: int, seconds: float) -> dict[str, Any]:
 def _eval_base(job: Job) -> dict[str, Any]:
 
     _quiet_worker()
-    cfg = config_from_dict(job.raw)
+    cfg = job.cfg
     path = Path(job.out) / BASE_EVAL
     key = {**job.eval_key, "weights_sha256": job.base_sha}
     cached = read_json(path)
@@ -221,7 +223,7 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
         and marker.get("engine", "process") == engine
         and marker.get("batched_version") == (BATCHED_VERSION if engine == "batched" else None)
         and saved.is_file()
-        and config_to_toml(config_from_dict(read_toml(saved))) == config_to_toml(cfg)
+        and config_to_toml(load_config(saved)) == config_to_toml(cfg)
     )
     ckpt = latest_checkpoint(out) if same else None
     evaluated = same and all(
@@ -306,7 +308,7 @@ def run_job(job: Job) -> dict[str, Any]:
     if job.setting is None:
         return _eval_base(job)
     _quiet_worker()
-    cfg = config_from_dict(job.raw)
+    cfg = job.cfg
     out = Path(job.out)
     marker, reused = _train(job, cfg)
 
@@ -345,7 +347,7 @@ def run_batch(jobs: Sequence[Job]) -> list[dict[str, Any]]:
     ``engine: batched``; a run trained by the other engine is trained again. Returns one
     `run_job` outcome per job, in order."""
     _quiet_worker()
-    cfgs = [config_from_dict(j.raw) for j in jobs]
+    cfgs = [j.cfg for j in jobs]
     states = [_prepare(j, c, "batched") for j, c in zip(jobs, cfgs, strict=True)]
     for i, (job, (marker, finished, _)) in enumerate(zip(jobs, states, strict=True)):
         if finished and _unevaluable(job, marker):

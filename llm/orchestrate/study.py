@@ -42,7 +42,6 @@ from llm.config import MOVED_KEYS
 from llm.eval.frontier import setting_name
 from llm.orchestrate.executor import check_executor
 from llm.orchestrate.sweep import (
-    Setting,
     SweepSpec,
     check_engine,
     merge_tables,
@@ -118,8 +117,7 @@ def budgets(sweep: SweepSpec) -> list[Budget]:
 def _configured(sweep: SweepSpec) -> dict[str, float]:
     """The tuned keys' values of a run with no setting of its own (the base config and
     ``[train]``): the GRPO setting "GRPO sharpens" is read from (`experiment.study.conclude`)."""
-    ref = next(s for s in sweep.settings if s.label == sweep.reference[0])
-    cfg = run_config(sweep, Setting(ref.label, ref.method, {}))
+    cfg = sweep.base_config
     return {"optim.lr": float(cfg.optim.lr), "kl_coef": float(cfg.kl_coef)}
 
 

@@ -115,7 +115,7 @@ class SweepEval:
         0, "skip the first N problems (a confirmation stage's fresh problems)", ge=0
     )
     samples: int = schema.option(
-        0, "samples per problem n (0: the base config's eval.n_samples)", ge=0
+        0, "samples per problem n (0: the base config's eval.samples)", ge=0
     )
     ks: list[int] = field(
         default_factory=list,
@@ -159,6 +159,14 @@ class SweepSpec:
     """the sweep file (for the record)"""
     doc: dict[str, Any] = field(default_factory=dict)
     """the parsed sweep document (for the record: results.json's ``config``)"""
+    base_config: TrainConfig | None = None
+    """the base config with ``[train]``, resolved once by `sweep_from_dict`"""
+    base_run_config: TrainConfig | None = None
+    """the base model's evaluation job's config (a run of the base config's method, seed 0, as
+    `run_config`'s), resolved once"""
+    configs: list[TrainConfig] = field(default_factory=list)
+    """each setting's run config (its first seed's; `run_config`), resolved once by
+    `sweep_from_dict`, in the order of `settings`"""
 
     def checkpoints_of(self, setting: Setting) -> list[int]:
         """The steps at which `setting`'s runs are evaluated: the sweep's `checkpoints`, or, for
@@ -262,7 +270,7 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         schema.check_fields(ev)
     except ValueError as e:
         raise ValueError(f"eval.{e}") from None
-    samples = ev.samples or base_cfg.eval.n_samples
+    samples = ev.samples or base_cfg.eval.samples
     ks = ev.ks or k_values(samples)
     if max(ks) > samples:
         raise ValueError(f"eval.ks: expected a list of k in [1, samples = {samples}], got {ks!r}")
@@ -285,6 +293,7 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
 
     entries = parse_methods(doc["methods"], _check_key, doc.get("tune"))
     settings: list[Setting] = []
+    configs: list[TrainConfig] = []
     for entry in entries:
         where = f"methods[{entry.label}]"
         for point in entry.points:
@@ -296,11 +305,12 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
             own = list(extend_checkpoints(checkpoints, steps))
             run_raw = _run_raw(base_raw, setting, seeds[0], own, where)
             try:
-                config_from_dict(run_raw)
+                configs.append(config_from_dict(run_raw))
             except ValueError as e:
                 raise ValueError(f"{where} {params}: {e}") from None
             settings.append(setting)
     reference = list(parse_reference(doc.get("reference"), entries))
+    base_run = _run_raw(base_raw, Setting("base", base_cfg.method, {}), 0, checkpoints)
     return SweepSpec(
         base=str(base),
         train=dict(train),
@@ -311,6 +321,9 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         steps=base_cfg.steps,
         eval=evald,
         doc=copy.deepcopy(dict(doc)),
+        base_config=base_cfg,
+        base_run_config=config_from_dict(base_run),
+        configs=configs,
     )
 
 
@@ -370,19 +383,18 @@ def _base_doc(base: str | os.PathLike[str], train: Mapping[str, Any]) -> dict[st
     return merge_tables(upgrade_keys(read_toml(base)), upgrade_keys(train))
 
 
-def _base_raw(spec: SweepSpec) -> dict[str, Any]:
-    return _base_doc(spec.base, spec.train)
-
-
-def run_config(spec: SweepSpec, setting: Setting) -> TrainConfig:
-    """The train config of `setting`'s runs (of its first seed; the others differ in ``seed``
-    alone), as the sweep trains them: the base config, ``[train]``, the setting's values.
+def run_config(spec: SweepSpec, setting: Setting, seed: int | None = None) -> TrainConfig:
+    """The train config of `setting`'s run with `seed` (default: the sweep's first seed; the runs
+    differ in ``seed`` alone), as the sweep trains it: the base config, ``[train]``, the setting's
+    values, one thread, a checkpoint at every evaluated step; resolved once by `sweep_from_dict`.
 
     Raises:
-        ValueError: an invalid config (`sweep_from_dict` has checked every setting's).
+        ValueError: `setting` is not one of `spec`'s.
     """
-    raw = _run_raw(_base_raw(spec), setting, spec.seeds[0], spec.checkpoints_of(setting))
-    return config_from_dict(raw)
+    if setting not in spec.settings:
+        raise ValueError(f"setting: {setting.label} {setting.params} is not one of the sweep's")
+    cfg = spec.configs[spec.settings.index(setting)]
+    return cfg if seed is None else dataclasses.replace(cfg, seed=seed)
 
 
 def run_name(setting: Setting, seed: int) -> str:
@@ -399,10 +411,11 @@ def _eval_problems(spec: SweepSpec, base_cfg: Any) -> tuple[list[Any], str]:
     """The paired evaluation problems: ``eval.problems`` of the base config's [eval] source after
     the first ``eval.offset`` (set ``eval.set`` when it names several)."""
 
-    raw = _base_raw(spec)
     offset = spec.eval.get("offset", 0)
-    raw.setdefault("eval", {})["n_problems"] = offset + spec.eval["problems"]
-    sets = load_eval_sets(config_from_dict(raw))
+    cfg = dataclasses.replace(
+        base_cfg, eval=dataclasses.replace(base_cfg.eval, n_problems=offset + spec.eval["problems"])
+    )
+    sets = load_eval_sets(cfg)
     name = spec.eval["set"] or next(iter(sets))
     if name not in sets:
         raise ValueError(f"eval.set: expected one of {sorted(sets)}, got {name!r}")
@@ -443,11 +456,10 @@ def pack_jobs(jobs: list[Job], workers: int, max_batch: int = MAX_BATCH) -> list
     units: list[list[Job]] = []
     groups: dict[str, list[Job]] = {}
     for job in jobs:
-        cfg = config_from_dict(job.raw)
-        if job.setting is None or batchable(cfg) is not None:
+        if job.setting is None or batchable(job.cfg) is not None:
             units.append([job])
         else:
-            groups.setdefault(batch_key(cfg), []).append(job)
+            groups.setdefault(batch_key(job.cfg), []).append(job)
     for group in groups.values():
         size = max(1, min(max_batch, math.ceil(len(group) / max(1, workers))))
         units.extend(group[i : i + size] for i in range(0, len(group), size))
@@ -463,7 +475,7 @@ def run_unit(unit: list[Job]) -> list[dict[str, Any]]:
     if len(unit) == 1 and (
         job.setting is None
         or job.eval_key.get("engine") != "batched"
-        or batchable(config_from_dict(job.raw)) is not None
+        or batchable(job.cfg) is not None
     ):
         return [run_job(job)]
     return run_batch(unit)
@@ -478,7 +490,7 @@ def check_engine(spec: SweepSpec, engine: str) -> None:
     """
     if engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
-    dtype = config_from_dict(_base_raw(spec)).eval.dtype
+    dtype = spec.base_config.eval.dtype
     if engine == "batched" and dtype != "float32":
         raise ValueError(f"eval.dtype: {dtype!r} needs the process engine (the batched engine's "
                          "stacked sampler holds float32 weights only)")  # fmt: skip
@@ -618,8 +630,7 @@ def sweep_jobs(
     Raises:
         ValueError: an unknown `engine`, or evaluation settings the problem set cannot meet.
     """
-    base_raw = _base_raw(spec)
-    base_cfg = config_from_dict(base_raw)
+    base_cfg = spec.base_config
     if base_cfg.build_base_model:
         # On ensure_base_model's fixed thread count, whatever `workers` is: under numerics pin 2
         # the warm start's bytes depend on the thread count (1 and 2 threads gave other bases).
@@ -633,18 +644,15 @@ def sweep_jobs(
         eval_key["engine"] = "batched"
         eval_key["batched_version"] = BATCHED_VERSION
         eval_key["sampler_version"] = SAMPLER_VERSION
-    base_setting = Setting("base", base_cfg.method, {})
-    jobs = [
-        Job("base", None, 0, _run_raw(base_raw, base_setting, 0, spec.checkpoints),
-             str(out), base_sha, [0], problems, eval_key, False)
-    ]  # fmt: skip
+    jobs = [Job("base", None, 0, spec.base_run_config, str(out), base_sha, [0], problems, eval_key,
+                False)]  # fmt: skip
     for setting in spec.settings:
         for seed in spec.seeds:
             name = run_name(setting, seed)
-            steps = spec.checkpoints_of(setting)
             jobs.append(
-                Job(name, setting, seed, _run_raw(base_raw, setting, seed, steps),
-                     str(out / "runs" / name), base_sha, steps, problems, eval_key, run_bars)
+                Job(name, setting, seed, run_config(spec, setting, seed),
+                     str(out / "runs" / name), base_sha, spec.checkpoints_of(setting), problems,
+                     eval_key, run_bars)
             )  # fmt: skip
     return jobs, base_cfg, base_sha, problems, eval_key
 

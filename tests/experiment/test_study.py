@@ -66,14 +66,15 @@ def test_confirm_applies_holm_over_the_picks_and_names_missing_labels():
        equal=st.booleans())  # fmt: skip
 @settings(max_examples=200, deadline=None)
 def test_the_claims_rule(lift, half, size, mde, verdict, equal):
-    """Supported: above after Holm; refuted: the interval lies below the claimed size, with an
-    equal budget ("not better than tuned GRPO" without); not resolved otherwise (a non-positive
-    lift whose interval reaches the size refutes nothing)."""
+    """Supported: above after Holm with an interval reaching the claimed size; smaller than
+    claimed: above after Holm with an interval below it; refuted: the interval lies below the
+    claimed size, with an equal budget ("not better than tuned GRPO" without); not resolved
+    otherwise (a non-positive lift whose interval reaches the size refutes nothing)."""
     r = {"lift": lift, "lo": lift - half, "hi": lift + half, "mde": mde, "verdict": verdict}
     v = S.claim_verdict(r, size, equal_budget=equal)
     assert v in S.VERDICTS
     if verdict == "above":
-        assert v == "supported"
+        assert v == ("smaller than claimed" if r["hi"] < size else "supported")
     elif r["hi"] < size:
         assert v == ("refuted" if equal else "not better than tuned GRPO")
     else:

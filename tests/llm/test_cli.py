@@ -97,10 +97,10 @@ def test_missing_config_file_and_eval_model_are_one_line(tmp_path, capsys):
 
 def test_eval_applies_set(tiny100, tmp_path, capsys):
     argv = ["eval", "--model", tiny100, "--heldout", "2", "--out", str(tmp_path), "--no-semantic",
-            "--set", "eval.n_samples=2", "rollout.max_new_tokens=4"]  # fmt: skip
+            "--set", "eval.samples=2", "rollout.max_new_tokens=4"]  # fmt: skip
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "pass@2=" in out and "pass@4" not in out  # n from eval.n_samples = 2, not 16
+    assert "pass@2=" in out and "pass@4" not in out  # n from eval.samples = 2, not 16
 
 
 def test_describe_still_prints_every_key(capsys):

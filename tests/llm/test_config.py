@@ -17,6 +17,8 @@ from experiment import schema
 from experiment.schema import parse_value
 from llm.config import (
     MOVED_KEYS,
+    RENAMED_KEYS,
+    EvalConfig,
     TrainConfig,
     apply_overrides,
     check_model_path,
@@ -45,7 +47,7 @@ def test_describe_documents_every_key():
         "rollout.group_size",
         "optim.inner_epochs",
         "data.source",
-        "eval.n_samples",
+        "eval.samples",
         "kl_coef",
     ):
         assert key in text
@@ -70,7 +72,7 @@ def test_describe_documents_every_key():
         ({"data": {"source": "file"}}, "data.path"),
         ({"data": {"bogus": 1}}, "bogus"),
         ({"data": {"max_number": 0, "min_number": 3}}, "data.max_number"),
-        ({"eval": {"n_samples": 0}}, "eval.n_samples"),
+        ({"eval": {"samples": 0}}, "eval.samples"),
         ({"hyper": {"gamma": 1.0}, "method": "ds_grpo"}, "gamma"),
         ({"hyper": {"gamma_p": -1.0}, "method": "ds_grpo"}, "gamma_p"),
         ({"hyper": {"k": 16}, "method": "passk", "rollout": {"group_size": 8}}, "k"),
@@ -198,7 +200,7 @@ def test_apply_overrides_parses_toml_literals_and_dotted_keys():
         "vllm.gpu_memory_utilization=0.5",
         "optim.adam_betas=[0.8, 0.9]",
         "run.tensorboard=false",
-        "eval={n_samples = 4}",
+        "eval={samples = 4}",
         "model_path=runs/my model",
     ]
     out = apply_overrides(raw, pairs)
@@ -208,9 +210,9 @@ def test_apply_overrides_parses_toml_literals_and_dotted_keys():
     assert out["data"] == {"source": "tiny", "n_problems": 10, "seed": 3}
     assert out["hyper"] == {"gamma_p": 0.05} and out["vllm"] == {"gpu_memory_utilization": 0.5}
     assert out["optim"]["adam_betas"] == [0.8, 0.9] and out["run"] == {"tensorboard": False}
-    assert out["eval"] == {"n_samples": 4} and out["model_path"] == "runs/my model"
+    assert out["eval"] == {"samples": 4} and out["model_path"] == "runs/my model"
     cfg = config_from_dict(out)
-    assert cfg.data.seed == 3 and cfg.hyper == {"gamma_p": 0.05} and cfg.eval.n_samples == 4
+    assert cfg.data.seed == 3 and cfg.hyper == {"gamma_p": 0.05} and cfg.eval.samples == 4
 
 
 def test_parse_value():
@@ -320,7 +322,7 @@ def test_every_moved_key_names_its_table():
 def test_an_old_flat_file_loads_with_a_warning_naming_the_new_key(tmp_path):
     (tmp_path / "old.toml").write_text(OLD_FLAT)
     (tmp_path / "new.toml").write_text(NEW)
-    with pytest.warns(FutureWarning, match=r"lr is now optim\.lr; the flat key is accepted"):
+    with pytest.warns(FutureWarning, match=r"lr is now optim\.lr; the old key is accepted"):
         old = load_config(tmp_path / "old.toml")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -330,6 +332,20 @@ def test_an_old_flat_file_loads_with_a_warning_naming_the_new_key(tmp_path):
     with pytest.warns(FutureWarning, match=r"group_size is now rollout\.group_size"):
         cfg = load_config(tmp_path / "new.toml", sets=["group_size=8"], precision="bf16")
     assert cfg.rollout.group_size == 8 and cfg.system.precision == "bf16"
+
+
+def test_a_renamed_key_loads_with_a_warning_naming_the_new_key(tmp_path):
+    """`RENAMED_KEYS` (``eval.n_samples`` -> ``eval.samples``) in a file, a --set pair and a run
+    folder's saved config; both spellings at once are refused."""
+    new = config_from_dict({"eval": {"samples": 4}})
+    with pytest.warns(FutureWarning, match=r"eval\.n_samples is now eval\.samples"):
+        assert config_from_dict({"eval": {"n_samples": 4}}) == new
+    (tmp_path / "c.toml").write_text("[eval]\nn_problems = 8\n")
+    with pytest.warns(FutureWarning, match=r"eval\.n_samples is now eval\.samples"):
+        assert load_config(tmp_path / "c.toml", sets=["eval.n_samples=4"]).eval.samples == 4
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match=r"give eval\.samples only"):
+        config_from_dict({"eval": {"n_samples": 4, "samples": 8}})
+    assert set(RENAMED_KEYS.values()) <= {f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)}
 
 
 def test_both_spellings_of_a_key_are_refused():

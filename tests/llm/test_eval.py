@@ -172,7 +172,7 @@ def test_eval_command_reads_the_config_eval_sets(tiny_model_path, tmp_path):
         f'model_path = "{tiny_model_path}"\ntask = "math"\ntemplate = "plain"\n'
         '[rollout]\nmax_new_tokens = 3\n[data]\nsource = "generate"\n'
         f'[eval]\nsource = "file"\npaths = ["{tmp_path / "aime.jsonl"}", "{tmp_path / "amc.jsonl"}"]\n'
-        "n_samples = 2\n"
+        "samples = 2\n"
     )
     out = tmp_path / "eval"
     argv = ["eval", "--model", tiny_model_path, "--config", str(cfg), "--out", str(out),

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llm.config import config_from_dict, config_to_toml, load_config
+from llm.config import config_to_toml, load_config
 from llm.orchestrate.study import load_study
 from llm.orchestrate.sweep import sweep_from_dict, sweep_jobs
 from llm.run.checkpoint import STATE_FILE, latest_checkpoint
@@ -166,7 +166,7 @@ def test_adopt_renames_complete_runs_by_config_and_leaves_the_rest(tmp_path, tin
                                   (jobs[2], "grpo_lr_b", [1], base_sha)):  # fmt: skip
         run = old / "runs" / name
         run.mkdir(parents=True)
-        (run / "config.toml").write_text(config_to_toml(config_from_dict(job.raw)))
+        (run / "config.toml").write_text(config_to_toml(job.cfg))
         marker = {"finished": True, "base_sha": sha,
                   "evals": {str(s): {"eval": key} for s in evals}}  # fmt: skip
         (run / "sweep_run.json").write_text(json.dumps(marker))
@@ -184,7 +184,7 @@ def test_adopt_renames_complete_runs_by_config_and_leaves_the_rest(tmp_path, tin
     # A later lease's tarball completes the second run: adopted from it, the first from the earlier.
     later = tmp_path / "later" / "runs" / "gpu" / "study" / "explore" / "runs" / "grpo_lr_b2"
     later.mkdir(parents=True)
-    (later / "config.toml").write_text(config_to_toml(config_from_dict(jobs[2].raw)))
+    (later / "config.toml").write_text(config_to_toml(jobs[2].cfg))
     marker = {
         "finished": True,
         "base_sha": base_sha,

@@ -56,7 +56,7 @@ REQUIRED = (
     "data.path",
     "eval.source",
     "eval.paths",
-    "eval.n_samples",
+    "eval.samples",
     "eval.temperature",
     "eval.top_p",
 )

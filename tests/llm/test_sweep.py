@@ -20,10 +20,12 @@ from llm.config import config_from_dict, config_to_toml
 from llm.eval.frontier import frontier_arrays
 from llm.orchestrate.jobs import RUN_MARKER, Job, _prepare, same_eval, weights_sha
 from llm.orchestrate.sweep import (
-    _base_raw,
+    Setting,
+    _base_doc,
     _run_raw,
     load_sweep,
     rerun_runs,
+    run_config,
     run_name,
     run_sweep,
     sweep_from_dict,
@@ -181,7 +183,7 @@ def test_grid_expansion_and_key_routing(tmp_path):
                                                "hyper.logp_reduction": "sum"})  # fmt: skip
     assert spec.checkpoints == [1, 2] and spec.reference == ["grpo"]
     assert spec.labels == ["grpo", "ds_grpo", "eb"]
-    assert spec.eval["ks"] == [1, 2, 4, 8, 16]  # the base config's eval.n_samples = 16
+    assert spec.eval["ks"] == [1, 2, 4, 8, 16]  # the base config's eval.samples = 16
     raw = _run_raw(_base(tmp_path), spec.settings[2], 1, [1, 2])
     assert raw["kl_coef"] == 0.1 and "kl_coef" not in raw.get("hyper", {})
     assert (raw["seed"], raw["system"]["num_threads"], raw["run"]["save_every"]) == (1, 1, 1)
@@ -192,6 +194,17 @@ def test_grid_expansion_and_key_routing(tmp_path):
     assert raw["hyper"] == {"form": "token", "eta": 0.1, "logp_reduction": "sum"}
     assert raw["method"] == "entropy_bonus" and raw["run"]["save_every"] == 2
     assert run_name(spec.settings[3], 2) == "ds_grpo_gamma_p=0.1_gamma_n=0.0_seed2"
+    # The configs resolved once (issue 42) are the ones the raw route gives, seed by seed.
+    base = _base_doc(spec.base, spec.train)
+    for setting in spec.settings:
+        for seed in (0, 1, 2):
+            want = config_from_dict(_run_raw(base, setting, seed, spec.checkpoints_of(setting)))
+            assert run_config(spec, setting, seed) == want
+    assert spec.base_config == config_from_dict(base)
+    base_setting = Setting("base", spec.base_config.method, {})
+    assert spec.base_run_config == config_from_dict(_run_raw(base, base_setting, 0, [1, 2]))
+    with pytest.raises(ValueError, match="not one of the sweep's"):
+        run_config(spec, Setting("x", "grpo", {"kl_coef": 9.0}))
 
 
 def test_old_flat_keys_of_a_sweep_still_route(tmp_path):
@@ -200,7 +213,7 @@ def test_old_flat_keys_of_a_sweep_still_route(tmp_path):
     over = {"train": {"max_new_tokens": 10}, "methods": [{"method": "grpo", "grid": {"lr": [0.1]}}]}
     with pytest.warns(FutureWarning, match=r"lr is now optim\.lr"):
         spec = sweep_from_dict(_doc(tmp_path, **over), root=tmp_path)
-        raw = _run_raw(_base_raw(spec), spec.settings[0], 0, spec.checkpoints)
+        raw = _run_raw(_base_doc(spec.base, spec.train), spec.settings[0], 0, spec.checkpoints)
     assert raw["optim"]["lr"] == 0.1 and raw["rollout"]["max_new_tokens"] == 10
     assert run_name(spec.settings[0], 0) == "grpo_lr=0.1_seed0"
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="set by the sweep itself"):
@@ -336,14 +349,13 @@ def test_frontier_arrays_are_per_problem_gains_over_the_base():
 def test_an_interrupted_run_resumes_from_its_checkpoint(swept):
     """A run killed after its first checkpoint continues from it (not from scratch) and ends
     with the weights of the uninterrupted run."""
-    from llm.config import config_from_dict
     from llm.train.trainer import train
 
     root, config, out = swept
     spec = load_sweep(config, ['methods=[{method="grpo"}]'])
     fresh = root / "interrupted"
     run = fresh / "runs" / "grpo_seed0"
-    cfg = config_from_dict(_run_raw(_base(root), spec.settings[0], 0, spec.checkpoints))
+    cfg = run_config(spec, spec.settings[0], 0)
     train(cfg, run, stop_after=1, progress=False)  # saved step 1, then "killed"
     (run / RUN_MARKER).write_text(
         json.dumps({"base_sha": weights_sha(cfg.model_path), "finished": False, "evals": {}})
@@ -454,7 +466,7 @@ def test_a_finished_run_of_another_pin_version_is_reused_only_off_the_cpu(tmp_pa
     marker = {"base_sha": "b", "numerics": "pinned avx2 v0", "engine": "process", "finished": True,
               "evals": {s: {"eval": old, "result": {}} for s in ("1", "2")}}  # fmt: skip
     (out / RUN_MARKER).write_text(json.dumps(marker))
-    job = Job(name="grpo_seed0", setting=None, seed=0, raw=raw, out=str(out), base_sha="b",
+    job = Job(name="grpo_seed0", setting=None, seed=0, cfg=cfg, out=str(out), base_sha="b",
               steps=[1, 2], problems=[], eval_key=key, progress=False)  # fmt: skip
     assert same_eval(old, key) == (device != "cpu")
     assert not same_eval({**old, "samples": 8}, key)  # any other setting still voids it

@@ -143,7 +143,7 @@ def test_a_new_task_trains_and_evaluates_end_to_end(tiny_model_path, tmp_path, m
            "rollout": {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 4},
            "run": {"tensorboard": False, "save_every": 1},
            "data": {"source": "generate", "n_problems": 6},
-           "eval": {"source": "generate", "n_problems": 2, "n_samples": 2}}  # fmt: skip
+           "eval": {"source": "generate", "n_problems": 2, "samples": 2}}  # fmt: skip
     cfg = config_from_dict(raw)
     out = tmp_path / "run"
     hist = train(
