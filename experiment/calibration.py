@@ -84,17 +84,6 @@ pass@k): +8 (its last checkpoint above the range, 2 points ahead of its others) 
 tie with an inside checkpoint)."""
 
 
-GAMBLE = {"gamble": (0.04, 0.0, -0.02)}
-"""A method whose settings differ in precision as well as in truth (`Design.gamble`): its best
-setting (+4 points) has the design's seed-to-seed noise, its others (0, −2) four times as much
-(`GAMBLE_NOISE`), as the rule study's lr-3e-4 settings had 4-6 times the MDE of its lr-1e-4 ones.
-The largest of such estimates is most often the noisiest: the pick rule's test
-(`experiment.study.select`)."""
-
-GAMBLE_NOISE = (1.0, 4.0, 4.0)
-"""`GAMBLE`'s settings' noise: the factor on the design's ``sigma_along`` and ``sigma_off``."""
-
-
 @dataclass(frozen=True)
 class Design:
     """The shape of a simulated study (module docstring)."""
@@ -118,8 +107,6 @@ class Design:
     """The range of sharpenings `b` `method_path` searches."""
     escape: bool = False
     """Also simulate `ESCAPE` (a method whose best models pass GRPO's largest pass@1)."""
-    gamble: bool = False
-    """Also simulate `GAMBLE` (a method whose settings differ in precision)."""
 
 
 DESIGNS = {
@@ -174,8 +161,6 @@ DESIGNS = {
         sharpenings=(-2.0, 8.0),
         escape=True,
     ),
-    # smooth's shape with a method whose weaker settings are four times as noisy (`GAMBLE`).
-    "unequal": Design(gamble=True),
 }
 """The library of regimes (issue 37, item 4; fitted by eye to the committed studies' reports,
 whose per-problem counts are not committed): each is explored on `problems` × `explore_seeds` and
@@ -184,14 +169,8 @@ confirmed on `confirm_problems` × `confirm_seeds`; every design carries the `ME
 
 
 def methods_of(d: Design) -> dict[str, tuple[float, ...]]:
-    """The simulated methods of design `d`: `METHODS`, `ESCAPE` where ``d.escape`` and `GAMBLE`
-    where ``d.gamble``."""
-    return {**METHODS, **(ESCAPE if d.escape else {}), **(GAMBLE if d.gamble else {})}
-
-
-def noise_of(name: str, i: int) -> float:
-    """The noise factor of method `name`'s setting `i` (`GAMBLE_NOISE`; 1 for the others)."""
-    return GAMBLE_NOISE[i] if name in GAMBLE else 1.0
+    """The simulated methods of design `d`: `METHODS`, and `ESCAPE` where ``d.escape``."""
+    return {**METHODS, **(ESCAPE if d.escape else {})}
 
 
 def _pass_at_k_prob(q: np.ndarray, k: int) -> np.ndarray:
@@ -213,20 +192,19 @@ def _base(d: Design) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return theta, np.full(j, 1.0 / j), special.expit(theta)
 
 
-def true_points(d: Design, a: float, b: object, s: object,
-                noise: float = 1.0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def true_points(d: Design, a: float, b: object, s: object) -> tuple[np.ndarray, np.ndarray]:
     """The population points (pass@1 gain, pass@k gain) of the paths `(a, b)` (`b` a scalar or
     `(nb,)`) at the training amounts `s` `(n,)`, averaged over the problem distribution and over
     seeds (Gauss-Hermite in the problem's logit, the run's place along its path and its off-path
-    noise, both scaled by `noise`): `(x, y)`, each `(n,)` (or `(nb, n)`)."""
+    noise): `(x, y)`, each `(n,)` (or `(nb, n)`)."""
     theta, wt, q0 = _base(d)
     z, wz = _gauss(_NODES["z"])
     u, wu = _gauss(_NODES["u"])
     bb = np.asarray(b, dtype=np.float64)
     s = np.atleast_1d(np.asarray(s, dtype=np.float64))[None, :, None, None, None]  # (1,n,1,1,1)
-    sr = s * np.exp(noise * d.sigma_along * z)[:, None, None]  # (1, n, Z, 1, 1)
+    sr = s * np.exp(d.sigma_along * z)[:, None, None]  # (1, n, Z, 1, 1)
     shift = a + np.atleast_1d(bb)[:, None, None, None, None] * (theta - d.mu)  # (nb,1,1,1,J)
-    q = special.expit(theta + sr * shift + noise * d.sigma_off * s * u[:, None])  # (nb,n,Z,U,J)
+    q = special.expit(theta + sr * shift + d.sigma_off * s * u[:, None])  # (nb, n, Z, U, J)
     w = wz[:, None, None] * wu[:, None] * wt  # (Z, U, J)
     x = np.einsum("bnzuj,zuj->bn", q, w) - wt @ q0
     y = np.einsum("bnzuj,zuj->bn", _pass_at_k_prob(q, d.k), w) - wt @ _pass_at_k_prob(q0, d.k)
@@ -241,18 +219,17 @@ def true_hull(d: Design) -> estimand.Hull:
                                np.concatenate([p[1] for p in pts]))  # fmt: skip
 
 
-def true_lifts(d: Design, a: float, b: object, noise: float = 1.0) -> np.ndarray:
-    """The true lift of path `(a, b)`'s model (seed noise scaled by `noise`) at every checkpoint,
-    `(C,)` (or `(nb, C)` for `b` `(nb,)`); NaN below GRPO's range (above it the hull is continued:
-    `experiment.estimand`)."""
-    x, y = true_points(d, a, b, d.checkpoints, noise)
+def true_lifts(d: Design, a: float, b: object) -> np.ndarray:
+    """The true lift of path `(a, b)`'s model at every checkpoint, `(C,)` (or `(nb, C)` for `b`
+    `(nb,)`); NaN below GRPO's range (above it the hull is continued: `experiment.estimand`)."""
+    x, y = true_points(d, a, b, d.checkpoints)
     return y - true_hull(d)(x)
 
 
-def _lifts(d: Design, a: float, b: object, where: str, noise: float = 1.0) -> np.ndarray:
+def _lifts(d: Design, a: float, b: object, where: str) -> np.ndarray:
     """`true_lifts`, NaN above GRPO's range too when ``where == "inside"`` (a method whose every
     checkpoint stays inside the range, as under lift v3: `METHODS`' paths are the same)."""
-    x, y = true_points(d, a, b, d.checkpoints, noise)
+    x, y = true_points(d, a, b, d.checkpoints)
     hull = true_hull(d)
     t = y - hull(x)  # `true_lifts`, with the points computed once
     return np.where(x > hull.x_max, np.nan, t) if where == "inside" else t
@@ -270,22 +247,21 @@ def _sharpenings(d: Design) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=1024)
-def _scan(d: Design, a: float, where: str = "inside", noise: float = 1.0) -> np.ndarray:
+def _scan(d: Design, a: float, where: str = "inside") -> np.ndarray:
     """`(161,)` the largest true lift of the paths `(a, b)` over `_sharpenings(d)` (NaN where a
     checkpoint leaves GRPO's range): computed once per push for every lift `method_path` solves."""
-    return _best(_lifts(d, a, _sharpenings(d), where, noise))
+    return _best(_lifts(d, a, _sharpenings(d), where))
 
 
 @functools.lru_cache(maxsize=128)
-def method_path(d: Design, lift: float, where: str = "inside",
-                noise: float = 1.0) -> tuple[float, float]:  # fmt: skip
+def method_path(d: Design, lift: float, where: str = "inside") -> tuple[float, float]:
     """A path `(a, b)` whose largest true lift over its checkpoints is `lift` (probability units):
     with ``where="inside"`` every checkpoint inside GRPO's range (the `METHODS`, as under lift v3),
     of the pushes `d.pushes` for which a sharpening `b` in `d.sharpenings` reaches it the one whose
     best model's pass@1 is nearest the middle of the range (a path that hardly moves, or whose best
     model sits at the range's edge, would test little); with ``where="above"`` (`ESCAPE`) no
     checkpoint below the range and the best model above it, nearest a third of the range beyond
-    its end; `noise` scales the seed noise of the path (`true_points`). Roots are bracketed on `_sharpenings`, then found by Brent's method.
+    its end. Roots are bracketed on `_sharpenings`, then found by Brent's method.
 
     Raises:
         ValueError: no such path (the design leaves no room for the lift), or a bad `where`.
@@ -301,14 +277,14 @@ def method_path(d: Design, lift: float, where: str = "inside",
     for a in d.pushes:
 
         def gap(b: float, a: float = a) -> float:
-            return float(_best(_lifts(d, a, b, where, noise))) - lift
+            return float(_best(_lifts(d, a, b, where))) - lift
 
-        g = _scan(d, a, where, noise) - lift
+        g = _scan(d, a, where) - lift
         ok = np.isfinite(g[:-1]) & np.isfinite(g[1:]) & (np.sign(g[:-1]) != np.sign(g[1:]))
         for i in np.flatnonzero(ok)[:1]:
             b = float(optimize.brentq(gap, grid[i], grid[i + 1], xtol=1e-10))
-            x, _ = true_points(d, a, b, d.checkpoints, noise)
-            t = _lifts(d, a, b, where, noise)
+            x, _ = true_points(d, a, b, d.checkpoints)
+            t = _lifts(d, a, b, where)
             best_x = x[int(np.nanargmax(t))]
             if where == "above" and best_x <= hull.x_max:
                 continue
@@ -320,15 +296,14 @@ def method_path(d: Design, lift: float, where: str = "inside",
 
 def simulate(
     d: Design,
-    paths: list[tuple],
+    paths: list[tuple[str, str, float, float, tuple[int, ...]]],
     rng: np.random.Generator,
     *,
     seeds: int,
     problems: int,
 ) -> tuple[np.ndarray, np.ndarray, frontier.Models]:
     """One stage's data: the base model (GRPO's step 0), then each path `(method, setting, a, b,
-    checkpoint indices[, noise])` at those checkpoints (its seed noise scaled by `noise`, default
-    1), `seeds` fresh seeds on `problems` fresh problems.
+    checkpoint indices)` at those checkpoints, `seeds` fresh seeds on `problems` fresh problems.
 
     Returns:
         `(x, y, models)`: `(M, seeds, problems)` gains in pass@1 and pass@k, and the `Models`
@@ -339,14 +314,13 @@ def simulate(
     bx, by = base / d.samples, pass_at_k_fast(d.samples, base, d.k)
     xs, ys = [np.zeros((seeds, problems))], [np.zeros((seeds, problems))]
     names, settings, steps = ["grpo"], ["base"], [0]
-    for name, setting, a, b, at, *rest in paths:
-        f = rest[0] if rest else 1.0
+    for name, setting, a, b, at in paths:
         z = rng.standard_normal(seeds)[:, None]
         u = rng.standard_normal((seeds, problems))
         for c in at:
             s = d.checkpoints[c]
-            q = special.expit(theta + s * np.exp(f * d.sigma_along * z) * (a + b * (theta - d.mu))
-                              + f * d.sigma_off * s * u)  # fmt: skip
+            q = special.expit(theta + s * np.exp(d.sigma_along * z) * (a + b * (theta - d.mu))
+                              + d.sigma_off * s * u)  # fmt: skip
             counts = rng.binomial(d.samples, q)
             xs.append(counts / d.samples - bx)
             ys.append(pass_at_k_fast(d.samples, counts, d.k) - by)
@@ -365,7 +339,7 @@ def _section(x: np.ndarray, y: np.ndarray, models: frontier.Models, draws: int, 
 
 
 def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1000,
-              alpha: float = 0.05, pick: str = "estimate") -> dict:  # fmt: skip
+              alpha: float = 0.05) -> dict:  # fmt: skip
     """Run the whole pipeline (module docstring) on `replicates` simulated studies of design `d`.
 
     Returns:
@@ -376,7 +350,6 @@ def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1
         "coverage", "coverage_se", "supported" (> 0 after Holm: supported or smaller than
         claimed), "refuted", "outside"}}, "familywise": {"above",
         "below"} (Holm: a pick whose true lift is ≤ 0 called above; ≥ 0 called below)}``.
-        `pick` is `experiment.study.select`'s rule.
     """
     rng = np.random.default_rng(seed)
     ref_paths = [("grpo", f"a={a:g},b={b:g}", a, b, tuple(range(len(d.checkpoints))))
@@ -386,11 +359,10 @@ def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1
     methods = methods_of(d)
     for name, lifts in methods.items():
         for i, lift in enumerate(lifts):
-            f = noise_of(name, i)
-            a, b = method_path(d, lift, "above" if name in ESCAPE else "inside", f)
+            a, b = method_path(d, lift, "above" if name in ESCAPE else "inside")
             setting = f"s{i}"
-            paths.append((name, setting, a, b, tuple(range(len(d.checkpoints))), f))
-            for c, t in enumerate(true_lifts(d, a, b, f)):
+            paths.append((name, setting, a, b, tuple(range(len(d.checkpoints)))))
+            for c, t in enumerate(true_lifts(d, a, b)):
                 truth[(name, setting, round(100 * d.checkpoints[c]))] = float(t)  # NaN below
     best = {name: f"s{int(np.argmax(lifts))}" for name, lifts in methods.items()}
     max_abs, cover_explore = [], []
@@ -406,13 +378,12 @@ def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1
                 t = truth[(m["label"], m["setting"], m["step"])]
                 max_abs.append(abs(m["lift"]))
                 cover_explore.append(m["lift_lo"] <= t <= m["lift_hi"])
-        picks = S.select(explore, rule=pick)
+        picks = S.select(explore)
         for name, got in picked.items():
             got.append(name in picks and picks[name]["setting"] == best[name])
-        chosen = [(lb, p["setting"], *next((a, b) for n, s, a, b, *_ in paths
+        chosen = [(lb, p["setting"], *next((a, b) for n, s, a, b, _ in paths
                                             if n == lb and s == p["setting"]),
-                   (d.checkpoints.index(p["step"] / 100),),
-                   noise_of(lb, int(p["setting"][1:]))) for lb, p in picks.items()]  # fmt: skip
+                   (d.checkpoints.index(p["step"] / 100),)) for lb, p in picks.items()]  # fmt: skip
         x, y, models = simulate(d, ref_paths + chosen, rng, seeds=d.confirm_seeds,
                                 problems=d.confirm_problems)  # fmt: skip
         conf = S.confirm(_section(x, y, models, draws, r), list(picks), alpha=alpha)

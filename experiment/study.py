@@ -110,44 +110,16 @@ def _never_moved(m: Mapping[str, Any]) -> bool:
     return m["status"] in _WITH_LIFT and m["lift"] is not None and m.get("lift_p") is None
 
 
-def shrunk_lifts(lift: object, se: object) -> np.ndarray:
-    """Empirical-Bayes estimates of the true lifts of one method's candidate models `(n,)`: each
-    estimate `lift` (standard error `se`, both `(n,)`, > 0) pulled toward the candidates' common
-    mean by its own precision, ``mu + tau² / (tau² + se²) · (lift − mu)``, with the normal prior's
-    ``mu`` and ``tau²`` by DerSimonian & Laird's (1986) moment estimator (random-effects
-    meta-analysis). A noisy estimate is pulled further than a precise one, so a model is picked for
-    its expected true lift, not for its noise (the largest of estimates of unequal precision is
-    most often the noisiest). With ``tau² = 0`` every candidate gets ``mu``.
-
-    Raises:
-        ValueError: `lift` and `se` differ in shape, or an `se` is not finite and > 0.
-    """
-    lift, se = np.asarray(lift, dtype=np.float64), np.asarray(se, dtype=np.float64)
-    if lift.shape != se.shape or lift.ndim != 1:
-        raise ValueError(f"lift, se: expected two (n,) arrays, got {lift.shape} and {se.shape}")
-    if not (np.all(np.isfinite(se)) and np.all(se > 0)):
-        raise ValueError(f"se: expected finite values > 0, got {se}")
-    w = 1.0 / se**2
-    fixed = float(w @ lift / w.sum())
-    q = float(w @ (lift - fixed) ** 2)
-    tau2 = (
-        max(0.0, (q - (len(lift) - 1)) / (w.sum() - (w**2).sum() / w.sum()))
-        if len(lift) > 1
-        else 0.0
-    )
-    w_re = 1.0 / (se**2 + tau2)
-    mu = float(w_re @ lift / w_re.sum())
-    return mu + tau2 / (tau2 + se**2) * (lift - mu)
-
-
-def select(section: Mapping[str, Any], labels: Sequence[str] | None = None,
-           rule: str = "estimate") -> dict[str, dict]:  # fmt: skip
+def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> dict[str, dict]:
     """The exploratory picks: per non-reference label (or each of `labels`), its model (record of
     `lift_analysis`'s section) with the largest lift estimate among models with a lift (inside the
     reference's pass@1 range or above it; ties: the first). The estimate, not a lower bound: a
     lower bound prefers models whose position gives a small standard error, not a large lift
     (issue 37's simulation: the best of three settings picked in 50-74% of studies against
-    84-87%). A label none of whose models has a lift, but some below the range (less pass@1 than
+    84-87%); nor an empirical-Bayes shrinkage of each estimate by its own standard error: a
+    model's standard error grows with how far it moved, and so does a good setting's lift, so
+    shrinkage picks less-moved models whose true lift is smaller (in every calibration design,
+    `docs/data/calibration_pick_shrinkage.json`). A label none of whose models has a lift, but some below the range (less pass@1 than
     the base and every GRPO model), gets its model nearest the range: the largest share of draws
     with a lift (``inside_fraction``), then the largest pass@1; the curve-free check decides its
     claim (`dominated`). A label with neither is left out (its models never left the base).
@@ -155,10 +127,7 @@ def select(section: Mapping[str, Any], labels: Sequence[str] | None = None,
     Args:
         section: one measure's section of `experiment.report.lift_analysis`.
     """
-    if rule not in ("estimate", "shrunk"):
-        raise ValueError(f"rule: expected 'estimate' or 'shrunk', got {rule!r}")
     best: dict[str, tuple[float, dict]] = {}
-    cands: dict[str, list[dict]] = {}
     nearest: dict[str, tuple[tuple[float, float], dict]] = {}
     order: list[str] = []
     for m in section["models"]:
@@ -168,18 +137,12 @@ def select(section: Mapping[str, Any], labels: Sequence[str] | None = None,
         if label not in order:
             order.append(label)
         if _inside(m):
-            cands.setdefault(label, []).append(m)
             if label not in best or m["lift"] > best[label][0]:
                 best[label] = (m["lift"], m)
         elif m["status"] == "below":
             near = (m.get("inside_fraction") or 0.0, m["x"])
             if label not in nearest or near > nearest[label][0]:
                 nearest[label] = (near, m)
-    if rule == "shrunk":
-        for label, ms in cands.items():
-            post = shrunk_lifts([m["lift"] for m in ms], [m["lift_se"] for m in ms])
-            i = max(range(len(ms)), key=lambda i: (post[i], ms[i]["lift"]))
-            best[label] = (ms[i]["lift"], ms[i])
     return {label: (best.get(label) or nearest[label])[1]
             for label in order if label in best or label in nearest}  # fmt: skip
 
