@@ -32,11 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numerics
-from experiment import store
-from experiment import study as S
-from experiment import study_report as R
-from experiment.reread import write_study
+from experiment import store, two_stage
 from experiment.schema import meta, option
 from experiment.spec import Budget, check_budget, untune
 from toymdp import sweep as SW
@@ -45,6 +41,7 @@ from toymdp import sweep_spec
 __all__ = [
     "TUNING_KEYS",
     "StudySpec",
+    "ToyLeg",
     "budgets",
     "confirmation_doc",
     "load_study",
@@ -54,7 +51,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class StudySpec:
+class StudySpec(two_stage.StudyClaims):
     """``[study]``: the confirmation stage and the claims' rule (module docstring)."""
 
     name: str = option("toy study", "the study's name in the tables")
@@ -66,13 +63,6 @@ class StudySpec:
         length=(1, None)))  # fmt: skip
     confirm_key: int = option(1, "root of the confirmation's training keys (≠ train.seed)", ge=0)
     claim_size: float = option(1.5, "a claim's size: points of pass@k (MDE goal)", gt=0)
-    claim_size_distinct: float = option(0.1, "a claim's size in distinct correct / prompt", gt=0)
-    alpha: float = option(0.05, "family-wise level of Holm over the picks", gt=0, lt=1)
-    unequal_budget: bool = option(
-        False,
-        "allow a method tuned otherwise than GRPO's reference (learning rates, kl_coef, "
-        "checkpoints); study.json's design.budget then says 'unequal (explicit)'",
-    )
 
 
 COSTS = {"run": 0.0, "problem": 1.0, "unit": "draw × seed trainings"}
@@ -165,10 +155,64 @@ def confirmation_doc(
     return out
 
 
+@dataclass
+class ToyLeg:
+    """The toy's `experiment.two_stage.Leg`: each stage a toy sweep (`toymdp.sweep.sweep_config`),
+    the confirmation on fresh dataset draws and training keys (`confirmation_doc`)."""
+
+    doc: dict[str, Any]
+    spec: StudySpec
+    out: Path
+    use_cache: bool = True
+    progress: bool = True
+    unit: str = "Dataset draws"
+
+    def __post_init__(self) -> None:
+        self.cfg = sweep_spec.parse_config(self.doc)
+        self.budget = study_budget(self.cfg, self.spec)
+        self.reading = {"reference": self.cfg.reference[0],
+                        "problems": len(self.spec.confirm_draws),
+                        "defaults": {"lr": self.cfg.train.lr, "kl_coef": self.cfg.train.kl_coef},
+                        "by_step": True}  # fmt: skip
+
+    def _sweep(self, cfg: sweep_spec.SweepConfig, stage: str) -> dict[str, Any]:
+        got = SW.sweep_config(cfg, self.out / stage, use_cache=self.use_cache,
+                              progress=self.progress)  # fmt: skip
+        return got["doc"]
+
+    def explore(self) -> dict[str, Any]:
+        return self._sweep(self.cfg, "explore")
+
+    def confirm(self, picks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        cdoc = confirmation_doc(self.doc, self.spec, picks)
+        return self._sweep(sweep_spec.parse_config(cdoc), "confirm")
+
+    def design(self, confirm: Mapping[str, Any]) -> dict[str, Any]:
+        s = self.spec
+        return {"explore_draws": list(self.cfg.env.draws), "explore_seeds": list(self.cfg.seeds),
+                "confirm_draws": list(s.confirm_draws), "confirm_seeds": list(s.confirm_seeds),
+                "confirm_key": s.confirm_key, "checkpoints": list(self.cfg.eval_steps[1:])}  # fmt: skip
+
+    def stages(self, confirm: Mapping[str, Any]) -> tuple[str, str]:
+        d = self.design(confirm)
+        return (f"draws {d['explore_draws']}, seeds {d['explore_seeds']}, checkpoints "
+                f"{d['checkpoints']}",
+                f"those picks and GRPO's reference entries re-trained on fresh keys (root "
+                f"{d['confirm_key']}, seeds {d['confirm_seeds']}) and evaluated on fresh draws "
+                f"{d['confirm_draws']} (the problem units of the lift)")  # fmt: skip
+
+    def costs(self) -> dict[str, Any]:
+        return COSTS
+
+    def extras(self, explore: Mapping[str, Any], confirm: Mapping[str, Any]) -> dict[str, Any]:
+        return {}
+
+
 def run_study(
     config_path: Path, out: Path | None = None, *, use_cache: bool = True, progress: bool = True
 ) -> dict[str, Any]:
-    """Both stages of the study in `config_path` (module docstring); returns study.json's dict.
+    """Both stages of the study in `config_path` (module docstring; `experiment.two_stage.run`
+    of a `ToyLeg`); returns study.json's dict.
 
     Raises:
         ValueError: naming the file and key of a bad configuration.
@@ -176,36 +220,4 @@ def run_study(
     config_path = Path(config_path)
     doc, spec = load_study(config_path)
     out = Path(out) if out is not None else Path("runs/toy_study") / config_path.stem
-    cfg = sweep_spec.parse_config(doc)
-    budget, unequal = study_budget(cfg, spec)
-    explore = SW.sweep_config(cfg, out / "explore", use_cache=use_cache, progress=progress)
-    picks = S.pick(explore["doc"]["frontier"])
-    cdoc = confirmation_doc(doc, spec, picks["pass_at_k"])
-    confirm = SW.sweep_config(sweep_spec.parse_config(cdoc), out / "confirm",
-                              use_cache=use_cache, progress=progress)  # fmt: skip
-    design = {"explore_draws": list(cfg.env.draws), "explore_seeds": list(cfg.seeds),
-              "confirm_draws": list(spec.confirm_draws), "confirm_seeds": list(spec.confirm_seeds),
-              "confirm_key": spec.confirm_key, "checkpoints": list(cfg.eval_steps[1:]),
-              "budget": budget}  # fmt: skip
-    reading = {
-        "reference": cfg.reference[0],
-        "problems": len(spec.confirm_draws),
-        "defaults": {"lr": cfg.train.lr, "kl_coef": cfg.train.kl_coef},
-        "by_step": True,
-    }
-    result = S.conclude(
-        spec.name, picks, confirm["doc"]["frontier"], alpha=spec.alpha, size=spec.claim_size,
-        size_distinct=spec.claim_size_distinct, design=design,
-        provenance=R.provenance(config_path, numerics.tag()), costs=COSTS, **reading,
-    )  # fmt: skip
-    how = (f"Exploratory stage: draws {design['explore_draws']}, seeds {design['explore_seeds']}, "
-           f"checkpoints {design['checkpoints']}; per method the (setting, checkpoint) with the "
-           "largest (bias-corrected) estimate of its pass@k lift. Confirmation: those picks and GRPO's reference "
-           f"entries re-trained on fresh keys (root {spec.confirm_key}, seeds "
-           f"{design['confirm_seeds']}) and evaluated on fresh draws {design['confirm_draws']} "
-           "(the problem units of the lift); each pick read at its checkpoint. Tuning budgets: "
-           + ("equal (every method at the reference's learning rates, kl_coef values and "
-              "checkpoints)." if unequal is None
-              else f"**unequal** (explicit, [study] unequal_budget = true): {unequal}."))  # fmt: skip
-    write_study(out, result, reading=reading, how=how, unit="Dataset draws")
-    return result
+    return two_stage.run(ToyLeg(doc, spec, out, use_cache, progress), out, config_path)

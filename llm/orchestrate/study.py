@@ -32,10 +32,8 @@ from typing import Any
 import numpy as np
 
 import numerics
-from experiment import schema, store
-from experiment import study as S
+from experiment import schema, store, two_stage
 from experiment import study_report as R
-from experiment.reread import write_study
 from experiment.schema import meta, option
 from experiment.spec import Budget, check_budget, untune
 from llm.config import MOVED_KEYS
@@ -56,6 +54,7 @@ from numerics.emulate import emulated
 
 __all__ = [
     "TUNING_KEYS",
+    "LLMLeg",
     "StudySpec",
     "budgets",
     "confirmation_doc",
@@ -69,7 +68,7 @@ __all__ = [
 
 
 @dataclass(frozen=True)
-class StudySpec:
+class StudySpec(two_stage.StudyClaims):
     """``[study]``: the confirmation stage and the claims' rule (module docstring)."""
 
     name: str = option("LLM study", "the study's name in the tables")
@@ -79,14 +78,6 @@ class StudySpec:
     confirm_problems: int = option(512, "held-out problems of the confirmation", ge=2)
     confirm_offset: int = option(
         0, "problems of the held-out stream to skip (0: the exploratory ones)", ge=0
-    )
-    claim_size: float = option(3.0, "a claim's size: points of pass@k (MDE goal)", gt=0)
-    claim_size_distinct: float = option(0.1, "a claim's size in distinct correct / problem", gt=0)
-    alpha: float = option(0.05, "family-wise level of Holm over the picks", gt=0, lt=1)
-    unequal_budget: bool = option(
-        False,
-        "allow a method tuned otherwise than GRPO's reference (learning rates, kl_coef, "
-        "checkpoints); study.json's design.budget then says 'unequal (explicit)'",
     )
     confirm_train: dict[str, Any] = field(default_factory=dict, metadata=meta(
         "train-config overrides of the confirmation alone, set over [train] (e.g. eval = { dtype = "
@@ -243,6 +234,62 @@ def measured_costs(runs_dir: Path) -> dict[str, Any] | None:
             "unit": "core-s"}  # fmt: skip
 
 
+@dataclass
+class LLMLeg:
+    """The LLM's `experiment.two_stage.Leg`: each stage an LLM sweep (`llm.orchestrate.sweep.
+    run_sweep`, resumable run by run), the confirmation on fresh seeds and problems
+    (`confirmation_doc`); `run_options` go to `run_sweep`."""
+
+    doc: dict[str, Any]
+    spec: StudySpec
+    config_path: Path
+    out: Path
+    engine: str
+    run_options: dict[str, Any]
+    unit: str = "Problems"
+
+    def __post_init__(self) -> None:
+        self.sweep = sweep_from_dict(self.doc, root=self.config_path.parent)
+        self.sweep.source = str(self.config_path)
+        self.budget = study_budget(self.sweep, self.spec)
+        self.reading = {"reference": self.sweep.reference[0], "defaults": _configured(self.sweep),
+                        "problems": self.spec.confirm_problems, "by_step": True}  # fmt: skip
+
+    def explore(self) -> dict[str, Any]:
+        return run_sweep(self.sweep, self.out / "explore", engine=self.engine, **self.run_options)
+
+    def confirm(self, picks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        cdoc = confirmation_doc(self.doc, self.spec, picks, self.config_path.parent)
+        self.csweep = sweep_from_dict(cdoc, root=self.config_path.parent)
+        self.csweep.source = f"{self.config_path} (confirmation)"
+        return run_sweep(self.csweep, self.out / "confirm", engine=self.engine, **self.run_options)
+
+    def design(self, confirm: Mapping[str, Any]) -> dict[str, Any]:
+        sw, c = self.sweep, self.csweep
+        return {"explore_seeds": sw.seeds, "explore_problems": sw.eval["problems"],
+                "confirm_seeds": list(self.spec.confirm_seeds),
+                "confirm_problems": self.spec.confirm_problems,
+                "confirm_offset": c.eval["offset"], "samples": c.eval["samples"],
+                "checkpoints": sw.checkpoints, "engine": self.engine,
+                **({"sampler_version": SAMPLER_VERSION} if self.engine == "batched" else {})}  # fmt: skip
+
+    def stages(self, confirm: Mapping[str, Any]) -> tuple[str, str]:
+        sw, c = self.sweep, self.csweep
+        return (f"seeds {sw.seeds}, the first {sw.eval['problems']} held-out problems × "
+                f"{sw.eval['samples']} samples, checkpoints {sw.checkpoints}",
+                "those settings and GRPO's reference entries re-trained on fresh seeds "
+                f"{self.spec.confirm_seeds} and evaluated on {self.spec.confirm_problems} fresh "
+                f"problems (from {c.eval['offset']} on) × {c.eval['samples']} samples")  # fmt: skip
+
+    def costs(self) -> dict[str, Any] | None:
+        return measured_costs(self.out / "confirm" / "runs")
+
+    def extras(self, explore: Mapping[str, Any], confirm: Mapping[str, Any]) -> dict[str, Any]:
+        return {"measures": confirmed_measures(confirm),
+                "fingerprints": {"explore": explore["fingerprints"],
+                                 "confirm": confirm["fingerprints"]}}  # fmt: skip
+
+
 def run_study(
     config_path: str | Path,
     out: str | Path | None = None,
@@ -255,9 +302,9 @@ def run_study(
     engine: str = "process",
     log: bool = False,
 ) -> dict[str, Any]:
-    """Both stages of the study in `config_path` (module docstring); returns study.json's dict.
-    `workers`, `executor`, `address`, `engine` and `log` (both stages) go to
-    `llm.orchestrate.sweep.run_sweep`.
+    """Both stages of the study in `config_path` (module docstring; `experiment.two_stage.run`
+    of an `LLMLeg`); returns study.json's dict. `workers`, `executor`, `address`, `engine` and
+    `log` (both stages) go to `llm.orchestrate.sweep.run_sweep`.
 
     Raises:
         ValueError: naming the file and key of a bad configuration, or a bad executor.
@@ -268,53 +315,15 @@ def run_study(
     config_path = Path(config_path)
     doc, spec = load_study(config_path)
     out = Path(out) if out is not None else Path("runs/llm_study") / config_path.stem
-    sweep = sweep_from_dict(doc, root=config_path.parent)
-    sweep.source = str(config_path)
-    budget, unequal = study_budget(sweep, spec)
-    check_engine(sweep, engine)  # both stages, before any run
+    options = {"workers": workers, "progress": progress, "num_resamples": num_resamples,
+               "executor": executor, "address": address, "log": log}  # fmt: skip
+    leg = LLMLeg(doc, spec, config_path, out, engine, options)
+    check_engine(leg.sweep, engine)  # both stages, before any run
     if spec.confirm_train:  # else the confirmation trains and samples as the exploration does
         check_engine(sweep_from_dict(confirmation_doc(doc, spec, {}, config_path.parent),
                                      root=config_path.parent), engine)  # fmt: skip
     with RunLock(out):  # one study per folder; each stage's sweep locks its own
-        explore = run_sweep(sweep, out / "explore", workers=workers, progress=progress,
-                            num_resamples=num_resamples, executor=executor,
-                            address=address, engine=engine, log=log)  # fmt: skip
-        picks = S.pick(explore["frontier"])
-        cdoc = confirmation_doc(doc, spec, picks["pass_at_k"], config_path.parent)
-        csweep = sweep_from_dict(cdoc, root=config_path.parent)
-        csweep.source = f"{config_path} (confirmation)"
-        confirm = run_sweep(csweep, out / "confirm", workers=workers, progress=progress,
-                            num_resamples=num_resamples, executor=executor,
-                            address=address, engine=engine, log=log)  # fmt: skip
-        design = {"explore_seeds": sweep.seeds, "explore_problems": sweep.eval["problems"],
-                  "confirm_seeds": list(spec.confirm_seeds),
-                  "confirm_problems": spec.confirm_problems,
-                  "confirm_offset": csweep.eval["offset"], "samples": csweep.eval["samples"],
-                  "checkpoints": sweep.checkpoints, "budget": budget, "engine": engine,
-                  **({"sampler_version": SAMPLER_VERSION} if engine == "batched" else {})}  # fmt: skip
-        reading = {"reference": sweep.reference[0], "defaults": _configured(sweep),
-                   "problems": spec.confirm_problems, "by_step": True}  # fmt: skip
-        result = S.conclude(
-            spec.name, picks, confirm["frontier"], alpha=spec.alpha, size=spec.claim_size,
-            size_distinct=spec.claim_size_distinct, design=design,
-            provenance=R.provenance(config_path, numerics.tag()),
-            costs=measured_costs(out / "confirm" / "runs"), **reading,
-        )  # fmt: skip
-        how = (f"Exploratory stage: seeds {sweep.seeds}, the first {sweep.eval['problems']} held-out "
-               f"problems × {sweep.eval['samples']} samples, checkpoints {sweep.checkpoints}; per "
-               "method the (setting, checkpoint) with the largest (bias-corrected) estimate of its pass@k lift. "
-               "Confirmation: those settings and GRPO's reference entries re-trained on fresh seeds "
-               f"{spec.confirm_seeds} and evaluated on {spec.confirm_problems} fresh problems (from "
-               f"{csweep.eval['offset']} on) × {csweep.eval['samples']} samples; each pick read at "
-               "its checkpoint. Tuning budgets: "
-               + ("equal (every method at the reference's learning rates, kl_coef values and "
-                  "checkpoints)." if unequal is None
-                  else f"**unequal** (explicit, [study] unequal_budget = true): {unequal}."))  # fmt: skip
-        result["measures"] = confirmed_measures(confirm)
-        result["fingerprints"] = {"explore": explore["fingerprints"],
-                                  "confirm": confirm["fingerprints"]}  # fmt: skip
-        write_study(out, result, reading=reading, how=how, unit="Problems")
-    return result
+        return two_stage.run(leg, out, config_path)
 
 
 def spot_check(

@@ -1,0 +1,121 @@
+"""One driver for a two-stage study of either leg (issue 42): explore, pick, confirm, conclude.
+
+A leg (`toymdp.study` for tabular policies, `llm.orchestrate.study` for language models) implements
+`Leg`: it trains and evaluates a stage's runs (`Leg.explore`; `Leg.confirm` of the picks, on fresh
+seeds and problems) and describes its design. The driver does the rest, the same for both: the
+picks (`experiment.study.pick`), the verdicts (`experiment.study.conclude`), the design paragraph of
+verdicts.md (`how`) and study.json / verdicts.md (`experiment.reread.write_study`).
+
+Both legs' ``[study]`` tables share the claims' rule (`StudyClaims`); each adds its confirmation
+keys.
+
+Sources: issue 20 (the two-stage design), issue 37 (equal budgets, the verdict words), issue 42
+(one driver).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numerics
+from experiment import study as S
+from experiment import study_report as R
+from experiment.reread import write_study
+from experiment.schema import option
+
+__all__ = ["Leg", "StudyClaims", "how", "run"]
+
+
+@dataclass(frozen=True)
+class StudyClaims:
+    """The ``[study]`` keys both legs share: the study's name and how a confirmed lift becomes a
+    verdict (a leg's own table adds its confirmation keys and may give other defaults)."""
+
+    name: str = option("study", "the study's name in the tables")
+    claim_size: float = option(3.0, "a claim's size: points of pass@k (MDE goal)", gt=0)
+    claim_size_distinct: float = option(0.1, "a claim's size in distinct correct / problem", gt=0)
+    alpha: float = option(0.05, "family-wise level of Holm over the picks", gt=0, lt=1)
+    unequal_budget: bool = option(
+        False,
+        "allow a method tuned otherwise than GRPO's reference (learning rates, kl_coef, "
+        "checkpoints); study.json's design.budget then says 'unequal (explicit)'",
+    )
+
+
+class Leg(Protocol):
+    """What a leg gives the driver (`run`)."""
+
+    spec: StudyClaims
+    """its ``[study]`` table"""
+    unit: str
+    """the problem unit of the lift, capitalized ("Problems", "Dataset draws")"""
+    reading: Mapping[str, Any]
+    """`experiment.study.conclude`'s ``reference``, ``defaults``, ``problems``, ``by_step``"""
+    budget: tuple[str, str | None]
+    """`experiment.spec.check_budget`'s (budget, how it is unequal or None)"""
+
+    def explore(self) -> Mapping[str, Any]:
+        """Train and evaluate the exploratory stage; its results, with ``frontier`` (per measure,
+        `experiment.report.lift_analysis`'s section)."""
+        ...
+
+    def confirm(self, picks: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any]:
+        """Train and evaluate the confirmation of the pass@k `picks` (per label) and GRPO's
+        reference on fresh seeds and problems; its results, with ``frontier``."""
+        ...
+
+    def design(self, confirm: Mapping[str, Any]) -> dict[str, Any]:
+        """study.json's ``design`` (seeds, problems, checkpoints of both stages), without
+        ``budget``."""
+        ...
+
+    def stages(self, confirm: Mapping[str, Any]) -> tuple[str, str]:
+        """The design paragraph's two clauses: what the exploration trained and read, and what
+        the confirmation re-trained and evaluated (`how`)."""
+        ...
+
+    def costs(self) -> Mapping[str, Any] | None:
+        """The cost model of `experiment.study.design_for` (or None)."""
+        ...
+
+    def extras(self, explore: Mapping[str, Any], confirm: Mapping[str, Any]) -> dict[str, Any]:
+        """study.json's entries of this leg alone (e.g. ``measures``, ``fingerprints``)."""
+        ...
+
+
+def how(explored: str, confirmed: str, unequal: str | None) -> str:
+    """The design paragraph of verdicts.md: the exploration (`explored`), the pick rule, the
+    confirmation (`confirmed`) and the tuning budgets (`unequal`: how they differ, or None)."""
+    budget = (
+        "equal (every method at the reference's learning rates, kl_coef values and checkpoints)."
+        if unequal is None
+        else f"**unequal** (explicit, [study] unequal_budget = true): {unequal}."
+    )
+    return (f"Exploratory stage: {explored}; per method the (setting, checkpoint) with the largest "
+            f"(bias-corrected) estimate of its pass@k lift. Confirmation: {confirmed}; each pick "
+            f"read at its checkpoint. Tuning budgets: {budget}")  # fmt: skip
+
+
+def run(leg: Leg, out: str | Path, config_path: str | Path) -> dict[str, Any]:
+    """Both stages of `leg`'s study (module docstring), written into `out` (study.json,
+    verdicts.md; the stages' folders are the leg's); returns study.json's dict. Provenance: the
+    config at `config_path`, the git commit, the CPU, the numerics pin
+    (`experiment.study_report.provenance`)."""
+    explore = leg.explore()
+    picks = S.pick(explore["frontier"])
+    confirm = leg.confirm(picks["pass_at_k"])
+    budget, unequal = leg.budget
+    c = leg.spec
+    result = S.conclude(
+        c.name, picks, confirm["frontier"], alpha=c.alpha, size=c.claim_size,
+        size_distinct=c.claim_size_distinct, design={**leg.design(confirm), "budget": budget},
+        provenance=R.provenance(Path(config_path), numerics.tag()), costs=leg.costs(),
+        **leg.reading,
+    )  # fmt: skip
+    result.update(leg.extras(explore, confirm))
+    write_study(out, result, reading=leg.reading, how=how(*leg.stages(confirm), unequal),
+                unit=leg.unit)  # fmt: skip
+    return result
