@@ -45,7 +45,8 @@ from llm.config import load_config
 from llm.eval.heldout import evaluate, evaluate_models
 from llm.model.load import load_model_and_tokenizer
 from llm.model.tiny import TinyConfig, ensure_base_model, tiny_problems
-from llm.orchestrate.sweep import load_sweep, run_sweep
+from llm.orchestrate.sweep import run_sweep
+from llm.orchestrate.sweep_spec import load_sweep
 from llm.rollout.base import stop_token_ids
 from llm.rollout.hf import HFGenerateBackend
 from llm.train.batched import train_batch

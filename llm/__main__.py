@@ -68,8 +68,9 @@ from llm.orchestrate.reproduce import (
     reproduce,
 )
 from llm.orchestrate.study import run_study, spot_check
-from llm.orchestrate.sweep import ENGINES, load_sweep, run_sweep
-from llm.orchestrate.sweep import describe as describe_sweep
+from llm.orchestrate.sweep import ENGINES, run_sweep
+from llm.orchestrate.sweep_spec import describe as describe_sweep
+from llm.orchestrate.sweep_spec import load_sweep
 from llm.rollout.backend import make_backend
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import check_device, close_distributed, set_matmul_precision

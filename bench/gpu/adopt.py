@@ -4,7 +4,7 @@
         bench/results/gpu_lease_smollm2_2026-11-27_lease4_runs.tgz \
         --study configs/study_countdown_smollm2.toml             # writes .gpu/state/runs.tgz
 
-A study names a run folder after its setting (`llm.orchestrate.sweep.run_name`): the third lease's
+A study names a run folder after its setting (`llm.orchestrate.sweep_spec.run_name`): the third lease's
 ``grpo_seed0`` (GRPO at the base config's lr 3e-5) is ``grpo_optim.lr=3e-05_seed0`` in a study that
 tunes the learning rate, though it is the same run. This matches each of the study's exploratory
 runs to an earlier run folder (of any of the tarballs, a complete one first, a later tarball's
@@ -32,7 +32,8 @@ from experiment.store import read_json, read_toml
 from llm.config import config_from_dict, config_to_toml
 from llm.orchestrate.jobs import RUN_MARKER, same_eval
 from llm.orchestrate.study import load_study
-from llm.orchestrate.sweep import sweep_from_dict, sweep_jobs
+from llm.orchestrate.sweep import sweep_jobs
+from llm.orchestrate.sweep_spec import sweep_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY_DIR = Path("runs/gpu/study")

@@ -102,7 +102,7 @@ class Job:
     setting: Any  # the sweep's `Setting` of this run (None: the base model)
     seed: int
     cfg: TrainConfig
-    """the run's train config (resolved once, `llm.orchestrate.sweep.run_config`; the base
+    """the run's train config (resolved once, `llm.orchestrate.sweep_spec.run_config`; the base
     model's evaluation: the base config)"""
     out: str
     base_sha: str

@@ -52,7 +52,8 @@ import shaping
 from experiment.store import write_json
 from llm.eval.frontier import setting_name, write_reports
 from llm.model.tiny import TinyConfig, ensure_base_model
-from llm.orchestrate.sweep import SweepSpec, run_sweep, sweep_from_dict
+from llm.orchestrate.sweep import run_sweep
+from llm.orchestrate.sweep_spec import SweepSpec, sweep_from_dict
 
 __all__ = [
     "DEFAULT_CONFIG",

@@ -39,15 +39,8 @@ from experiment.spec import Budget, check_budget, untune
 from llm.config import MOVED_KEYS
 from llm.eval.frontier import setting_name
 from llm.orchestrate.executor import check_executor
-from llm.orchestrate.sweep import (
-    SweepSpec,
-    check_engine,
-    merge_tables,
-    rerun_runs,
-    run_config,
-    run_sweep,
-    sweep_from_dict,
-)
+from llm.orchestrate.sweep import check_engine, rerun_runs, run_sweep
+from llm.orchestrate.sweep_spec import SweepSpec, merge_tables, run_config, sweep_from_dict
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.folder import RunLock
 from numerics.emulate import emulated
@@ -92,8 +85,8 @@ checkpoints)."""
 
 def budgets(sweep: SweepSpec) -> list[Budget]:
     """Each setting's tuning (`experiment.spec.Budget`): its learning rate and ``kl_coef`` as its
-    runs train (`llm.orchestrate.sweep.run_config`: base config, ``[train]``, the setting) and the
-    checkpoints its models are read at (`llm.orchestrate.sweep.SweepSpec.checkpoints_of`: every
+    runs train (`llm.orchestrate.sweep_spec.run_config`: base config, ``[train]``, the setting) and the
+    checkpoints its models are read at (`llm.orchestrate.sweep_spec.SweepSpec.checkpoints_of`: every
     one)."""
     out = []
     for s in sweep.settings:
@@ -124,7 +117,7 @@ def study_budget(sweep: SweepSpec, spec: StudySpec) -> tuple[str, str | None]:
 
 def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
     """The exploratory sweep document (the file without ``[study]``) and its `StudySpec`; the
-    sweep is validated (`llm.orchestrate.sweep.sweep_from_dict`), and so are its tuning budgets
+    sweep is validated (`llm.orchestrate.sweep_spec.sweep_from_dict`), and so are its tuning budgets
     (`experiment.spec.check_budget` of `budgets`).
 
     Raises:

@@ -13,7 +13,8 @@ import pytest
 
 from llm.__main__ import main
 from llm.orchestrate.executor import check_executor, map_jobs
-from llm.orchestrate.sweep import load_sweep, run_sweep
+from llm.orchestrate.sweep import run_sweep
+from llm.orchestrate.sweep_spec import load_sweep
 from tests.llm.test_sweep import _write
 
 # What differs between two identical sweeps run apart: wall-clock times and where they ran.

@@ -16,7 +16,8 @@ import pytest
 
 from llm.config import config_to_toml, load_config
 from llm.orchestrate.study import load_study
-from llm.orchestrate.sweep import sweep_from_dict, sweep_jobs
+from llm.orchestrate.sweep import sweep_jobs
+from llm.orchestrate.sweep_spec import sweep_from_dict
 from llm.run.checkpoint import STATE_FILE, latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from experiment.spec import parse_methods, parse_reference
 from llm.__main__ import main as llm_main
 from llm.config import load_config
 from llm.orchestrate import study as llm_study
-from llm.orchestrate.sweep import load_sweep
+from llm.orchestrate.sweep_spec import load_sweep
 from toymdp import study as toy_study
 from toymdp import sweep_spec as toy_spec
 from toymdp.__main__ import main as toy_main

@@ -13,7 +13,7 @@ import pytest
 from llm.__main__ import main
 from llm.orchestrate.jobs import RUN_MARKER
 from llm.orchestrate.reproduce import DEFAULT_SWEEP, ReproduceSettings, results_table
-from llm.orchestrate.sweep import load_sweep
+from llm.orchestrate.sweep_spec import load_sweep
 
 METHODS = ("grpo", "ds_grpo")
 # configs/sweep_countdown_tiny.toml: grpo {default, kl_coef=0.1}, ds_grpo x 3 coefficients

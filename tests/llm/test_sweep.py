@@ -19,15 +19,14 @@ from llm.__main__ import main
 from llm.config import config_from_dict, config_to_toml
 from llm.eval.frontier import frontier_arrays
 from llm.orchestrate.jobs import RUN_MARKER, Job, _prepare, same_eval, weights_sha
-from llm.orchestrate.sweep import (
+from llm.orchestrate.sweep import rerun_runs, run_sweep
+from llm.orchestrate.sweep_spec import (
     Setting,
     _base_doc,
     _run_raw,
     load_sweep,
-    rerun_runs,
     run_config,
     run_name,
-    run_sweep,
     sweep_from_dict,
 )
 from llm.train.batched import VERSION as BATCHED_VERSION
