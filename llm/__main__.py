@@ -67,7 +67,8 @@ from llm.orchestrate.reproduce import (
     parse_seeds,
     reproduce,
 )
-from llm.orchestrate.study import run_study, spot_check
+from llm.orchestrate.spot_check import spot_check
+from llm.orchestrate.study import run_study
 from llm.orchestrate.sweep import ENGINES, run_sweep
 from llm.orchestrate.sweep_spec import describe as describe_sweep
 from llm.orchestrate.sweep_spec import load_sweep

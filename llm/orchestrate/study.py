@@ -31,19 +31,16 @@ from typing import Any
 
 import numpy as np
 
-import numerics
 from experiment import schema, store, two_stage
-from experiment import study_report as R
 from experiment.schema import meta, option
 from experiment.spec import Budget, check_budget, untune
 from llm.config import MOVED_KEYS
 from llm.eval.frontier import setting_name
 from llm.orchestrate.executor import check_executor
-from llm.orchestrate.sweep import check_engine, rerun_runs, run_sweep
+from llm.orchestrate.sweep import check_engine, run_sweep
 from llm.orchestrate.sweep_spec import SweepSpec, merge_tables, run_config, sweep_from_dict
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.folder import RunLock
-from numerics.emulate import emulated
 
 __all__ = [
     "TUNING_KEYS",
@@ -55,7 +52,6 @@ __all__ = [
     "load_study",
     "measured_costs",
     "run_study",
-    "spot_check",
     "study_budget",
 ]
 
@@ -317,100 +313,3 @@ def run_study(
                                      root=config_path.parent), engine)  # fmt: skip
     with RunLock(out):  # one study per folder; each stage's sweep locks its own
         return two_stage.run(leg, out, config_path)
-
-
-def spot_check(
-    study_path: str | Path,
-    *,
-    runs: int = 1,
-    seed: int = 0,
-    out: str | Path | None = None,
-    workers: int | None = None,
-    progress: bool = True,
-    log: bool = False,
-) -> dict[str, Any]:
-    """Re-train a few of a committed study's confirmation runs on this machine and compare their
-    `llm.orchestrate.sweep.run_fingerprint` (checkpoint weights and per-problem counts) with the
-    ones the study recorded: the base model's evaluation and `runs` runs drawn with `seed`, each
-    alone (a run of the ``batched`` engine as a batch of one: its bytes do not depend on its batch,
-    `llm.orchestrate.sweep.pack_jobs`). Equal fingerprints on another CPU say that this machine
-    would reproduce the study's bytes, and so its verdicts, at the cost of a few runs (issue 20: "on
-    a second machine the verdicts are the same"). The study's config is read at the path its
-    provenance records (relative: run from the repository root). Writes ``OUT/spot_check.json``
-    (default OUT: ``runs/llm_spot_check/<config stem>``; runs found there from an earlier check
-    are reused).
-
-    Returns:
-        ``{"study", "config", "engine", "numerics": {"study", "here"}, "cpu_id": {"study",
-        "here"}, "emulated" (the emulator when ``python -m llm spot-check --emulate`` ran it,
-        `numerics.emulate.emulated`, else None), "runs": [{"run", "study", "here", "same"}] (the
-        base first), "same", "of"}``.
-
-    Raises:
-        ValueError: a study.json without fingerprints (written before they were recorded: read
-            the study again with ``python -m llm study``), a config whose content changed since
-            (the two SHA-256 named), a batched study sampled by another version of the stacked
-            sampler (`llm.rollout.stacked.VERSION`; the study's commit named), a study pinned to
-            another version of `numerics.PINS` than this process (the ``SHARPENING_NUMERICS``
-            value that pins it named), or `runs` < 1.
-        FileNotFoundError: the study or its config is missing.
-    """
-    if runs < 1:
-        raise ValueError(f"runs: expected >= 1, got {runs}")
-    study_path = Path(study_path)
-    if not study_path.is_file():
-        raise FileNotFoundError(f"study: no such file {str(study_path)!r}")
-    doc = store.read_json(study_path)
-    prints = doc.get("fingerprints", {}).get("confirm") if isinstance(doc, dict) else None
-    if not prints:
-        raise ValueError(f"{study_path}: no fingerprints (a study.json written before they were "
-                         "recorded); read the study again with python -m llm study")  # fmt: skip
-    prov = doc["provenance"]
-    config_path = Path(prov["config"])
-    here = R.provenance(config_path, numerics.tag())
-    if here["config_sha256"] != prov["config_sha256"]:
-        raise ValueError(f"{config_path}: its content changed since the study (sha256 "
-                         f"{here['config_sha256'][:12]}, the study's {prov['config_sha256'][:12]}); "
-                         "check out the study's commit "
-                         f"{prov.get('git_commit', '?')[:12]}")  # fmt: skip
-    pinned = str(prov.get("numerics", ""))
-    if pinned.startswith("pinned") and pinned != here["numerics"]:
-        setting = numerics.setting_for(pinned)
-        how = (
-            f"run the check with {numerics.OPT_OUT_ENV}={setting} set before Python starts"
-            if setting
-            else f"check out the study's commit {prov.get('git_commit', '?')[:12]}"
-        )
-        raise ValueError(f"{study_path}: the study ran pinned to {pinned!r}, this process to "
-                         f"{here['numerics']!r}: their bytes differ; {how}")  # fmt: skip
-    engine = doc["design"]["engine"]
-    made = doc["design"].get("sampler_version", 1)
-    if engine == "batched" and made != SAMPLER_VERSION:
-        raise ValueError(f"{study_path}: its batched evaluations were sampled by version {made} of "
-                         f"the stacked sampler, this code's is {SAMPLER_VERSION} "
-                         "(llm.rollout.stacked.VERSION); check out the study's commit "
-                         f"{prov.get('git_commit', '?')[:12]}")  # fmt: skip
-    sweep_doc, spec = load_study(config_path)
-    cdoc = confirmation_doc(sweep_doc, spec, doc["picks"]["pass_at_k"], config_path.parent)
-    csweep = sweep_from_dict(cdoc, root=config_path.parent)
-    trained = [n for n in prints if n != "base"]
-    rng = np.random.default_rng(seed)
-    take = min(runs, len(trained))
-    drawn = {trained[i] for i in rng.choice(len(trained), size=take, replace=False).tolist()}
-    out = Path(out) if out is not None else Path("runs/llm_spot_check") / config_path.stem
-    got = rerun_runs(csweep, out, ["base", *sorted(drawn)], engine=engine, workers=workers,
-                     progress=progress, log=log)  # fmt: skip
-    names = ["base", *(n for n in prints if n in drawn)]  # the study's order
-    rows = [{"run": n, "study": prints[n], "here": got[n], "same": prints[n] == got[n]}
-            for n in names]  # fmt: skip
-    emulator = emulated()  # /proc/cpuinfo is the host's under QEMU: name the emulated CPU
-    here_cpu = f"{emulator} on {here['cpu_id']}" if emulator else here["cpu_id"]
-    report = {
-        "study": str(study_path), "config": str(config_path), "engine": engine,
-        "numerics": {"study": prov.get("numerics"), "here": here["numerics"]},
-        "cpu_id": {"study": prov.get("cpu_id", "not recorded"), "here": here_cpu},
-        "emulated": emulator,
-        "runs": rows, "same": sum(r["same"] for r in rows), "of": len(rows),
-    }  # fmt: skip
-    store.write_json(out / "spot_check.json", report, indent=1)
-    return report

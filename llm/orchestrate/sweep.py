@@ -345,7 +345,7 @@ def rerun_runs(
     into `out` as `run_sweep` would, on local workers, and return their `run_fingerprint`s:
     each run alone (under engine ``batched``, a batch of one: a run's bytes do not depend on its
     batch, `pack_jobs`). A spot check of a study on another machine
-    (`llm.orchestrate.study.spot_check`).
+    (`llm.orchestrate.spot_check.spot_check`).
 
     Raises:
         ValueError: a name that is not a run of `spec` (the message lists a few that are), or as

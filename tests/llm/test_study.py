@@ -14,7 +14,8 @@ from experiment import reread
 from experiment import study as S
 from experiment import study_report as R
 from llm.__main__ import main
-from llm.orchestrate.study import budgets, confirmation_doc, load_study, spot_check, study_budget
+from llm.orchestrate.spot_check import spot_check
+from llm.orchestrate.study import budgets, confirmation_doc, load_study, study_budget
 from llm.orchestrate.sweep import run_sweep
 from llm.orchestrate.sweep_spec import sweep_from_dict
 from numerics import emulate
