@@ -42,7 +42,8 @@ from experiment import frontier, report, reread, spec, store
 from toymdp import train as T
 from toymdp.engine import RUN_SOURCES, code_hash, enable_jax_cache, run_over_draws
 from toymdp.env import TreeEnv
-from toymdp.sweep_spec import SweepConfig, environments, is_data, load_config
+from toymdp.environments import environments
+from toymdp.sweep_spec import SweepConfig, is_data, load_config
 
 METRICS = (
     "correctness",

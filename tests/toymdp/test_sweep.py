@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from experiment.spec import parse_methods
+from toymdp import environments as E
 from toymdp import sweep as S
 from toymdp import sweep_spec as D
 from toymdp.__main__ import main
@@ -155,7 +156,7 @@ def test_popularity_dataset_is_figure_6s_with_its_constants():
         num_actions=passk.NUM_ACTIONS, depth=passk.DEPTH, multiplicities=passk.MULTIPLICITIES,
         per_size=2, zipf=passk.ZIPF, skew=passk.SKEW, base_correctness=passk.BASE_CORRECTNESS,
     )  # fmt: skip
-    ours = D.popularity_dataset(np.random.default_rng(5), spec)
+    ours = E.popularity_dataset(np.random.default_rng(5), spec)
     theirs = passk.toy_dataset(np.random.default_rng(5), 2)
     np.testing.assert_array_equal(ours.correct, theirs.correct)
     np.testing.assert_allclose(ours.base_logits, theirs.base_logits)
@@ -165,7 +166,7 @@ def test_popularity_dataset_is_figure_6s_with_its_constants():
 def test_single_prompt_tilts_to_the_base_correctness():
     spec = D.EnvSpec(kind="single", num_actions=3, depth=2, skew=0.0, correct=("AB", "CC"),
                      base_correctness=0.05)  # fmt: skip
-    env = D.single_prompt(np.random.default_rng(0), spec)
+    env = E.single_prompt(np.random.default_rng(0), spec)
     p = np.exp(env.base_log_probs()[0])
     assert p[env.correct[0]].sum() == pytest.approx(0.05)
     assert env.correct[0].sum() == 2

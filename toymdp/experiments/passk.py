@@ -8,7 +8,7 @@ pass@1: GRPO's checkpoints along training, a `kl_coef` sweep and two other learn
 (`experiment.inference.lift_inference`: the lift at matched pass@1 over the concave hull of GRPO's
 models, with its t interval over seeds × dataset draws).
 
-The popularity toy dataset (`toy_dataset`; `toymdp.sweep_spec.popularity_dataset` is the same with its
+The popularity toy dataset (`toy_dataset`; `toymdp.environments.popularity_dataset` is the same with its
 constants as arguments). A tree with V = 4 actions and depth H = 3 (M = 64 responses), prompts for
 each solution multiplicity `|C| ∈ {1, 2, 4, 8, 16}`, half held out. Correct sets are drawn by
 popularity: trajectory `τ` has weight `∝ 1/rank(τ)` (Zipf, exponent 1, over a random order), so a
@@ -43,7 +43,7 @@ import numpy as np
 
 from experiment import estimand, inference
 from experiment.report import METHOD_COLORS
-from toymdp import sweep, sweep_spec
+from toymdp import environments, sweep, sweep_spec
 from toymdp import train as T
 from toymdp.env import TreeEnv
 from toymdp.experiments._plot import save
@@ -86,7 +86,7 @@ SIZES = {
 def toy_dataset(rng: np.random.Generator, per_size: int) -> TreeEnv:
     """The popularity toy dataset (module docstring): `per_size` training then `per_size`
     held-out prompts for each multiplicity in `MULTIPLICITIES`, training prompts first;
-    `toymdp.sweep_spec.popularity_dataset` with this module's constants.
+    `toymdp.environments.popularity_dataset` with this module's constants.
 
     Returns:
         A `TreeEnv` with `P = 2·per_size·len(MULTIPLICITIES)` prompts; every base policy has
@@ -97,7 +97,7 @@ def toy_dataset(rng: np.random.Generator, per_size: int) -> TreeEnv:
          "zipf": ZIPF, "multiplicities": list(MULTIPLICITIES), "per_size": per_size,
          "base_correctness": BASE_CORRECTNESS}
     )  # fmt: skip
-    return sweep_spec.popularity_dataset(rng, spec)
+    return environments.popularity_dataset(rng, spec)
 
 
 def multiplicities(per_size: int) -> np.ndarray:
