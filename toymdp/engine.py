@@ -73,8 +73,9 @@ _PACKAGES = ("numerics", "theory", "shaping", "experiment", "toymdp")
 # What a sweep's runs (not their analysis) are computed by: the statistics of `experiment` and the
 # study layer change the tables, not the runs, so editing them keeps the sweeps' caches.
 RUN_SOURCES = ("numerics", "theory", "shaping", "toymdp/engine.py", "toymdp/env.py",
-               "toymdp/metrics.py", "toymdp/policy.py", "toymdp/reference.py",
-               "toymdp/sweep.py", "toymdp/sweep_spec.py", "toymdp/train.py")  # fmt: skip
+               "toymdp/environments.py", "toymdp/metrics.py", "toymdp/policy.py",
+               "toymdp/reference.py", "toymdp/sweep.py", "toymdp/sweep_spec.py",
+               "toymdp/train.py")  # fmt: skip
 
 
 def code_hash(sources: tuple[str, ...] = _PACKAGES) -> str:
