@@ -289,8 +289,8 @@ def describe() -> str:
 
 
 def new_key(key: str) -> str:
-    """`key`, or its new ``TABLE.NAME`` spelling if it is an old flat key of `MOVED_KEYS` (with a
-    `FutureWarning` naming the new key)."""
+    """`key`, or its new ``TABLE.NAME`` spelling if it is an old flat key of `MOVED_KEYS` or an
+    old name of `RENAMED_KEYS` (with a `FutureWarning` naming the new key)."""
     new = MOVED_KEYS.get(key) or RENAMED_KEYS.get(key)
     if new is None:
         return key
@@ -304,7 +304,8 @@ def new_key(key: str) -> str:
 
 def upgrade_keys(raw: Mapping[str, Any]) -> dict[str, Any]:
     """A copy of the parsed config `raw` with each old flat key of `MOVED_KEYS` moved into its
-    table (a `FutureWarning` each); a config in the current layout comes back equal.
+    table and each old name of `RENAMED_KEYS` renamed (a `FutureWarning` each); a config in the
+    current layout comes back equal.
 
     Raises:
         ValueError: both the old and the new spelling of a key are given.
