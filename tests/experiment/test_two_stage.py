@@ -63,7 +63,7 @@ class Replay:
 @pytest.mark.parametrize("name", ["toy_study_fig6", "llm_study_countdown_mild"])
 def test_a_replayed_study_gets_its_committed_verdicts(tmp_path, name):
     leg = Replay(FIGURES / name)
-    got = two_stage.run(leg, tmp_path, "pyproject.toml")
+    got = two_stage.run(leg, tmp_path, FIGURES.parent / "pyproject.toml")
     want = leg.doc
     assert set(leg.asked) == set(want["picks"]["pass_at_k"])  # the pass@k picks, per label
     for label, p in leg.asked.items():
