@@ -249,26 +249,26 @@ class LLMLeg:
 
     def confirm(self, picks: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         cdoc = confirmation_doc(self.doc, self.spec, picks, self.config_path.parent)
-        self.csweep = sweep_from_dict(cdoc, root=self.config_path.parent)
-        self.csweep.source = f"{self.config_path} (confirmation)"
-        return run_sweep(self.csweep, self.out / "confirm", engine=self.engine, **self.run_options)
+        csweep = sweep_from_dict(cdoc, root=self.config_path.parent)
+        csweep.source = f"{self.config_path} (confirmation)"
+        return run_sweep(csweep, self.out / "confirm", engine=self.engine, **self.run_options)
 
     def design(self, confirm: Mapping[str, Any]) -> dict[str, Any]:
-        sw, c = self.sweep, self.csweep
+        sw, c = self.sweep, confirm["settings"]["eval"]  # the confirmation's, as it ran
         return {"explore_seeds": sw.seeds, "explore_problems": sw.eval["problems"],
                 "confirm_seeds": list(self.spec.confirm_seeds),
                 "confirm_problems": self.spec.confirm_problems,
-                "confirm_offset": c.eval["offset"], "samples": c.eval["samples"],
+                "confirm_offset": c["offset"], "samples": c["samples"],
                 "checkpoints": sw.checkpoints, "engine": self.engine,
                 **({"sampler_version": SAMPLER_VERSION} if self.engine == "batched" else {})}  # fmt: skip
 
     def stages(self, confirm: Mapping[str, Any]) -> tuple[str, str]:
-        sw, c = self.sweep, self.csweep
+        sw, c = self.sweep, confirm["settings"]["eval"]
         return (f"seeds {sw.seeds}, the first {sw.eval['problems']} held-out problems × "
                 f"{sw.eval['samples']} samples, checkpoints {sw.checkpoints}",
                 "those settings and GRPO's reference entries re-trained on fresh seeds "
                 f"{self.spec.confirm_seeds} and evaluated on {self.spec.confirm_problems} fresh "
-                f"problems (from {c.eval['offset']} on) × {c.eval['samples']} samples")  # fmt: skip
+                f"problems (from {c['offset']} on) × {c['samples']} samples")  # fmt: skip
 
     def costs(self) -> dict[str, Any] | None:
         return measured_costs(self.out / "confirm" / "runs")
