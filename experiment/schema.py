@@ -8,7 +8,7 @@ free tables (``dict`` fields, e.g. a method's ``[hyper]``) and one-level sub-tab
 
 On that metadata, one engine: `check_fields` (one validation loop, errors naming the field),
 `describe` (every key with its default, help and accepted values), `from_dict` (a dataclass tree
-from a parsed TOML document, unknown keys named), `parse_value` and `apply_overrides` (the
+from a parsed TOML document, unknown keys named), `build` (one checked table of a file), `parse_value` and `apply_overrides` (the
 ``--set KEY=VALUE`` of a command line), `toml_value` (writing values back). Every error is a
 ``ValueError`` whose message names the key.
 """
@@ -30,6 +30,7 @@ __all__ = [
     "NOUNS",
     "apply_overrides",
     "apply_pairs",
+    "build",
     "check_fields",
     "default_of",
     "describe",
@@ -287,6 +288,25 @@ def from_dict(cls: type, raw: Mapping[str, Any]) -> Any:
     for name, sub in subs.items():
         setattr(obj, name, _build(sub, parts[name], f"{name}: "))
     return obj
+
+
+def build(cls: type, section: str, table: object) -> Any:
+    """`cls` from the TOML table `section` of a file: built (`from_dict`), checked
+    (`check_fields`), integers given for float options made floats.
+
+    Raises:
+        ValueError: naming ``section.key`` (or ``section: unknown key(s) ...``) and the value.
+    """
+    try:
+        obj = from_dict(cls, table if isinstance(table, Mapping) else {"": table})
+        check_fields(obj)
+    except ValueError as err:
+        text = str(err)
+        raise ValueError(
+            f"{section}: {text}" if text.startswith("unknown") else f"{section}.{text}"
+        ) from None
+    floats = {f.name: float(getattr(obj, f.name)) for f, hint in options(cls) if hint is float}
+    return dataclasses.replace(obj, **floats)
 
 
 def parse_value(text: str) -> Any:

@@ -1,13 +1,25 @@
 """One driver for a two-stage study of either leg (issue 42): explore, pick, confirm, conclude.
 
-A leg (`toymdp.study` for tabular policies, `llm.orchestrate.study` for language models) implements
-`Leg`: it trains and evaluates a stage's runs (`Leg.explore`; `Leg.confirm` of the picks, on fresh
-seeds and problems) and describes its design. The driver does the rest, the same for both: the
-picks (`experiment.study.pick`), the verdicts (`experiment.study.conclude`), the design paragraph of
-verdicts.md (`how`) and study.json / verdicts.md (`experiment.reread.write_study`).
+A study file is a leg's sweep file plus a ``[study]`` table (`read_study`): the confirmation's
+fresh seeds and problems, a claim's size and the family-wise level (`StudyClaims` and the leg's
+keys). The stages (`run`; `experiment.study` decides):
 
-Both legs' ``[study]`` tables share the claims' rule (`StudyClaims`); each adds its confirmation
-keys.
+1. **explore**: the sweep as written, every run read at every checkpoint (a method is
+   early-stopped as GRPO is); per method label, the (setting, checkpoint) with the largest
+   (bias-corrected) estimate of its pass@k lift (`experiment.study.pick`). Every method must get
+   the tuning of GRPO's reference (its learning rates, ``kl_coef`` values and checkpoints: the
+   leg's ``budgets``, checked by `study_budget`; a top-level ``tune`` table gives it to all),
+   unless ``unequal_budget = true`` says otherwise, which study.json's ``design.budget`` records;
+2. **confirm**: the reference entries as written plus one entry per pick (its setting, tuning
+   values included), trained on fresh seeds and evaluated on fresh problems; each pick read at
+   its picked checkpoint, Holm over the picks, the minimum detectable lift, and the verdict of
+   every claim of `experiment.study.CLAIMS` whose method the study has
+   (`experiment.study.conclude`).
+
+A leg (`toymdp.study` for tabular policies, `llm.orchestrate.study` for language models)
+implements `Leg`: it trains and evaluates a stage's runs and describes its design. The driver does
+the rest, the same for both: the picks, the verdicts, the design paragraph of verdicts.md (`how`)
+and study.json / verdicts.md (`experiment.reread.write_study`).
 
 Sources: issue 20 (the two-stage design), issue 37 (equal budgets, the verdict words), issue 42
 (one driver).
@@ -15,18 +27,20 @@ Sources: issue 20 (the two-stage design), issue 37 (equal budgets, the verdict w
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numerics
+from experiment import schema, store
 from experiment import study as S
 from experiment import study_report as R
 from experiment.reread import write_study
 from experiment.schema import option
+from experiment.spec import Budget, check_budget
 
-__all__ = ["Leg", "StudyClaims", "how", "run"]
+__all__ = ["Leg", "StudyClaims", "how", "read_study", "run", "study_budget"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +57,39 @@ class StudyClaims:
         "allow a method tuned otherwise than GRPO's reference (learning rates, kl_coef, "
         "checkpoints); study.json's design.budget then says 'unequal (explicit)'",
     )
+
+
+C = TypeVar("C", bound=StudyClaims)
+
+
+def read_study(path: Path, spec_cls: type[C]) -> tuple[dict[str, Any], C]:
+    """The study file at `path`: its sweep document (the file without ``[study]``) and its
+    ``[study]`` table as `spec_cls` (`experiment.schema.build`). The leg checks the rest.
+
+    Raises:
+        ValueError: ``PATH: study.KEY ...`` for a bad ``[study]`` key or value.
+    """
+    doc = dict(store.read_toml(path))
+    try:
+        return doc, schema.build(spec_cls, "study", doc.pop("study", {}))
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+
+
+def study_budget(
+    rows: Sequence[Budget], reference: Sequence[str], spec: StudyClaims, path: Path | None = None
+) -> tuple[str, str | None]:
+    """The study's tuning budget over a leg's `rows` (`experiment.spec.check_budget`) and, when
+    it is unequal and ``spec.unequal_budget`` allows it, how.
+
+    Raises:
+        ValueError: a method tuned otherwise than the `reference` without ``unequal_budget``
+            (``PATH: study: ...`` when `path` is given).
+    """
+    try:
+        return check_budget(rows, reference, unequal=spec.unequal_budget)
+    except ValueError as err:
+        raise ValueError(f"{path}: study: {err}" if path else str(err)) from None
 
 
 class Leg(Protocol):

@@ -1,22 +1,12 @@
 """`python -m toymdp study --config FILE [--out DIR]`: a two-stage toy study with verdicts.
 
-A study file is a toy sweep file (`toymdp.sweep`: the exploratory stage, every method's
-coefficients swept against GRPO's own curve) plus a ``[study]`` table (`StudySpec`): the fresh
-dataset draws, training seeds and key root of the confirmation stage, the claimed size of a lift
-and the family-wise level. The stages (`experiment.study`):
-
-1. **explore**: the sweep as written, every row read at every checkpoint (`toymdp.sweep.read_steps`:
-   a method is early-stopped as GRPO is); per method label and measure, the (setting,
-   checkpoint) with the largest (bias-corrected) estimate of its lift (`experiment.study.select`; one pick per
-   label, by the pass@k lift). Every method must get the tuning of GRPO's reference (its learning
-   rates, ``kl_coef`` values and checkpoints: `budgets`, checked by
-   `experiment.spec.check_budget`; a top-level ``tune`` table gives it to all), unless
-   ``unequal_budget = true`` says otherwise, which study.json's ``design.budget`` then records;
-2. **confirm**: the reference entries as written plus one ``fixed`` entry per pick, trained on
-   the fresh keys and evaluated on fresh draws (new prompts and correct sets); per measure, each
-   pick's lift at its picked checkpoint with Holm over the picks (`experiment.study.confirm`),
-   the minimum detectable lift, and the verdict of every claim of `experiment.study.CLAIMS`
-   whose method the study has.
+A study file is a toy sweep file (`toymdp.sweep`) plus a ``[study]`` table (`StudySpec`): the
+confirmation's fresh dataset draws, training seeds and key root, a claim's size and the
+family-wise level. The stages are `experiment.two_stage`'s: the exploration is the sweep as
+written, every row read at every checkpoint (`toymdp.sweep.read_steps`), its tuning budgets
+`toymdp.sweep.budgets`; the confirmation (`confirmation_doc`) re-trains the reference entries and
+one ``fixed`` entry per pick on the fresh keys and evaluates them on fresh draws (new prompts and
+correct sets).
 
 Outputs in OUT (default ``runs/toy_study/<config stem>``): ``explore/`` and ``confirm/`` (each a
 sweep folder: results.json, lifts.md, frontier.png), ``study.json`` (provenance: git commit,
@@ -32,22 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from experiment import store, two_stage
+from experiment import two_stage
 from experiment.schema import meta, option
-from experiment.spec import Budget, check_budget, untune
+from experiment.spec import untune
 from toymdp import sweep as SW
 from toymdp import sweep_spec
 
-__all__ = [
-    "TUNING_KEYS",
-    "StudySpec",
-    "ToyLeg",
-    "budgets",
-    "confirmation_doc",
-    "load_study",
-    "run_study",
-    "study_budget",
-]
+__all__ = ["StudySpec", "ToyLeg", "confirmation_doc", "load_study", "run_study"]
 
 
 @dataclass(frozen=True)
@@ -70,48 +51,17 @@ COSTS = {"run": 0.0, "problem": 1.0, "unit": "draw × seed trainings"}
 (vectorized together), so a design costs seeds × draws."""
 
 
-TUNING_KEYS = ("lr", "kl_coef")
-"""A setting's keys that tune it rather than shape it (`budgets`)."""
-
-
-def budgets(cfg: sweep_spec.SweepConfig) -> list[Budget]:
-    """Each row's tuning (`experiment.spec.Budget`): its learning rate and ``kl_coef`` (the row's
-    value, else its entry's ``fixed``, else ``[train]``'s) and the updates its models are read at
-    (`toymdp.sweep.read_steps`)."""
-    fixed = {m.label: m.fixed for m in cfg.methods}
-    out = []
-    for r in SW.all_rows(cfg):
-        kl = r.values.get("kl_coef", fixed[r.label].get("kl_coef", cfg.train.kl_coef))
-        own = {k: v for k, v in r.values.items() if k not in TUNING_KEYS}
-        axes = {"lr": float(r.values.get("lr", cfg.train.lr)), "kl_coef": float(kl),
-                "checkpoints": SW.read_steps(cfg, r.label)}  # fmt: skip
-        out.append(Budget(r.label, SW.Run(r.label, r.method, own, {}).setting(), axes))
-    return out
-
-
-def study_budget(cfg: sweep_spec.SweepConfig, spec: StudySpec) -> tuple[str, str | None]:
-    """The study's tuning budget (`experiment.spec.check_budget` of `budgets`) and, when it is
-    unequal, how (`experiment.spec.budget_difference`).
-
-    Raises:
-        ValueError: a method tuned otherwise than the reference without ``unequal_budget``.
-    """
-    return check_budget(budgets(cfg), cfg.reference, unequal=spec.unequal_budget)
-
-
 def load_study(path: Path) -> tuple[dict[str, Any], StudySpec]:
     """The exploratory sweep document (the file without ``[study]``) and its `StudySpec`; the
-    tuning budgets are checked (`study_budget`).
+    tuning budgets are checked (`experiment.two_stage.study_budget` of `toymdp.sweep.budgets`).
 
     Raises:
         ValueError: naming the file and key: a bad ``[study]`` key, confirmation draws that are
             also exploratory draws, a confirmation key root equal to ``train.seed``, or a method
             tuned otherwise than the reference without ``unequal_budget = true``.
     """
-    doc = dict(store.read_toml(path))
-    table = doc.pop("study", {})
+    doc, spec = two_stage.read_study(path, StudySpec)
     try:
-        spec = sweep_spec.build_table(StudySpec, "study", table)
         cfg = sweep_spec.parse_config(doc)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
@@ -120,10 +70,7 @@ def load_study(path: Path) -> tuple[dict[str, Any], StudySpec]:
         raise ValueError(f"{path}: study.confirm_draws: {reused} are exploratory draws (env.draws)")
     if spec.confirm_key == cfg.train.seed:
         raise ValueError(f"{path}: study.confirm_key: {spec.confirm_key} equals train.seed")
-    try:
-        study_budget(cfg, spec)
-    except ValueError as err:
-        raise ValueError(f"{path}: study: {err}") from None
+    two_stage.study_budget(SW.budgets(cfg), cfg.reference, spec, path)
     return doc, spec
 
 
@@ -169,7 +116,7 @@ class ToyLeg:
 
     def __post_init__(self) -> None:
         self.cfg = sweep_spec.parse_config(self.doc)
-        self.budget = study_budget(self.cfg, self.spec)
+        self.budget = two_stage.study_budget(SW.budgets(self.cfg), self.cfg.reference, self.spec)
         self.reading = {"reference": self.cfg.reference[0],
                         "problems": len(self.spec.confirm_draws),
                         "defaults": {"lr": self.cfg.train.lr, "kl_coef": self.cfg.train.kl_coef},

@@ -151,6 +151,25 @@ def read_steps(cfg: SweepConfig, label: str, paths: bool = True) -> tuple[int, .
     return steps if paths or label in cfg.reference else steps[-1:]
 
 
+TUNING_KEYS = ("lr", "kl_coef")
+"""A setting's keys that tune it rather than shape it (`budgets`)."""
+
+
+def budgets(cfg: SweepConfig) -> list[spec.Budget]:
+    """Each row's tuning (`experiment.spec.Budget`, for a study's equal-budget check): its
+    learning rate and ``kl_coef`` (the row's value, else its entry's ``fixed``, else
+    ``[train]``'s) and the updates its models are read at (`read_steps`)."""
+    fixed = {m.label: m.fixed for m in cfg.methods}
+    out = []
+    for r in all_rows(cfg):
+        kl = r.values.get("kl_coef", fixed[r.label].get("kl_coef", cfg.train.kl_coef))
+        own = {k: v for k, v in r.values.items() if k not in TUNING_KEYS}
+        axes = {"lr": float(r.values.get("lr", cfg.train.lr)), "kl_coef": float(kl),
+                "checkpoints": read_steps(cfg, r.label)}  # fmt: skip
+        out.append(spec.Budget(r.label, Run(r.label, r.method, own, {}).setting(), axes))
+    return out
+
+
 def frontier_data(
     cfg: SweepConfig, res: Mapping[str, Any], metric: str, paths: bool = True
 ) -> dict[str, Any]:

@@ -7,7 +7,6 @@ figure 6's popularity dataset with its constants as arguments, or a single promp
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping
@@ -28,7 +27,6 @@ __all__ = [
     "FrontierSpec",
     "SweepConfig",
     "TrainSpec",
-    "build_table",
     "describe",
     "is_data",
     "load_config",
@@ -65,30 +63,13 @@ class EnvSpec:
                                ge=0)  # fmt: skip
 
 
-def build_table(cls: type, section: str, table: object) -> Any:
-    """`cls` from a TOML table, checked by `experiment.schema` (errors name ``section.key``);
-    integers given for float options become floats."""
-    try:
-        obj = schema.from_dict(cls, table if isinstance(table, Mapping) else {"": table})
-        schema.check_fields(obj)
-    except ValueError as err:
-        text = str(err)
-        raise ValueError(
-            f"{section}: {text}" if text.startswith("unknown") else f"{section}.{text}"
-        ) from None
-    floats = {
-        f.name: float(getattr(obj, f.name)) for f, hint in schema.options(cls) if hint is float
-    }
-    return dataclasses.replace(obj, **floats)
-
-
 def parse_env(table: object) -> EnvSpec:
     """Validate the ``[env]`` table.
 
     Raises:
         ValueError: naming ``env.<key>`` and the bad value.
     """
-    env = build_table(EnvSpec, "env", table)
+    env = schema.build(EnvSpec, "env", table)
     m = env.num_actions**env.depth
     if max(env.multiplicities) > m:
         raise ValueError(f"env.multiplicities: expected sizes <= M = {m}, got {env.multiplicities}")
@@ -122,7 +103,7 @@ def parse_train(table: object) -> TrainSpec:
     Raises:
         ValueError: naming ``train.<key>`` and the bad value.
     """
-    return build_table(TrainSpec, "train", table)
+    return schema.build(TrainSpec, "train", table)
 
 
 @dataclass(frozen=True)
@@ -142,7 +123,7 @@ def parse_table(name: str, table: object) -> Any:
     Raises:
         ValueError: naming ``name.<key>`` and the bad value.
     """
-    return parse_env(table) if name == "env" else build_table(TABLES[name], name, table)
+    return parse_env(table) if name == "env" else schema.build(TABLES[name], name, table)
 
 
 TOP_KEYS = (*spec.COMMON_KEYS, "env", "train", "frontier")

@@ -14,6 +14,7 @@ import numpy as np
 from experiment import frontier, report, reread
 
 __all__ = [
+    "confirmed_measures",
     "frontier_analysis",
     "frontier_arrays",
     "frontier_inputs",
@@ -27,6 +28,33 @@ __all__ = [
 def setting_name(params: Mapping[str, Any]) -> str:
     """``"k=v,k=v"`` (``"default"`` for no parameters): a model's setting label."""
     return ",".join(f"{k}={v}" for k, v in params.items()) or "default"
+
+
+def confirmed_measures(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Per model of a sweep's results (label, setting, step; the base filed under the first
+    reference label at step 0) the means over its seeds of pass@1, pass@k at the largest k, maj@k
+    at that k, the answer entropy (nats) and distinct correct: study.json's ``measures``
+    (`experiment.study_report.measures_markdown`). A measure some seed's evaluation did not
+    record (an evaluation older than maj@k) is None."""
+    s = results["settings"]
+    k = str(s["eval"]["ks"][-1])
+    groups: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
+    for m in results["models"]:
+        base = m["label"] == "base"
+        key = (s["reference"][0] if base else m["label"],
+               "base" if base else setting_name(m["params"]), int(m["step"]))  # fmt: skip
+        groups.setdefault(key, []).append(m)
+
+    def mean(values: list[Any]) -> float | None:
+        return None if any(v is None for v in values) else float(np.mean(values))
+
+    return [{"label": label, "setting": setting, "step": step,
+             "pass1": mean([m["pass1"] for m in ms]),
+             "pass_at_k": mean([m["pass_at_k"][k] for m in ms]),
+             "maj_at_k": mean([(m.get("maj_at_k") or {}).get(k) for m in ms]),
+             "answer_entropy": mean([m.get("answer_entropy") for m in ms]),
+             "distinct_correct": mean([m["distinct_correct"] for m in ms])}
+            for (label, setting, step), ms in groups.items()]  # fmt: skip
 
 
 def frontier_arrays(

@@ -1,19 +1,12 @@
 """`python -m llm study --config FILE [--workers N] [--out DIR]`: a two-stage LLM study with verdicts.
 
-A study file is an LLM sweep file (`llm.orchestrate.sweep`: the exploratory stage, every method's
-coefficients against GRPO's own curve, every run evaluated at every checkpoint) plus a ``[study]``
-table (`StudySpec`): the fresh training seeds, the fresh held-out problems (how many, and how many
-of the stream to skip: the exploratory ones) of the confirmation stage, the claimed size of a lift
-and the family-wise level. The stages (`experiment.study`):
-
-1. **explore**: the sweep as written; per method label, the (setting, checkpoint) with the
-   largest (bias-corrected) estimate of its pass@k lift. Every method must get the tuning of GRPO's reference
-   (its learning rates, ``kl_coef`` values and checkpoints: `budgets`, checked by
-   `experiment.spec.check_budget`; a top-level ``tune`` table gives it to all), unless
-   ``unequal_budget = true`` says otherwise, which study.json's ``design.budget`` then records;
-2. **confirm**: the reference entries as written plus one entry per pick (its setting), trained on
-   the fresh seeds and evaluated on the fresh problems at the same checkpoints; each pick is read
-   at its picked checkpoint, Holm over the picks, the MDE, every claim's verdict.
+A study file is an LLM sweep file (`llm.orchestrate.sweep_spec`) plus a ``[study]`` table
+(`StudySpec`): the confirmation's fresh training seeds and held-out problems (how many, and how
+many of the stream to skip: the exploratory ones), a claim's size and the family-wise level. The
+stages are `experiment.two_stage`'s: the exploration is the sweep as written, every run
+evaluated at every checkpoint, its tuning budgets `llm.orchestrate.sweep_spec.budgets`; the
+confirmation (`confirmation_doc`) re-trains the reference entries and one entry per pick on the
+fresh seeds and evaluates them on the fresh problems at the same checkpoints.
 
 Outputs in OUT (default ``runs/llm_study/<config stem>``): ``explore/`` and ``confirm/`` (sweep
 folders: results.json, lifts.md, frontier.png, runs/), ``study.json`` (provenance, picks, confirmed
@@ -29,31 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from experiment import schema, store, two_stage
+from experiment import two_stage
 from experiment.schema import meta, option
-from experiment.spec import Budget, check_budget, untune
-from llm.config import MOVED_KEYS
-from llm.eval.frontier import setting_name
+from experiment.spec import untune
+from llm.eval.frontier import confirmed_measures
 from llm.orchestrate.executor import check_executor
-from llm.orchestrate.sweep import check_engine, run_sweep
-from llm.orchestrate.sweep_spec import SweepSpec, merge_tables, run_config, sweep_from_dict
+from llm.orchestrate.sweep import check_engine, measured_costs, run_sweep
+from llm.orchestrate.sweep_spec import SweepSpec, budgets, merge_tables, sweep_from_dict
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.folder import RunLock
 
-__all__ = [
-    "TUNING_KEYS",
-    "LLMLeg",
-    "StudySpec",
-    "budgets",
-    "confirmation_doc",
-    "confirmed_measures",
-    "load_study",
-    "measured_costs",
-    "run_study",
-    "study_budget",
-]
+__all__ = ["LLMLeg", "StudySpec", "confirmation_doc", "load_study", "run_study"]
 
 
 @dataclass(frozen=True)
@@ -74,26 +53,6 @@ class StudySpec(two_stage.StudyClaims):
         "reference included, so its comparisons stay like for like"))  # fmt: skip
 
 
-TUNING_KEYS = ("optim.lr", "kl_coef", "steps")
-"""A setting's keys that tune it rather than shape it (`budgets`; ``steps`` moves its
-checkpoints)."""
-
-
-def budgets(sweep: SweepSpec) -> list[Budget]:
-    """Each setting's tuning (`experiment.spec.Budget`): its learning rate and ``kl_coef`` as its
-    runs train (`llm.orchestrate.sweep_spec.run_config`: base config, ``[train]``, the setting) and the
-    checkpoints its models are read at (`llm.orchestrate.sweep_spec.SweepSpec.checkpoints_of`: every
-    one)."""
-    out = []
-    for s in sweep.settings:
-        cfg = run_config(sweep, s)
-        own = {k: v for k, v in s.params.items() if MOVED_KEYS.get(k, k) not in TUNING_KEYS}
-        axes = {"optim.lr": float(cfg.optim.lr), "kl_coef": float(cfg.kl_coef),
-                "checkpoints": tuple(sweep.checkpoints_of(s))}  # fmt: skip
-        out.append(Budget(s.label, setting_name(own), axes))
-    return out
-
-
 def _configured(sweep: SweepSpec) -> dict[str, float]:
     """The tuned keys' values of a run with no setting of its own (the base config and
     ``[train]``): the GRPO setting "GRPO sharpens" is read from (`experiment.study.conclude`)."""
@@ -101,20 +60,10 @@ def _configured(sweep: SweepSpec) -> dict[str, float]:
     return {"optim.lr": float(cfg.optim.lr), "kl_coef": float(cfg.kl_coef)}
 
 
-def study_budget(sweep: SweepSpec, spec: StudySpec) -> tuple[str, str | None]:
-    """The study's tuning budget (`experiment.spec.check_budget` of `budgets`) and, when it is
-    unequal, how (`experiment.spec.budget_difference`).
-
-    Raises:
-        ValueError: a method tuned otherwise than the reference without ``unequal_budget``.
-    """
-    return check_budget(budgets(sweep), sweep.reference, unequal=spec.unequal_budget)
-
-
 def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
     """The exploratory sweep document (the file without ``[study]``) and its `StudySpec`; the
     sweep is validated (`llm.orchestrate.sweep_spec.sweep_from_dict`), and so are its tuning budgets
-    (`experiment.spec.check_budget` of `budgets`).
+    (`experiment.two_stage.study_budget` of `llm.orchestrate.sweep_spec.budgets`).
 
     Raises:
         ValueError: naming the file and key: a bad ``[study]`` key, confirmation seeds that are
@@ -122,14 +71,11 @@ def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
             method tuned otherwise than the reference without ``unequal_budget = true``.
     """
     path = Path(path)
-    doc = dict(store.read_toml(path))
-    table = doc.pop("study", {})
+    doc, spec = two_stage.read_study(path, StudySpec)
     try:
-        spec = schema.from_dict(StudySpec, table if isinstance(table, Mapping) else {"": table})
-        schema.check_fields(spec)
         sweep = sweep_from_dict(doc, root=path.parent)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{path}: study: {err}") from None
+        raise ValueError(f"{path}: {err}") from None
     if spec.confirm_train:  # checked before any run, not after the exploration
         try:
             sweep_from_dict(confirmation_doc(doc, spec, {}, path.parent), root=path.parent)
@@ -138,10 +84,7 @@ def load_study(path: str | Path) -> tuple[dict[str, Any], StudySpec]:
     reused = sorted(set(spec.confirm_seeds) & set(sweep.seeds))
     if reused:
         raise ValueError(f"{path}: study.confirm_seeds: {reused} are exploratory seeds")
-    try:
-        study_budget(sweep, spec)
-    except ValueError as err:
-        raise ValueError(f"{path}: study: {err}") from None
+    two_stage.study_budget(budgets(sweep), sweep.reference, spec, path)
     explored = sweep.eval.get("offset", 0) + sweep.eval["problems"]
     if spec.confirm_offset and spec.confirm_offset < explored:
         raise ValueError(f"{path}: study.confirm_offset: {spec.confirm_offset} overlaps the "
@@ -177,52 +120,6 @@ def confirmation_doc(
     return out
 
 
-def confirmed_measures(results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Per model of a sweep's results (label, setting, step; the base filed under the first
-    reference label at step 0) the means over its seeds of pass@1, pass@k at the largest k, maj@k
-    at that k, the answer entropy (nats) and distinct correct: study.json's ``measures``
-    (`experiment.study_report.measures_markdown`). A measure some seed's evaluation did not
-    record (an evaluation older than maj@k) is None."""
-    s = results["settings"]
-    k = str(s["eval"]["ks"][-1])
-    groups: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
-    for m in results["models"]:
-        base = m["label"] == "base"
-        key = (s["reference"][0] if base else m["label"],
-               "base" if base else setting_name(m["params"]), int(m["step"]))  # fmt: skip
-        groups.setdefault(key, []).append(m)
-
-    def mean(values: list[Any]) -> float | None:
-        return None if any(v is None for v in values) else float(np.mean(values))
-
-    return [{"label": label, "setting": setting, "step": step,
-             "pass1": mean([m["pass1"] for m in ms]),
-             "pass_at_k": mean([m["pass_at_k"][k] for m in ms]),
-             "maj_at_k": mean([(m.get("maj_at_k") or {}).get(k) for m in ms]),
-             "answer_entropy": mean([m.get("answer_entropy") for m in ms]),
-             "distinct_correct": mean([m["distinct_correct"] for m in ms])}
-            for (label, setting, step), ms in groups.items()]  # fmt: skip
-
-
-def measured_costs(runs_dir: Path) -> dict[str, Any] | None:
-    """The cost model of `experiment.study.design_for` from a sweep's finished runs
-    (``RUNS/*/sweep_run.json``): the median training time of a run and the median, over runs, of
-    the evaluation time per problem summed over the run's checkpoints, in seconds of one worker
-    (one core; process start-up not counted). None when no run has both."""
-    train, per_problem = [], []
-    for marker in sorted(Path(runs_dir).glob("*/sweep_run.json")):
-        doc = store.read_json(marker)
-        evals = [e["result"] for e in doc.get("evals", {}).values()
-                 if "eval_seconds" in e.get("result", {})]  # fmt: skip
-        if doc.get("train_seconds") is not None and doc.get("finished") and evals:
-            train.append(float(doc["train_seconds"]))
-            per_problem.append(sum(r["eval_seconds"] / len(r["correct"]) for r in evals))
-    if not train:
-        return None
-    return {"run": float(np.median(train)), "problem": float(np.median(per_problem)),
-            "unit": "core-s"}  # fmt: skip
-
-
 @dataclass
 class LLMLeg:
     """The LLM's `experiment.two_stage.Leg`: each stage an LLM sweep (`llm.orchestrate.sweep.
@@ -240,7 +137,7 @@ class LLMLeg:
     def __post_init__(self) -> None:
         self.sweep = sweep_from_dict(self.doc, root=self.config_path.parent)
         self.sweep.source = str(self.config_path)
-        self.budget = study_budget(self.sweep, self.spec)
+        self.budget = two_stage.study_budget(budgets(self.sweep), self.sweep.reference, self.spec)
         self.reading = {"reference": self.sweep.reference[0], "defaults": _configured(self.sweep),
                         "problems": self.spec.confirm_problems, "by_step": True}  # fmt: skip
 

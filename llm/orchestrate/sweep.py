@@ -24,10 +24,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 import numerics
 from experiment import report
 from experiment.reread import INPUTS
-from experiment.store import write_json
+from experiment.store import read_json, write_json
 from llm.config import TrainConfig
 from llm.data import load_eval_sets, tiny_config
 from llm.eval.frontier import frontier_analysis, frontier_inputs, save_inputs, write_reports
@@ -54,6 +56,7 @@ __all__ = [
     "ENGINES",
     "MAX_BATCH",
     "check_engine",
+    "measured_costs",
     "pack_jobs",
     "rerun_runs",
     "run_fingerprint",
@@ -368,3 +371,22 @@ def rerun_runs(
                         desc="runs (spot check)", name=lambda u: u[0].name, executor="local",
                         address=None, log=log)  # fmt: skip
     return {u[0].name: run_fingerprint(r[0]) for u, r in zip(units, done, strict=True)}
+
+
+def measured_costs(runs_dir: Path) -> dict[str, Any] | None:
+    """The cost model of `experiment.study.design_for` from a sweep's finished runs
+    (``RUNS/*/sweep_run.json``): the median training time of a run and the median, over runs, of
+    the evaluation time per problem summed over the run's checkpoints, in seconds of one worker
+    (one core; process start-up not counted). None when no run has both."""
+    train, per_problem = [], []
+    for marker in sorted(Path(runs_dir).glob("*/sweep_run.json")):
+        doc = read_json(marker)
+        evals = [e["result"] for e in doc.get("evals", {}).values()
+                 if "eval_seconds" in e.get("result", {})]  # fmt: skip
+        if doc.get("train_seconds") is not None and doc.get("finished") and evals:
+            train.append(float(doc["train_seconds"]))
+            per_problem.append(sum(r["eval_seconds"] / len(r["correct"]) for r in evals))
+    if not train:
+        return None
+    return {"run": float(np.median(train)), "problem": float(np.median(per_problem)),
+            "unit": "core-s"}  # fmt: skip

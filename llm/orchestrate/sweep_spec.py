@@ -36,6 +36,7 @@ import shaping
 from experiment import schema
 from experiment.spec import (
     COMMON_KEYS,
+    Budget,
     apply_sets,
     extend_checkpoints,
     parse_checkpoints,
@@ -47,14 +48,17 @@ from experiment.spec import (
     describe as describe_keys,
 )
 from experiment.store import config_error, read_toml
-from llm.config import TrainConfig, config_from_dict, new_key, upgrade_keys
+from llm.config import MOVED_KEYS, TrainConfig, config_from_dict, new_key, upgrade_keys
+from llm.eval.frontier import setting_name
 from llm.eval.heldout import k_values
 
 __all__ = [
     "MAX_EVAL_STREAM",
+    "TUNING_KEYS",
     "Setting",
     "SweepEval",
     "SweepSpec",
+    "budgets",
     "describe",
     "load_sweep",
     "merge_tables",
@@ -293,6 +297,25 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         base_run_config=config_from_dict(base_run),
         configs=configs,
     )
+
+
+TUNING_KEYS = ("optim.lr", "kl_coef", "steps")
+"""A setting's keys that tune it rather than shape it (`budgets`; ``steps`` moves its
+checkpoints)."""
+
+
+def budgets(sweep: SweepSpec) -> list[Budget]:
+    """Each setting's tuning (`experiment.spec.Budget`, for a study's equal-budget check): its
+    learning rate and ``kl_coef`` as its runs train (`run_config`: base config, ``[train]``, the
+    setting) and the checkpoints its models are read at (`SweepSpec.checkpoints_of`: every one)."""
+    out = []
+    for s in sweep.settings:
+        cfg = run_config(sweep, s)
+        own = {k: v for k, v in s.params.items() if MOVED_KEYS.get(k, k) not in TUNING_KEYS}
+        axes = {"optim.lr": float(cfg.optim.lr), "kl_coef": float(cfg.kl_coef),
+                "checkpoints": tuple(sweep.checkpoints_of(s))}  # fmt: skip
+        out.append(Budget(s.label, setting_name(own), axes))
+    return out
 
 
 def describe() -> str:

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from experiment import reread
+from experiment import reread, two_stage
 from experiment import study as S
 from experiment import study_report as R
 from llm.__main__ import main
 from llm.orchestrate.spot_check import spot_check
-from llm.orchestrate.study import budgets, confirmation_doc, load_study, study_budget
+from llm.orchestrate.study import confirmation_doc, load_study
 from llm.orchestrate.sweep import run_sweep
-from llm.orchestrate.sweep_spec import sweep_from_dict
+from llm.orchestrate.sweep_spec import budgets, sweep_from_dict
 from numerics import emulate
 from tests.llm.test_sweep import BASE, SWEEP
 
@@ -213,14 +213,14 @@ def test_unequal_tuning_budgets_are_refused_unless_the_study_says_so(tmp_path, t
     config = _budget_study(tmp_path, tiny_model_path, "", kl, STUDY + "unequal_budget = true\n")
     doc, spec = load_study(config)
     sweep = sweep_from_dict(doc, root=tmp_path)
-    word, how = study_budget(sweep, spec)
+    word, how = two_stage.study_budget(budgets(sweep), sweep.reference, spec)
     assert word == "unequal (explicit)" and how.startswith("methods[entropy_bonus] (eta=0.1)")
 
     tune = 'tune = { kl_coef = [0.0, 0.1], "optim.lr" = [1e-2, 2e-2] }'
     config = _budget_study(tmp_path, tiny_model_path, tune, "")
     doc, spec = load_study(config)
     sweep = sweep_from_dict(doc, root=tmp_path)
-    assert study_budget(sweep, spec) == ("equal", None)
+    assert two_stage.study_budget(budgets(sweep), sweep.reference, spec) == ("equal", None)
     assert [len([s for s in sweep.settings if s.label == x]) for x in sweep.labels] == [4, 8]
     rows = budgets(sweep)
     assert {r.axes["checkpoints"] for r in rows} == {(1, 2)}  # every run read at every step
@@ -248,5 +248,5 @@ def test_the_committed_study_configs_state_their_budgets(name, budget):
     path = Path(__file__).parents[2] / "configs" / name
     doc, spec = load_study(path)
     sweep = sweep_from_dict(doc, root=path.parent)
-    assert study_budget(sweep, spec)[0] == budget
+    assert two_stage.study_budget(budgets(sweep), sweep.reference, spec)[0] == budget
     assert not set(spec.confirm_seeds) & set(sweep.seeds)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiment import reread
+from experiment import reread, two_stage
 from experiment import study as S
 from experiment import study_report as R
 from toymdp import study as TS
@@ -131,8 +131,8 @@ def test_unequal_budgets_are_refused_and_tune_gives_every_method_grpos(tmp_path:
     good.write_text(text + study)
     doc, spec = TS.load_study(good)
     cfg = sweep_spec.parse_config(doc)
-    assert TS.study_budget(cfg, spec) == ("equal", None)
-    rows = TS.budgets(cfg)
+    assert two_stage.study_budget(SW.budgets(cfg), cfg.reference, spec) == ("equal", None)
+    rows = SW.budgets(cfg)
     assert len(rows) == 4 + 3 * 4 and {r.axes["checkpoints"] for r in rows} == {(4, 8, 12)}
     assert SW.all_rows(cfg)[7].setting() == "gamma_p=0.1, lr=0.3, kl_coef=0.1"
     pick = {"ds_grpo": {"params": {"gamma_p": 0.3, "lr": 0.3, "kl_coef": 0.1}}}
@@ -150,4 +150,5 @@ def test_the_committed_study_configs_parse(name: str):
     doc, spec = TS.load_study(CONFIG.parent / name)
     assert len(spec.confirm_draws) >= 8 and spec.claim_size == 1.5
     # Equal budgets: every method at GRPO's learning rates and kl_coef values, every checkpoint.
-    assert TS.study_budget(sweep_spec.parse_config(doc), spec) == ("equal", None)
+    cfg = sweep_spec.parse_config(doc)
+    assert two_stage.study_budget(SW.budgets(cfg), cfg.reference, spec) == ("equal", None)
