@@ -8,9 +8,9 @@ free tables (``dict`` fields, e.g. a method's ``[hyper]``) and one-level sub-tab
 
 On that metadata, one engine: `check_fields` (one validation loop, errors naming the field),
 `describe` (every key with its default, help and accepted values), `from_dict` (a dataclass tree
-from a parsed TOML document, unknown keys named), `build` (one checked table of a file), `parse_value` and `apply_overrides` (the
-``--set KEY=VALUE`` of a command line), `toml_value` (writing values back). Every error is a
-``ValueError`` whose message names the key.
+from a parsed TOML document, unknown keys named), `build` (one checked table of a file),
+`parse_value` and `apply_overrides` (the ``--set KEY=VALUE`` of a command line), `toml_value`
+(writing values back). Every error is a ``ValueError`` whose message names the key.
 """
 
 from __future__ import annotations

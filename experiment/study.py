@@ -122,7 +122,8 @@ def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> d
     `docs/data/calibration_pick_shrinkage.json`). A label none of whose models has a lift, but
     some below the range (less pass@1 than the base and every GRPO model), gets its model nearest
     the range: the largest share of draws with a lift (``inside_fraction``), then the largest
-    pass@1; the curve-free check decides its claim (`dominated`). A label with neither is left out (its models never left the base).
+    pass@1; the curve-free check decides its claim (`dominated`). A label with neither is left
+    out (its models never left the base).
 
     Args:
         section: one measure's section of `experiment.report.lift_analysis`.
