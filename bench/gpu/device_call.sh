@@ -13,6 +13,7 @@
 # WORKERS processes on the one GPU: 7 with >= 120 GiB of GPU memory, else 4); SOLO=1 first adds a
 # solo 4-step GRPO run and BASE=1 the base model's pass@1 / pass@64 table (both measured on the
 # 2026-11-25 lease).
+# The study outlives the call that starts it (setsid; see below): a next call waits for it.
 # Every minute and at the end, the run folders without checkpoints go to $OUT/runs.tgz, so a call
 # killed at its limit still returns what finished; every 10 s, evaluated runs lose their
 # checkpoints and running ones all but their newest optimizer state (lease.py prune). Measured on
@@ -71,7 +72,10 @@ SMI=$!
 pack() {  # everything but checkpoints, weights and optimizer states; tmp + rename: never half
   local tmp="$LEASE/runs.$BASHPID.tgz"  # the keeper's and the final pack never share a file
   tar czf "$tmp" --exclude=checkpoints --exclude='*.safetensors' --exclude='*.pt' \
-    --exclude=smoke runs/gpu 2>/dev/null && mv "$tmp" "$OUT/runs.tgz"
+    --exclude=smoke runs/gpu 2>/dev/null
+  # tar exits 1 when a file changed while it was read (a running study's logs): the archive is
+  # whole, and the finished runs in it do not change.
+  [ $? -le 1 ] && mv "$tmp" "$OUT/runs.tgz"
 }
 # Every 10 s: evaluated runs lose their checkpoints (disk); every ~60 s: a fresh $OUT/runs.tgz.
 ( i=0; while sleep 10; do
@@ -89,6 +93,11 @@ if [ -f .gpu/state/runs.tgz ] && [ ! -d runs/gpu/study ]; then
   tar xzf .gpu/state/runs.tgz && log "unpacked the run folders of an earlier lease"
 fi
 python3 bench/gpu/lease.py gather --into "$LEASE/gguf"
+if [ ! -f models/smollm2-135m-instruct/model.safetensors ] && [ ! -d .gpu/shape ]; then
+  log "no model yet, and no .gpu/shape carried: no sampler bench, no bf16 gate"
+  finish
+  exit 0
+fi
 if [ ! -f models/smollm2-135m-instruct/model.safetensors ]; then
   log "no model yet: the smoke study on random weights of its shape"
   if [ ! -f models/smollm2-random/model.safetensors ]; then
@@ -161,9 +170,26 @@ if [ ! -f "$LEASE/bf16.ok" ] && grep -q '^confirm_train' "$STUDY"; then
   grep -v '^confirm_train' "$STUDY" > "$fp32" && STUDY=$fp32
   log "bf16 gate not passed here: the confirmation samples in float32 ($STUDY)"
 fi
-log "the study $STUDY ($WORKERS workers)"
-timeout "$(( $(left) > 60 ? $(left) - 20 : 40 ))" python3 -m llm --debug study \
-  --config "$STUDY" --workers "$WORKERS" --out runs/gpu/study >> runs/gpu/study.log 2>&1
-log "study rc=$?"
+# The study runs in a session of its own (setsid), so it outlives this call: a call that returns
+# at its DEADLINE leaves it running, and the next call on the warm machine (any carry; the machine
+# keeps /tmp and the ignored runs/ between calls) finds it by its PID and waits for it instead of
+# starting another, so no run is cut between calls. A call after it has ended starts the study
+# again, which reuses every finished run from its marker and goes on where it stopped.
+PIDFILE=$LEASE/study.pid
+if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
+  log "the study an earlier call started (PID $(cat "$PIDFILE")) is still running: waiting for it"
+else
+  log "the study $STUDY ($WORKERS workers)"
+  setsid bash -c 'echo $$ > "$0"; exec python3 -m llm --debug study --config "$1" \
+    --workers "$2" --out runs/gpu/study' "$PIDFILE" "$STUDY" "$WORKERS" \
+    >> runs/gpu/study.log 2>&1 < /dev/null &
+  sleep 2
+fi
+while kill -0 "$(cat "$PIDFILE" 2>/dev/null)" 2>/dev/null && [ "$(left)" -gt 20 ]; do sleep 5; done
+if kill -0 "$(cat "$PIDFILE" 2>/dev/null)" 2>/dev/null; then
+  log "the study runs on (PID $(cat "$PIDFILE")): a next call on the warm machine waits for it"
+else
+  log "the study ended"
+fi
 grep -v Warning runs/gpu/study.log | tail -30
 finish

