@@ -1,6 +1,6 @@
 """The trainer on a busy machine (issue 41 item 3): the tiny LLM trainer's step time idle and with
-one CPU-bound process beside it, under OpenMP's default wait policy and under
-``OMP_WAIT_POLICY=PASSIVE`` and two shorter spins (``GOMP_SPINCOUNT``), alternating in one run; the ratios of the medians, and whether every
+one CPU-bound process beside it, under OpenMP's default wait policy, the one `numerics` chooses
+(``auto``), ``OMP_WAIT_POLICY=PASSIVE`` and two shorter spins (``GOMP_SPINCOUNT``), alternating in one run; the ratios of the medians, and whether every
 run's numbers (its metrics but the timings) are the same bytes.
 
     python bench/bench_load.py [--rounds 3] [--steps 60] [--threads 2]
@@ -24,9 +24,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: OpenMP wait settings compared (libgomp's variables; `default` spins ~300,000 iterations).
+#: OpenMP wait settings compared (libgomp's variables; `default` is libgomp's own, ~300,000 spins
+#: at a barrier; `auto` is what `numerics.choose_wait_policy` picks, passive beside a busy core).
 POLICIES: dict[str, dict[str, str]] = {
-    "default": {},
+    "default": {"SHARPENING_WAIT": "active"},
+    "auto": {},
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},
     "spin1k": {"GOMP_SPINCOUNT": "1000"},
     "spin10k": {"GOMP_SPINCOUNT": "10000"},
@@ -36,7 +38,8 @@ POLICIES: dict[str, dict[str, str]] = {
 def _run(out: Path, steps: int, threads: int, policy: dict[str, str]) -> tuple[float, list[dict]]:
     """One training run; returns (median step seconds, its metrics without timings)."""
     shutil.rmtree(out, ignore_errors=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    drop = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "SHARPENING_WAIT")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(policy)
     cmd = [sys.executable, "-m", "llm", "train", "--config", "configs/countdown_tiny.toml",
            "--out", str(out), "--set", f"steps={steps}", "run.save_every=100000",

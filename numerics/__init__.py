@@ -22,6 +22,16 @@ variable                        value                                   what it 
 
 torch's own thread count is a run's config input (``num_threads``), not pinned here.
 
+How threads wait (`choose_wait_policy`, not a pin: it changes speed, never bytes). libgomp, which
+runs torch's and MKL's threads here, spins ~300,000 times at every barrier before it sleeps: right
+on cores of its own, a collapse where another process keeps a core busy (a thread spins while the
+one it waits for is descheduled). On import, unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is
+set, this module samples ``/proc/stat`` for `WAIT_SAMPLE_S` and, when other processes keep at least
+`BUSY_CORES` cores busy, sets ``OMP_WAIT_POLICY=PASSIVE`` (threads sleep at once; children inherit
+it). ``SHARPENING_WAIT=active|passive|auto`` overrides the choice. Measured on the tiny model's warm
+start with 2 threads on 2 cores (docs/numerics.md, ``bench/bench_load.py``): idle 126 ms per step
+spinning, 163 passive; beside one busy core 352-388 spinning, 223-231 passive; the same bytes.
+
 The pin applies only on an x86-64 CPU with AVX2 and FMA (every x86-64 server CPU since 2013);
 elsewhere the libraries choose freely and `state()` says so. Opting out for speed: set
 ``SHARPENING_NUMERICS=native`` before Python starts; nothing is pinned, and every output that
@@ -43,7 +53,9 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import time
 import warnings
+from collections.abc import Callable, MutableMapping
 
 OPT_OUT_ENV = "SHARPENING_NUMERICS"
 """``pinned`` (default: `VERSION`'s pins), ``pinned-vN`` (version N's pins, `PINS`) or ``native``:
@@ -87,6 +99,16 @@ environment of a different CPU, which the two-level check (`tests/test_numerics.
 package under next to the machine's own. With the pin on, the package's results must not change."""
 
 _HEAVY = ("numpy", "scipy", "torch", "jax", "jaxlib")
+
+WAIT_ENV = "SHARPENING_WAIT"
+"""``auto`` (default: `choose_wait_policy` measures), ``passive`` or ``active`` (libgomp's spin)."""
+
+WAIT_SAMPLE_S = 0.1
+"""Seconds of ``/proc/stat`` that `choose_wait_policy` reads (10 scheduler ticks per core)."""
+
+BUSY_CORES = 0.5
+"""Cores kept busy by other processes from which threads wait passively: one CPU-bound process
+reads ~1.0, an idle machine ~0.0-0.1."""
 
 _state: dict[str, object] = {}
 
@@ -155,6 +177,57 @@ def pin(environ: dict[str, str] | None = None) -> dict[str, object]:
     return state()
 
 
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all cores from ``/proc/stat`` (None where it cannot be read)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields[:8]) - idle, sum(fields[:8])
+
+
+def busy_cores(
+    seconds: float = WAIT_SAMPLE_S, sample: Callable = _cpu_times, sleep: Callable = time.sleep
+) -> float | None:
+    """How many cores were busy over the next `seconds` (``/proc/stat``; this process sleeps
+    meanwhile, so the busy ones are other processes'); None where it cannot be read."""
+    a = sample()
+    sleep(seconds)
+    b = sample()
+    if a is None or b is None or b[1] <= a[1]:
+        return None
+    return (b[0] - a[0]) / (b[1] - a[1]) * (os.cpu_count() or 1)
+
+
+def choose_wait_policy(
+    environ: MutableMapping[str, str] | None = None, busy: Callable = busy_cores
+) -> str:
+    """Choose how libgomp's threads wait, before torch loads it (module docstring): sets
+    ``OMP_WAIT_POLICY=PASSIVE`` in `environ` (default `os.environ`) when ``SHARPENING_WAIT`` is
+    ``passive``, or ``auto`` (its default) and `busy` (`busy_cores`) reads at least `BUSY_CORES`.
+    A policy already set (``OMP_WAIT_POLICY``, ``GOMP_SPINCOUNT``) is kept. Returns what holds:
+    ``"set by the environment"``, ``"passive (N busy cores)"``, ``"active (...)"``.
+
+    Raises:
+        ValueError: ``SHARPENING_WAIT`` is none of ``auto``, ``passive``, ``active``.
+    """
+    env = os.environ if environ is None else environ
+    mode = env.get(WAIT_ENV, "auto").strip().lower() or "auto"
+    if mode not in ("auto", "passive", "active"):
+        raise ValueError(f"{WAIT_ENV}={mode!r}: expected 'auto', 'passive' or 'active'")
+    if "OMP_WAIT_POLICY" in env or "GOMP_SPINCOUNT" in env:
+        return "set by the environment"
+    if mode == "active":
+        return f"active ({WAIT_ENV}=active)"
+    n = None if mode == "passive" else busy()
+    if mode == "passive" or (n is not None and n >= BUSY_CORES):
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+        return "passive" + ("" if n is None else f" ({n:.1f} busy cores)")
+    return "active" + ("" if n is None else f" ({n:.1f} busy cores)")
+
+
 def _pinned_tag(version: int) -> str:
     return f"pinned {LEVEL} v{version}"
 
@@ -188,6 +261,11 @@ def state() -> dict[str, object]:
     return {k: _state[k] for k in ("pinned", "reason", "tag")}
 
 
+def wait_policy() -> str:
+    """How this process's OpenMP threads wait (`choose_wait_policy`'s answer at import)."""
+    return str(_state.get("wait", "not chosen"))
+
+
 def original_environ() -> dict[str, str]:
     """A copy of `os.environ` with the variables this process's pin set back to what they were
     before it (removed where they were unset): the machine's own environment, for a child process
@@ -216,3 +294,5 @@ def is_pinned() -> bool:
 
 
 pin()
+if not any(m in sys.modules for m in _HEAVY):  # libgomp reads it once, when torch loads it
+    _state["wait"] = choose_wait_policy()

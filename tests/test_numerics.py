@@ -206,3 +206,71 @@ def test_torch_kernels_are_the_same_on_emulated_intel_and_amd_cpus():
     assert runs["pinned", None].startswith(f"pinned avx2 v{numerics.VERSION} ")
     assert runs["pinned", None] == runs["pinned", "max"] == runs["pinned", "Haswell"]
     assert runs["pinned-v1", "max"] != runs["pinned-v1", "Haswell"]  # MKL's AVX2 branch by vendor
+
+
+def test_threads_wait_passively_only_beside_busy_cores():
+    def never():
+        raise AssertionError("measured though the choice was made")
+
+    env: dict[str, str] = {}
+    assert numerics.choose_wait_policy(env, busy=lambda: 1.0).startswith("passive (1.0")
+    assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
+    env = {}
+    assert numerics.choose_wait_policy(env, busy=lambda: 0.1).startswith("active (0.1")
+    assert numerics.choose_wait_policy(env, busy=lambda: None) == "active" and env == {}
+    for preset in ({"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "1000"}):
+        env = dict(preset)
+        assert numerics.choose_wait_policy(env, busy=never) == "set by the environment"
+        assert env == preset
+    env = {numerics.WAIT_ENV: "passive"}
+    assert numerics.choose_wait_policy(env, busy=never) == "passive"
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE"
+    env = {numerics.WAIT_ENV: "active"}
+    assert numerics.choose_wait_policy(env, busy=never).startswith("active")
+    assert "OMP_WAIT_POLICY" not in env
+    with pytest.raises(ValueError, match="SHARPENING_WAIT='spin'"):
+        numerics.choose_wait_policy({numerics.WAIT_ENV: "spin"}, busy=never)
+
+
+def test_busy_cores_reads_the_share_of_busy_jiffies():
+    readings = iter([(100, 1_000), (150, 1_100)])
+    n = numerics.busy_cores(0.0, sample=lambda: next(readings), sleep=lambda s: None)
+    assert n == pytest.approx(0.5 * (os.cpu_count() or 1))
+    assert numerics.busy_cores(0.0, sample=lambda: None, sleep=lambda s: None) is None
+    real = numerics.busy_cores(0.05)
+    assert real is None or 0.0 <= real <= (os.cpu_count() or 1) + 1e-9
+
+
+_WARM = """
+import hashlib, dataclasses
+import numerics
+from llm.model import tiny as T
+cfg = dataclasses.replace(T.TinyConfig(), epochs=1, num_train_problems=300)
+tok = T.build_tokenizer(cfg.max_target)
+model = T.build_tiny_model(tok, seed=cfg.model_seed, hidden_size=cfg.hidden_size,
+    num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
+    intermediate_size=cfg.intermediate_size, max_position_embeddings=cfg.max_position_embeddings)
+T.warm_start(model, tok, T.tiny_problems(cfg, "train", cfg.num_train_problems), config=cfg,
+             num_threads=2, progress=False)
+print(numerics.wait_policy())
+print(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest())
+"""
+
+
+@pytest.mark.slow
+def test_the_wait_policy_changes_no_byte():
+    """The base model's warm start on 2 threads, spinning and passive: the same weights (the
+    choice is free for speed; `bench/bench_load.py` times it)."""
+    out = {}
+    for mode in ("active", "passive"):
+        env = {
+            k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+        }
+        env.update({numerics.WAIT_ENV: mode, "PYTHONPATH": str(ROOT)})
+        res = subprocess.run([sys.executable, "-c", _WARM], env=env, capture_output=True,
+                             text=True, cwd=ROOT)  # fmt: skip
+        assert res.returncode == 0, res.stderr
+        policy, digest = res.stdout.strip().split("\n")[-2:]
+        assert policy.startswith(mode)
+        out[mode] = digest
+    assert out["active"] == out["passive"]

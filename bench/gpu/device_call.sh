@@ -20,7 +20,8 @@
 # the 2026-11-25 lease (bench/results/gpu_lease_smollm2_2026-11-25.json): 10 workers at
 # micro-batch 64 and 512 responses per generate call ran out of an H100's memory; checkpoints
 # (1.6 GB each) filled the disk.
-# STUDY names the study file (default configs/study_countdown_smollm2.toml). The bf16 gate: the
+# STUDY names the study file (default configs/study_countdown_smollm2.toml). The bf16 gate (on
+# the real weights before the study where no call ran it; GATE=0 skips it): the
 # first call samples once with eval.dtype = bfloat16 on the GPU (sampler_speed.py, random weights;
 # BENCH_DTYPES, default "float32 bfloat16"); unless that passed on this machine, the study's
 # confirmation samples in float32 (a copy of STUDY without its confirm_train line). Every call ends
@@ -163,6 +164,18 @@ if [ "${BASE:-0}" = 1 ] && [ ! -f runs/gpu/base_passk.json ]; then
     --config configs/countdown_smollm2_gpu.toml --device cuda --problems 128 --samples 64 \
     --prompts-per-batch 16 --variants 2:1-20:1-100 3:1-20:1-100 4:1-20:1-100 2:1-50:1-200 \
     --out runs/gpu/base_passk.json 2>&1 | grep -v Warning | tail -6
+fi
+if [ "${GATE:-1}" = 1 ] && [ ! -f "$LEASE/bf16.ok" ] && [ ! -f "$LEASE/bf16.failed" ] \
+   && grep -q '^confirm_train' "$STUDY"; then
+  # The bf16 gate on the real weights, where the first call carried no .gpu/shape (the tree left
+  # no room): one evaluation-sized sampling call in bfloat16 (~20 s). GATE=0 skips it, for a
+  # lease that only explores (the exploration samples in float32).
+  log "bf16 gate on the model"
+  timeout 90 python3 bench/gpu/sampler_speed.py --model models/smollm2-135m-instruct --device cuda \
+    --tf32 --dtype bfloat16 --config configs/countdown_smollm2_gpu.toml --shapes 32x32 \
+    --out "$OUT/sampler_speed_bfloat16.json" > "$OUT/sampler_bfloat16.txt" 2>&1 \
+    && touch "$LEASE/bf16.ok" || touch "$LEASE/bf16.failed"
+  log "bf16 gate: $(ls "$LEASE" | grep -o 'bf16\.[a-z]*')"
 fi
 if [ ! -f "$LEASE/bf16.ok" ] && grep -q '^confirm_train' "$STUDY"; then
   # The gate did not pass on this machine: the confirmation samples in float32.
