@@ -221,11 +221,16 @@ def choose_wait_policy(
         return "set by the environment"
     if mode == "active":
         return f"active ({WAIT_ENV}=active)"
-    n = None if mode == "passive" else busy()
-    if mode == "passive" or (n is not None and n >= BUSY_CORES):
+    if mode == "passive":
         env["OMP_WAIT_POLICY"] = "PASSIVE"
-        return "passive" + ("" if n is None else f" ({n:.1f} busy cores)")
-    return "active" + ("" if n is None else f" ({n:.1f} busy cores)")
+        return "passive"
+    n = busy()
+    if n is None:
+        return "active"
+    if n >= BUSY_CORES:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+        return f"passive ({n:.1f} busy cores)"
+    return f"active ({n:.1f} busy cores)"
 
 
 def _pinned_tag(version: int) -> str:
