@@ -116,7 +116,7 @@ def eval_throughput(args: argparse.Namespace) -> dict[str, Any]:
             for p in m.parameters():
                 p.add_(0.003 * torch.randn(p.shape, generator=torch.Generator().manual_seed(r)))
         models.append(m)
-    kw = {"template": "compact", "n": 16, "max_new_tokens": 16, "bleu": False}
+    kw = {"template": "compact", "samples": 16, "max_new_tokens": 16, "bleu": False}
     start = time.perf_counter()
     for m in models[:2]:
         evaluate(HFGenerateBackend(m, tok), "countdown", problems, **kw)

@@ -3,7 +3,7 @@
     python -m llm train --config FILE [--out DIR] [--resume [--change-optimizer] | --move-aside]
                         [--steps N] [--set KEY=VALUE ...]
     python -m llm train --describe          # every config key, its default and meaning
-    python -m llm eval --model PATH [--problems FILE | --generate N | --heldout N] [--n 16]
+    python -m llm eval --model PATH [--problems FILE | --generate N | --heldout N] [--samples 16]
                        --out DIR [--label NAME] [--config FILE] [--set KEY=VALUE ...]
                        [--max-problems N] [--token-entropy] [--reference PATH] ...
     torchrun --nproc_per_node W -m llm train --config FILE   # data parallel (DDP / FSDP2)
@@ -167,7 +167,7 @@ def _eval(args: argparse.Namespace) -> int:
         encoder = load_encoder(cfg.system.device)
     backend = make_backend(cfg, model, tokenizer)
     common = {
-        "n": args.n or cfg.eval.samples,
+        "samples": args.samples or cfg.eval.samples,
         "template": cfg.template,
         "max_new_tokens": args.max_new_tokens
         or cfg.eval.max_new_tokens
@@ -387,9 +387,9 @@ def _main(argv: list[str]) -> int:
     src.add_argument("--generate", type=int, metavar="N", help="generate N problems")
     src.add_argument("--heldout", type=int, metavar="N", help="llm.model.tiny's first N held-out")
     ev.add_argument(
-        "--n", "--samples", dest="n", type=int,
+        "--samples", "--n", dest="samples", type=int,
         help="samples per problem (default: eval.samples); pass@k and maj@k for k = 1, 2, 4, "
-        "..., n (256: the curve to k = 256 of Yue et al. 2025, with --max-problems 16)",
+        "..., samples (256: the curve to k = 256 of Yue et al. 2025, with --max-problems 16)",
     )  # fmt: skip
     ev.add_argument(
         "--max-problems", type=int, metavar="N", help="only the first N problems of each set"

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         problems = task.generate(args.problems, args.seed, vcfg.data)
         start = time.perf_counter()
-        r = evaluate(backend, task, problems, template=cfg.template, n=args.samples,
+        r = evaluate(backend, task, problems, template=cfg.template, samples=args.samples,
                      max_new_tokens=max_new, temperature=cfg.eval.temperature,
                      top_p=cfg.eval.top_p, top_k=cfg.eval.top_k, seed=0,
                      prompts_per_batch=args.prompts_per_batch, bleu=False)  # fmt: skip

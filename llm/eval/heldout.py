@@ -221,7 +221,7 @@ def evaluate(
     problems: Sequence[Problem],
     *,
     template: str,
-    n: int = 16,
+    samples: int = 16,
     max_new_tokens: int = 16,
     temperature: float = 1.0,
     top_p: float = 1.0,
@@ -236,7 +236,7 @@ def evaluate(
     reference: torch.nn.Module | None = None,
     policy: torch.nn.Module | None = None,
 ) -> dict[str, Any]:
-    """Sample `n` responses per problem of `task` through `backend` (a `RolloutBackend`) and
+    """Sample `samples` responses per problem of `task` through `backend` (a `RolloutBackend`) and
     measure them.
 
     A response is correct when ``task.score`` gives 1.0 and well-formed when it scores above 0
@@ -250,7 +250,7 @@ def evaluate(
         problems: (P,) problems of `task`.
         template: one of ``task.templates``.
         prompts_per_batch: prompts per backend call, at most.
-        max_responses_per_call: responses per backend call, at most (prompts x n; a group larger
+        max_responses_per_call: responses per backend call, at most (prompts x samples; a group larger
             than this is sampled in several calls), so the engine's outputs stay bounded.
         bleu: compute Self-BLEU (the slowest metric on long responses).
         token_entropy: also measure the sampler's token entropy (a teacher-forced forward of
@@ -261,7 +261,7 @@ def evaluate(
         policy: the evaluated model for those forwards (default: ``backend.model``).
 
     Returns:
-        A JSON-ready dict: ``n``, ``n_problems``, ``pass_at_k`` ({str(k): float}, unbiased),
+        A JSON-ready dict: ``n`` (= `samples`), ``n_problems``, ``pass_at_k`` ({str(k): float}, unbiased),
         ``maj_at_k`` ({str(k): float}, the same k), ``accuracy``, ``format_rate``,
         ``distinct_correct`` (distinct answer keys among correct responses, mean over problems),
         ``distinct_answers`` (distinct answer keys among all responses), ``answer_entropy``
@@ -275,7 +275,7 @@ def evaluate(
         ``format_rate`` again under ``task.format_key`` when set (math: ``boxed_rate``).
 
     Raises:
-        ValueError: no problems, `n < 1`, `prompts_per_batch < 1`, `max_responses_per_call < 1`,
+        ValueError: no problems, `samples < 1`, `prompts_per_batch < 1`, `max_responses_per_call < 1`,
             a template `task` does not have, a number the backend's tokenizer cannot encode,
             token measures without a `policy` (nor ``backend.model``), or a reference of another
             vocabulary size.
@@ -297,7 +297,7 @@ def evaluate(
     texts = _sample_texts(
         backend,
         prompts,
-        n=n,
+        samples=samples,
         max_new_tokens=max_new_tokens,
         temperature=temperature,
         top_p=top_p,
@@ -307,7 +307,9 @@ def evaluate(
         max_responses_per_call=max_responses_per_call,
         on_batch=None if stats is None else lambda first, roll: stats.add(policy, first, roll),
     )
-    result = measure(task, problems, texts, n=n, distinct=distinct, bleu=bleu, encoder=encoder)
+    result = measure(
+        task, problems, texts, samples=samples, distinct=distinct, bleu=bleu, encoder=encoder
+    )
     return _with_token_stats(result, stats)
 
 
@@ -316,14 +318,14 @@ def measure(
     problems: Sequence[Problem],
     texts: Sequence[Sequence[str]],
     *,
-    n: int,
+    samples: int,
     distinct: str = "commutative",
     bleu: bool = True,
     encoder: Any | None = None,
 ) -> dict[str, Any]:
-    """`evaluate`'s record of sampled `texts` (P, n), one group per problem (its Returns, but
+    """`evaluate`'s record of sampled `texts` (P, samples), one group per problem (its Returns, but
     ``token_entropy`` and ``kl_to_reference``, which need the model)."""
-    shared = _SharedMetrics(n, bleu=bleu, encoder=encoder)
+    shared = _SharedMetrics(samples, bleu=bleu, encoder=encoder)
     per_problem, formats = [], []
     majk = np.zeros(len(shared.ks))
     for prob, group in zip(problems, texts, strict=True):
@@ -346,7 +348,7 @@ def measure(
         per_problem.append(record)
     result = {
         **shared.result(),
-        "accuracy": float(np.mean([p["correct"] / n for p in per_problem])),
+        "accuracy": float(np.mean([p["correct"] / samples for p in per_problem])),
         "format_rate": float(np.mean(formats)),
         "distinct_correct": float(np.mean([p["distinct_correct"] for p in per_problem])),
         "distinct_answers": float(np.mean([p["distinct_answers"] for p in per_problem])),
@@ -377,7 +379,7 @@ def evaluate_models(
     *,
     template: str,
     stop_token_ids: Sequence[int],
-    n: int = 16,
+    samples: int = 16,
     max_new_tokens: int = 16,
     temperature: float = 1.0,
     top_p: float = 1.0,
@@ -407,8 +409,10 @@ def evaluate_models(
     task = _task_with(task, template)
     if not problems:
         raise ValueError("problems: expected at least one problem")
-    if n < 1 or prompts_per_batch < 1:
-        raise ValueError(f"n, prompts_per_batch: expected >= 1, got {n} and {prompts_per_batch}")
+    if samples < 1 or prompts_per_batch < 1:
+        raise ValueError(
+            f"samples, prompts_per_batch: expected >= 1, got {samples} and {prompts_per_batch}"
+        )
     prompts = [task.prompt(p, template) for p in problems]
     check_vocabulary(prompts, tokenizer, f"evaluation problems (task {task.name!r})")
     lm = StackedLM(models)
@@ -422,7 +426,7 @@ def evaluate_models(
     for start in range(0, len(prompts), prompts_per_batch):
         chunk = prompts[start : start + prompts_per_batch]
         rolls = sample_groups(
-            lm, tokenizer, [chunk] * len(models), n, generators=generators,
+            lm, tokenizer, [chunk] * len(models), samples, generators=generators,
             max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids,
             temperature=temperature, top_p=top_p, top_k=top_k, want_logprobs=False,
         )  # fmt: skip
@@ -432,7 +436,9 @@ def evaluate_models(
                 stats[m].add(models[m], start, roll)
     return [
         _with_token_stats(
-            measure(task, problems, t, n=n, distinct=distinct, bleu=bleu, encoder=encoder),
+            measure(
+                task, problems, t, samples=samples, distinct=distinct, bleu=bleu, encoder=encoder
+            ),
             None if stats is None else stats[m],
         )
         for m, t in enumerate(texts)
@@ -457,7 +463,7 @@ def _sample_texts(
     backend: Any,
     prompts: Sequence[str],
     *,
-    n: int,
+    samples: int,
     max_new_tokens: int,
     temperature: float,
     top_p: float,
@@ -467,26 +473,28 @@ def _sample_texts(
     max_responses_per_call: int = 4096,
     on_batch: Callable[[int, Any], None] | None = None,
 ) -> list[list[str]]:
-    """`n` sampled texts per prompt (P, n): texts only (``want_logprobs=False``: the engine builds
+    """`samples` sampled texts per prompt (P, samples): texts only (``want_logprobs=False``: the engine builds
     no per-token log-probs), in calls of at most `prompts_per_batch` prompts and
     `max_responses_per_call` responses (at least one prompt; a larger group in several calls of
     at most `max_responses_per_call` responses each). `on_batch(first, roll)`, if given, sees each
     call's `RolloutBatch` and the index of its first prompt (token measures, `_TokenStats`).
 
     Raises:
-        ValueError: no prompts, `n < 1`, `prompts_per_batch < 1` or `max_responses_per_call < 1`.
+        ValueError: no prompts, `samples < 1`, `prompts_per_batch < 1` or `max_responses_per_call < 1`.
     """
     if not prompts:
         raise ValueError("problems: expected at least one problem")
-    if n < 1:
-        raise ValueError(f"n: expected >= 1, got {n}")
+    if samples < 1:
+        raise ValueError(f"samples: expected >= 1, got {samples}")
     if prompts_per_batch < 1 or max_responses_per_call < 1:
         raise ValueError(
             "prompts_per_batch and max_responses_per_call: expected >= 1, got "
             f"{prompts_per_batch} and {max_responses_per_call}"
         )
-    per_call = max(1, min(prompts_per_batch, max_responses_per_call // n))
-    groups = [min(max_responses_per_call, n - s) for s in range(0, n, max_responses_per_call)]
+    per_call = max(1, min(prompts_per_batch, max_responses_per_call // samples))
+    groups = [
+        min(max_responses_per_call, samples - s) for s in range(0, samples, max_responses_per_call)
+    ]
     gen = torch.Generator().manual_seed(seed)
     texts: list[list[str]] = []
     for start in range(0, len(prompts), per_call):

@@ -121,9 +121,9 @@ def evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[
     set_matmul_precision(device, cfg.system.tf32)
     model, tokenizer = load_model_and_tokenizer(model_path, device, EVAL_PRECISION[cfg.eval.dtype])
     backend = make_backend(cfg, model, tokenizer)
-    n = ev["samples"]
+    samples = ev["samples"]
     common = {
-        "n": n,
+        "samples": samples,
         "prompts_per_batch": cfg.eval.prompts_per_batch,
         "max_responses_per_call": cfg.eval.max_responses_per_call,
         "template": cfg.template,
@@ -141,21 +141,21 @@ def evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[
     del backend, model
     if device.startswith("cuda"):
         torch.cuda.empty_cache()  # the next run of this worker gets the memory back
-    return _record(r, n, seconds)
+    return _record(r, samples, seconds)
 
 
-def _record(r: Mapping[str, Any], n: int, seconds: float) -> dict[str, Any]:
-    """A sweep's evaluation record of an `evaluate` result."""
+def _record(r: Mapping[str, Any], samples: int, seconds: float) -> dict[str, Any]:
+    """A sweep's evaluation record of an `evaluate` result (``n``: the samples per problem)."""
     distinct = [p["distinct_correct"] for p in r["per_problem"]]
     correct = [int(p["correct"]) for p in r["per_problem"]]
     return {
-        "accuracy": float(np.mean(correct) / n),
+        "accuracy": float(np.mean(correct) / samples),
         "distinct_correct": float(np.mean(distinct)),
         "self_bleu": r.get("self_bleu"),
         "semantic_cosine_correct": r.get("semantic_cosine_correct"),
         "maj_at_k": r.get("maj_at_k"),
         "answer_entropy": r.get("answer_entropy"),
-        "n": n,
+        "n": samples,
         "correct": correct,
         "distinct": [int(d) for d in distinct],
         "eval_seconds": round(seconds, 2),
@@ -436,7 +436,7 @@ def _evaluate_stacked(
     start = time.perf_counter()
     results = evaluate_models(
         models, tokenizer, cfg.task, problems, template=cfg.template,
-        stop_token_ids=stop_token_ids(tokenizer, cfg.model_path), n=ev["samples"],
+        stop_token_ids=stop_token_ids(tokenizer, cfg.model_path), samples=ev["samples"],
         max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
         temperature=cfg.eval.temperature, top_p=cfg.eval.top_p, top_k=cfg.eval.top_k,
         seed=ev["seed"], distinct=cfg.distinct,

@@ -270,7 +270,7 @@ def test_a_stacked_evaluation_samples_each_model_as_alone(tmp_path):
         models.append(m)
     problems = generate_problems(9, seed=3, num_numbers=3, max_number=9,
                                  max_target=TEST_MAX_NUMBER)  # fmt: skip
-    kw = {"template": "compact", "stop_token_ids": stop_token_ids(tok, None), "n": 4,
+    kw = {"template": "compact", "stop_token_ids": stop_token_ids(tok, None), "samples": 4,
           "max_new_tokens": 16, "seed": 7, "prompts_per_batch": 2, "bleu": False}  # fmt: skip
     together = evaluate_models(models, tok, "countdown", problems, **kw)
     for r, m in enumerate(models):

@@ -70,7 +70,7 @@ def test_evaluate_keys_and_monotone_pass_at_k(tiny_model_path, tmp_path):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
     backend = PlantingBackend(model, load_tokenizer(tiny_model_path))
     res = evaluate(
-        backend, "countdown", _problems(), template="compact", n=4, max_new_tokens=12,
+        backend, "countdown", _problems(), template="compact", samples=4, max_new_tokens=12,
         prompts_per_batch=2,
     )  # fmt: skip
     assert KEYS <= res.keys()
@@ -126,7 +126,7 @@ def test_evaluate_math_closed_form():
     problems = generate_math_problems(3, seed=0)
     answers = {make_math_prompt(p, "plain"): p.answer for p in problems}
     backend = ScriptedMathBackend(answers, correct=2)
-    res = evaluate(backend, "math", problems, n=4, template="plain")
+    res = evaluate(backend, "math", problems, samples=4, template="plain")
     assert MATH_KEYS <= res.keys()
     # c = 2 of n = 4: pass@1 = 1/2, pass@2 = 1 - C(2,2)/C(4,2) = 5/6, pass@4 = 1.
     assert res["pass_at_k"] == pytest.approx({"1": 0.5, "2": 5 / 6, "4": 1.0})
@@ -142,7 +142,7 @@ def test_evaluate_refuses_a_template_of_another_task():
 
     with pytest.raises(ValueError, match=r"template: expected one of .*'math'.*'compact'"):
         evaluate(ScriptedMathBackend({}, 1), "math", generate_math_problems(1, seed=0),
-                 template="compact", n=2)  # fmt: skip
+                 template="compact", samples=2)  # fmt: skip
 
 
 def test_eval_generate_builds_the_config_task_problems(tiny_model_path, tmp_path):
@@ -221,7 +221,7 @@ def test_sample_texts_in_bounded_chunks_texts_only(n, cap, per_batch, calls):
     prompts = [f"p{b}" for b in range(5)]
     backend = RecordingBackend()
     texts = _sample_texts(
-        backend, prompts, n=n, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=0, seed=0,
+        backend, prompts, samples=n, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=0, seed=0,
         prompts_per_batch=per_batch, max_responses_per_call=cap,
     )  # fmt: skip
     assert texts == [[f"{p}-{i}" for i in range(n)] for p in prompts]
@@ -230,6 +230,6 @@ def test_sample_texts_in_bounded_chunks_texts_only(n, cap, per_batch, calls):
     assert not any(want for _, _, want in backend.calls)  # texts only
     with pytest.raises(ValueError, match="max_responses_per_call"):
         _sample_texts(
-            backend, prompts, n=n, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=0,
+            backend, prompts, samples=n, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=0,
             seed=0, prompts_per_batch=per_batch, max_responses_per_call=0,
         )  # fmt: skip

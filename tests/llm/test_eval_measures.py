@@ -85,7 +85,9 @@ def test_evaluate_reports_maj_at_k_and_answer_entropy_closed_form():
     problems = generate_math_problems(3, seed=0)
     answers = {make_math_prompt(p, "plain"): p.answer for p in problems}
     # Per problem: gold, gold, a wrong box, no box: the first hand-made case above.
-    res = evaluate(ScriptedMathBackend(answers, correct=2), "math", problems, n=4, template="plain")
+    res = evaluate(
+        ScriptedMathBackend(answers, correct=2), "math", problems, samples=4, template="plain"
+    )
     assert res["maj_at_k"] == pytest.approx({"1": 1 / 2, "2": 2 / 3, "4": 1.0}, abs=1e-12)
     assert res["answer_entropy"] == pytest.approx(1.5 * math.log(2), abs=1e-12)
     assert res["effective_answers"] == pytest.approx(2**1.5, abs=1e-12)
@@ -131,7 +133,13 @@ def test_token_entropy_and_kl_equal_the_per_prefix_loop(two_models, top_k, top_p
 def test_token_entropy_leaves_the_samples_unchanged(two_models):
     policy, ref, tok = two_models
     problems = _problems(3)
-    kw = {"template": "compact", "n": 4, "max_new_tokens": 5, "prompts_per_batch": 2, "seed": 3}
+    kw = {
+        "template": "compact",
+        "samples": 4,
+        "max_new_tokens": 5,
+        "prompts_per_batch": 2,
+        "seed": 3,
+    }
     plain = evaluate(HFGenerateBackend(policy, tok), "countdown", problems, **kw)
     both = evaluate(HFGenerateBackend(policy, tok), "countdown", problems, reference=ref, **kw)
     for key in ("pass_at_k", "maj_at_k", "distinct_n", "self_bleu", "answer_entropy"):
@@ -162,7 +170,7 @@ def test_evaluate_models_token_measures_per_model(two_models):
     from llm.eval.heldout import evaluate_models
 
     policy, ref, tok = two_models
-    kw = {"template": "compact", "n": 3, "max_new_tokens": 4, "prompts_per_batch": 2,
+    kw = {"template": "compact", "samples": 3, "max_new_tokens": 4, "prompts_per_batch": 2,
           "stop_token_ids": [tok.eos_token_id], "bleu": False}  # fmt: skip
     plain = evaluate_models([policy, ref], tok, "countdown", _problems(3), **kw)
     both = evaluate_models([policy, ref], tok, "countdown", _problems(3), reference=ref, **kw)

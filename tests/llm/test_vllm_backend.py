@@ -753,7 +753,7 @@ def test_evaluate_through_the_engine_texts_only_in_chunks(fake_vllm, tok):
     backend.llm.generate = recording
     problems = tiny_problems(TinyConfig(), "heldout", 5)
     res = evaluate(
-        backend, "countdown", problems, template="compact", n=4, max_new_tokens=6,
+        backend, "countdown", problems, template="compact", samples=4, max_new_tokens=6,
         prompts_per_batch=10**9, max_responses_per_call=8, bleu=False,
     )  # fmt: skip
     assert res["n_problems"] == 5
