@@ -19,8 +19,9 @@ the LLM ``base``, ``[train]`` and ``[eval]``)::
     zip = { eta_pos = [0.1, 0.3], eta_neg = [0.1, 0.3] }  # aligned lists (one axis), x grid
     # or: points = [{}, { kl_coef = 0.1 }]        # an explicit list of settings (no grid/zip)
 
-Old spellings are accepted for one release with a `FutureWarning` naming the new key: the toy's
-``hyper`` (now ``fixed``) and ``[frontier] reference``, the LLM's ``mode = "zip"`` (now ``zip``).
+An old spelling that was removed (the toy's ``hyper``, now ``fixed``, and ``[frontier] reference``,
+now ``reference``; the LLM's ``mode = "zip"``, now ``zip``) is a one-line error naming the key that
+replaced it (`removed`).
 Which keys a setting may hold (a method's hyper-parameters, a leg's own keys) is the leg's call:
 `parse_methods` asks it through `check_key`.
 
@@ -37,10 +38,9 @@ import copy
 import itertools
 import json
 import re
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -61,13 +61,13 @@ __all__ = [
     "check_hyper",
     "describe",
     "extend_checkpoints",
-    "move_keys",
     "parse_checkpoints",
     "parse_methods",
     "parse_reference",
     "parse_seeds",
     "parse_tune",
-    "renamed",
+    "refuse_moved",
+    "removed",
     "untune",
 ]
 
@@ -104,32 +104,28 @@ def describe(tables: Mapping[str, type], extra: Sequence[tuple[str, str]] = ()) 
     return "\n".join(lines)
 
 
-def renamed(old: str, new: str) -> None:
-    """Warn once that the key `old` is now `new` (accepted for one release)."""
-    warnings.warn(
-        f"{old} is renamed {new}; the old key is accepted until the next release",
-        FutureWarning,
-        stacklevel=3,
-    )
-
-
-def move_keys(doc: Mapping[str, Any], moves: Mapping[str, str]) -> dict[str, Any]:
-    """A copy of `doc` with each old ``table.key`` of `moves` moved to its new top-level key, with
-    a `FutureWarning` (`renamed`) for each one present.
+def removed(old: str, new: str) -> NoReturn:
+    """The error for a key whose old spelling was removed (issue 42: accepted with a warning for
+    one release, then refused): one line that names the key replacing it.
 
     Raises:
-        ValueError: both the old and the new key are given.
+        ValueError: always, ``OLD: removed; write NEW``.
     """
-    out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in doc.items()}
+    raise ValueError(f"{old}: removed; write {new}")
+
+
+def refuse_moved(doc: Mapping[str, Any], moves: Mapping[str, str]) -> None:
+    """Refuse (`removed`) the first old key of `moves` present in `doc`: a top-level ``key`` or a
+    table's ``table.key`` (one level), each mapped to the key that replaced it.
+
+    Raises:
+        ValueError: ``OLD: removed; write NEW``.
+    """
     for old, new in moves.items():
         table, _, key = old.rpartition(".")
-        holder = out.get(table) if table else out
-        if isinstance(holder, dict) and key in holder:
-            renamed(old, new)
-            if new in out:
-                raise ValueError(f"{old}: give {new} only ({old} is its old spelling)")
-            out[new] = holder.pop(key)
-    return out
+        holder = doc.get(table) if table else doc
+        if isinstance(holder, Mapping) and key in holder:
+            removed(old, new)
 
 
 def _is_int(v: object) -> bool:
@@ -189,26 +185,13 @@ def _points(entry: dict[str, Any], where: str) -> list[dict[str, Any]]:
     ]
 
 
-def _upgrade(entry: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """`entry` with the old spellings (``hyper``, ``mode``) rewritten to the new keys."""
-    entry = dict(entry)
+def _refuse_old(entry: Mapping[str, Any], where: str) -> None:
+    """Refuse an entry's removed spellings (`removed`): ``hyper`` (now ``fixed``) and ``mode``
+    (``zip`` for aligned lists, ``grid`` for their product)."""
     if "hyper" in entry:
-        renamed(f"{where}.hyper", f"{where}.fixed")
-        if "fixed" in entry:
-            raise ValueError(f"{where}: give fixed only (hyper is its old name)")
-        entry["fixed"] = entry.pop("hyper")
+        removed(f"{where}.hyper", f"{where}.fixed")
     if "mode" in entry:
-        mode = entry.pop("mode")
-        if mode not in ("product", "zip"):
-            raise ValueError(f"{where}.mode: expected 'product' or 'zip', got {mode!r}")
-        if mode == "zip":
-            renamed(f'{where}.mode = "zip" with grid', f"{where}.zip")
-            if "zip" in entry:
-                raise ValueError(f"{where}: give zip only (mode = 'zip' is its old spelling)")
-            entry["zip"] = entry.pop("grid", {})
-        else:
-            renamed(f'{where}.mode = "product"', f"{where}.grid (the default)")
-    return entry
+        removed(f"{where}.mode", f"{where}.zip (aligned lists) or {where}.grid (their product)")
 
 
 def parse_tune(value: object) -> dict[str, list[Any]]:
@@ -267,7 +250,8 @@ def parse_methods(
         where = f"methods[{i}]"
         if not isinstance(raw, Mapping):
             raise ValueError(f"{where}: expected a table, got {raw!r}")
-        entry = _upgrade(raw, where)
+        _refuse_old(raw, where)
+        entry = dict(raw)
         bad = sorted(set(entry) - set(METHOD_KEYS))
         if bad:
             raise ValueError(f"{where}: unknown key(s) {bad}; known: {sorted(METHOD_KEYS)}")

@@ -198,11 +198,9 @@ def parse_config(doc: Mapping[str, Any], *, check_bounds: bool = True) -> SweepC
     unknown = sorted(set(doc) - set(TOP_KEYS))
     if unknown:
         raise ValueError(f"unknown key(s) {unknown}; known: {sorted(TOP_KEYS)}")
-    raw, doc = dict(doc), spec.move_keys(doc, {"train.seeds": "seeds",
-                                               "train.eval_steps": "checkpoints",
-                                               "frontier.reference": "reference"})  # fmt: skip
-    if isinstance(doc.get("seeds"), int) and not isinstance(doc["seeds"], bool):
-        doc["seeds"] = list(range(doc["seeds"]))  # the old train.seeds was a count
+    spec.refuse_moved(doc, {"train.seeds": "seeds", "train.eval_steps": "checkpoints",
+                            "frontier.reference": "reference"})  # fmt: skip
+    raw = dict(doc)
     env = parse_env(doc.get("env", {}))
     tr = parse_train(doc.get("train", {}))
     checkpoints = spec.parse_checkpoints(doc.get("checkpoints", 4), tr.updates)

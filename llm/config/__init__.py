@@ -18,8 +18,9 @@ behaviour pass), ``[optim]`` (`OptimConfig`: AdamW, schedule, inner epochs, mini
 coefficient, the KL penalty in the reward, the adaptive KL coefficient, reference resets),
 ``[explore]`` (`ExploreConfig`: outcome-based exploration bonuses), ``[data]``,
 ``[eval]`` and ``[vllm]``. The keys of
-[rollout], [optim], [system] and [run] were top-level before: the flat spelling is accepted for
-one release with a `FutureWarning` (`MOVED_KEYS`). `apply_overrides` sets any key from
+[rollout], [optim], [system] and [run] were top-level before: the flat spelling (and
+``eval.n_samples``, now ``eval.samples``) is refused with an error naming the new key
+(`OLD_KEYS`). `apply_overrides` sets any key from
 ``key=value`` strings (the ``--set`` of the command line). A bad value or an unknown key raises
 ``ValueError`` naming it.
 """
@@ -30,7 +31,6 @@ import argparse
 import dataclasses
 import os
 import tomllib
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +40,7 @@ from typing import Any
 import shaping
 from experiment import schema
 from experiment.schema import meta, option, require
-from experiment.spec import check_hyper
+from experiment.spec import check_hyper, refuse_moved, removed
 from experiment.store import config_error, write_text
 from llm.config.tables import (
     DISTINCT,
@@ -60,8 +60,7 @@ from llm.tasks import TASKS
 
 __all__ = [
     "EVAL_PRECISION",
-    "MOVED_KEYS",
-    "RENAMED_KEYS",
+    "OLD_KEYS",
     "ControlConfig",
     "DataConfig",
     "EvalConfig",
@@ -80,9 +79,8 @@ __all__ = [
     "describe",
     "load_config",
     "loss_hyper",
-    "new_key",
+    "refuse_old_key",
     "save_config",
-    "upgrade_keys",
     "validate",
 ]
 
@@ -252,20 +250,18 @@ def loss_hyper(cfg: TrainConfig) -> Mapping[str, Any]:
 _TABLES: dict[str, type] = schema.tables(TrainConfig)  # rollout, optim, ..., vllm
 _METHOD_WIDE = ("kl_coef", "entropy_coef")  # top-level keys, not [hyper] entries
 
-MOVED_KEYS: dict[str, str] = {
-    f.name: f"{table}.{f.name}"
-    for table in ("rollout", "optim", "system", "run")
-    for f in dataclasses.fields(_TABLES[table])
-}
-"""Old flat key -> its table's key (``lr`` -> ``optim.lr``): every key of [rollout], [optim],
-[system] and [run] was top-level before these tables. The flat spelling is accepted for one
-release, with a `FutureWarning`, in config files, ``--set`` pairs, keyword overrides and a run
-folder's saved ``config.toml`` (`new_key`, `upgrade_keys`)."""
-
-RENAMED_KEYS: dict[str, str] = {"eval.n_samples": "eval.samples"}
-"""Old ``TABLE.NAME`` -> its new one, accepted for one release like `MOVED_KEYS` (2026-11-27,
-issue 42: the evaluation's sample count is ``samples`` from the TOML to the code, as in a
-sweep's ``[eval]``)."""
+OLD_KEYS: dict[str, str] = {
+    **{f.name: f"{table}.{f.name}"
+       for table in ("rollout", "optim", "system", "run")
+       for f in dataclasses.fields(_TABLES[table])},
+    "eval.n_samples": "eval.samples",
+}  # fmt: skip
+"""A removed spelling -> the key that replaced it: every key of [rollout], [optim], [system] and
+[run] was top-level before these tables (``lr`` -> ``optim.lr``), and the evaluation's sample
+count is ``samples`` from the TOML to the code (``eval.n_samples``). Each was accepted with a
+`FutureWarning` for one release; a config file, ``--set`` pair, keyword override, sweep setting
+or run folder's saved ``config.toml`` that still spells one is refused with a one-line error
+naming the new key (`refuse_old_key`, `experiment.spec.removed`; issue 42)."""
 
 
 def describe() -> str:
@@ -288,55 +284,26 @@ def describe() -> str:
 # Loading, --set overrides and validation
 
 
-def new_key(key: str) -> str:
-    """`key`, or its new ``TABLE.NAME`` spelling if it is an old flat key of `MOVED_KEYS` or an
-    old name of `RENAMED_KEYS` (with a `FutureWarning` naming the new key)."""
-    new = MOVED_KEYS.get(key) or RENAMED_KEYS.get(key)
-    if new is None:
-        return key
-    warnings.warn(
-        f"{key} is now {new}; the old key is accepted until the next release",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return new
-
-
-def upgrade_keys(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of the parsed config `raw` with each old flat key of `MOVED_KEYS` moved into its
-    table and each old name of `RENAMED_KEYS` renamed (a `FutureWarning` each); a config in the
-    current layout comes back equal.
+def refuse_old_key(key: str) -> str:
+    """`key` (a ``KEY`` or ``TABLE.NAME``), unless it is a removed spelling of `OLD_KEYS`.
 
     Raises:
-        ValueError: both the old and the new spelling of a key are given.
+        ValueError: ``OLD: removed; write NEW`` (`experiment.spec.removed`).
     """
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in raw.items()}
-    for old in [k for k in out if k in MOVED_KEYS]:
-        table, _, name = new_key(old).partition(".")
-        target = out.setdefault(table, {})
-        if isinstance(target, dict):  # else `config_from_dict` names the bad [table]
-            if name in target:
-                raise ValueError(f"{old}: give {table}.{name} only ({old} is its old spelling)")
-            target[name] = out.pop(old)
-    for old in RENAMED_KEYS:
-        table, _, was = old.partition(".")
-        target = out.get(table)
-        if isinstance(target, dict) and was in target:
-            name = new_key(old).partition(".")[2]
-            if name in target:
-                raise ValueError(f"{old}: give {table}.{name} only ({old} is its old spelling)")
-            target[name] = target.pop(was)
-    return out
+    if key in OLD_KEYS:
+        removed(key, OLD_KEYS[key])
+    return key
 
 
 def config_from_dict(raw: Mapping[str, Any]) -> TrainConfig:
-    """A validated `TrainConfig` from a parsed TOML document (`experiment.schema.from_dict`), old
-    flat keys moved first (`upgrade_keys`).
+    """A validated `TrainConfig` from a parsed TOML document (`experiment.schema.from_dict`).
 
     Raises:
-        ValueError: an unknown key or an invalid value (the message names the field).
+        ValueError: an unknown key, a removed spelling (`OLD_KEYS`, naming the new key) or an
+            invalid value (the message names the field).
     """
-    cfg = schema.from_dict(TrainConfig, upgrade_keys(raw))
+    refuse_moved(raw, OLD_KEYS)
+    cfg = schema.from_dict(TrainConfig, raw)
     validate(cfg)
     return cfg
 
@@ -351,25 +318,23 @@ def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
 
 
 def apply_overrides(raw: Mapping[str, Any], pairs: Iterable[str]) -> dict[str, Any]:
-    """A copy of the parsed config `raw` (old flat keys moved, `upgrade_keys`) with each
-    ``KEY=VALUE`` of `pairs` applied in order (`experiment.schema.apply_overrides` over
-    `TrainConfig`).
+    """A copy of the parsed config `raw` with each ``KEY=VALUE`` of `pairs` applied in order
+    (`experiment.schema.apply_overrides` over `TrainConfig`).
 
     KEY is a top-level key (``steps``) or ``TABLE.NAME`` (``optim.lr``, ``data.seed``,
-    ``hyper.gamma_p``); an old flat key (``lr``) is its table's key, with a `FutureWarning`.
+    ``hyper.gamma_p``); a removed spelling (``lr``, `OLD_KEYS`) is refused, naming the new key.
     VALUE is parsed by `experiment.schema.parse_value`. A table value (``data={seed = 3}``) is
     merged into the table. Values are checked later, by `config_from_dict`.
 
     Raises:
-        ValueError: a pair without ``=``, or an unknown key (the message names the pair).
+        ValueError: a pair without ``=``, an unknown key (the message names the pair) or a
+            removed spelling (naming the new key).
     """
-    moved = []
+    pairs = list(pairs)
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        moved.append(f"{new_key(key.strip())}{sep}{value}" if sep else pair)
-    return schema.apply_overrides(
-        TrainConfig, upgrade_keys(raw), moved, example="optim.lr=3e-4 or data.seed=3"
-    )
+        refuse_old_key(pair.partition("=")[0].strip())
+    refuse_moved(raw, OLD_KEYS)
+    return schema.apply_overrides(TrainConfig, raw, pairs, example="optim.lr=3e-4 or data.seed=3")
 
 
 def load_config(
@@ -377,7 +342,7 @@ def load_config(
 ) -> TrainConfig:
     """Read a TOML config, apply the ``KEY=VALUE`` strings of `sets` (`apply_overrides`), then
     `overrides` (top-level fields, e.g. ``steps=2``, or tables merged into the file's, e.g.
-    ``optim={"lr": 1e-3}``; an old flat key is its table's key; None leaves a field alone), and
+    ``optim={"lr": 1e-3}``; None leaves a field alone), and
     validate.
 
     Raises:
@@ -400,15 +365,15 @@ def load_config(
     for key, value in overrides.items():
         if value is None:
             continue
-        table, _, name = new_key(key).rpartition(".")
+        table, _, name = refuse_old_key(key).rpartition(".")
         target = raw.setdefault(table, {}) if table else raw
         if isinstance(value, dict) and isinstance(target.get(name), dict):
             value = {**target[name], **value}  # a table is merged, as by --set
         target[name] = value
-    given = [new_key(pair.split("=", 1)[0].strip()) for pair in sets]
+    given = [pair.split("=", 1)[0].strip() for pair in sets]
     for key, value in overrides.items():
         if value is not None:
-            given += [f"{key}.{k}" for k in value] if isinstance(value, dict) else [new_key(key)]
+            given += [f"{key}.{k}" for k in value] if isinstance(value, dict) else [key]
     try:
         return config_from_dict(raw)
     except ValueError as e:  # the file and the key's line (not for a key given by --set)

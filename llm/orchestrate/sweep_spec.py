@@ -7,8 +7,8 @@ A sweep TOML (``configs/sweep_countdown_tiny.toml``) holds the grammar both driv
 relative to the sweep file), ``[train]`` (its overrides for every run) and ``[eval]`` (`SweepEval`:
 every model on the same problems with the same sampling seed, so comparisons are paired). A
 setting's key is a hyper-parameter of the method (``gamma_p``), a top-level train-config key
-(``kl_coef``) or a dotted one (``optim.lr``, ``hyper.eta``, ``data.n_problems``); a train-config key
-that moved into a table (``lr``, `llm.config.MOVED_KEYS`) goes there, with a `FutureWarning`.
+(``kl_coef``) or a dotted one (``optim.lr``, ``hyper.eta``, ``data.n_problems``); a removed spelling
+(``lr``, `llm.config.OLD_KEYS`) is an error naming the new key.
 ``tune = { "optim.lr" = [1e-4, 2e-4] }`` crosses those values with every entry's settings, GRPO's
 included (a setting then reads ``eta=0.1,optim.lr=0.0001``). Every run is evaluated at every
 checkpoint, so each run is a path; the base model is step 0 of all. A setting may train its own
@@ -48,7 +48,7 @@ from experiment.spec import (
     describe as describe_keys,
 )
 from experiment.store import config_error, read_toml
-from llm.config import MOVED_KEYS, TrainConfig, config_from_dict, new_key, upgrade_keys
+from llm.config import TrainConfig, config_from_dict, refuse_old_key
 from llm.eval.frontier import setting_name
 from llm.eval.heldout import k_values
 
@@ -160,7 +160,7 @@ def _split_params(method: str, params: Mapping[str, Any], where: str) -> dict[st
     hyper_names = set(shaping.METHODS[method].defaults)
     raw: dict[str, Any] = {}
     for spelt, value in params.items():
-        key = new_key(spelt)  # an old flat key (lr) is its table's key (optim.lr)
+        key = refuse_old_key(spelt)
         head = key.split(".")[0]
         if head in _RESERVED or key in _RESERVED:
             raise ValueError(
@@ -311,7 +311,7 @@ def budgets(sweep: SweepSpec) -> list[Budget]:
     out = []
     for s in sweep.settings:
         cfg = run_config(sweep, s)
-        own = {k: v for k, v in s.params.items() if MOVED_KEYS.get(k, k) not in TUNING_KEYS}
+        own = {k: v for k, v in s.params.items() if k not in TUNING_KEYS}
         axes = {"optim.lr": float(cfg.optim.lr), "kl_coef": float(cfg.kl_coef),
                 "checkpoints": tuple(sweep.checkpoints_of(s))}  # fmt: skip
         out.append(Budget(s.label, setting_name(own), axes))
@@ -369,9 +369,8 @@ def _run_raw(
 
 
 def _base_doc(base: str | os.PathLike[str], train: Mapping[str, Any]) -> dict[str, Any]:
-    """The base config file with the sweep's [train] overrides, each in the current layout
-    (`llm.config.upgrade_keys`)."""
-    return merge_tables(upgrade_keys(read_toml(base)), upgrade_keys(train))
+    """The base config file with the sweep's [train] overrides (validated by `sweep_from_dict`)."""
+    return merge_tables(read_toml(base), train)
 
 
 def run_config(spec: SweepSpec, setting: Setting, seed: int | None = None) -> TrainConfig:

@@ -600,8 +600,8 @@ def check_resume_config(
     """Check that `cfg` equals the run's saved ``config.toml`` except `steps` (no-op if none) and,
     with `change_optimizer`, the `OPTIMIZER_KEYS`; returns the changed keys ``{key: [old, new]}``,
     a table's keys dotted (``optim.lr``; the caller records them in `CONFIG_CHANGES` and saves the
-    new config). A config saved before the [rollout]/[optim]/[system]/[run] tables is read with
-    its flat keys moved (`llm.config.MOVED_KEYS`).
+    new config). A config saved before the [rollout]/[optim]/[system]/[run] tables is refused
+    (`llm.config.OLD_KEYS`: the error names the new key).
 
     Raises:
         ValueError: a key differs that may not (the message names the keys and values).

@@ -32,9 +32,8 @@ def test_train_with_set_overrides_runs_and_records_them(tiny100, tmp_path):
     argv = ["train", "--config", TINY, "--out", str(out),
             "--set", "optim.lr=3e-4", "steps=5", f"model_path={tiny100}", "build_base_model=false",
             "rollout.group_size=2", "rollout.prompts_per_step=2", "run.tensorboard=false",
-            "max_new_tokens=4", "data.n_problems=8", "--steps", "1"]  # fmt: skip
-    with pytest.warns(FutureWarning, match=r"max_new_tokens is now rollout\.max_new_tokens"):
-        assert main(argv) == 0  # an old flat key still works, for one release
+            "rollout.max_new_tokens=4", "data.n_problems=8", "--steps", "1"]  # fmt: skip
+    assert main(argv) == 0
     with (out / "config.toml").open("rb") as f:
         cfg = tomllib.load(f)
     assert cfg["optim"]["lr"] == 3e-4 and cfg["rollout"]["group_size"] == 2

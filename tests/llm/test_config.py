@@ -16,9 +16,7 @@ import shaping
 from experiment import schema
 from experiment.schema import parse_value
 from llm.config import (
-    MOVED_KEYS,
-    RENAMED_KEYS,
-    EvalConfig,
+    OLD_KEYS,
     TrainConfig,
     apply_overrides,
     check_model_path,
@@ -311,60 +309,50 @@ n_problems = 10
 """
 
 
-def test_every_moved_key_names_its_table():
+def test_every_old_key_names_a_current_key():
+    """`OLD_KEYS` maps each removed spelling to a key that exists: a flat key to its own name in
+    its table, ``eval.n_samples`` to ``eval.samples``; no current key is refused."""
     tables = schema.tables(TrainConfig)
-    for old, new in MOVED_KEYS.items():
+    for old, new in OLD_KEYS.items():
         table, name = new.split(".")
-        assert name == old and old in {f.name for f in dataclasses.fields(tables[table])}
-    assert not set(MOVED_KEYS) & {f.name for f in dataclasses.fields(TrainConfig)}
+        assert name in {f.name for f in dataclasses.fields(tables[table])}
+        assert name == old or old == f"{table}.n_samples"
+    assert not set(OLD_KEYS) & {f.name for f in dataclasses.fields(TrainConfig)}
 
 
-def test_an_old_flat_file_loads_with_a_warning_naming_the_new_key(tmp_path):
+@pytest.mark.parametrize("old", sorted(OLD_KEYS))
+def test_an_old_key_is_refused_in_one_line_naming_the_new_key(tmp_path, old):
+    """A removed spelling in a file, a --set pair, a keyword override (flat keys) or a parsed
+    document (a run folder's saved config.toml, a sweep's [train]) is one ValueError line that
+    names the key replacing it."""
+    new = OLD_KEYS[old]
+    table, _, name = old.rpartition(".")
+    raw = {table: {name: 4}} if table else {name: 4}
+    want = rf"^{re.escape(old)}: removed; write {re.escape(new)}$"
+    with pytest.raises(ValueError, match=want):
+        config_from_dict(raw)
+    with pytest.raises(ValueError, match=want):
+        apply_overrides({}, [f"{old}=4"])
+    (tmp_path / "c.toml").write_text(f"[{table}]\n{name} = 4\n" if table else f"{name} = 4\n")
+    with pytest.raises(ValueError, match=re.escape(f"{old}: removed; write {new}")):
+        load_config(tmp_path / "c.toml")
+    if not table:
+        with pytest.raises(ValueError, match=want):
+            load_config(tmp_path / "c.toml", **{name: 4})
+
+
+def test_an_old_flat_file_is_refused_and_its_new_layout_loads(tmp_path):
     (tmp_path / "old.toml").write_text(OLD_FLAT)
     (tmp_path / "new.toml").write_text(NEW)
-    with pytest.warns(FutureWarning, match=r"lr is now optim\.lr; the old key is accepted"):
-        old = load_config(tmp_path / "old.toml")
+    with pytest.raises(ValueError, match=r": removed; write (rollout|optim|system|run)\."):
+        load_config(tmp_path / "old.toml")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        new = load_config(tmp_path / "new.toml")
-    assert old == new and old.optim.lr == 3e-4 and old.run.save_every == 5
-    # --set and keyword overrides take the old spelling too, after the file's new one.
-    with pytest.warns(FutureWarning, match=r"group_size is now rollout\.group_size"):
-        cfg = load_config(tmp_path / "new.toml", sets=["group_size=8"], precision="bf16")
-    assert cfg.rollout.group_size == 8 and cfg.system.precision == "bf16"
-
-
-def test_a_renamed_key_loads_with_a_warning_naming_the_new_key(tmp_path):
-    """`RENAMED_KEYS` (``eval.n_samples`` -> ``eval.samples``) in a file, a --set pair and a run
-    folder's saved config; both spellings at once are refused."""
-    new = config_from_dict({"eval": {"samples": 4}})
-    with pytest.warns(FutureWarning, match=r"eval\.n_samples is now eval\.samples"):
-        assert config_from_dict({"eval": {"n_samples": 4}}) == new
-    (tmp_path / "c.toml").write_text("[eval]\nn_problems = 8\n")
-    with pytest.warns(FutureWarning, match=r"eval\.n_samples is now eval\.samples"):
-        assert load_config(tmp_path / "c.toml", sets=["eval.n_samples=4"]).eval.samples == 4
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match=r"give eval\.samples only"):
-        config_from_dict({"eval": {"n_samples": 4, "samples": 8}})
-    assert set(RENAMED_KEYS.values()) <= {f"eval.{f.name}" for f in dataclasses.fields(EvalConfig)}
-
-
-def test_both_spellings_of_a_key_are_refused():
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match=r"lr: give optim\.lr only"):
-        config_from_dict({"lr": 1e-3, "optim": {"lr": 1e-4}})
-
-
-def test_a_run_saved_with_flat_keys_equals_its_new_config():
-    """What the LLM sweep's reuse and --resume compare: the old run folder's config.toml, read
-    with its flat keys moved, written again, is the new config's TOML."""
-    new = config_from_dict(tomllib.loads(NEW))
-    old_layout = {}
-    for key, value in tomllib.loads(config_to_toml(new)).items():
-        if key in {"rollout", "optim", "system", "run"}:
-            old_layout.update(value)  # as config.toml was written before the tables
-        else:
-            old_layout[key] = value
-    with pytest.warns(FutureWarning):
-        assert config_to_toml(config_from_dict(old_layout)) == config_to_toml(new)
+        new = load_config(
+            tmp_path / "new.toml", sets=["rollout.group_size=8"], system={"precision": "bf16"}
+        )
+    assert new.optim.lr == 3e-4 and new.run.save_every == 5 and new.rollout.group_size == 8
+    assert new.system.precision == "bf16"
 
 
 def test_the_loss_coefficients_are_resolved_once_read_only():

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import tomllib
-import warnings
 from pathlib import Path
 
 import pytest
@@ -143,9 +142,7 @@ STUDIES = sorted(CONFIGS.glob("study*.toml")) + sorted(CONFIGS.glob("toy/study*.
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
 def test_every_sweep_config_uses_the_grammar_without_old_keys(path):
     doc = tomllib.loads(path.read_text(encoding="utf-8"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FutureWarning)
-        entries = parse_methods(doc["methods"])
+    entries = parse_methods(doc["methods"])  # a removed spelling raises
     assert parse_reference(doc.get("reference"), entries)
 
 
@@ -158,15 +155,13 @@ TRAIN_CONFIGS = sorted(
 def test_every_config_validates_through_the_schema(path):
     """Train configs through `llm.config` (declared with `experiment.schema` options), sweep files
     through their driver (the shared grammar plus `experiment.schema`-declared tables), with no
-    old spelling (`FutureWarning`)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FutureWarning)
-        if path in TRAIN_CONFIGS:
-            load_config(path)
-        elif path.parent.name == "toy":
-            toy_spec.load_config(path)
-        else:
-            load_sweep(path)
+    removed spelling (`experiment.spec.removed`)."""
+    if path in TRAIN_CONFIGS:
+        load_config(path)
+    elif path.parent.name == "toy":
+        toy_spec.load_config(path)
+    else:
+        load_sweep(path)
 
 
 def test_both_sweep_commands_describe_every_key(capsys):
@@ -184,10 +179,8 @@ def test_both_sweep_commands_describe_every_key(capsys):
 def test_every_study_config_validates_through_its_leg(path):
     """Study files: the sweep part through the shared grammar and the leg's sweep schema, the
     ``[study]`` table through the leg's `StudySpec`, with no old spelling."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", FutureWarning)
-        doc, spec = (toy_study if path.parent.name == "toy" else llm_study).load_study(path)
-        entries = parse_methods(doc["methods"])
+    doc, spec = (toy_study if path.parent.name == "toy" else llm_study).load_study(path)
+    entries = parse_methods(doc["methods"])
     assert parse_reference(doc.get("reference"), entries)
     fresh = spec.confirm_draws if path.parent.name == "toy" else spec.confirm_seeds
     assert fresh  # load_study has checked them fresh (not exploratory)

@@ -206,17 +206,24 @@ def test_grid_expansion_and_key_routing(tmp_path):
         run_config(spec, Setting("x", "grpo", {"kl_coef": 9.0}))
 
 
-def test_old_flat_keys_of_a_sweep_still_route(tmp_path):
-    """A setting's or [train]'s flat key that moved into a table (``lr``) goes there, with a
-    FutureWarning; the run's name keeps the key as written."""
-    over = {"train": {"max_new_tokens": 10}, "methods": [{"method": "grpo", "grid": {"lr": [0.1]}}]}
-    with pytest.warns(FutureWarning, match=r"lr is now optim\.lr"):
-        spec = sweep_from_dict(_doc(tmp_path, **over), root=tmp_path)
-        raw = _run_raw(_base_doc(spec.base, spec.train), spec.settings[0], 0, spec.checkpoints)
+def test_old_flat_keys_of_a_sweep_are_refused_naming_the_new_key(tmp_path):
+    """A setting's or [train]'s flat key that moved into a table (``lr``) is refused in one line
+    naming its table's key; the dotted key trains, and the run's name keeps it as written."""
+    grid = {"methods": [{"method": "grpo", "grid": {"lr": [0.1]}}]}
+    with pytest.raises(ValueError, match=r"lr: removed; write optim\.lr$"):
+        sweep_from_dict(_doc(tmp_path, **grid), root=tmp_path)
+    with pytest.raises(
+        ValueError, match=r"max_new_tokens: removed; write rollout\.max_new_tokens$"
+    ):
+        sweep_from_dict(_doc(tmp_path, train={"max_new_tokens": 10}), root=tmp_path)
+    over = {"train": {"rollout": {"max_new_tokens": 10}},
+            "methods": [{"method": "grpo", "grid": {"optim.lr": [0.1]}}]}  # fmt: skip
+    spec = sweep_from_dict(_doc(tmp_path, **over), root=tmp_path)
+    raw = _run_raw(_base_doc(spec.base, spec.train), spec.settings[0], 0, spec.checkpoints)
     assert raw["optim"]["lr"] == 0.1 and raw["rollout"]["max_new_tokens"] == 10
-    assert run_name(spec.settings[0], 0) == "grpo_lr=0.1_seed0"
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="set by the sweep itself"):
-        grid = {"save_every": [1]}
+    assert run_name(spec.settings[0], 0) == "grpo_optim.lr=0.1_seed0"
+    with pytest.raises(ValueError, match="set by the sweep itself"):
+        grid = {"run.save_every": [1]}
         sweep_from_dict(_doc(tmp_path, methods=[{"method": "grpo", "grid": grid}]), root=tmp_path)
 
 
@@ -286,17 +293,21 @@ def test_a_setting_trains_its_own_steps_evaluated_at_the_continued_checkpoints(
     assert res["runs"][1]["run"] == "grpo_steps=4_seed0"
 
 
-def test_old_keys_are_accepted_with_a_message_naming_the_new_one(tmp_path):
+def test_old_method_keys_are_refused_naming_the_new_one(tmp_path):
     old = {
         "method": "ds_grpo",
         "mode": "zip",
         "grid": {"gamma_p": [0.1, 1.0], "gamma_n": [0.0, 0.2]},
     }
+    with pytest.raises(ValueError, match=r"methods\[0\]\.mode: removed; write methods\[0\]\.zip"):
+        sweep_from_dict(_doc(tmp_path, methods=[old]), root=tmp_path)
+    hyper = {"method": "ds_grpo", "hyper": {"gamma_p": 0.1}}
+    with pytest.raises(
+        ValueError, match=r"methods\[0\]\.hyper: removed; write methods\[0\]\.fixed$"
+    ):
+        sweep_from_dict(_doc(tmp_path, methods=[hyper]), root=tmp_path)
     new = {"method": "ds_grpo", "zip": {"gamma_p": [0.1, 1.0], "gamma_n": [0.0, 0.2]}}
-    with pytest.warns(FutureWarning, match=r"methods\[0\].zip"):
-        a = sweep_from_dict(_doc(tmp_path, methods=[old]), root=tmp_path)
-    b = sweep_from_dict(_doc(tmp_path, methods=[new]), root=tmp_path)
-    assert a.settings == b.settings and len(a.settings) == 2
+    assert len(sweep_from_dict(_doc(tmp_path, methods=[new]), root=tmp_path).settings) == 2
 
 
 def test_set_overrides_and_their_errors(tmp_path):

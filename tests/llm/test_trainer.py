@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import shaping
-from llm.config import MOVED_KEYS, config_from_dict
+from llm.config import OLD_KEYS, config_from_dict
 from llm.data import data_indices
 from llm.model.forward import build_rows, policy_forward, sampled_rank
 from llm.model.load import load_model_and_tokenizer, load_tokenizer
@@ -68,7 +68,7 @@ class PlantingBackend:
 
 def _config(model_path: str, method: str, **over):
     """A small run's config; `over` sets top-level keys, or a table's key by its name alone
-    (``inner_epochs=2`` is ``optim.inner_epochs``, `llm.config.MOVED_KEYS`)."""
+    (``inner_epochs=2`` is ``optim.inner_epochs``, as `llm.config.OLD_KEYS` maps it)."""
     raw = {
         "model_path": model_path,
         "method": method,
@@ -80,7 +80,7 @@ def _config(model_path: str, method: str, **over):
         "run": {"tensorboard": False},
     }
     for key, value in over.items():
-        table, _, name = MOVED_KEYS.get(key, key).rpartition(".")
+        table, _, name = OLD_KEYS.get(key, key).rpartition(".")
         (raw[table] if table else raw)[name] = value
     if method == "passk":
         raw.setdefault("hyper", {"k": 2})

@@ -120,17 +120,19 @@ def test_cli_reports_config_errors(tmp_path, capsys):
     assert status == 2 and "train.updates" in capsys.readouterr().err
 
 
-def test_old_keys_give_the_same_config_with_a_message(tmp_path):
-    old = (
-        TINY.replace("seeds = [0, 1]\ncheckpoints = [1]\n", "")
-        .replace("pass_k", "seeds = 2\neval_steps = [1]\npass_k")
-        .replace("num_resamples = 50", 'num_resamples = 50\nreference = ["grpo"]')
-    )
-    with pytest.warns(FutureWarning, match="train.seeds is renamed seeds"):
-        a = D.load_config(_write(tmp_path, old))
-    b = D.load_config(_write(tmp_path, TINY, "new.toml"))
-    assert (a.seeds, a.eval_steps, a.reference) == (b.seeds, b.eval_steps, b.reference)
-    assert a.methods == b.methods
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (("pass_k", "seeds = 2\npass_k"), r"train\.seeds: removed; write seeds"),
+        (("pass_k", "eval_steps = [1]\npass_k"), r"train\.eval_steps: removed; write checkpoints"),
+        (("num_resamples = 50", 'num_resamples = 50\nreference = ["grpo"]'),
+         r"frontier\.reference: removed; write reference"),
+    ],
+)  # fmt: skip
+def test_old_keys_are_refused_naming_the_new_key(tmp_path, edit, message):
+    with pytest.raises(ValueError, match=message):
+        D.load_config(_write(tmp_path, TINY.replace(*edit)))
+    D.load_config(_write(tmp_path, TINY, "new.toml"))
 
 
 def test_expand_grid_zip_and_static_values():
