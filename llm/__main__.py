@@ -46,9 +46,7 @@ from transformers.utils import logging as hf_logging
 from experiment import cli
 from llm.config import (
     add_set_argument,
-    apply_overrides,
     check_model_path,
-    config_from_dict,
     load_config,
 )
 from llm.config import describe as describe_config
@@ -111,10 +109,7 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
 
-    if args.config:
-        cfg = load_config(args.config, sets=args.sets)
-    else:
-        cfg = config_from_dict(apply_overrides({}, args.sets))
+    cfg = load_config(args.config, sets=args.sets)  # no --config: the defaults
     if args.template:
         cfg.template = args.template
     model_path = Path(args.model)

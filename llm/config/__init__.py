@@ -338,29 +338,19 @@ def apply_overrides(raw: Mapping[str, Any], pairs: Iterable[str]) -> dict[str, A
 
 
 def load_config(
-    path: str | os.PathLike[str], *, sets: Iterable[str] = (), **overrides: Any
+    path: str | os.PathLike[str] | None, *, sets: Iterable[str] = (), **overrides: Any
 ) -> TrainConfig:
-    """Read a TOML config, apply the ``KEY=VALUE`` strings of `sets` (`apply_overrides`), then
-    `overrides` (top-level fields, e.g. ``steps=2``, or tables merged into the file's, e.g.
-    ``optim={"lr": 1e-3}``; None leaves a field alone), and
-    validate.
+    """Read a TOML config (None: the defaults), apply the ``KEY=VALUE`` strings of `sets`
+    (`apply_overrides`), then `overrides` (top-level fields, e.g. ``steps=2``, or tables merged
+    into the file's, e.g. ``optim={"lr": 1e-3}``; None leaves a field alone), and validate
+    (`config_from_dict`): the one way from a file and the command line to a `TrainConfig`.
 
     Raises:
         ValueError: invalid TOML, an unknown key or an invalid value (naming the file, the field
             and the field's line in the file, `experiment.store.config_error`).
         FileNotFoundError: no such file.
     """
-    if Path(path).is_dir():
-        raise IsADirectoryError(f"config: {str(path)!r} is a folder, not a TOML file")
-    with Path(path).open("rb") as f:
-        try:
-            raw = tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: invalid TOML: {e}") from None
-        except UnicodeDecodeError as e:
-            raise ValueError(
-                f"{path}: not a UTF-8 text file (a TOML config is text; byte {e.start})"
-            ) from None
+    raw = {} if path is None else _read(Path(path))
     raw = apply_overrides(raw, sets)
     for key, value in overrides.items():
         if value is None:
@@ -377,7 +367,27 @@ def load_config(
     try:
         return config_from_dict(raw)
     except ValueError as e:  # the file and the key's line (not for a key given by --set)
-        raise config_error(path, e, given) from None
+        raise (e if path is None else config_error(path, e, given)) from None
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """The parsed TOML file at `path`.
+
+    Raises:
+        ValueError: invalid TOML or not UTF-8 text (naming the file). FileNotFoundError,
+            IsADirectoryError: no such file.
+    """
+    if path.is_dir():
+        raise IsADirectoryError(f"config: {str(path)!r} is a folder, not a TOML file")
+    with path.open("rb") as f:
+        try:
+            return tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: invalid TOML: {e}") from None
+        except UnicodeDecodeError as e:
+            raise ValueError(
+                f"{path}: not a UTF-8 text file (a TOML config is text; byte {e.start})"
+            ) from None
 
 
 def check_model_path(cfg: TrainConfig) -> None:

@@ -225,11 +225,8 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
     train = doc.get("train", {})
     if not isinstance(train, dict):
         raise ValueError(f"train: expected a table of config overrides, got {train!r}")
-    try:
-        base_raw = _base_doc(base, train)
-        base_cfg = config_from_dict(base_raw)
-    except ValueError as e:
-        raise ValueError(f"train: {e}") from None
+    base_raw = _base_doc(base, train)
+    base_cfg = _resolved(base_raw, "train")
 
     seeds = list(parse_seeds(doc["seeds"]))
     checkpoints = list(parse_checkpoints(doc["checkpoints"], base_cfg.steps))
@@ -276,10 +273,7 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
                 raise ValueError(f"{where}.steps: expected an integer >= 1, got {steps!r}")
             own = list(extend_checkpoints(checkpoints, steps))
             run_raw = _run_raw(base_raw, setting, seeds[0], own, where)
-            try:
-                configs.append(config_from_dict(run_raw))
-            except ValueError as e:
-                raise ValueError(f"{where} {params}: {e}") from None
+            configs.append(_resolved(run_raw, f"{where} {params}"))
             settings.append(setting)
     reference = list(parse_reference(doc.get("reference"), entries))
     base_run = _run_raw(base_raw, Setting("base", base_cfg.method, {}), 0, checkpoints)
@@ -294,7 +288,7 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
         eval=evald,
         doc=copy.deepcopy(dict(doc)),
         base_config=base_cfg,
-        base_run_config=config_from_dict(base_run),
+        base_run_config=_resolved(base_run, "base"),
         configs=configs,
     )
 
@@ -366,6 +360,19 @@ def _run_raw(
         "run": {"save_every": math.gcd(*checkpoints), "tensorboard": False},
     }
     return merge_tables(out, per_run)
+
+
+def _resolved(raw: Mapping[str, Any], where: str) -> TrainConfig:
+    """`raw`, a run's train-config document, validated into the `TrainConfig` its jobs carry
+    (`llm.config.config_from_dict`): once per config a sweep needs (`sweep_from_dict`).
+
+    Raises:
+        ValueError: ``WHERE: KEY ...`` for an unknown key or a bad value.
+    """
+    try:
+        return config_from_dict(raw)
+    except ValueError as e:
+        raise ValueError(f"{where}: {e}") from None
 
 
 def _base_doc(base: str | os.PathLike[str], train: Mapping[str, Any]) -> dict[str, Any]:
