@@ -224,14 +224,13 @@ def make_config(args: Args, model_path: str) -> TrainConfig:
             f"method={cfg.method!r}, kl_coef={cfg.kl_coef}, entropy_coef={entropy_coef}, "
             f"inner_epochs={cfg.optim.inner_epochs}, task={task!r}, prompts_per_update={per_update}"
         )
-    cfg.hyper = {**cfg.hyper, "eps": TRL_REWARD_EPS}
-    if not args.vllm:
-        # TRL corrects for the sampler only with vLLM; on transformers rollouts the two agree.
-        cfg.rollout.rollout_is = "none"
-    if args.vllm and hasattr(cfg, "vllm"):
-        cfg.vllm.dtype = "auto"  # TRL's colocated engine loads the model's own dtype
-    if args.threads:
-        cfg.system.num_threads = args.threads
+    # TRL corrects for the sampler only with vLLM; on transformers rollouts the two agree.
+    rollout = cfg.rollout if args.vllm else replace(cfg.rollout, rollout_is="none")
+    # TRL's colocated engine loads the model's own dtype.
+    vllm = replace(cfg.vllm, dtype="auto") if args.vllm else cfg.vllm
+    system = replace(cfg.system, num_threads=args.threads) if args.threads else cfg.system
+    cfg = replace(cfg, hyper={**cfg.hyper, "eps": TRL_REWARD_EPS}, rollout=rollout, vllm=vllm,
+                  system=system)  # fmt: skip
     validate(cfg)
     rows = cfg.rollout.prompts_per_step * cfg.rollout.group_size
     if rows % cfg.system.micro_batch_size:

@@ -284,10 +284,12 @@ def from_dict(cls: type, raw: Mapping[str, Any]) -> Any:
     for name, table in (*parts.items(), *free):
         if not isinstance(table, dict):
             raise ValueError(f"{name}: expected a table, got {table!r}")
-    obj = _build(cls, raw, "")
-    for name, sub in subs.items():
-        setattr(obj, name, _build(sub, parts[name], f"{name}: "))
-    return obj
+    known = {f.name for f in dataclasses.fields(cls)} - set(subs)
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ValueError(f"unknown key(s) {unknown}; known: {sorted(known | set(subs))}")
+    built = {name: _build(sub, parts[name], f"{name}: ") for name, sub in subs.items()}
+    return cls(**raw, **built)  # a frozen dataclass too: every table given at construction
 
 
 def build(cls: type, section: str, table: object) -> Any:

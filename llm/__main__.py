@@ -37,6 +37,7 @@ import argparse
 import os
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -110,15 +111,14 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
 
     cfg = load_config(args.config, sets=args.sets)  # no --config: the defaults
-    if args.template:
-        cfg.template = args.template
     model_path = Path(args.model)
     if not model_path.is_dir():
         raise FileNotFoundError(f"--model: {args.model!r} is not a model folder or a run folder")
     ckpt = latest_checkpoint(model_path)
     if ckpt is not None:
         model_path = ckpt
-    cfg.model_path = str(model_path)  # the vLLM backend loads this folder
+    # --template over the config's; the vLLM backend loads the model folder
+    cfg = replace(cfg, template=args.template or cfg.template, model_path=str(model_path))
     task = TASKS[cfg.task]
     if args.problems:
         check_data_file(args.problems, "--problems")

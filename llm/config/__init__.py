@@ -85,9 +85,12 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig:
-    """One RL fine-tuning run of a causal LM on Countdown or math with a `shaping.METHODS` method."""
+    """One RL fine-tuning run of a causal LM on Countdown or math with a `shaping.METHODS` method.
+
+    Frozen, as are its tables: resolved once (`load_config`, `config_from_dict`), then carried
+    as is by the trainer, a sweep's jobs and its records; a variant is `dataclasses.replace`."""
 
     task: str = option(
         "countdown",

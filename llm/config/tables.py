@@ -28,7 +28,7 @@ MAX_LR = 1.0
 """Largest accepted `lr` (AdamW steps above 1 are never meaningful; near 1e38 its update overflows)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class DataConfig:
     """Training problems: the tiny model's training stream, generated, or a local file."""
 
@@ -66,7 +66,7 @@ class DataConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class EvalConfig:
     """Held-out evaluation settings used by `python -m llm eval --config FILE`."""
 
@@ -120,7 +120,7 @@ class EvalConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class VLLMConfig:
     """The colocated vLLM engine of ``backend = "vllm"`` (`llm.rollout.vllm_engine.VLLMBackend`)."""
 
@@ -141,7 +141,7 @@ class VLLMConfig:
     dtype: str = option("bfloat16", "engine weight dtype", choices=VLLM_DTYPES)
 
 
-@dataclass
+@dataclass(frozen=True)
 class RolloutConfig:
     """The rollout of a training step: B prompts x G sampled responses, and how pi_old's view of
     them is obtained."""
@@ -217,7 +217,7 @@ KL_REWARD_ESTIMATORS = ("k1", "k2", "k3")
 gradient only, and the reward is detached."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ControlConfig:
     """Driver-level controls of the trainer (`llm.train.control`): Skywork-OR1's adaptive entropy
     control (the coefficient of the token-entropy term, `entropy_coef` its starting value, moved
@@ -289,7 +289,7 @@ class ControlConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ExploreConfig:
     """Outcome-based exploration (Song, Kempe & Munos 2025): reward bonuses on final answers
     (`Task.answer_key`), added to the verifier's reward before the method sees it."""
@@ -310,7 +310,7 @@ class ExploreConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class OptimConfig:
     """The update of a training step: mu passes of AdamW steps over mini-batches of whole groups,
     with a learning-rate schedule and gradient clipping."""
@@ -348,7 +348,7 @@ class OptimConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class SystemConfig:
     """Where and how the computation runs; none of these changes the loss (up to rounding)."""
 
@@ -384,7 +384,7 @@ class SystemConfig:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunConfig:
     """What the run folder records: checkpoints, metrics.jsonl and TensorBoard."""
 

@@ -264,13 +264,10 @@ def test_check_model_path(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"model_path: '.*missing' does not exist"):
         check_model_path(cfg)
     (tmp_path / "file").write_text("x")
-    cfg.model_path = str(tmp_path / "file")
     with pytest.raises(FileNotFoundError, match="is not a folder"):
-        check_model_path(cfg)
-    cfg.model_path = str(tmp_path)
-    check_model_path(cfg)
-    cfg.model_path, cfg.build_base_model = str(tmp_path / "missing"), True
-    check_model_path(cfg)  # the trainer builds it
+        check_model_path(dataclasses.replace(cfg, model_path=str(tmp_path / "file")))
+    check_model_path(dataclasses.replace(cfg, model_path=str(tmp_path)))
+    check_model_path(dataclasses.replace(cfg, build_base_model=True))  # the trainer builds it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,7 +377,8 @@ def test_gpu_evaluation_settings_key_the_evaluation_only_when_not_the_defaults()
     plain = eval_key(ev, config_from_dict({}), [], "heldout")
     assert "prompts_per_batch" not in plain and "device" not in plain
     gpu = config_from_dict({"eval": {"prompts_per_batch": 16}, "system": {"tf32": True}})
-    gpu.system.device = "cuda"  # the key is computed without touching the device
+    # the key is computed without touching the device
+    gpu = dataclasses.replace(gpu, system=dataclasses.replace(gpu.system, device="cuda"))
     key = eval_key(ev, gpu, [], "heldout")
     assert key["prompts_per_batch"] == 16 and key["device"] == "cuda" and key["tf32"] is True
     split = eval_key(ev, config_from_dict({"eval": {"max_responses_per_call": 512}}), [], "heldout")

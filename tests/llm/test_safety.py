@@ -180,9 +180,10 @@ def test_resume_without_config_or_past_steps_says_so(tiny100, tmp_path) -> None:
 
 def _cli(model: str, out: Path, steps: int, resume: bool) -> list[str]:
     argv = [sys.executable, "-m", "llm", "train", "--config", str(TINY), "--out", str(out),
-            "--set", f"model_path={model}", "build_base_model=false", "group_size=2",
-            "prompts_per_step=2", "max_new_tokens=4", "tensorboard=false", "save_every=1",
-            "num_threads=1", "data.n_problems=8", f"steps={steps}"]  # fmt: skip
+            "--set", f"model_path={model}", "build_base_model=false",
+            "rollout.group_size=2", "rollout.prompts_per_step=2", "rollout.max_new_tokens=4",
+            "run.tensorboard=false", "run.save_every=1", "system.num_threads=1",
+            "data.n_problems=8", f"steps={steps}"]  # fmt: skip
     return [*argv, "--resume"] if resume else argv
 
 

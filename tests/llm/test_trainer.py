@@ -3,6 +3,7 @@ and the micro-batched update equal to the shaping core's full-batch loss and gra
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -312,7 +313,7 @@ def test_max_prompt_tokens_drops_long_prompts(tiny_model_path, tmp_path):
     )  # fmt: skip
     with pytest.warns(UserWarning, match="dropped"):
         train(cfg, tmp_path, backend_factory=lambda c, m, t: PlantingBackend(m, t), progress=False)
-    cfg.rollout.max_prompt_tokens = 3
+    cfg = dataclasses.replace(cfg, rollout=dataclasses.replace(cfg.rollout, max_prompt_tokens=3))
     with pytest.raises(ValueError, match="max_prompt_tokens"):
         train(cfg, tmp_path / "none", progress=False)
 
