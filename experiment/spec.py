@@ -59,6 +59,7 @@ __all__ = [
     "budget_difference",
     "check_budget",
     "check_hyper",
+    "confirmation_methods",
     "describe",
     "extend_checkpoints",
     "parse_checkpoints",
@@ -426,6 +427,26 @@ def untune(doc: Mapping[str, Any]) -> dict[str, Any]:
          "points": [dict(p) for p in e.points]}
         for e in parse_methods(doc.get("methods"), tune=tune)
     ]  # fmt: skip
+    return out
+
+
+def confirmation_methods(
+    untuned: Mapping[str, Any],
+    reference: Sequence[str],
+    picks: Mapping[str, Mapping[str, Any]],
+    entry: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A study confirmation's ``[[methods]]`` (both legs): of the `untuned` sweep document's
+    entries (`untune`), in file order, the `reference` labels' as written and, for each label of
+    `picks`, the leg's `entry(written entry, picked parameters)` (one setting, its tuning values
+    included); the other entries are dropped."""
+    out = []
+    for e in untuned["methods"]:
+        label = e.get("label", e["method"])
+        if label in reference:
+            out.append(e)
+        elif label in picks:
+            out.append(entry(e, picks[label]["params"]))
     return out
 
 

@@ -251,7 +251,7 @@ def results_doc(cfg: SweepConfig, res: Mapping[str, Any], analysis: Mapping[str,
         runs.append({"label": row.label, "method": row.method, "setting": row.setting(),
                      "values": row.values, "metrics": metrics})  # fmt: skip
     header = report.results_header(
-        "toy", numerics_tag=numerics.tag(), config=cfg.raw,
+        "toy", numerics_tag=numerics.tag(), config=cfg.doc,
         methods={m.label: m.method for m in cfg.methods}, reference=cfg.reference,
         seeds=cfg.seeds, checkpoints=cfg.eval_steps[1:],
     )  # fmt: skip

@@ -140,11 +140,12 @@ class SweepConfig:
     seeds: tuple[int, ...] = (0,)
     eval_steps: tuple[int, ...] = ()  # step 0 (the base policy) and the checkpoints
     num_resamples: int = 2000
-    raw: Mapping[str, Any] = field(default_factory=dict)
+    doc: Mapping[str, Any] = field(default_factory=dict)
+    """the sweep document as written (results.json's ``config``; `digest`)"""
 
     def digest(self) -> str:
         """SHA-256 (12 hex digits) of the configuration's canonical JSON."""
-        text = json.dumps(self.raw, sort_keys=True, default=str)
+        text = json.dumps(self.doc, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -200,7 +201,6 @@ def parse_config(doc: Mapping[str, Any], *, check_bounds: bool = True) -> SweepC
         raise ValueError(f"unknown key(s) {unknown}; known: {sorted(TOP_KEYS)}")
     spec.refuse_moved(doc, {"train.seeds": "seeds", "train.eval_steps": "checkpoints",
                             "frontier.reference": "reference"})  # fmt: skip
-    raw = dict(doc)
     env = parse_env(doc.get("env", {}))
     tr = parse_train(doc.get("train", {}))
     checkpoints = spec.parse_checkpoints(doc.get("checkpoints", 4), tr.updates)
@@ -213,7 +213,8 @@ def parse_config(doc: Mapping[str, Any], *, check_bounds: bool = True) -> SweepC
     num_resamples = parse_table("frontier", doc.get("frontier", {})).num_resamples
     return SweepConfig(
         env, tr, methods, spec.parse_reference(doc.get("reference"), methods),
-        spec.parse_seeds(doc.get("seeds", [0, 1, 2, 3])), (0, *checkpoints), num_resamples, raw,
+        spec.parse_seeds(doc.get("seeds", [0, 1, 2, 3])), (0, *checkpoints), num_resamples,
+        dict(doc),
     )  # fmt: skip
 
 

@@ -31,9 +31,8 @@ from pathlib import Path
 from experiment.store import read_json, read_toml
 from llm.config import config_from_dict, config_to_toml
 from llm.orchestrate.jobs import RUN_MARKER, same_eval
-from llm.orchestrate.study import load_study
+from llm.orchestrate.study_spec import load_study
 from llm.orchestrate.sweep import sweep_jobs
-from llm.orchestrate.sweep_spec import sweep_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY_DIR = Path("runs/gpu/study")
@@ -44,8 +43,7 @@ def adopt(tarballs: Path | list[Path], study: Path, out: Path) -> list[tuple[str
     """Write `out` (module docstring) from one or several earlier leases' ``runs.tgz``; returns
     (study run name, adopted folder name or None) per exploratory run of the study."""
     tarballs = [tarballs] if isinstance(tarballs, Path) else list(tarballs)
-    doc, _ = load_study(study)
-    spec = sweep_from_dict(doc, root=study.parent)
+    spec, _ = load_study(study)  # the exploratory sweep
     rows: list[tuple[str, str | None]] = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

@@ -16,9 +16,8 @@ import numpy as np
 import numerics
 from experiment import store
 from experiment import study_report as R
-from llm.orchestrate.study import confirmation_doc, load_study
+from llm.orchestrate.study_spec import confirmation, load_study
 from llm.orchestrate.sweep import rerun_runs
-from llm.orchestrate.sweep_spec import sweep_from_dict
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from numerics.emulate import emulated
 
@@ -96,9 +95,8 @@ def spot_check(
                          f"the stacked sampler, this code's is {SAMPLER_VERSION} "
                          "(llm.rollout.stacked.VERSION); check out the study's commit "
                          f"{prov.get('git_commit', '?')[:12]}")  # fmt: skip
-    sweep_doc, spec = load_study(config_path)
-    cdoc = confirmation_doc(sweep_doc, spec, doc["picks"]["pass_at_k"], config_path.parent)
-    csweep = sweep_from_dict(cdoc, root=config_path.parent)
+    sweep, spec = load_study(config_path)
+    csweep = confirmation(sweep, spec, doc["picks"]["pass_at_k"])
     trained = [n for n in prints if n != "base"]
     rng = np.random.default_rng(seed)
     take = min(runs, len(trained))

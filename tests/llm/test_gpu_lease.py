@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from llm.config import config_to_toml, load_config
-from llm.orchestrate.study import load_study
+from llm.orchestrate.study_spec import load_study
 from llm.orchestrate.sweep import sweep_jobs
-from llm.orchestrate.sweep_spec import sweep_from_dict
 from llm.run.checkpoint import STATE_FILE, latest_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,8 +171,8 @@ def test_adopt_renames_complete_runs_by_config_and_leaves_the_rest(tmp_path, tin
     adopt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(adopt)
     study = _tiny_study(tmp_path, tiny_model_path)
-    doc, _ = load_study(study)
-    jobs, _, base_sha, _, key = sweep_jobs(sweep_from_dict(doc, root=tmp_path), tmp_path / "x",
+    sweep, _ = load_study(study)
+    jobs, _, base_sha, _, key = sweep_jobs(sweep, tmp_path / "x",
                                             engine="process", workers=1, progress=False,
                                             run_bars=False)  # fmt: skip
     old = tmp_path / "old" / "runs" / "gpu" / "study" / "explore"
@@ -213,18 +212,15 @@ def test_adopt_renames_complete_runs_by_config_and_leaves_the_rest(tmp_path, tin
 
 
 def test_the_study_and_its_smoke_version_parse(lease, tmp_path):
-    doc, spec = load_study(ROOT / "configs" / "study_countdown_smollm2.toml")
-    sweep = sweep_from_dict(doc, root=ROOT / "configs")
+    sweep, spec = load_study(ROOT / "configs" / "study_countdown_smollm2.toml")
     assert len(sweep.settings) == 14 and sweep.reference == ["grpo"]
     assert sweep.seeds == [0, 1] and set(spec.confirm_seeds).isdisjoint(sweep.seeds)
     assert spec.confirm_offset >= sweep.eval["problems"]  # fresh problems
     smoke = lease.smoke_study("models/random", tmp_path / "smoke.toml")
-    sdoc, sspec = load_study(smoke)
-    s = sweep_from_dict(sdoc, root=tmp_path)
+    s, sspec = load_study(smoke)
     assert (s.steps, s.checkpoints, s.seeds, sspec.confirm_seeds) == (2, [1, 2], [0], [2])
     assert 'model_path = "models/random"' in (tmp_path / "smoke_base.toml").read_text()
-    doc, spec = load_study(ROOT / "configs" / "study_countdown_smollm2_ds.toml")
-    sweep = sweep_from_dict(doc, root=ROOT / "configs")
+    sweep, spec = load_study(ROOT / "configs" / "study_countdown_smollm2_ds.toml")
     assert [s.label for s in sweep.settings] == ["grpo", "grpo", "ds_grpo", "ds_grpo"]
     assert spec.confirm_train == {"eval": {"dtype": "bfloat16"}}
 

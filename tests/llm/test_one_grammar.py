@@ -13,9 +13,9 @@ from experiment import report
 from experiment.spec import parse_methods, parse_reference
 from llm.__main__ import main as llm_main
 from llm.config import load_config
-from llm.orchestrate import study as llm_study
+from llm.orchestrate import study_spec as llm_study
 from llm.orchestrate.sweep_spec import load_sweep
-from toymdp import study as toy_study
+from toymdp import study_spec as toy_study
 from toymdp import sweep_spec as toy_spec
 from toymdp.__main__ import main as toy_main
 
@@ -179,7 +179,8 @@ def test_both_sweep_commands_describe_every_key(capsys):
 def test_every_study_config_validates_through_its_leg(path):
     """Study files: the sweep part through the shared grammar and the leg's sweep schema, the
     ``[study]`` table through the leg's `StudySpec`, with no old spelling."""
-    doc, spec = (toy_study if path.parent.name == "toy" else llm_study).load_study(path)
+    sweep, spec = (toy_study if path.parent.name == "toy" else llm_study).load_study(path)
+    doc = sweep.doc  # the sweep document as written, either leg
     entries = parse_methods(doc["methods"])
     assert parse_reference(doc.get("reference"), entries)
     fresh = spec.confirm_draws if path.parent.name == "toy" else spec.confirm_seeds

@@ -15,9 +15,9 @@ from experiment import study as S
 from experiment import study_report as R
 from llm.__main__ import main
 from llm.orchestrate.spot_check import spot_check
-from llm.orchestrate.study import confirmation_doc, load_study
+from llm.orchestrate.study_spec import confirmation, confirmation_doc, load_study
 from llm.orchestrate.sweep import run_sweep
-from llm.orchestrate.sweep_spec import budgets, sweep_from_dict
+from llm.orchestrate.sweep_spec import budgets
 from numerics import emulate
 from tests.llm.test_sweep import BASE, SWEEP
 
@@ -169,12 +169,13 @@ def test_confirm_train_sets_the_confirmation_alone_and_samples_in_bfloat16(
 ):
     over = 'confirm_train = { eval = { dtype = "bfloat16" } }\n'
     config = _write(tmp_path, tiny_model_path, STUDY + over)
-    doc, spec = load_study(config)
+    explore, spec = load_study(config)
     assert spec.confirm_train == {"eval": {"dtype": "bfloat16"}}
-    conf = confirmation_doc(doc, spec, {}, config.parent)
+    conf = confirmation_doc(explore, spec, {})
     assert conf["train"]["eval"]["dtype"] == "bfloat16"
-    assert "eval" not in doc.get("train", {})  # the exploration samples in float32
-    sweep = sweep_from_dict(conf, root=config.parent)
+    assert "eval" not in explore.doc.get("train", {})  # the exploration samples in float32
+    sweep = confirmation(explore, spec, {})
+    assert sweep.source == f"{config} (confirmation)" and sweep.doc == conf
     if engine == "batched":  # the stacked sampler is float32 only: refused before any run
         argv = ["study", "--config", str(config), "--out", str(tmp_path / "s"), "--engine", engine]
         assert main(argv) != 0
@@ -211,15 +212,13 @@ def test_unequal_tuning_budgets_are_refused_unless_the_study_says_so(tmp_path, t
             "over [0, 0.1]") in text and "unequal_budget = true" in text  # fmt: skip
 
     config = _budget_study(tmp_path, tiny_model_path, "", kl, STUDY + "unequal_budget = true\n")
-    doc, spec = load_study(config)
-    sweep = sweep_from_dict(doc, root=tmp_path)
+    sweep, spec = load_study(config)
     word, how = two_stage.study_budget(budgets(sweep), sweep.reference, spec)
     assert word == "unequal (explicit)" and how.startswith("methods[entropy_bonus] (eta=0.1)")
 
     tune = 'tune = { kl_coef = [0.0, 0.1], "optim.lr" = [1e-2, 2e-2] }'
     config = _budget_study(tmp_path, tiny_model_path, tune, "")
-    doc, spec = load_study(config)
-    sweep = sweep_from_dict(doc, root=tmp_path)
+    sweep, spec = load_study(config)
     assert two_stage.study_budget(budgets(sweep), sweep.reference, spec) == ("equal", None)
     assert [len([s for s in sweep.settings if s.label == x]) for x in sweep.labels] == [4, 8]
     rows = budgets(sweep)
@@ -230,9 +229,9 @@ def test_unequal_tuning_budgets_are_refused_unless_the_study_says_so(tmp_path, t
         ("entropy_bonus", "eta=0.3"),
     }
     pick = {"entropy_bonus": {"params": {"eta": 0.3, "kl_coef": 0.1, "optim.lr": 0.01}}}
-    conf = confirmation_doc(doc, spec, pick, tmp_path)
+    conf = confirmation_doc(sweep, spec, pick)
     assert "tune" not in conf
-    csweep = sweep_from_dict(conf, root=tmp_path)
+    csweep = confirmation(sweep, spec, pick)
     assert [s.params for s in csweep.settings] == [
         {"kl_coef": k, "optim.lr": lr} for k in (0.0, 0.1) for lr in (1e-2, 2e-2)
     ] + [pick["entropy_bonus"]["params"]]
@@ -246,7 +245,6 @@ def test_unequal_tuning_budgets_are_refused_unless_the_study_says_so(tmp_path, t
 def test_the_committed_study_configs_state_their_budgets(name, budget):
     """Parse only: the committed LLM studies give every method GRPO's tuning."""
     path = Path(__file__).parents[2] / "configs" / name
-    doc, spec = load_study(path)
-    sweep = sweep_from_dict(doc, root=path.parent)
+    sweep, spec = load_study(path)
     assert two_stage.study_budget(budgets(sweep), sweep.reference, spec)[0] == budget
     assert not set(spec.confirm_seeds) & set(sweep.seeds)

@@ -11,6 +11,7 @@ from experiment import reread, two_stage
 from experiment import study as S
 from experiment import study_report as R
 from toymdp import study as TS
+from toymdp import study_spec as TSS
 from toymdp import sweep as SW
 from toymdp import sweep_spec
 from toymdp.__main__ import main
@@ -104,13 +105,13 @@ def test_bad_study_tables_are_named(tmp_path: Path):
     bad = tmp_path / "bad.toml"
     bad.write_text(CONFIG.read_text() + STUDY.replace("[10, 11, 12]", "[0, 11]"))
     with pytest.raises(ValueError, match=r"study.confirm_draws: \[0\] are exploratory draws"):
-        TS.load_study(bad)
+        TSS.load_study(bad)
     bad.write_text(CONFIG.read_text() + STUDY.replace("confirm_key = 1", "confirm_key = 0"))
     with pytest.raises(ValueError, match=r"study\.confirm_key: 0 equals train\.seed"):
-        TS.load_study(bad)
+        TSS.load_study(bad)
     bad.write_text(CONFIG.read_text() + STUDY + "alpha_typo = 1\n")
     with pytest.raises(ValueError, match="alpha_typo"):
-        TS.load_study(bad)
+        TSS.load_study(bad)
 
 
 def test_unequal_budgets_are_refused_and_tune_gives_every_method_grpos(tmp_path: Path):
@@ -121,7 +122,7 @@ def test_unequal_budgets_are_refused_and_tune_gives_every_method_grpos(tmp_path:
     bad = tmp_path / "bad.toml"
     bad.write_text(CONFIG.read_text() + study)
     with pytest.raises(ValueError) as err:
-        TS.load_study(bad)
+        TSS.load_study(bad)
     assert str(err.value).startswith(f"{bad}: study: unequal tuning budgets: methods[ds_grpo] "
                                      "(gamma_p=0.1) is tuned over kl_coef [0], the reference "
                                      "(grpo) over [0, 0.1]; ")  # fmt: skip
@@ -129,14 +130,13 @@ def test_unequal_budgets_are_refused_and_tune_gives_every_method_grpos(tmp_path:
     text = text.replace("\n[env]", "tune = { lr = [0.1, 0.3], kl_coef = [0.0, 0.1] }\n\n[env]", 1)
     good = tmp_path / "good.toml"
     good.write_text(text + study)
-    doc, spec = TS.load_study(good)
-    cfg = sweep_spec.parse_config(doc)
+    cfg, spec = TSS.load_study(good)
     assert two_stage.study_budget(SW.budgets(cfg), cfg.reference, spec) == ("equal", None)
     rows = SW.budgets(cfg)
     assert len(rows) == 4 + 3 * 4 and {r.axes["checkpoints"] for r in rows} == {(4, 8, 12)}
     assert SW.all_rows(cfg)[7].setting() == "gamma_p=0.1, lr=0.3, kl_coef=0.1"
     pick = {"ds_grpo": {"params": {"gamma_p": 0.3, "lr": 0.3, "kl_coef": 0.1}}}
-    conf = TS.confirmation_doc(doc, spec, pick)
+    conf = TSS.confirmation_doc(cfg, spec, pick)
     assert "tune" not in conf
     ccfg = sweep_spec.parse_config(conf)
     assert [r.values for r in SW.all_rows(ccfg)] == [
@@ -147,8 +147,7 @@ def test_unequal_budgets_are_refused_and_tune_gives_every_method_grpos(tmp_path:
 
 @pytest.mark.parametrize("name", ["study_fig6.toml", "study_sharpening.toml"])
 def test_the_committed_study_configs_parse(name: str):
-    doc, spec = TS.load_study(CONFIG.parent / name)
+    cfg, spec = TSS.load_study(CONFIG.parent / name)
     assert len(spec.confirm_draws) >= 8 and spec.claim_size == 1.5
     # Equal budgets: every method at GRPO's learning rates and kl_coef values, every checkpoint.
-    cfg = sweep_spec.parse_config(doc)
     assert two_stage.study_budget(SW.budgets(cfg), cfg.reference, spec) == ("equal", None)
