@@ -354,6 +354,11 @@ def load_config(
         FileNotFoundError: no such file.
     """
     raw = {} if path is None else _read(Path(path))
+    if path is not None:
+        try:
+            refuse_moved(raw, OLD_KEYS)
+        except ValueError as e:  # a removed spelling in the file: the file and its line
+            raise config_error(path, e) from None
     raw = apply_overrides(raw, sets)
     for key, value in overrides.items():
         if value is None:
