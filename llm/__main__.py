@@ -53,7 +53,7 @@ from llm.config import (
 from llm.config import describe as describe_config
 from llm.data import check_data_file, load_eval_sets, tiny_config
 from llm.eval.diversity import load_encoder
-from llm.eval.heldout import evaluate, write_eval
+from llm.eval.heldout import evaluate, evaluate_models, write_eval
 from llm.model.gguf import find_package_gguf, import_gguf
 from llm.model.load import load_model_and_tokenizer
 from llm.model.tiny import tiny_problems
@@ -72,6 +72,7 @@ from llm.orchestrate.sweep import ENGINES, run_sweep
 from llm.orchestrate.sweep_spec import describe as describe_sweep
 from llm.orchestrate.sweep_spec import load_sweep
 from llm.rollout.backend import make_backend
+from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import check_device, close_distributed, set_matmul_precision
 from llm.tasks import TASKS
@@ -177,11 +178,17 @@ def _eval(args: argparse.Namespace) -> int:
         "prompts_per_batch": 10**9 if cfg.rollout.backend == "vllm" else cfg.eval.prompts_per_batch,
         "max_responses_per_call": cfg.eval.max_responses_per_call,
     }
+    stacked = cfg.eval.sampler == "stacked"  # llm.rollout.stacked, as a sweep's evaluations
+    if stacked:
+        del common["max_responses_per_call"]
+        common["stop_token_ids"] = stop_token_ids(tokenizer, str(model_path))
     for name, problems in sets.items():
-        result = evaluate(
-            backend, task, problems, distinct=cfg.distinct, bleu=not args.no_bleu,
-            token_entropy=args.token_entropy, reference=reference, policy=model, **common,
-        )  # fmt: skip
+        kw = {"distinct": cfg.distinct, "bleu": not args.no_bleu,
+              "token_entropy": args.token_entropy, "reference": reference, **common}  # fmt: skip
+        if stacked:
+            result = evaluate_models([model], tokenizer, task, problems, **kw)[0]
+        else:
+            result = evaluate(backend, task, problems, policy=model, **kw)
         kmax = list(result["maj_at_k"])[-1]
         extra = (
             f"distinct correct {result['distinct_correct']:.2f}, "

@@ -452,6 +452,11 @@ def _cross_field_rules(c: TrainConfig) -> None:
             device.startswith("cuda"), "system.device", device, "cuda with rollout.backend = vllm"
         )
     d, e = c.data, c.eval
+    require(
+        e.sampler == "generate" or c.rollout.backend == "transformers",
+        "eval.sampler", e.sampler, "generate with rollout.backend = vllm (the stacked sampler runs "
+        "the transformers model)",
+    )  # fmt: skip
     if not task.tiny_data:
         require(d.source != "tiny", "data.source", d.source, f"generate or file (task = {c.task})")
         require(e.source != "tiny", "eval.source", e.source, f"generate or file (task = {c.task})")

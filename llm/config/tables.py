@@ -22,6 +22,8 @@ VLLM_DTYPES = ("bfloat16", "float16", "float32", "auto")
 EVAL_PRECISION = {"float32": "fp32", "bfloat16": "bf16"}
 """`EvalConfig.dtype` -> the precision `llm.model.load.load_model_and_tokenizer` loads the policy in."""
 EVAL_DTYPES = tuple(EVAL_PRECISION)
+EVAL_SAMPLERS = ("generate", "stacked")
+"""`EvalConfig.sampler`: transformers' generate, or the package's `llm.rollout.stacked`."""
 MAX_SEED = 2**32 - 1
 """Largest seed: the trainer seeds NumPy's legacy global RNG, which takes 32-bit seeds."""
 MAX_LR = 1.0
@@ -117,6 +119,15 @@ class EvalConfig:
         "the KV cache's bytes and flash attention kernels: docs/gpu.md); logits are sampled in "
         "float32 either way",
         choices=EVAL_DTYPES,
+    )
+    sampler: str = option(
+        "generate",
+        "the evaluation's sampler (rollout.backend = transformers): generate (transformers' "
+        "generate, a call per prompts_per_batch prompts) or stacked (llm.rollout.stacked, as the "
+        "batched engine samples: each prompt run once and its keys and values shared by its "
+        "samples, a cache of fixed size read once per key-value head; another random stream, so "
+        "another evaluation key)",
+        choices=EVAL_SAMPLERS,
     )
 
 

@@ -397,7 +397,10 @@ def evaluate_models(
     model m drawing from its own generator seeded with `seed` (paired: every model gets the same
     random stream). Each model's records are its records evaluated alone, to the bit
     (`llm.rollout.stacked.VERSION` 2: a generator draws only while its model's rows decode).
-    Returns one `evaluate` record per model, in order.
+    Returns one `evaluate` record per model, in order. The models may sample in float32 or
+    bfloat16, on the CPU or a GPU (their device; the generators are made there): each prompt runs
+    once and its keys and values serve its samples, from a cache of fixed size
+    (`llm.model.stacked`), the sampler of ``eval.sampler = "stacked"``.
 
     The stream differs from `evaluate` through `HFGenerateBackend` (transformers' `generate`
     draws from the global RNG), so the two give different samples of the same distribution.
@@ -415,8 +418,8 @@ def evaluate_models(
         )
     prompts = [task.prompt(p, template) for p in problems]
     check_vocabulary(prompts, tokenizer, f"evaluation problems (task {task.name!r})")
-    lm = StackedLM(models)
-    generators = [torch.Generator().manual_seed(seed) for _ in models]
+    lm = StackedLM(models, sampling=True)
+    generators = [torch.Generator(device=lm.device).manual_seed(seed) for _ in models]
     texts: list[list[list[str]]] = [[] for _ in models]
     stats = [
         _TokenStats(len(prompts), temperature=temperature, top_k=top_k, top_p=top_p,

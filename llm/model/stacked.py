@@ -16,8 +16,11 @@ belong to run r.
 
 What it supports (`check_stackable`): `LlamaForCausalLM` (the tiny model of `llm.model.tiny`, or
 any Llama folder) with the default rope, SiLU MLP, as many key-value heads as heads or fewer
-(grouped-query attention), tied or untied output head, float32 weights. Anything else is refused
-with a message; the sweep engine then trains the run alone in its own process.
+(grouped-query attention), tied or untied output head, float32 weights (bfloat16 too for
+sampling, ``StackedLM(models, sampling=True)``: norms and softmax in float32 as transformers'
+Llama, logits returned in float32). Anything else is refused with a message; the sweep engine then
+trains the run alone in its own process. A decoding step reads each key-value head once (no
+grouped-query copies) from a cache of fixed size, on the models' device.
 
 Gradients flow into every run's own parameters: `stack_parameters` is `torch.stack` of the runs'
 tensors, so a loss summed over runs back-propagates to each model's ``.grad`` as if it had been
@@ -44,16 +47,22 @@ __all__ = [
 Tensor = torch.Tensor
 
 
-def check_stackable(models: Sequence[torch.nn.Module]) -> None:
+def check_stackable(models: Sequence[torch.nn.Module], *, sampling: bool = False) -> None:
     """Raise `ValueError` unless `models` can run as one `StackedLM` (module docstring).
 
+    Args:
+        sampling: the models only sample (no update): bfloat16 weights are accepted too.
+
     Raises:
-        ValueError: no models, a model that is not a float32 `LlamaForCausalLM` with the default
-            rope and SiLU MLP, or models whose configs differ in architecture.
+        ValueError: no models, a model that is not a `LlamaForCausalLM` with the default rope and
+            SiLU MLP, weights other than float32 (or bfloat16 when `sampling`), or models whose
+            configs or dtypes differ.
     """
     if not models:
         raise ValueError("models: expected at least one model")
     first = models[0].config
+    dtypes = (torch.float32, torch.bfloat16) if sampling else (torch.float32,)
+    dtype = next(models[0].parameters()).dtype
     for i, m in enumerate(models):
         cfg = m.config
         if type(m).__name__ != "LlamaForCausalLM":
@@ -63,8 +72,10 @@ def check_stackable(models: Sequence[torch.nn.Module]) -> None:
             raise ValueError(f"models[{i}]: rope_type {rope!r} is not supported (default only)")
         if cfg.hidden_act != "silu":
             raise ValueError(f"models[{i}]: hidden_act {cfg.hidden_act!r} (silu only)")
-        if next(m.parameters()).dtype != torch.float32:
-            raise ValueError(f"models[{i}]: float32 weights only")
+        got = next(m.parameters()).dtype
+        if got not in dtypes or got != dtype:
+            names = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
+            raise ValueError(f"models[{i}]: {got} weights; expected {names}, one for all models")
         for key in _ARCH_KEYS:
             if getattr(cfg, key, None) != getattr(first, key, None):
                 raise ValueError(
@@ -133,9 +144,11 @@ class StackedLM:
             model's parameters is seen by the next call (stack once per call, `stack`).
     """
 
-    def __init__(self, models: Sequence[torch.nn.Module]) -> None:
-        check_stackable(models)
+    def __init__(self, models: Sequence[torch.nn.Module], *, sampling: bool = False) -> None:
+        check_stackable(models, sampling=sampling)
         self.models = list(models)
+        first = next(self.models[0].parameters())
+        self.dtype, self.device = first.dtype, first.device
         cfg = self.models[0].config
         self.config = cfg
         self.n_layers = cfg.num_hidden_layers
@@ -273,12 +286,13 @@ class StackedLM:
         return cache
 
     def new_cache(self, rows: int, max_len: int, device: torch.device | str = "cpu") -> KVCache:
-        """An empty `KVCache` for `rows` (all runs') suffix rows and `max_len` positions."""
+        """An empty `KVCache` for `rows` (all runs') suffix rows and `max_len` positions, in the
+        weights' dtype."""
         shape = (rows, self.n_kv, max_len, self.head_dim)
         # Uninitialized: positions past `length` are never read.
         return KVCache(
-            [torch.empty(shape, device=device) for _ in range(self.n_layers)],
-            [torch.empty(shape, device=device) for _ in range(self.n_layers)],
+            [torch.empty(shape, device=device, dtype=self.dtype) for _ in range(self.n_layers)],
+            [torch.empty(shape, device=device, dtype=self.dtype) for _ in range(self.n_layers)],
         )
 
     # -----------------------------------------------------------------------------------------
@@ -356,7 +370,7 @@ class StackedLM:
         kept = h.shape[2]
         h = _rms_norm(h.reshape(r, n * kept, -1), p["model.norm.weight"], self.eps)
         head = embed if self.tied else p["lm_head.weight"]  # (R, V, H)
-        logits = torch.bmm(h, head.transpose(1, 2))  # (R, N*kept, V)
+        logits = torch.bmm(h, head.transpose(1, 2)).float()  # (R, N*kept, V), as generate reads
         return logits.reshape(rn, kept, -1), ((kept_k, kept_v) if keep_kv else None)
 
     def _rope(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
@@ -383,6 +397,7 @@ class StackedLM:
         q = heads(_linear(x, p, pre + "self_attn.q_proj"), self.n_heads)
         k = heads(_linear(x, p, pre + "self_attn.k_proj"), self.n_kv)
         v = heads(_linear(x, p, pre + "self_attn.v_proj"), self.n_kv)
+        cos, sin = cos.to(q.dtype), sin.to(q.dtype)  # apply_rotary_pos_emb: in the weights' dtype
         q = q * cos + _rotate_half(q) * sin
         k = k * cos + _rotate_half(k) * sin
         return q, k, v
@@ -399,16 +414,21 @@ class StackedLM:
         length: int,
     ) -> Tensor:
         nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
-        if nkv != nh:  # grouped-query attention: repeat_kv
-            k = k.repeat_interleave(nh // nkv, dim=1)
-            v = v.repeat_interleave(nh // nkv, dim=1)
+        rows, g = q.shape[0], nh // nkv
         if q.shape[2] == 1:
             # One query per row (a decoding step): broadcast products and sums beat the fused
             # kernel and batched matmuls, whose per-(row, head) set-up dominates at one query.
-            scores = (q * k).sum(-1, keepdim=True).transpose(-1, -2) * (1.0 / math.sqrt(d))
-            scores = scores.masked_fill(~mask, float("-inf"))  # (rows, heads, 1, L)
-            out = (torch.softmax(scores, dim=-1).transpose(-1, -2) * v).sum(-2, keepdim=True)
+            # Query head i*g + j reads key-value head i (repeat_kv's order) by broadcasting, so
+            # each key-value head is read once, not copied g times.
+            qg, kg, vg = q.reshape(rows, nkv, g, 1, d), k[:, :, None], v[:, :, None]
+            scores = (qg * kg).sum(-1, keepdim=True).transpose(-1, -2) * (1.0 / math.sqrt(d))
+            scores = scores.masked_fill(~mask[:, :, None], float("-inf"))  # (rows, nkv, g, 1, L)
+            weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # float32, as eager
+            out = (weights.transpose(-1, -2) * vg).sum(-2, keepdim=True).reshape(rows, nh, 1, d)
         else:
+            if nkv != nh:  # grouped-query attention: repeat_kv (once per prompt or update)
+                k = k.repeat_interleave(g, dim=1)
+                v = v.repeat_interleave(g, dim=1)
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(d))
         out = out.transpose(1, 2).reshape(self.runs, n * length, nh * d)
         return _linear(out, p, pre + "self_attn.o_proj")
@@ -427,9 +447,11 @@ def _suffix_mask(keys_real: Tensor, past: int, length: int) -> Tensor:
 
 
 def _rms_norm(h: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """LlamaRMSNorm with a run axis: h (R, M, H), weight (R, H)."""
-    variance = h.pow(2).mean(-1, keepdim=True)
-    return weight[:, None, :] * (h * torch.rsqrt(variance + eps))
+    """LlamaRMSNorm with a run axis: h (R, M, H), weight (R, H); in float32, the result in h's
+    dtype (transformers' order: normalized, cast, then scaled)."""
+    x = h.float()
+    variance = x.pow(2).mean(-1, keepdim=True)
+    return weight[:, None, :] * (x * torch.rsqrt(variance + eps)).to(h.dtype)
 
 
 def _linear(x: Tensor, p: dict[str, Tensor], name: str) -> Tensor:

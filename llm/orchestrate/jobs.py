@@ -36,6 +36,7 @@ from llm.model.load import load_model_and_tokenizer
 from llm.orchestrate.executor import map_jobs
 from llm.rollout.backend import make_backend
 from llm.rollout.base import stop_token_ids
+from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint
 from llm.run.distributed import set_matmul_precision
 from llm.run.folder import LOCK_FILE, RunLock, read_metrics
@@ -119,6 +120,8 @@ def evaluate_model(cfg: Any, model_path: Path, problems: list[Any], ev: Mapping[
 
     device = cfg.system.device
     set_matmul_precision(device, cfg.system.tf32)
+    if cfg.eval.sampler == "stacked":
+        return _evaluate_stacked(cfg, [model_path], problems, ev)[0]
     model, tokenizer = load_model_and_tokenizer(model_path, device, EVAL_PRECISION[cfg.eval.dtype])
     backend = make_backend(cfg, model, tokenizer)
     samples = ev["samples"]
@@ -428,10 +431,12 @@ def _evaluate_stacked(
     cfg: Any, paths: Sequence[Path], problems: list[Any], ev: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     """`evaluate_model` of the model folders `paths` in one stacked program
-    (`llm.eval.heldout.evaluate_models`)."""
+    (`llm.eval.heldout.evaluate_models`), on ``system.device``: the batched engine's evaluations
+    (on the CPU) and a process engine's with ``eval.sampler = "stacked"``."""
+    device = cfg.system.device
     models, tokenizer = [], None
     for path in paths:
-        model, tokenizer = load_model_and_tokenizer(path, "cpu", EVAL_PRECISION[cfg.eval.dtype])
+        model, tokenizer = load_model_and_tokenizer(path, device, EVAL_PRECISION[cfg.eval.dtype])
         models.append(model)
     start = time.perf_counter()
     results = evaluate_models(
@@ -439,10 +444,13 @@ def _evaluate_stacked(
         stop_token_ids=stop_token_ids(tokenizer, cfg.model_path), samples=ev["samples"],
         max_new_tokens=cfg.eval.max_new_tokens or cfg.rollout.max_new_tokens,
         temperature=cfg.eval.temperature, top_p=cfg.eval.top_p, top_k=cfg.eval.top_k,
-        seed=ev["seed"], distinct=cfg.distinct,
-        encoder=load_encoder("cpu") if ev["semantic"] else None,
+        seed=ev["seed"], prompts_per_batch=cfg.eval.prompts_per_batch, distinct=cfg.distinct,
+        encoder=load_encoder(device) if ev["semantic"] else None,
     )  # fmt: skip
     seconds = (time.perf_counter() - start) / len(paths)
+    del models
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()  # the next run of this worker gets the memory back
     return [_record(r, ev["samples"], seconds) for r in results]
 
 
@@ -494,14 +502,15 @@ def eval_key(
         # and a GPU; named only when not the defaults, so that the CPU sweeps' caches stay valid.
         **{k: getattr(base_cfg.eval, k) for k in _BATCHING
            if getattr(base_cfg.eval, k) != getattr(_EVAL_DEFAULTS, k)},
+        **({"sampler_version": SAMPLER_VERSION} if base_cfg.eval.sampler == "stacked" else {}),
         **({"device": base_cfg.system.device, "tf32": base_cfg.system.tf32}
            if base_cfg.system.device != "cpu" else {}),
     }  # fmt: skip
 
 
-_BATCHING = ("prompts_per_batch", "max_responses_per_call", "dtype")
+_BATCHING = ("prompts_per_batch", "max_responses_per_call", "dtype", "sampler")
 """`[eval]` keys that change the samples besides the sampling settings: how the sampling is split
-into generate calls (`evaluate_model`) and the policy's dtype."""
+into generate calls (`evaluate_model`), the policy's dtype and the sampler."""
 _EVAL_DEFAULTS = EvalConfig()
 
 

@@ -15,6 +15,9 @@ processors (`GenerationMixin._get_logits_processor`, read in transformers 5.x); 
 does. The random stream differs from `generate`'s (which draws from the global RNG), so a
 batched run does not repeat the samples of a run trained by `llm.train.trainer.train`.
 
+Device: the runs' (``lm.device``); each generator must be on it (a CUDA generator for models on a
+GPU). The loop keeps its tensors there; the returned batches are on the CPU.
+
 Shapes: R runs, B prompts per run, G responses per prompt, P prompt tokens, T response tokens,
 V vocabulary entries, N top candidates.
 """
@@ -100,7 +103,8 @@ def sample_groups(
     Args:
         lm: the R runs.
         prompts: R lists of B prompt texts (the same B for every run).
-        generators: R generators, run r's tokens are drawn from ``generators[r]`` alone.
+        generators: R generators on ``lm.device``, run r's tokens are drawn from
+            ``generators[r]`` alone.
         stop_token_ids: a response ends at the first of them (included in its mask).
         prompt_width: left-pad the prompts to at least this many tokens.
         top_n, want_entropy, want_logprobs: as `HFGenerateBackend.generate`.
@@ -140,24 +144,26 @@ def sample_groups(
         max_positions=getattr(lm.config, "max_position_embeddings", None),
         max_new_tokens=max_new_tokens,
     )  # fmt: skip
+    dev = lm.device
     params = lm.stack()
-    prompt_pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    prefix = lm.encode_prefix(prompt_ids, prompt_mask, prompt_pos, params=params)
+    ids_d, mask_d = prompt_ids.to(dev), prompt_mask.to(dev)
+    prompt_pos = (mask_d.cumsum(-1) - 1).clamp(min=0)
+    prefix = lm.encode_prefix(ids_d, mask_d, prompt_pos, params=params)
     rows = r * b * g
     n_run = b * g  # rows per run
     cache = lm.cache_from_prefix(prefix, g, t_max)
     prompt_keys = prefix.mask.long().repeat_interleave(g, dim=0)  # (rows, P)
-    next_pos = prompt_mask.sum(-1).repeat_interleave(g)[:, None]  # (rows, 1)
+    next_pos = mask_d.sum(-1).repeat_interleave(g)[:, None]  # (rows, 1)
     logits = prefix.last_logits.repeat_interleave(g, dim=0)  # (rows, V)
-    stops = torch.tensor(list(stop_token_ids), dtype=torch.long)
+    stops = torch.tensor(list(stop_token_ids), dtype=torch.long, device=dev)
     pad = tokenizer.pad_token_id
 
-    tokens = torch.full((rows, t_max), pad, dtype=torch.long)
-    logp = torch.zeros(rows, t_max)
-    entropy = torch.zeros(rows, t_max) if want_entropy else None
-    cand_ids = torch.full((rows, t_max, top_n), pad, dtype=torch.long)
-    cand_logp = torch.zeros(rows, t_max, top_n)
-    running = torch.ones(rows, dtype=torch.bool)
+    tokens = torch.full((rows, t_max), pad, dtype=torch.long, device=dev)
+    logp = torch.zeros(rows, t_max, device=dev)
+    entropy = torch.zeros(rows, t_max, device=dev) if want_entropy else None
+    cand_ids = torch.full((rows, t_max, top_n), pad, dtype=torch.long, device=dev)
+    cand_logp = torch.zeros(rows, t_max, top_n, device=dev)
+    running = torch.ones(rows, dtype=torch.bool, device=dev)
     steps = 0
     for t in range(t_max):
         scores = filter_logits(logits.float() / temperature, top_k=top_k, top_p=top_p)
@@ -165,7 +171,7 @@ def sample_groups(
         # A run draws only while one of its rows decodes, as it would alone (whose loop stops
         # there), so its generator leaves this call in the same state with any batch-mates.
         decoding = running.view(r, n_run).any(-1).tolist()
-        drawn = torch.full((rows,), pad, dtype=torch.long)
+        drawn = torch.full((rows,), pad, dtype=torch.long, device=dev)
         for i in range(r):
             if decoding[i]:
                 drawn[i * n_run : (i + 1) * n_run] = torch.multinomial(
@@ -184,9 +190,13 @@ def sample_groups(
         steps = t + 1
         if not bool(running.any()) or t + 1 == t_max:
             break
-        key_mask = torch.cat([prompt_keys, torch.ones(rows, t + 1, dtype=torch.long)], dim=1)
+        key_mask = torch.cat([prompt_keys, torch.ones(rows, t + 1, dtype=torch.long, device=dev)],
+                             dim=1)  # fmt: skip
         logits = lm.decode(token[:, None], key_mask, next_pos + t, cache, params=params)[:, -1]
 
+    tokens, logp = tokens.cpu(), logp.cpu()  # the batches are returned on the CPU
+    entropy = entropy.cpu() if entropy is not None else None
+    cand_ids, cand_logp = cand_ids.cpu(), cand_logp.cpu()
     mask = response_mask_from_eos(tokens[:, :steps], stop_token_ids)  # (rows, steps)
     out = []
     for i in range(r):

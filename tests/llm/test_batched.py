@@ -7,10 +7,11 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import shaping
 from llm.eval.heldout import evaluate_models
@@ -18,8 +19,10 @@ from llm.model.forward import build_rows, policy_forward
 from llm.model.load import load_tokenizer
 from llm.model.stacked import StackedLM, check_stackable
 from llm.model.tiny import build_tiny_model, build_tokenizer
+from llm.orchestrate.jobs import _evaluate_stacked, eval_key, evaluate_model
 from llm.rollout.base import stop_token_ids
 from llm.rollout.hf import sequence_logp
+from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.rollout.stacked import filter_logits, left_pad, sample_groups
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import DistInfo
@@ -166,6 +169,46 @@ def test_sampler_draws_each_run_from_its_own_generator(tiny_model_path):
         **kw,
     )[0]
     assert other.texts != together[0].texts
+
+
+def _gqa_models(tok, count, dtype=torch.float32):
+    """`count` random Llama models over `tok` with grouped-query attention (4 heads, 2 key-value
+    heads, as SmolLM2's 9 and 3), in `dtype`."""
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=64, tie_word_embeddings=True,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)  # fmt: skip
+    out = []
+    for r in range(count):
+        torch.manual_seed(100 + r)
+        out.append(LlamaForCausalLM(cfg).to(dtype).eval())
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_sampler_draws_from_the_models_distribution_under_grouped_query_attention(
+    tiny_model_path, dtype
+):
+    """Grouped-query attention (each key-value head read once per decoding step, not copied per
+    query head) and bfloat16 weights (evaluation only): at every sampled position the sampler's
+    log-prob is the transformers model's own, recomputed by a forward of the whole sequence
+    (float32: the chained reductions' bound; bfloat16: the same bound in bfloat16)."""
+    tok = load_tokenizer(tiny_model_path)
+    torch_dtype = getattr(torch, dtype)
+    models = _gqa_models(tok, 2, torch_dtype)
+    with pytest.raises(ValueError, match="bfloat16 weights; expected float32"):
+        StackedLM(_gqa_models(tok, 1, torch.bfloat16))  # bfloat16 samples, never trains
+    lm = StackedLM(models, sampling=True)
+    gens = [torch.Generator().manual_seed(7 + r) for r in range(2)]
+    rolls = sample_groups(lm, tok, [PROMPTS[:2], PROMPTS[2:]], 3, generators=gens,
+                          max_new_tokens=6, stop_token_ids=stop_token_ids(tok, None),
+                          temperature=0.9)  # fmt: skip
+    for m, roll in zip(models, rolls, strict=True):
+        want = sequence_logp(m, roll.prompt_ids, roll.prompt_mask, roll.response_ids,
+                             roll.response_mask, temperature=0.9)  # fmt: skip
+        real = roll.response_mask.bool()
+        assert real.sum() > 0 and roll.logp.dtype == torch.float32
+        assert_close(roll.logp[real], want.float()[real], dtype=dtype, n=_n(m, 16))
 
 
 def test_filter_logits_keeps_top_k_then_top_p():
@@ -349,3 +392,23 @@ def test_batch_errors_name_the_field(tiny_model_path, tmp_path):
         train_batch([dsdr], [tmp_path / "z"])
     with pytest.raises(ValueError, match="own folder"):
         train_batch([a, a], [tmp_path / "w", tmp_path / "w"])
+
+
+def test_a_process_evaluation_with_the_stacked_sampler_is_the_batched_engines(tiny_model_path):
+    """``eval.sampler = "stacked"`` routes a process engine's evaluation through the batched
+    engine's sampler: the same record, to the bit; its key names the sampler and its version,
+    and the default sampler's key stays as it was."""
+    cfg = trainer_config(tiny_model_path, "grpo")
+    stacked = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, sampler="stacked"))
+    problems = generate_problems(6, seed=3, num_numbers=3, max_number=9,
+                                 max_target=TEST_MAX_NUMBER)  # fmt: skip
+    ev = {"problems": 6, "samples": 4, "seed": 3, "semantic": False}
+    alone = evaluate_model(stacked, Path(tiny_model_path), problems, ev)
+    batched = _evaluate_stacked(cfg, [Path(tiny_model_path)], problems, ev)[0]
+    for record in (alone, batched):
+        del record["eval_seconds"]
+    assert alone == batched and len(alone["correct"]) == 6
+    key, plain = eval_key(ev, stacked, problems, "x"), eval_key(ev, cfg, problems, "x")
+    assert key["sampler"] == "stacked" and key["sampler_version"] == SAMPLER_VERSION
+    assert "sampler" not in plain and "sampler_version" not in plain
+    assert {k: v for k, v in key.items() if not k.startswith("sampler")} == plain

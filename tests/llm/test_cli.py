@@ -100,6 +100,10 @@ def test_eval_applies_set(tiny100, tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "pass@2=" in out and "pass@4" not in out  # n from eval.samples = 2, not 16
+    argv += ["eval.sampler=stacked", "--label", "stacked"]  # the sweeps' stacked sampler
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "[stacked]: pass@1=" in out and "pass@2=" in out and "pass@4" not in out
 
 
 def test_describe_still_prints_every_key(capsys):

@@ -390,3 +390,16 @@ def test_gpu_evaluation_settings_key_the_evaluation_only_when_not_the_defaults()
     before = torch.get_float32_matmul_precision()
     set_matmul_precision("cpu", True)  # a CPU run is never changed
     assert torch.get_float32_matmul_precision() == before
+
+
+def test_the_stacked_sampler_needs_the_transformers_backend():
+    cfg = config_from_dict({"eval": {"sampler": "stacked"}})
+    assert cfg.eval.sampler == "stacked"
+    raw = {"eval": {"sampler": "stacked"}, "rollout": {"backend": "vllm"},
+           "system": {"device": "cuda"}}  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"^eval\.sampler: expected generate with rollout\.backend"
+    ):
+        config_from_dict(raw)
+    with pytest.raises(ValueError, match=r"eval\.sampler: expected one of"):
+        config_from_dict({"eval": {"sampler": "vllm"}})
