@@ -126,7 +126,7 @@ PY
         --out "$OUT/sampler_speed_$dtype.json" > "$OUT/sampler_$dtype.txt" 2>&1
       rc=$?
       [ "$dtype" = bfloat16 ] && { [ $rc = 0 ] && touch "$LEASE/bf16.ok" || touch "$LEASE/bf16.failed"; }
-      log "rc=$rc"; grep -v Warning "$OUT/sampler_$dtype.txt" | grep -E "^ +(shape|[0-9]+x[0-9]+) "
+      log "rc=$rc"; grep -v Warning "$OUT/sampler_$dtype.txt" | grep -E "^ *(sampler|generate|stacked) "
     done
     modes=(); [ "${UPDATE_BENCH:-0}" = 1 ] && modes=(eager --compile)
     for mode in "${modes[@]}"; do

@@ -415,16 +415,25 @@ class StackedLM:
     ) -> Tensor:
         nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
         rows, g = q.shape[0], nh // nkv
-        if q.shape[2] == 1:
-            # One query per row (a decoding step): broadcast products and sums beat the fused
-            # kernel and batched matmuls, whose per-(row, head) set-up dominates at one query.
-            # Query head i*g + j reads key-value head i (repeat_kv's order) by broadcasting, so
-            # each key-value head is read once, not copied g times.
+        if q.shape[2] == 1 and (q.device.type == "cpu" and not _DECODE_MATMUL):
+            # One query per row (a decoding step) on the CPU: broadcast products and sums beat
+            # the fused kernel and batched matmuls, whose per-(row, head) set-up dominates at one
+            # query. Query head i*g + j reads key-value head i (repeat_kv's order) by
+            # broadcasting, so each key-value head is read once, not copied g times.
             qg, kg, vg = q.reshape(rows, nkv, g, 1, d), k[:, :, None], v[:, :, None]
             scores = (qg * kg).sum(-1, keepdim=True).transpose(-1, -2) * (1.0 / math.sqrt(d))
             scores = scores.masked_fill(~mask[:, :, None], float("-inf"))  # (rows, nkv, g, 1, L)
             weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # float32, as eager
             out = (weights.transpose(-1, -2) * vg).sum(-2, keepdim=True).reshape(rows, nh, 1, d)
+        elif q.shape[2] == 1:
+            # A decoding step on a GPU: the g query heads of a key-value head as the rows of one
+            # matrix product against its keys and values, which are read once and never
+            # materialized per query head (the products above would write rows x heads x L x D).
+            qg = q.reshape(rows, nkv, g, d)
+            scores = torch.matmul(qg, k.transpose(-1, -2)) * (1.0 / math.sqrt(d))  # (.., g, L)
+            scores = scores.masked_fill(~mask, float("-inf"))  # mask (rows, 1, 1, L)
+            weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+            out = torch.matmul(weights, v).reshape(rows, nh, 1, d)
         else:
             if nkv != nh:  # grouped-query attention: repeat_kv (once per prompt or update)
                 k = k.repeat_interleave(g, dim=1)
@@ -432,6 +441,10 @@ class StackedLM:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(d))
         out = out.transpose(1, 2).reshape(self.runs, n * length, nh * d)
         return _linear(out, p, pre + "self_attn.o_proj")
+
+
+_DECODE_MATMUL = False
+"""Decode with the GPU's matrix products on the CPU too (tests compare both paths)."""
 
 
 def _suffix_mask(keys_real: Tensor, past: int, length: int) -> Tensor:

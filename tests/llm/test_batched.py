@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 import shaping
 from llm.eval.heldout import evaluate_models
+from llm.model import stacked as stacked_model
 from llm.model.forward import build_rows, policy_forward
 from llm.model.load import load_tokenizer
 from llm.model.stacked import StackedLM, check_stackable
@@ -185,14 +186,17 @@ def _gqa_models(tok, count, dtype=torch.float32):
     return out
 
 
+@pytest.mark.parametrize("matmul", [False, True], ids=["cpu_decode", "gpu_decode"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_sampler_draws_from_the_models_distribution_under_grouped_query_attention(
-    tiny_model_path, dtype
+    tiny_model_path, dtype, matmul, monkeypatch
 ):
     """Grouped-query attention (each key-value head read once per decoding step, not copied per
     query head) and bfloat16 weights (evaluation only): at every sampled position the sampler's
     log-prob is the transformers model's own, recomputed by a forward of the whole sequence
-    (float32: the chained reductions' bound; bfloat16: the same bound in bfloat16)."""
+    (float32: the chained reductions' bound; bfloat16: the same bound in bfloat16). Both decoding
+    paths: the CPU's broadcast products and the GPU's matrix products (run here on the CPU)."""
+    monkeypatch.setattr(stacked_model, "_DECODE_MATMUL", matmul)
     tok = load_tokenizer(tiny_model_path)
     torch_dtype = getattr(torch, dtype)
     models = _gqa_models(tok, 2, torch_dtype)

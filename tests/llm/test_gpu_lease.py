@@ -244,9 +244,10 @@ def test_base_passk_writes_one_row_per_variant(tmp_path, tiny_model_path):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_sampler_speed_times_each_shape(tmp_path, tiny_model_path, dtype):
-    """bench/gpu/sampler_speed.py on the offline tiny model, on the CPU: one row per shape, the
-    training shape (G samples) with log-probs, tokens counted from the response masks; the
-    policy's weights in either evaluation dtype."""
+    """bench/gpu/sampler_speed.py on the offline tiny model, on the CPU: one row per shape and
+    sampler (transformers' generate, then the stacked sampler with its speed-up), the training
+    shape (G samples) with log-probs, tokens counted from the response masks; the policy's
+    weights in either evaluation dtype."""
     spec = importlib.util.spec_from_file_location("sampler", ROOT / "bench/gpu/sampler_speed.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -255,13 +256,15 @@ def test_sampler_speed_times_each_shape(tmp_path, tiny_model_path, dtype):
     group = load_config(config).rollout.group_size
     args = ["--model", tiny_model_path, "--config", str(config), "--shapes", f"2x{group}",
             "3x2", "--repeats", "1", "--profile", "3", "--set", "data.max_target=20", "--out", str(out),
-            "--dtype", dtype]  # fmt: skip
+            "--dtype", dtype, "--samplers", "generate", "stacked"]  # fmt: skip
     assert module.main(args) == 0
     doc = json.loads(out.read_text())
     rows = doc["rows"]
     assert doc["dtype"] == dtype
-    assert [r["shape"] for r in rows] == [f"2x{group}", "3x2"]
-    assert [r["training_call"] for r in rows] == [True, group == 2]
+    assert [r["shape"] for r in rows] == [f"2x{group}"] * 2 + ["3x2"] * 2
+    assert [r["sampler"] for r in rows] == ["generate", "stacked"] * 2
+    assert [r["training_call"] for r in rows] == [True, True, group == 2, group == 2]
     assert all(0 < r["new_tokens"] <= r["sequences"] * r["max_new_tokens"] for r in rows)
+    assert all(r["speedup_vs_generate"] > 0 for r in rows[1::2])
     with pytest.raises(ValueError, match="--shapes: '16-8'"):
         module.parse_shape("16-8")
