@@ -26,6 +26,8 @@
 # BENCH_DTYPES, default "float32 bfloat16"); unless that passed on this machine, the study's
 # confirmation samples in float32 (a copy of STUDY without its confirm_train line). Every call ends
 # with $OUT/progress.json (lease.py progress: runs and evaluations done per stage, what is left).
+# STACKED_BENCH=1 times the stacked sampler against generate on the real weights before the study
+# (issue 36 item 2; sampler_speed.py --samplers generate stacked, ~40 s).
 # SHARPENING_GIT_COMMIT names the commit the study records (the device's copy of .git holds the
 # session's first HEAD, not the tree sent): pass the one here, `git rev-parse HEAD`, in the command.
 # Usage there: DEADLINE=540 bash bench/gpu/device_call.sh
@@ -182,6 +184,19 @@ if [ ! -f "$LEASE/bf16.ok" ] && grep -q '^confirm_train' "$STUDY"; then
   fp32="$(dirname "$STUDY")/_fp32_$(basename "$STUDY")"
   grep -v '^confirm_train' "$STUDY" > "$fp32" && STUDY=$fp32
   log "bf16 gate not passed here: the confirmation samples in float32 ($STUDY)"
+fi
+if [ "${STACKED_BENCH:-0}" = 1 ] && [ ! -f "$LEASE/stacked.done" ] \
+   && [ -d models/smollm2-135m-instruct ]; then
+  # Issue 36 item 2: the stacked sampler (eval.sampler = "stacked") against transformers' generate
+  # at the evaluation's call, bfloat16, the real weights (~40 s; before the study starts, so the
+  # GPU is idle). It only informs: a study samples with it only if its config says so.
+  log "stacked sampler against generate"
+  timeout 120 python3 bench/gpu/sampler_speed.py --model models/smollm2-135m-instruct --device cuda \
+    --tf32 --dtype bfloat16 --config configs/countdown_smollm2_gpu.toml --shapes 32x32 \
+    --samplers generate stacked --out "$OUT/sampler_speed_stacked.json" \
+    > "$OUT/sampler_stacked.txt" 2>&1
+  log "rc=$?"; grep -E "^ *(sampler|generate|stacked) " "$OUT/sampler_stacked.txt"
+  touch "$LEASE/stacked.done"
 fi
 # The study runs in a session of its own (setsid), so it outlives this call: a call that returns
 # at its DEADLINE leaves it running, and the next call on the warm machine (any carry; the machine
