@@ -124,11 +124,21 @@ class Prefix:
 @dataclass
 class KVCache:
     """Keys and values of the suffix rows' earlier positions for incremental decoding:
-    ``keys[l]``, ``values[l]`` are ``(R * N, nkv, L_max, D)``; `length` positions are filled."""
+    ``keys[l]``, ``values[l]`` are ``(R * N, nkv, L_max, D)``; `length` positions are filled.
+    With a `prefix` (the decoding step's matrix products, `StackedLM.decode_matmul`), the prompt's
+    keys and values stay there, once per prompt, read by the `group` rows that continue it, and
+    the cache holds the responses' positions alone."""
 
     keys: list[Tensor]
     values: list[Tensor]
     length: int = 0
+    prefix: Prefix | None = None
+    group: int = 1
+
+    @property
+    def past(self) -> int:
+        """Positions before the next token: the prompt's (when shared) and the filled ones."""
+        return self.length + (self.prefix.mask.shape[1] if self.prefix is not None else 0)
 
 
 class StackedLM:
@@ -166,6 +176,13 @@ class StackedLM:
     @property
     def runs(self) -> int:
         return len(self.models)
+
+    @property
+    def decode_matmul(self) -> bool:
+        """Whether a decoding step runs as matrix products with the prompt's keys and values
+        shared (on a GPU; `_DECODE_MATMUL` on the CPU) rather than as broadcast products over a
+        per-row copy of them (the CPU, whose bytes the committed CPU results are)."""
+        return self.device.type != "cpu" or _DECODE_MATMUL
 
     def parameters(self) -> list[Tensor]:
         """Every run's parameters (each model's own tensors)."""
@@ -275,9 +292,15 @@ class StackedLM:
     def cache_from_prefix(self, prefix: Prefix, group: int, extra: int) -> KVCache:
         """A `KVCache` for the ``R * B * group`` rows that continue `prefix`'s prompts (row
         ``i`` continues prompt ``i // group``), holding the prompts' keys and values and room for
-        `extra` more positions: the prompt is copied once, not at every decoding step."""
+        `extra` more positions: the prompt is copied once, not at every decoding step. Under
+        `decode_matmul` the prompt's keys and values are not copied at all: the cache refers to
+        `prefix`, and every row of a group reads its prompt's."""
         rows = prefix.mask.shape[0] * group
         p = prefix.mask.shape[1]
+        if self.decode_matmul:
+            cache = self.new_cache(rows, extra, prefix.keys[0].device)
+            cache.prefix, cache.group = prefix, group
+            return cache
         cache = self.new_cache(rows, p + extra, prefix.keys[0].device)
         for layer in range(self.n_layers):
             cache.keys[layer][:, :, :p] = prefix.keys[layer].repeat_interleave(group, dim=0)
@@ -317,7 +340,7 @@ class StackedLM:
         if rn % r:
             raise ValueError(f"input_ids: {rn} rows are not divisible by the {r} runs")
         n = rn // r
-        past = cache.length if cache is not None else 0
+        past = cache.past if cache is not None else 0
         if attention_mask.shape != (rn, past + length):
             raise ValueError(
                 f"attention_mask: expected shape {(rn, past + length)}, got "
@@ -349,21 +372,26 @@ class StackedLM:
             if keep_kv:
                 kept_k.append(k)
                 kept_v.append(v)
+            shared = None
             if cache is not None:
-                cache.keys[layer][:, :, past : past + length] = k
-                cache.values[layer][:, :, past : past + length] = v
-                k = cache.keys[layer][:, :, : past + length]
-                v = cache.values[layer][:, :, : past + length]
+                at = cache.length
+                cache.keys[layer][:, :, at : at + length] = k
+                cache.values[layer][:, :, at : at + length] = v
+                k = cache.keys[layer][:, :, : at + length]
+                v = cache.values[layer][:, :, : at + length]
+                if cache.prefix is not None:
+                    pk, pv = cache.prefix.keys[layer], cache.prefix.values[layer]
+                    shared = (pk, pv, cache.group)
             if prefix is not None:
                 k = torch.cat([prefix.keys[layer].repeat_interleave(group, dim=0), k], dim=2)
                 v = torch.cat([prefix.values[layer].repeat_interleave(group, dim=0), v], dim=2)
-            h = h + self._attend(q, k, v, mask, p, pre, n, length)
+            h = h + self._attend(q, k, v, mask, p, pre, n, length, shared)
             x = _rms_norm(h, p[pre + "post_attention_layernorm.weight"], self.eps)
             gate = _linear(x, p, pre + "mlp.gate_proj")
             up = _linear(x, p, pre + "mlp.up_proj")
             h = h + _linear(F.silu(gate) * up, p, pre + "mlp.down_proj")
         if cache is not None:
-            cache.length = past + length
+            cache.length += length
         h = h.reshape(r, n, length, -1)
         if logits_to_keep:
             h = h[:, :, -logits_to_keep:]
@@ -412,9 +440,18 @@ class StackedLM:
         pre: str,
         n: int,
         length: int,
+        shared: tuple[Tensor, Tensor, int] | None = None,
     ) -> Tensor:
+        """Attention of the queries q (rows, nh, L, D) to the keys and values k, v
+        (rows, nkv, L_k, D) under mask (rows, 1, L, L_k), then the output projection; with
+        `shared` = (keys, values, group) of the prompts (rows // group, nkv, P, D), a decoding
+        step's keys are those P, then k's (the mask covers P + L_k)."""
         nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
         rows, g = q.shape[0], nh // nkv
+        if shared is not None:
+            out = _attend_shared(q, k, v, mask, shared, nkv)
+            out = out.transpose(1, 2).reshape(self.runs, n * length, nh * d)
+            return _linear(out, p, pre + "self_attn.o_proj")
         if q.shape[2] == 1 and (q.device.type == "cpu" and not _DECODE_MATMUL):
             # One query per row (a decoding step) on the CPU: broadcast products and sums beat
             # the fused kernel and batched matmuls, whose per-(row, head) set-up dominates at one
@@ -441,6 +478,33 @@ class StackedLM:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(d))
         out = out.transpose(1, 2).reshape(self.runs, n * length, nh * d)
         return _linear(out, p, pre + "self_attn.o_proj")
+
+
+def _attend_shared(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, shared: tuple[Tensor, Tensor, int], nkv: int
+) -> Tensor:
+    """A decoding step's attention (`StackedLM._attend` with `shared`) as matrix products: the
+    ``group`` rows of a prompt read its keys and values once, as the rows of one product per
+    (prompt, key-value head), then their own responses' keys and values; one softmax over both.
+    Returns (rows, nh, 1, D)."""
+    pk, pv, group = shared
+    rows, nh, _, d = q.shape
+    g, b, p = nh // nkv, rows // group, pk.shape[2]
+
+    def by_prompt(x: Tensor) -> Tensor:  # (rows, nkv, g, X) -> (B, nkv, group * g, X)
+        return x.reshape(b, group, nkv, g, -1).transpose(1, 2).reshape(b, nkv, group * g, -1)
+
+    def by_row(x: Tensor) -> Tensor:  # the inverse of by_prompt
+        return x.reshape(b, nkv, group, g, -1).transpose(1, 2).reshape(rows, nkv, g, -1)
+
+    qg = q.reshape(rows, nkv, g, d)
+    scale = 1.0 / math.sqrt(d)
+    scores = torch.cat([by_row(torch.matmul(by_prompt(qg), pk.transpose(-1, -2))),
+                        torch.matmul(qg, k.transpose(-1, -2))], dim=-1) * scale  # fmt: skip
+    scores = scores.masked_fill(~mask, float("-inf"))  # mask (rows, 1, 1, P + L_k)
+    weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
+    out = by_row(torch.matmul(by_prompt(weights[..., :p]), pv))
+    return (out + torch.matmul(weights[..., p:], v)).reshape(rows, nh, 1, d)
 
 
 _DECODE_MATMUL = False
