@@ -30,7 +30,8 @@ COSTS = {"run": 0.0, "problem": 1.0, "unit": "draw × seed trainings"}
 
 @dataclass
 class ToyLeg:
-    """The toy's `experiment.two_stage.Leg`: each stage a toy sweep (`toymdp.sweep.sweep_config`)."""
+    """The toy's `experiment.two_stage.Leg`: each stage a toy sweep
+    (`toymdp.sweep.sweep_config`)."""
 
     cfg: SweepConfig
     spec: StudySpec

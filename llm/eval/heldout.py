@@ -250,8 +250,8 @@ def evaluate(
         problems: (P,) problems of `task`.
         template: one of ``task.templates``.
         prompts_per_batch: prompts per backend call, at most.
-        max_responses_per_call: responses per backend call, at most (prompts x samples; a group larger
-            than this is sampled in several calls), so the engine's outputs stay bounded.
+        max_responses_per_call: responses per backend call, at most (prompts x samples; a group
+            larger than this is sampled in several calls), so the engine's outputs stay bounded.
         bleu: compute Self-BLEU (the slowest metric on long responses).
         token_entropy: also measure the sampler's token entropy (a teacher-forced forward of
             `policy` over the sampled responses after each backend call; the samples are the same
@@ -261,8 +261,8 @@ def evaluate(
         policy: the evaluated model for those forwards (default: ``backend.model``).
 
     Returns:
-        A JSON-ready dict: ``n`` (= `samples`), ``n_problems``, ``pass_at_k`` ({str(k): float}, unbiased),
-        ``maj_at_k`` ({str(k): float}, the same k), ``accuracy``, ``format_rate``,
+        A JSON-ready dict: ``n`` (= `samples`), ``n_problems``, ``pass_at_k`` ({str(k): float},
+        unbiased), ``maj_at_k`` ({str(k): float}, the same k), ``accuracy``, ``format_rate``,
         ``distinct_correct`` (distinct answer keys among correct responses, mean over problems),
         ``distinct_answers`` (distinct answer keys among all responses), ``answer_entropy``
         (nats) and ``effective_answers`` (mean of its exponential), ``distinct_n``
@@ -275,8 +275,8 @@ def evaluate(
         ``format_rate`` again under ``task.format_key`` when set (math: ``boxed_rate``).
 
     Raises:
-        ValueError: no problems, `samples < 1`, `prompts_per_batch < 1`, `max_responses_per_call < 1`,
-            a template `task` does not have, a number the backend's tokenizer cannot encode,
+        ValueError: no problems, `samples < 1`, `prompts_per_batch < 1`,
+            `max_responses_per_call < 1`, a template `task` does not have, a number the backend's tokenizer cannot encode,
             token measures without a `policy` (nor ``backend.model``), or a reference of another
             vocabulary size.
         UnknownTaskError: `task` names no registered task.
@@ -476,14 +476,15 @@ def _sample_texts(
     max_responses_per_call: int = 4096,
     on_batch: Callable[[int, Any], None] | None = None,
 ) -> list[list[str]]:
-    """`samples` sampled texts per prompt (P, samples): texts only (``want_logprobs=False``: the engine builds
-    no per-token log-probs), in calls of at most `prompts_per_batch` prompts and
+    """`samples` sampled texts per prompt (P, samples): texts only (``want_logprobs=False``: the
+    engine builds no per-token log-probs), in calls of at most `prompts_per_batch` prompts and
     `max_responses_per_call` responses (at least one prompt; a larger group in several calls of
     at most `max_responses_per_call` responses each). `on_batch(first, roll)`, if given, sees each
     call's `RolloutBatch` and the index of its first prompt (token measures, `_TokenStats`).
 
     Raises:
-        ValueError: no prompts, `samples < 1`, `prompts_per_batch < 1` or `max_responses_per_call < 1`.
+        ValueError: no prompts, `samples < 1`, `prompts_per_batch < 1` or
+            `max_responses_per_call < 1`.
     """
     if not prompts:
         raise ValueError("problems: expected at least one problem")

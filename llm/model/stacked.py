@@ -380,8 +380,7 @@ class StackedLM:
                 k = cache.keys[layer][:, :, : at + length]
                 v = cache.values[layer][:, :, : at + length]
                 if cache.prefix is not None:
-                    pk, pv = cache.prefix.keys[layer], cache.prefix.values[layer]
-                    shared = (pk, pv, cache.group)
+                    shared = (cache.prefix.keys[layer], cache.prefix.values[layer], cache.group)
             if prefix is not None:
                 k = torch.cat([prefix.keys[layer].repeat_interleave(group, dim=0), k], dim=2)
                 v = torch.cat([prefix.values[layer].repeat_interleave(group, dim=0), v], dim=2)
@@ -448,11 +447,9 @@ class StackedLM:
         step's keys are those P, then k's (the mask covers P + L_k)."""
         nh, nkv, d = self.n_heads, self.n_kv, self.head_dim
         rows, g = q.shape[0], nh // nkv
-        if shared is not None:
-            out = _attend_shared(q, k, v, mask, shared, nkv)
-            out = out.transpose(1, 2).reshape(self.runs, n * length, nh * d)
-            return _linear(out, p, pre + "self_attn.o_proj")
-        if q.shape[2] == 1 and (q.device.type == "cpu" and not _DECODE_MATMUL):
+        if q.shape[2] == 1 and self.decode_matmul:
+            out = _decode_matmul(q, k, v, mask, nkv, shared)
+        elif q.shape[2] == 1:
             # One query per row (a decoding step) on the CPU: broadcast products and sums beat
             # the fused kernel and batched matmuls, whose per-(row, head) set-up dominates at one
             # query. Query head i*g + j reads key-value head i (repeat_kv's order) by
@@ -462,15 +459,6 @@ class StackedLM:
             scores = scores.masked_fill(~mask[:, :, None], float("-inf"))  # (rows, nkv, g, 1, L)
             weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)  # float32, as eager
             out = (weights.transpose(-1, -2) * vg).sum(-2, keepdim=True).reshape(rows, nh, 1, d)
-        elif q.shape[2] == 1:
-            # A decoding step on a GPU: the g query heads of a key-value head as the rows of one
-            # matrix product against its keys and values, which are read once and never
-            # materialized per query head (the products above would write rows x heads x L x D).
-            qg = q.reshape(rows, nkv, g, d)
-            scores = torch.matmul(qg, k.transpose(-1, -2)) * (1.0 / math.sqrt(d))  # (.., g, L)
-            scores = scores.masked_fill(~mask, float("-inf"))  # mask (rows, 1, 1, L)
-            weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-            out = torch.matmul(weights, v).reshape(rows, nh, 1, d)
         else:
             if nkv != nh:  # grouped-query attention: repeat_kv (once per prompt or update)
                 k = k.repeat_interleave(g, dim=1)
@@ -480,31 +468,50 @@ class StackedLM:
         return _linear(out, p, pre + "self_attn.o_proj")
 
 
-def _attend_shared(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, shared: tuple[Tensor, Tensor, int], nkv: int
+def _decode_matmul(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor,
+    nkv: int,
+    shared: tuple[Tensor, Tensor, int] | None,
 ) -> Tensor:
-    """A decoding step's attention (`StackedLM._attend` with `shared`) as matrix products: the
-    ``group`` rows of a prompt read its keys and values once, as the rows of one product per
-    (prompt, key-value head), then their own responses' keys and values; one softmax over both.
-    Returns (rows, nh, 1, D)."""
-    pk, pv, group = shared
+    """A decoding step's attention (`StackedLM.decode_matmul`, a GPU's) as matrix products: the
+    g query heads of a key-value head are the rows of one product against its keys and values,
+    which are read once and never materialized per query head (the CPU's broadcast products
+    would write rows x heads x L x D). With `shared` (`StackedLM._attend`), the ``group`` rows of
+    a prompt read its keys and values together first, as the rows of one product per (prompt,
+    key-value head); one softmax over both. Returns (rows, nh, 1, D)."""
     rows, nh, _, d = q.shape
-    g, b, p = nh // nkv, rows // group, pk.shape[2]
-
-    def by_prompt(x: Tensor) -> Tensor:  # (rows, nkv, g, X) -> (B, nkv, group * g, X)
-        return x.reshape(b, group, nkv, g, -1).transpose(1, 2).reshape(b, nkv, group * g, -1)
-
-    def by_row(x: Tensor) -> Tensor:  # the inverse of by_prompt
-        return x.reshape(b, nkv, group, g, -1).transpose(1, 2).reshape(rows, nkv, g, -1)
-
-    qg = q.reshape(rows, nkv, g, d)
-    scale = 1.0 / math.sqrt(d)
-    scores = torch.cat([by_row(torch.matmul(by_prompt(qg), pk.transpose(-1, -2))),
-                        torch.matmul(qg, k.transpose(-1, -2))], dim=-1) * scale  # fmt: skip
-    scores = scores.masked_fill(~mask, float("-inf"))  # mask (rows, 1, 1, P + L_k)
+    qg = q.reshape(rows, nkv, nh // nkv, d)
+    scores = torch.matmul(qg, k.transpose(-1, -2))  # (rows, nkv, g, L_k)
+    if shared is not None:
+        pk, pv, group = shared
+        prompt = _by_row(torch.matmul(_by_prompt(qg, group), pk.transpose(-1, -2)), group)
+        scores = torch.cat([prompt, scores], dim=-1)
+    scores = scores * (1.0 / math.sqrt(d))
+    scores = scores.masked_fill(~mask, float("-inf"))  # mask (rows, 1, 1, [P +] L_k)
     weights = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    out = by_row(torch.matmul(by_prompt(weights[..., :p]), pv))
+    if shared is None:
+        return torch.matmul(weights, v).reshape(rows, nh, 1, d)
+    p = pk.shape[2]
+    out = _by_row(torch.matmul(_by_prompt(weights[..., :p], group), pv), group)
     return (out + torch.matmul(weights[..., p:], v)).reshape(rows, nh, 1, d)
+
+
+def _by_prompt(x: Tensor, group: int) -> Tensor:
+    """(rows, nkv, g, X) -> (rows // group, nkv, group * g, X): the rows continuing one prompt
+    (row ``i`` continues prompt ``i // group``) side by side, as the rows of one product."""
+    rows, nkv, g, last = x.shape
+    b = rows // group
+    return x.reshape(b, group, nkv, g, last).transpose(1, 2).reshape(b, nkv, group * g, last)
+
+
+def _by_row(x: Tensor, group: int) -> Tensor:
+    """The inverse of `_by_prompt`: (B, nkv, group * g, X) -> (B * group, nkv, g, X)."""
+    b, nkv, gg, last = x.shape
+    g = gg // group
+    return x.reshape(b, nkv, group, g, last).transpose(1, 2).reshape(b * group, nkv, g, last)
 
 
 _DECODE_MATMUL = False
