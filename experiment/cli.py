@@ -6,8 +6,12 @@ copy of these lines: it may not import this layer; docs/architecture.md.)
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
+from pathlib import Path
+
+from shaping import import_methods
 
 
 def run(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:
@@ -35,3 +39,47 @@ def one_line(e: BaseException) -> str:
     if isinstance(e, ValueError | OSError) and text:
         return text
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def extend_arguments(parser: argparse.ArgumentParser, example: str, default_out: str) -> None:
+    """A study command's extension flags (`experiment.extend`): ``--extend DIR``, ``--methods
+    FILE``, ``--import MODULE`` (repeatable) and ``--retrain-reference``."""
+    parser.add_argument("--extend", type=Path, metavar="STUDY_DIR",
+                        help=f"extend a committed study (e.g. {example}) by --methods, GRPO's "
+                             f"reference not re-trained; output in --out (default {default_out})")  # fmt: skip
+    parser.add_argument("--methods", type=Path, metavar="FILE",
+                        help="a TOML file of [[methods]] tables (with --extend)")  # fmt: skip
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import a module (name or .py path) that registers methods; "
+                             "repeatable")  # fmt: skip
+    parser.add_argument("--retrain-reference", action="store_true",
+                        help="with --extend: re-train GRPO's reference in full instead of "
+                             "reusing the committed one")  # fmt: skip
+
+
+def extending(args: argparse.Namespace) -> bool:
+    """Whether a study command extends a committed study (`extend_arguments`), after importing
+    ``--import``'s modules; checks the flags go together.
+
+    Raises:
+        ValueError: ``--extend`` without ``--methods`` or with ``--config``, ``--methods`` without
+            ``--extend``, neither ``--extend`` nor ``--config``, or a missing file (named).
+    """
+    import_methods(args.imports)
+    if args.extend is None:
+        if args.methods is not None or args.retrain_reference:
+            raise ValueError("--methods, --retrain-reference: only with --extend STUDY_DIR")
+        if args.config is None:
+            raise ValueError(
+                "study: --config FILE or --extend STUDY_DIR --methods FILE is required"
+            )
+        return False
+    if args.config is not None:
+        raise ValueError("--extend: the committed study names its own config; drop --config")
+    if args.methods is None:
+        raise ValueError("--extend: --methods FILE is required (a TOML file of [[methods]] tables)")
+    if not args.extend.is_dir():
+        raise FileNotFoundError(f"--extend: no such folder {str(args.extend)!r}")
+    if not args.methods.is_file():
+        raise FileNotFoundError(f"--methods: no such file {str(args.methods)!r}")
+    return True

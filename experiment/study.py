@@ -387,12 +387,15 @@ def claim_rows(
     size: float,
     size_distinct: float,
     equal_budget: bool = True,
+    claims: Sequence[Sequence[str]] = CLAIMS,
 ) -> list[dict[str, Any]]:
-    """One record per claim of `CLAIMS` the study has (`experiment.study_report.claims_table`'s rows): GRPO's sharpening
-    and each method's `claim_verdict` at the claimed `size` (points of pass@k) or `size_distinct`
-    (distinct correct solutions per problem)."""
+    """One record per claim of `claims` (default `CLAIMS`: the seeds' and the field's; an
+    extension adds its own methods', `experiment.extend.claims_for`) the study has
+    (`experiment.study_report.claims_table`'s rows): GRPO's sharpening and each method's
+    `claim_verdict` at the claimed `size` (points of pass@k) or `size_distinct` (distinct correct
+    solutions per problem)."""
     rows = []
-    for cid, label, measure, text in CLAIMS:
+    for cid, label, measure, text in claims:
         if cid == "grpo_sharpens":
             rows.append({"study": name, "claim": cid, "text": text, "verdict": sharp["verdict"],
                          "lift": sharp["y"] * 100, "lo": sharp["y_lo"] * 100,
@@ -432,6 +435,7 @@ def conclude(
     by_step: bool,
     costs: Mapping[str, Any] | None = None,
     defaults: Mapping[str, Any] | None = None,
+    claims: Sequence[Sequence[str]] = CLAIMS,
 ) -> dict[str, Any]:
     """The study's result (study.json) from its picks (`pick`) and the confirmation sweep's
     ``frontier``: per measure `confirm` (with `by_step`, each pick's model at its picked step;
@@ -468,6 +472,7 @@ def conclude(
         size=size,
         size_distinct=size_distinct,
         equal_budget=design.get("budget") == "equal",
+        claims=claims,
     )
     row = spread_row(name, spread.get("pass_at_k", {}))
     return {

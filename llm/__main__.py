@@ -17,6 +17,9 @@
     python -m llm study --config FILE [--workers N] [--out DIR]   # explore, pick, confirm
                         [--engine {process,batched}]
                         [--executor {local,ray} [--address HOST:6379]]
+    python -m llm study --extend STUDY_DIR --methods FILE [--import MODULE ...] [--out DIR]
+                        [--retrain-reference] [--workers N]
+                        # new methods against a committed study's reference (GRPO not re-trained)
     python -m llm spot-check STUDY.json [--runs 1] [--seed 0] [--out DIR] [--workers N]
                         [--emulate CPU]
                         # re-train a few confirmation runs here (or on a CPU QEMU emulates):
@@ -45,6 +48,7 @@ import numpy as np
 from transformers.utils import logging as hf_logging
 
 from experiment import cli
+from experiment.extend import describe as describe_extension
 from llm.config import (
     add_set_argument,
     check_model_path,
@@ -58,6 +62,7 @@ from llm.model.gguf import find_package_gguf, import_gguf
 from llm.model.load import load_model_and_tokenizer
 from llm.model.tiny import tiny_problems
 from llm.orchestrate.executor import EXECUTORS, check_executor
+from llm.orchestrate.extend import extend_study
 from llm.orchestrate.reproduce import (
     DEFAULT_CONFIG,
     DEFAULT_METHODS,
@@ -284,6 +289,19 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _study(args: argparse.Namespace) -> int:
+    if cli.extending(args):
+        out = args.out or str(Path("runs") / "llm_extend" / Path(args.extend).name)
+        if args.engine != "process":
+            raise ValueError("--engine: an extension runs on the committed study's engine "
+                             "(study.json's design.engine); drop --engine")  # fmt: skip
+        result = extend_study(
+            args.extend, args.methods, out, retrain=args.retrain_reference, workers=args.workers,
+            progress=sys.stderr.isatty(), log=not sys.stderr.isatty(), executor=args.executor,
+            address=args.address, imports=args.imports,
+        )  # fmt: skip
+        print(describe_extension(result))
+        print(f"wrote {out}/study.json and {out}/verdicts.md")
+        return 0
     out = args.out or str(Path("runs") / "llm_study" / Path(args.config).stem)
     result = run_study(
         args.config,
@@ -465,10 +483,12 @@ def _main(argv: list[str]) -> int:
 
     st = sub.add_parser("study", help="two stages: explore, pick per method, confirm on fresh "
                                       "seeds and problems, verdicts")  # fmt: skip
-    st.add_argument("--config", required=True, help="study TOML: a sweep plus [study] "
-                                                    "(configs/study_*.toml)")  # fmt: skip
+    st.add_argument("--config", help="study TOML: a sweep plus [study] "
+                                     "(configs/study_*.toml)")  # fmt: skip
+    cli.extend_arguments(st, "figures/llm_study_countdown_rule", "runs/llm_extend/<study folder>")
     st.add_argument("--workers", type=int, help="worker processes (default: one per core)")
-    st.add_argument("--out", help="output folder (default runs/llm_study/<config stem>)")
+    st.add_argument("--out", help="output folder (default runs/llm_study/<config stem>, or "
+                                  "runs/llm_extend/<study folder> with --extend)")  # fmt: skip
     _add_engine(st)
     _add_executor(st)
     st.set_defaults(func=_study)

@@ -40,6 +40,8 @@ from shaping.methods import (
     Method,
     Shaping,
     get_method,
+    import_methods,
+    imported_methods,
     methods_table,
     register,
 )
@@ -64,7 +66,9 @@ __all__ = [
     "group_rank",
     "grpo_advantages",
     "high_entropy_mask",
+    "import_methods",
     "importance_ratio",
+    "imported_methods",
     "is_correct",
     "kl_k3",
     "low_prob_confidence",

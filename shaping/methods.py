@@ -22,9 +22,12 @@ registry filled by a decorator), with the method's defaults read from its signat
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 import math
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -48,6 +51,8 @@ __all__ = [
     "Method",
     "Shaping",
     "get_method",
+    "import_methods",
+    "imported_methods",
     "methods_table",
     "register",
 ]
@@ -219,6 +224,50 @@ def get_method(name: str) -> Method:
         return _REGISTRY[name]
     except KeyError:
         raise ValueError(f"unknown method {name!r}; known: {sorted(_REGISTRY)}") from None
+
+
+_IMPORTED: list[str] = []
+
+
+def import_methods(specs: Iterable[str]) -> list[str]:
+    """Import the user's modules that register methods (``--import``), so that a method defined
+    outside the package is known by name; returns the names of the methods they registered.
+
+    Each spec is a module name importable from the current folder (``mymethods``,
+    ``lab.methods``) or a path to a ``.py`` file. A spec imported before is not imported again;
+    `imported_methods` lists them for worker processes (`llm.orchestrate.executor`).
+
+    Raises:
+        ValueError: naming the spec: no such module or file, or an error while importing it (its
+            message kept).
+    """
+    before = set(_REGISTRY)
+    for spec in specs:
+        if spec in _IMPORTED:
+            continue
+        try:
+            if spec.endswith(".py"):
+                path = str(spec)
+                name = "sharpening_user_" + re.sub(r"\W", "_", path.rsplit("/", 1)[-1][:-3])
+                loader = importlib.util.spec_from_file_location(name, path)
+                if loader is None or loader.loader is None:
+                    raise FileNotFoundError(f"no such file {path!r}")
+                module = importlib.util.module_from_spec(loader)
+                sys.modules[name] = module
+                loader.loader.exec_module(module)
+            else:
+                if "" not in sys.path and "." not in sys.path:
+                    sys.path.insert(0, "")  # the current folder, as `python -m` has it
+                importlib.import_module(spec)
+        except (ImportError, OSError, ValueError) as err:
+            raise ValueError(f"--import {spec}: {err}") from None
+        _IMPORTED.append(spec)
+    return sorted(set(_REGISTRY) - before)
+
+
+def imported_methods() -> list[str]:
+    """The specs `import_methods` imported in this process, in order."""
+    return list(_IMPORTED)
 
 
 def methods_table() -> str:

@@ -16,7 +16,9 @@ import time
 from pathlib import Path
 
 from experiment import cli
+from experiment.extend import describe as describe_extension
 from toymdp.experiments import EXPERIMENTS, _plot
+from toymdp.extend import extend_study
 from toymdp.figures import make_figures
 from toymdp.study import run_study
 from toymdp.sweep import sweep
@@ -48,11 +50,13 @@ def _main(argv: list[str]) -> int:
         "--no-cache", action="store_true", help="recompute even if cached results exist"
     )
     st = sub.add_parser("study", help="two-stage study: explore, pick, confirm, verdicts")
-    st.add_argument("--config", type=Path, required=True,
+    st.add_argument("--config", type=Path,
                     help="study TOML: a sweep file plus [study] (configs/toy/study_*.toml)")  # fmt: skip
+    cli.extend_arguments(st, "figures/toy_study_sharpening", "runs/toy_extend/<study folder>")
     st.add_argument(
-        "--out", type=Path, default=None, help="output folder (default runs/toy_study/<stem>)"
-    )
+        "--out", type=Path, default=None,
+        help="output folder (default runs/toy_study/<stem>, or runs/toy_extend/<study folder>)",
+    )  # fmt: skip
     st.add_argument(
         "--no-cache", action="store_true", help="recompute even if cached results exist"
     )
@@ -88,6 +92,14 @@ def _main(argv: list[str]) -> int:
 
 
 def _study(args: argparse.Namespace) -> int:
+    if cli.extending(args):
+        result = extend_study(args.extend, args.methods, args.out, retrain=args.retrain_reference,
+                              use_cache=not args.no_cache, progress=sys.stderr.isatty(),
+                              imports=args.imports)  # fmt: skip
+        out = args.out or Path("runs/toy_extend") / args.extend.name
+        print(describe_extension(result))
+        print(f"wrote study.json and verdicts.md to {out}/")
+        return 0
     if not args.config.is_file():
         raise FileNotFoundError(f"--config: no such file {str(args.config)!r}")
     result = run_study(

@@ -315,12 +315,16 @@ def sweep_config(
         raise
 
 
-def _sweep_into(cfg: SweepConfig, out: Path, *, use_cache: bool, progress: bool) -> dict[str, Any]:
+def run_cached(
+    cfg: SweepConfig, out: Path, *, use_cache: bool = True, progress: bool = True
+) -> tuple[dict[str, Any], bool]:
+    """`run_sweep` of `cfg`, cached in ``out/.cache/sweep-<code hash>-<config hash>.npz`` (with
+    XLA's compilation cache beside it); returns the results and whether they came from the
+    cache."""
     cache = out / ".cache"
     cache.mkdir(parents=True, exist_ok=True)
     enable_jax_cache(cache / "jax")
     path = cache / f"sweep-{code_hash(RUN_SOURCES)}-{cfg.digest()}.npz"
-    start = time.perf_counter()
     cached = use_cache and path.exists()
     if cached:
         with np.load(path) as data:
@@ -330,6 +334,12 @@ def _sweep_into(cfg: SweepConfig, out: Path, *, use_cache: bool, progress: bool)
     else:
         res = run_sweep(cfg, progress=progress)
         store.save_npz(path, {k: v for k, v in res.items() if k != "rows"})
+    return res, cached
+
+
+def _sweep_into(cfg: SweepConfig, out: Path, *, use_cache: bool, progress: bool) -> dict[str, Any]:
+    start = time.perf_counter()
+    res, cached = run_cached(cfg, out, use_cache=use_cache, progress=progress)
     run_s = time.perf_counter() - start
     analysis = analyse(cfg, res)
     doc = results_doc(cfg, res, analysis)

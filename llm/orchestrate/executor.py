@@ -26,6 +26,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from shaping import import_methods, imported_methods
+
 __all__ = ["EXECUTORS", "RAY_EXTRA", "check_executor", "die_with_parent", "map_jobs"]
 
 EXECUTORS = ("local", "ray")
@@ -141,7 +143,10 @@ def _map_local(
     # spawn, not fork: a forked child inherits torch's thread pools and can deadlock.
     ctx = multiprocessing.get_context("spawn")
     with cf.ProcessPoolExecutor(
-        max_workers=workers, mp_context=ctx, initializer=die_with_parent, initargs=(os.getpid(),)
+        max_workers=workers,
+        mp_context=ctx,
+        initializer=start_worker,
+        initargs=(os.getpid(), imported_methods()),
     ) as pool:
         futures = {pool.submit(fn, job): i for i, job in enumerate(jobs)}
         try:
@@ -160,6 +165,20 @@ def _map_local(
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 WATCHDOG_S = 1.0
 """How often a worker without a parent-death signal checks that its driver is alive."""
+
+
+def start_worker(parent: int, imports: Sequence[str] = ()) -> None:
+    """A local worker's initializer: `die_with_parent`, then the driver's ``--import`` modules
+    (`shaping.import_methods`), so that a method registered outside the package is known by name
+    in the worker too (a spawned process starts from a fresh interpreter)."""
+    die_with_parent(parent)
+    import_methods(imports)
+
+
+def with_imports(imports: Sequence[str], fn: Callable[[Any], Any], job: Any) -> Any:
+    """``fn(job)`` after importing the driver's ``--import`` modules (a Ray task's body)."""
+    import_methods(imports)
+    return fn(job)
 
 
 def die_with_parent(parent: int) -> None:
@@ -207,8 +226,9 @@ def _map_ray(
         else:
             ray.init(address=address)  # None: RAY_ADDRESS
     try:
-        remote = ray.remote(num_cpus=cpus_per_job)(fn)
-        refs = [remote.remote(job) for job in jobs]
+        remote = ray.remote(num_cpus=cpus_per_job)(with_imports)
+        imports = imported_methods()
+        refs = [remote.remote(imports, fn, job) for job in jobs]
         index = {ref: i for i, ref in enumerate(refs)}
         results: list[Any] = [None] * len(jobs)
         pending = list(refs)

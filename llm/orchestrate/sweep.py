@@ -20,7 +20,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -166,10 +166,18 @@ def run_sweep(
     engine: str = "process",
     max_batch: int = MAX_BATCH,
     log: bool = False,
+    labels: Sequence[str] | None = None,
+    steps: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, Any]:
     """Train and evaluate every (setting, seed) of `spec` into `out` and write ``results.json``.
     Without `progress`, `log` prints a line per finished run
     (`llm.orchestrate.executor.LineProgress`).
+
+    `labels`: train only these method labels' runs (with the base model's evaluation); without
+    every reference label among them the lift analysis is left to the caller (no ``frontier``,
+    lift tables or figure: `experiment.extend` merges the runs with a committed reference).
+    `steps`: per label the checkpoints to evaluate (default every checkpoint of
+    `SweepSpec.checkpoints_of`), e.g. a confirmed pick's one step.
 
     `engine`: ``process`` trains each run alone in a worker (`llm.train.trainer.train`, sampling
     with transformers' `generate`); ``batched`` packs the runs that can share a batch
@@ -204,7 +212,7 @@ def run_sweep(
         workers = default_workers() if workers is None else workers
         jobs, base_cfg, base_sha, problems, eval_key = sweep_jobs(
             spec, out, engine=engine, workers=workers, progress=progress,
-            run_bars=progress and executor == "local" and workers <= 1,
+            run_bars=progress and executor == "local" and workers <= 1, labels=labels, steps=steps,
         )  # fmt: skip
         t0 = time.perf_counter()
         units = [[j] for j in jobs] if engine == "process" else pack_jobs(jobs, workers, max_batch)
@@ -267,10 +275,12 @@ def run_sweep(
             },
         }
         t0 = time.perf_counter()
-        inputs = frontier_inputs(results)
-        results["frontier"] = frontier_analysis(results, num_resamples=num_resamples, inputs=inputs)
-        write_reports(results, out / "frontier.png", out / "lifts.md")
-        save_inputs(results, out / INPUTS, inputs, num_resamples=num_resamples)
+        if labels is None or set(spec.reference) <= set(labels):
+            inputs = frontier_inputs(results)
+            results["frontier"] = frontier_analysis(results, num_resamples=num_resamples,
+                                                    inputs=inputs)  # fmt: skip
+            write_reports(results, out / "frontier.png", out / "lifts.md")
+            save_inputs(results, out / INPUTS, inputs, num_resamples=num_resamples)
         results["timings_seconds"]["frontier"] = round(time.perf_counter() - t0, 1)
         results["timings_seconds"]["total"] = round(time.perf_counter() - t_start, 1)
         write_json(out / RESULTS, results)
@@ -278,16 +288,29 @@ def run_sweep(
 
 
 def sweep_jobs(
-    spec: SweepSpec, out: Path, *, engine: str, workers: int, progress: bool, run_bars: bool
+    spec: SweepSpec,
+    out: Path,
+    *,
+    engine: str,
+    workers: int,
+    progress: bool,
+    run_bars: bool,
+    labels: Sequence[str] | None = None,
+    steps: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[list[Job], TrainConfig, str, list[Any], dict[str, Any]]:
     """Every job of `spec` under `out` (the base model's evaluation first, then each setting ×
-    seed in file order), with the base config, the base weights' SHA-256, the problems and the
-    evaluation key; builds the base model when the config asks (here, once: workers building it
-    side by side would race on the folder). `run_bars`: each run's own progress bar.
+    seed in file order; of `labels` alone when given), with the base config, the base weights'
+    SHA-256, the problems and the evaluation key; builds the base model when the config asks
+    (here, once: workers building it side by side would race on the folder). `run_bars`: each
+    run's own progress bar; `steps`: per label the checkpoints to evaluate (`run_sweep`).
 
     Raises:
-        ValueError: an unknown `engine`, or evaluation settings the problem set cannot meet.
+        ValueError: an unknown `engine` or label, a step that is not a checkpoint of its label,
+            or evaluation settings the problem set cannot meet.
     """
+    unknown = sorted(set(labels or ()) - set(spec.labels))
+    if unknown:
+        raise ValueError(f"labels: {unknown} are not labels of the sweep ({spec.labels})")
     base_cfg = spec.base_config
     if base_cfg.build_base_model:
         # On ensure_base_model's fixed thread count, whatever `workers` is: under numerics pin 2
@@ -305,12 +328,20 @@ def sweep_jobs(
     jobs = [Job("base", None, 0, spec.base_run_config, str(out), base_sha, [0], problems, eval_key,
                 False)]  # fmt: skip
     for setting in spec.settings:
+        if labels is not None and setting.label not in labels:
+            continue
+        read = spec.checkpoints_of(setting)
+        if steps is not None and setting.label in steps:
+            wanted = [int(s) for s in steps[setting.label]]
+            if not wanted or set(wanted) - set(read):
+                raise ValueError(f"steps: {setting.label}: {wanted} are not among its checkpoints "
+                                 f"{read}")  # fmt: skip
+            read = sorted(set(wanted))
         for seed in spec.seeds:
             name = run_name(setting, seed)
             jobs.append(
                 Job(name, setting, seed, run_config(spec, setting, seed),
-                     str(out / "runs" / name), base_sha, spec.checkpoints_of(setting), problems,
-                     eval_key, run_bars)
+                     str(out / "runs" / name), base_sha, read, problems, eval_key, run_bars)
             )  # fmt: skip
     return jobs, base_cfg, base_sha, problems, eval_key
 

@@ -1,0 +1,424 @@
+"""Extend a committed study with new methods, read against its committed reference (issue 55).
+
+A run is a function of its inputs alone (`numerics`), so the reference runs of a committed study
+(GRPO's settings, seeds and problems) are what a re-run would produce: their per-problem gains,
+kept beside study.json as the two stages' lift inputs (`experiment.reread`), stand for them. An
+extension (``python -m toymdp study --extend DIR --methods FILE``, ``python -m llm study --extend
+DIR --methods FILE``; `run`) therefore trains only the new methods:
+
+1. **trust**: before anything else, the leg re-trains one committed reference run and compares its
+   fingerprint with the committed one (`check_trust`); a mismatch (another numerics pin, another
+   package version, edited code) refuses the extension naming the run and both fingerprints,
+   unless the reference is re-trained in full (``retrain``: then nothing committed is reused and
+   study.json says so);
+2. **explore**: the new ``[[methods]]`` entries (`read_methods`) under the study's own tuning
+   budget (its ``tune`` axes and checkpoints, checked by the study's equal-budget rule), on the
+   study's exploration seeds and problems; merged with the committed reference models (`merge`);
+   per new label the pick by the study's registered rule (`experiment.study.pick`);
+3. **confirm**: only the picks, on the study's confirmation seeds and problems, merged with the
+   committed confirmation's reference models; concluded by the procedure in force
+   (`experiment.study.conclude`), each new method's claim from `claims_for`.
+
+The extension's family is its own: Holm runs over the new methods only, not over the committed
+study's methods as well. A reader comparing many extensions of one study holds a family per
+extension, so across extensions the family-wise error adds up (k extensions at level α: up to
+k·α that some null method of some extension is read "supported"); docs/statistics.md.
+
+Outputs in a new folder (never the committed one): study.json (with ``extends``: the committed
+study's folder, name, provenance and the SHA-256 of its study.json and lift inputs), verdicts.md,
+each stage's lift table, frontier figure and merged lift inputs (so ``python -m experiment reread``
+re-reads an extension as a study), ``trust.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from experiment import frontier, report, store
+from experiment import study as S
+from experiment import study_report as R
+from experiment.reread import INPUTS, load_inputs, save_inputs, sections, write_study
+from experiment.two_stage import how
+
+__all__ = [
+    "STAGES",
+    "Committed",
+    "ExtensionLeg",
+    "check_config",
+    "check_trust",
+    "claims_for",
+    "describe",
+    "gains_fingerprint",
+    "load_committed",
+    "merge",
+    "read_methods",
+    "run",
+]
+
+STAGES = ("explore", "confirm")
+
+CLAIM_MEASURES = ("pass_at_k", "distinct_correct")
+"""The measures a new method's claim may name (``claim`` in its ``[[methods]]`` entry)."""
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A committed study, as `load_committed` read it.
+
+    Attributes:
+        dir: its folder (published, or a study's output folder).
+        doc: its study.json.
+        stages: ``{"explore", "confirm"}``: each stage's lift inputs (`experiment.reread.load_inputs`).
+        config: the study file its provenance names, its content checked (`check_config`).
+        hashes: SHA-256 of study.json and of each stage's lift inputs (the extension records them).
+    """
+
+    dir: Path
+    doc: dict[str, Any]
+    stages: dict[str, dict[str, Any]]
+    config: Path
+    hashes: dict[str, str]
+
+    @property
+    def reference(self) -> list[str]:
+        """The reference labels of the study (GRPO's)."""
+        return list(next(iter(self.stages["explore"]["measures"].values()))["reference"])
+
+
+def check_config(provenance: Mapping[str, Any], where: str | Path) -> Path:
+    """The study file a study's `provenance` names, checked: it exists (relative paths are read
+    from the current folder, the repository root) and its parsed content has the recorded SHA-256
+    (`experiment.study_report.provenance`).
+
+    Raises:
+        ValueError: no config in the provenance, or a config whose content changed since (both
+            SHA-256 named, and the study's commit to check out), naming `where`.
+        FileNotFoundError: the config file is missing, naming it and `where`.
+    """
+    if not isinstance(provenance, Mapping) or "config" not in provenance:
+        raise ValueError(f"{where}: its provenance names no config file")
+    path = Path(provenance["config"])
+    if not path.is_file():
+        raise FileNotFoundError(f"{where}: its config {str(path)!r} does not exist (run from the "
+                                "repository root)")  # fmt: skip
+    here = R.provenance(path, "")["config_sha256"]
+    if here != provenance.get("config_sha256"):
+        raise ValueError(f"{path}: its content changed since the study (sha256 {here[:12]}, the "
+                         f"study's {str(provenance.get('config_sha256'))[:12]}); check out the "
+                         f"study's commit {str(provenance.get('git_commit', '?'))[:12]}")  # fmt: skip
+    return path
+
+
+def load_committed(study_dir: str | Path) -> Committed:
+    """Read a committed study folder: study.json with its ``reading``, ``picks`` and
+    ``provenance``, both stages' lift inputs (published ``<stage>_lift_inputs.npz`` or the
+    stage folder's ``lift_inputs.npz``) and its config (`check_config`).
+
+    Raises:
+        ValueError: study.json missing, unreadable or without a key an extension needs (named),
+            lift inputs whose stages disagree on the reference, or a changed config.
+        FileNotFoundError: a stage's lift inputs or the config are missing.
+    """
+    src = Path(study_dir)
+    path = src / "study.json"
+    doc = store.read_json(path)
+    if not isinstance(doc, dict):
+        raise ValueError(f"study_dir: {path} is missing or unreadable")
+    for key in ("study", "reading", "design", "provenance", "picks"):
+        if key not in doc:
+            raise ValueError(f"{path}: no {key!r} (not a study written by a two-stage study)")
+    stages, hashes = {}, {"study.json": _sha256(path)}
+    for stage in STAGES:
+        published = src / f"{stage}_{INPUTS}"
+        file = published if published.is_file() else src / stage / INPUTS
+        stages[stage] = load_inputs(file)
+        hashes[f"{stage}_{INPUTS}"] = _sha256(file)
+    refs = {stage: [a["reference"] for a in data["measures"].values()]
+            for stage, data in stages.items()}  # fmt: skip
+    if refs["explore"][0] != refs["confirm"][0]:
+        raise ValueError(f"{src}: the stages' reference labels differ: {refs}")
+    return Committed(src, doc, stages, check_config(doc["provenance"], path), hashes)
+
+
+METHOD_FILE_KEYS = ("methods",)
+
+
+def read_methods(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """The ``[[methods]]`` tables of a methods file (the sweep grammar's entries,
+    `experiment.spec`) and each label's claimed measure: an entry's optional ``claim`` key,
+    ``"pass_at_k"`` (default) or ``"distinct_correct"``, is removed from the entry.
+
+    Raises:
+        ValueError: naming the file: an unreadable file, a key other than ``methods``, no
+            entries, an entry that is not a table, or an unknown ``claim``.
+    """
+    path = Path(path)
+    doc = store.read_toml(path)
+    unknown = sorted(set(doc) - set(METHOD_FILE_KEYS))
+    if unknown:
+        raise ValueError(f"{path}: unknown key(s) {unknown}: a methods file holds [[methods]] "
+                         "tables only (the study's tune, seeds and checkpoints are its own)")  # fmt: skip
+    entries = doc.get("methods")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: no [[methods]] table")
+    out, claims = [], {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: methods[{i}]: expected a table, got {entry!r}")
+        entry = dict(entry)
+        measure = entry.pop("claim", "pass_at_k")
+        if measure not in CLAIM_MEASURES:
+            raise ValueError(f"{path}: methods[{i}].claim: expected one of {CLAIM_MEASURES}, "
+                             f"got {measure!r}")  # fmt: skip
+        claims[str(entry.get("label", entry.get("method")))] = measure
+        out.append(entry)
+    return out, claims
+
+
+def claims_for(labels: Mapping[str, str]) -> tuple[tuple[str, str, str, str], ...]:
+    """The claims an extension judges: GRPO's sharpening, then per new label (`labels`: label →
+    claimed measure) the committed claim of that label where `experiment.study.CLAIMS` has one,
+    else "LABEL beats GRPO's trade-off" in its measure."""
+    known = {c[1]: c for c in S.CLAIMS}
+    out = [next(c for c in S.CLAIMS if c[0] == "grpo_sharpens")]
+    for label, measure in labels.items():
+        if label in known and known[label][2] == measure:
+            out.append(known[label])
+            continue
+        what = "pass@k" if measure == "pass_at_k" else "distinct correct"
+        out.append((label, label, measure,
+                    f"{label} beats GRPO's trade-off ({what} at matched pass@1)"))  # fmt: skip
+    return tuple(out)
+
+
+def gains_fingerprint(x: np.ndarray, y: np.ndarray) -> str:
+    """SHA-256 of a model set's per-problem gains `x`, `y` `(M, S, P)` as float64 bytes (C order):
+    equal fingerprints, equal verdict inputs."""
+    h = hashlib.sha256()
+    for a in (x, y):
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def merge(
+    committed: Mapping[str, Any],
+    new: Mapping[str, Mapping[str, Any]],
+    reference: Sequence[str],
+    *,
+    reuse: bool = True,
+    where: str = "stage",
+) -> dict[str, Any]:
+    """One stage's lift inputs: the committed stage's reference models (`reuse`; else the new
+    inputs' own) and the new inputs' other models, in `experiment.reread.load_inputs`' layout
+    with the committed stage's draws, seed, level, paragraph and title (so that the reading is
+    the committed study's).
+
+    Args:
+        committed: a loaded stage (`experiment.reread.load_inputs`).
+        new: ``{measure: {"x", "y", "models", "rows", "reference", "k"}}`` of the new runs
+            (`x`, `y` `(M', S, P)`), the base model filed under the reference at step 0.
+
+    Raises:
+        ValueError: naming `where`: a measure missing, seeds × problems or k that differ from
+            the committed stage's, or no model to add.
+    """
+    ref = set(reference)
+    out = {k: v for k, v in committed.items() if k != "measures"}
+    out["measures"] = {}
+    for measure, a in committed["measures"].items():
+        if measure not in new:
+            raise ValueError(f"{where}: the new runs have no {measure!r} gains")
+        b = new[measure]
+        if np.shape(b["x"])[1:] != np.shape(a["x"])[1:]:
+            raise ValueError(f"{where}: {measure}: the new runs' (seeds, problems) "
+                             f"{np.shape(b['x'])[1:]} differ from the committed "
+                             f"{np.shape(a['x'])[1:]}")  # fmt: skip
+        if b["k"] != a["k"]:
+            raise ValueError(f"{where}: {measure}: k {b['k']} differs from the committed {a['k']}")
+        keep_a = [i for i, m in enumerate(a["models"].method) if m in ref] if reuse else []
+        keep_b = [i for i, m in enumerate(b["models"].method) if reuse is False or m not in ref]
+        if not any(b["models"].method[i] not in ref for i in keep_b):
+            raise ValueError(f"{where}: {measure}: no new model to read")
+        parts = [(a, keep_a), (b, keep_b)]
+        x = np.concatenate([np.asarray(s["x"], dtype=np.float64)[i] for s, i in parts])
+        y = np.concatenate([np.asarray(s["y"], dtype=np.float64)[i] for s, i in parts])
+        models = frontier.Models(*(
+            [getattr(s["models"], f)[j] for s, i in parts for j in i]
+            for f in ("method", "setting", "step")
+        ))  # fmt: skip
+        rows = [dict(s["rows"][j]) for s, i in parts for j in i]
+        out["measures"][measure] = {"x": x, "y": y, "models": models, "rows": rows,
+                                    "reference": list(reference), "k": a["k"]}  # fmt: skip
+    return out
+
+
+def check_trust(rows: Sequence[Mapping[str, Any]], study: str | Path) -> None:
+    """Refuse an extension whose re-trained reference run differs from the committed one.
+
+    Args:
+        rows: per re-trained run ``{"run", "committed", "here"}`` (fingerprints).
+
+    Raises:
+        ValueError: one line naming the first differing run, both fingerprints, and the way out
+            (``--retrain-reference``).
+    """
+    for r in rows:
+        if r["committed"] != r["here"]:
+            raise ValueError(f"{study}: reference run {r['run']!r} re-trained here has fingerprint "
+                             f"{str(r['here'])[:16]}, the committed study's {str(r['committed'])[:16]}"
+                             " (another numerics pin, package version or code): its committed "
+                             "reference cannot stand for a re-run; pass --retrain-reference to "
+                             "re-train the reference in full")  # fmt: skip
+
+
+class ExtensionLeg(Protocol):
+    """What a leg gives `run`: the new methods' runs of both stages, on the committed design."""
+
+    unit: str
+    """the problem unit of the lift, capitalized ("Problems", "Dataset draws")"""
+    labels: list[str]
+    """the new method labels, in file order"""
+    claims: Mapping[str, str]
+    """each new label's claimed measure (`read_methods`; a label not named claims pass@k)"""
+    budget: tuple[str, str | None]
+    """`experiment.spec.check_budget`'s (budget, how it is unequal or None) over the new
+    methods and the reference"""
+
+    def trust(self) -> list[dict[str, Any]]:
+        """Re-train one committed reference run (the cheapest) and the base model's evaluation
+        where there is one; per run ``{"run", "committed", "here"}`` fingerprints."""
+        ...
+
+    def explore(self, retrain: bool) -> Mapping[str, Mapping[str, Any]]:
+        """Train and evaluate the new methods' exploratory runs (and, with `retrain`, the
+        reference's); their lift inputs per measure (`merge`'s `new`)."""
+        ...
+
+    def confirm(
+        self, picks: Mapping[str, Mapping[str, Any]], retrain: bool
+    ) -> Mapping[str, Mapping[str, Any]]:
+        """Train and evaluate the pass@k `picks` (per new label) on the confirmation's seeds and
+        problems (and, with `retrain`, the reference's confirmation runs); their lift inputs."""
+        ...
+
+    def stages(self) -> tuple[str, str]:
+        """The design paragraph's two clauses (`experiment.two_stage.how`)."""
+        ...
+
+    def extras(self) -> dict[str, Any]:
+        """study.json's entries of this leg alone (e.g. the new runs' ``fingerprints``)."""
+        ...
+
+
+def _family(labels: Sequence[str], committed: str, reused: bool) -> str:
+    src = ("its reference models are the committed study's (not re-trained)" if reused else
+           "its reference was re-trained in full (--retrain-reference)")  # fmt: skip
+    return (f"Extension of the committed study {committed!r} by {', '.join(labels)}: {src}. "
+            f"Holm's family is the extension's own new methods ({len(labels)}), not the committed "
+            "study's: a reader comparing several extensions of one study holds one family per "
+            "extension.")  # fmt: skip
+
+
+def run(
+    leg: ExtensionLeg,
+    committed: Committed,
+    out: str | Path,
+    *,
+    methods_path: str | Path,
+    numerics_tag: str,
+    retrain: bool = False,
+    imports: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Extend `committed` by `leg`'s new methods (module docstring) into `out`; returns the
+    extension's study.json dict.
+
+    Raises:
+        ValueError: `out` is the committed folder; the trust check failed (`check_trust`); as
+            `merge`.
+    """
+    out = Path(out)
+    if out.resolve() == committed.dir.resolve():
+        raise ValueError(
+            f"out: {out} is the committed study's folder; an extension writes a new one"
+        )
+    doc, reference = committed.doc, committed.reference
+    trust = [] if retrain else leg.trust()
+    store.write_json(out / "trust.json", {"retrain_reference": retrain, "runs": trust}, indent=1)
+    check_trust(trust, committed.dir)
+    found, merged = {}, {}
+    merged["explore"] = merge(committed.stages["explore"], leg.explore(retrain), reference,
+                              reuse=not retrain, where="explore")  # fmt: skip
+    found["explore"] = sections(merged["explore"])
+    picks = S.pick(found["explore"])
+    merged["confirm"] = merge(committed.stages["confirm"], leg.confirm(picks["pass_at_k"], retrain),
+                              reference, reuse=not retrain, where="confirm")  # fmt: skip
+    found["confirm"] = sections(merged["confirm"])
+    reading = dict(doc["reading"])
+    d = doc["design"]
+    budget, unequal = leg.budget
+    design = {k: v for k, v in d.items() if k not in ("alpha", "claim_size", "claim_size_distinct")}
+    claims = claims_for({label: leg.claims.get(label, "pass_at_k") for label in leg.labels})
+    name = f"{doc['study']} + {', '.join(leg.labels)}"
+    result = S.conclude(
+        name, picks, found["confirm"], reference=reading["reference"], alpha=d["alpha"],
+        size=d["claim_size"], size_distinct=d["claim_size_distinct"],
+        problems=reading["problems"], design={**design, "budget": budget},
+        provenance=R.provenance(Path(methods_path), numerics_tag), by_step=reading["by_step"],
+        costs=doc.get("costs"), defaults=reading["defaults"], claims=claims,
+    )  # fmt: skip
+    result["provenance"]["imports"] = list(imports)
+    result["extends"] = {"study": doc["study"], "dir": str(committed.dir),
+                         "provenance": doc["provenance"], "sha256": committed.hashes,
+                         "reference": "re-trained in full" if retrain else "committed",
+                         "trust": trust}  # fmt: skip
+    result.update(leg.extras())
+    for stage in STAGES:
+        data = merged[stage]
+        intro = _intro(data)
+        store.write_text(out / f"{stage}_lifts.md", report.lift_markdown(found[stage], intro))
+        labels = [*reference, *leg.labels]
+        report.plot_frontier(found[stage], out / f"{stage}_frontier.png", labels=labels,
+                             reference=reference, title=f"{data['title']} (extension)")  # fmt: skip
+        save_inputs(out / f"{stage}_{INPUTS}", data["measures"], num_resamples=data["num_resamples"],
+                    seed=data["seed"], level=data["level"], intro=intro, labels=labels,
+                    title=data["title"])  # fmt: skip
+    explored, confirmed = leg.stages()
+    text = f"{how(explored, confirmed, unequal)} {_family(leg.labels, doc['study'], not retrain)}"
+    reading["claims"] = [list(c) for c in claims]
+    write_study(out, result, reading=reading, how=text, unit=reading.get("unit", leg.unit))
+    return result
+
+
+def _intro(stage: Mapping[str, Any]) -> str:
+    """A loaded stage's lift-table paragraph with the procedure's texts filled in
+    (`experiment.reread.save_inputs` stores them as placeholders)."""
+    text = stage["intro"].replace("<lift method>", report.LIFT_METHOD)
+    return text.replace("<lift status>", report.LIFT_STATUS)
+
+
+def describe(result: Mapping[str, Any]) -> str:
+    """One line per new method's claim (the command's output): its verdict, confirmed lift,
+    interval and MDE, or why it has no lift."""
+    lines = []
+    for row in result["claims"]:
+        if row["claim"] in ("grpo_sharpens", "grpo_spread"):
+            continue
+        if row.get("lift") is None:
+            lines.append(f"{row['claim']}: {row['verdict']} (no lift: {row.get('status')})")
+            continue
+        mde = "" if row.get("mde") is None else f", MDE {row['mde']:.2f}"
+        lines.append(f"{row['claim']}: {row['verdict']}, lift {row['lift']:+.2f} "
+                     f"[{row['lo']:+.2f}, {row['hi']:+.2f}] {row['unit']}{mde}")  # fmt: skip
+    return "\n".join(lines)
