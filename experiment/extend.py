@@ -355,6 +355,7 @@ def run(
         )
     doc, reference = committed.doc, committed.reference
     trust = [] if retrain else leg.trust()
+    out.mkdir(parents=True, exist_ok=True)
     store.write_json(out / "trust.json", {"retrain_reference": retrain, "runs": trust}, indent=1)
     check_trust(trust, committed.dir)
     found, merged = {}, {}

@@ -59,6 +59,10 @@ class ToyExtension:
     def __post_init__(self) -> None:
         self.cfg, self.spec = load_study(self.committed.config)
         ref = list(self.cfg.reference)
+        clash = sorted({str(m.get("label", m.get("method"))) for m in self.methods} & set(ref))
+        if clash:
+            raise ValueError(f"{self.methods_path}: methods: {clash} is the study's reference "
+                             "label; give the entry another label")  # fmt: skip
         doc = dict(self.cfg.doc)
         entries = [m for m in doc["methods"] if m.get("label", m["method"]) in ref]
         doc["methods"] = entries + self.methods
@@ -67,10 +71,6 @@ class ToyExtension:
         except ValueError as err:
             raise ValueError(f"{self.methods_path}: {err}") from None
         self.labels = [m.label for m in self.ext.methods if m.label not in ref]
-        clash = sorted({str(m.get("label", m.get("method"))) for m in self.methods} & set(ref))
-        if clash:
-            raise ValueError(f"{self.methods_path}: methods: {clash} is the study's reference "
-                             "label; give the entry another label")  # fmt: skip
         self.budget = two_stage.study_budget(SW.budgets(self.ext), self.ext.reference, self.spec,
                                              self.methods_path)  # fmt: skip
         self.prints: dict[str, dict[str, str]] = {}
