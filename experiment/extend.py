@@ -228,16 +228,25 @@ def merge(
     Args:
         committed: a loaded stage (`experiment.reread.load_inputs`).
         new: ``{measure: {"x", "y", "models", "rows", "reference", "k"}}`` of the new runs
-            (`x`, `y` `(M', S, P)`), the base model filed under the reference at step 0.
+            (`x`, `y` `(M', S, P)`), the base model filed under the reference at step 0; empty:
+            the committed reference alone (no pick to confirm).
 
     Raises:
-        ValueError: naming `where`: a measure missing, seeds × problems or k that differ from
-            the committed stage's, or no model to add.
+        ValueError: naming `where`: a measure missing, or seeds × problems or k that differ
+            from the committed stage's.
     """
     ref = set(reference)
     out = {k: v for k, v in committed.items() if k != "measures"}
     out["measures"] = {}
     for measure, a in committed["measures"].items():
+        if not new:  # the committed stage's reference alone
+            i = [j for j, m in enumerate(a["models"].method) if m in ref]
+            out["measures"][measure] = {
+                **a, "x": np.asarray(a["x"])[i], "y": np.asarray(a["y"])[i], "rows": [a["rows"][j] for j in i],
+                "models": frontier.Models(*([getattr(a["models"], f)[j] for j in i]
+                                            for f in ("method", "setting", "step"))),
+            }  # fmt: skip
+            continue
         if measure not in new:
             raise ValueError(f"{where}: the new runs have no {measure!r} gains")
         b = new[measure]
@@ -249,8 +258,6 @@ def merge(
             raise ValueError(f"{where}: {measure}: k {b['k']} differs from the committed {a['k']}")
         keep_a = [i for i, m in enumerate(a["models"].method) if m in ref] if reuse else []
         keep_b = [i for i, m in enumerate(b["models"].method) if reuse is False or m not in ref]
-        if not any(b["models"].method[i] not in ref for i in keep_b):
-            raise ValueError(f"{where}: {measure}: no new model to read")
         parts = [(a, keep_a), (b, keep_b)]
         x = np.concatenate([np.asarray(s["x"], dtype=np.float64)[i] for s, i in parts])
         y = np.concatenate([np.asarray(s["y"], dtype=np.float64)[i] for s, i in parts])
@@ -363,8 +370,12 @@ def run(
                               reuse=not retrain, where="explore")  # fmt: skip
     found["explore"] = sections(merged["explore"])
     picks = S.pick(found["explore"])
-    merged["confirm"] = merge(committed.stages["confirm"], leg.confirm(picks["pass_at_k"], retrain),
-                              reference, reuse=not retrain, where="confirm")  # fmt: skip
+    if picks["pass_at_k"] or retrain:
+        new = leg.confirm(picks["pass_at_k"], retrain)
+        merged["confirm"] = merge(committed.stages["confirm"], new, reference,
+                                  reuse=not retrain, where="confirm")  # fmt: skip
+    else:  # no new model left the base: nothing to confirm, the committed reference alone
+        merged["confirm"] = merge(committed.stages["confirm"], {}, reference, where="confirm")
     found["confirm"] = sections(merged["confirm"])
     reading = dict(doc["reading"])
     d = doc["design"]
@@ -380,6 +391,7 @@ def run(
         costs=doc.get("costs"), defaults=reading["defaults"], claims=claims,
     )  # fmt: skip
     result["provenance"]["imports"] = list(imports)
+    result["unpicked"] = [label for label in leg.labels if label not in picks["pass_at_k"]]
     result["extends"] = {"study": doc["study"], "dir": str(committed.dir),
                          "provenance": doc["provenance"], "sha256": committed.hashes,
                          "reference": "re-trained in full" if retrain else "committed",
@@ -412,7 +424,11 @@ def _intro(stage: Mapping[str, Any]) -> str:
 def describe(result: Mapping[str, Any]) -> str:
     """One line per new method's claim (the command's output): its verdict, confirmed lift,
     interval and MDE, or why it has no lift."""
-    lines = []
+    lines = [
+        f"{label}: no pick (none of its models has a lift or lies below GRPO's range: they "
+        "never left the base model)"
+        for label in result.get("unpicked", [])
+    ]
     for row in result["claims"]:
         if row["claim"] in ("grpo_sharpens", "grpo_spread"):
             continue

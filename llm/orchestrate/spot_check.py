@@ -16,6 +16,7 @@ import numpy as np
 import numerics
 from experiment import store
 from experiment import study_report as R
+from experiment.extend import check_config
 from llm.orchestrate.study_spec import confirmation, load_study
 from llm.orchestrate.sweep import rerun_runs
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
@@ -71,13 +72,8 @@ def spot_check(
         raise ValueError(f"{study_path}: no fingerprints (a study.json written before they were "
                          "recorded); read the study again with python -m llm study")  # fmt: skip
     prov = doc["provenance"]
-    config_path = Path(prov["config"])
+    config_path = check_config(prov, study_path)
     here = R.provenance(config_path, numerics.tag())
-    if here["config_sha256"] != prov["config_sha256"]:
-        raise ValueError(f"{config_path}: its content changed since the study (sha256 "
-                         f"{here['config_sha256'][:12]}, the study's {prov['config_sha256'][:12]}); "
-                         "check out the study's commit "
-                         f"{prov.get('git_commit', '?')[:12]}")  # fmt: skip
     pinned = str(prov.get("numerics", ""))
     if pinned.startswith("pinned") and pinned != here["numerics"]:
         setting = numerics.setting_for(pinned)
