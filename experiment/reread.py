@@ -180,11 +180,12 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
         size_distinct=doc["design"]["claim_size_distinct"], problems=reading["problems"],
         design=design, provenance=doc["provenance"], by_step=reading["by_step"],
         costs=doc.get("costs"), defaults=reading["defaults"],
+        claims=[tuple(c) for c in reading.get("claims", S.CLAIMS)],
     )  # fmt: skip
     if pending:
         result["pending"] = {label: {k: p.get(k) for k in S.PICK_KEYS}
                              for label, p in pending.items()}  # fmt: skip
-    for key in ("measures", "fingerprints"):  # of the confirmation's models: unchanged
+    for key in ("measures", "fingerprints", "extends"):  # of the trained models: unchanged
         if key in doc:
             result[key] = doc[key]
     result["reread"] = {"from": doc.get("procedure"), "procedure": inference.PROCEDURE,

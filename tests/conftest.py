@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from shaping import methods as shaping_methods
+
 settings.register_profile(
     "default",
     derandomize=True,
@@ -140,3 +142,14 @@ def own_process(test: Callable) -> Callable:
     launcher.pytestmark = list(getattr(test, "pytestmark", []))
     launcher.place_as = test  # pytest reports the test's file and line (a skip's), not these
     return launcher
+
+
+@pytest.fixture
+def registry_snapshot():
+    """The method registry as it was before the test (`shaping.import_methods` registers a user's
+    methods in this process; the registry's own tests expect the package's methods alone)."""
+    saved, imported = dict(shaping_methods._REGISTRY), list(shaping_methods._IMPORTED)
+    yield
+    shaping_methods._REGISTRY.clear()
+    shaping_methods._REGISTRY.update(saved)
+    shaping_methods._IMPORTED[:] = imported

@@ -105,6 +105,7 @@ def test_rederiving_a_method_gives_the_full_studys_runs(studies, tmp_path, capsy
         (studies["without"] / "study.json").read_text())["provenance"]  # fmt: skip
 
 
+@pytest.mark.usefixtures("registry_snapshot")
 def test_a_method_defined_outside_the_package_trains_in_spawned_workers(studies, tmp_path):
     out = tmp_path / "mine"
     argv = ["study", "--extend", str(studies["without"]), "--methods",

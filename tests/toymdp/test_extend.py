@@ -137,6 +137,7 @@ def test_rederiving_a_method_gives_the_full_studys_pick_and_confirmation(studies
     assert {r["claim"] for r in again["claims"]} == set(rows)
 
 
+@pytest.mark.usefixtures("registry_snapshot")
 def test_a_method_defined_outside_the_package_is_extended(studies, tmp_path, capsys):
     out = tmp_path / "mine"
     code = main(["study", "--extend", str(studies["without"]), "--methods",
@@ -144,6 +145,8 @@ def test_a_method_defined_outside_the_package_is_extended(studies, tmp_path, cap
                  str(ROOT / "examples" / "my_methods.py"), "--out", str(out)])  # fmt: skip
     assert code == 0
     assert "centred_ds" in shaping.METHODS
+    again = reread.reread(out, tmp_path / "again")  # its own claim kept (study.json's reading)
+    assert any(r["claim"] == "centred_ds" for r in again["claims"])
     printed = capsys.readouterr().out
     assert printed.startswith("centred_ds: ") and "wrote study.json" in printed
     doc = json.loads((out / "study.json").read_text())
