@@ -17,7 +17,9 @@ folders (no cache):
 Each command runs as its own process (start-up and compilation included). Prints both wall
 times and their ratio, and writes them with the machine, the phases of the extension (the trust
 check, exploration, confirmation and reading, from its folder's file times) and both verdicts to
-`--out` (default bench/results/extend_<leg>.json). Nothing else should run beside it.
+`--out` (default bench/results/extend_<leg>.json). A methods file whose labels the committed study
+also has re-derives them: the output compares each one's pick, confirmation gains and confirmed
+lift with the committed ones (``rederived``). Nothing else should run beside it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import numpy as np
+
+from experiment import reread
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = {"toy": "figures/toy_study_sharpening", "llm": "figures/llm_study_countdown_rule"}
@@ -56,6 +62,40 @@ def _phases(out: Path) -> dict[str, float]:
     return times
 
 
+def rederived(study: Path, ext: Path) -> dict[str, dict]:
+    """For each extension label the committed study also has (a committed method re-derived):
+    whether the pick (setting, checkpoint) and the confirmation's gains at it are the committed
+    ones, and the committed and re-derived confirmed lift (points) and Holm p."""
+    committed, mine = (json.loads((d / "study.json").read_text()) for d in (study, ext))
+    theirs_in = reread.load_inputs(study / f"confirm_{reread.INPUTS}")["measures"]["pass_at_k"]
+    mine_in = reread.load_inputs(ext / f"confirm_{reread.INPUTS}")["measures"]["pass_at_k"]
+    out = {}
+    for label, p in mine["picks"]["pass_at_k"].items():
+        q = committed["picks"]["pass_at_k"].get(label)
+        if q is None:
+            continue
+        same_pick = (p["setting"], p["step"]) == (q["setting"], q["step"])
+
+        def gains(a: dict, label: str = label, step: int = p["step"]) -> np.ndarray | None:
+            i = [j for j in a["models"].select(label) if a["models"].step[j] == step]
+            return np.stack([a["x"][i[0]], a["y"][i[0]]]) if i else None
+
+        g, h = gains(mine_in), gains(theirs_in)
+        c, e = (d["confirmed"]["pass_at_k"][label] for d in (committed, mine))
+        out[label] = {"same_pick": same_pick, "pick": [p["setting"], p["step"]],
+                      "committed_pick": [q["setting"], q["step"]],
+                      "same_confirmation_gains": bool(g is not None and h is not None
+                                                      and np.array_equal(g, h)),
+                      "lift_points": {"committed": 100 * c["lift"] if c["lift"] is not None
+                                      else None,
+                                      "extension": 100 * e["lift"] if e["lift"] is not None
+                                      else None},
+                      "se_points": {"committed": 100 * c["se"] if c["se"] else None,
+                                    "extension": 100 * e["se"] if e["se"] else None},
+                      "p_holm": {"committed": c["p_holm"], "extension": e["p_holm"]}}  # fmt: skip
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--leg", choices=sorted(STUDIES), required=True)
@@ -79,7 +119,10 @@ def main() -> int:
                           "cores": os.cpu_count()},
               "extend_seconds": round(t_ext, 1), "extend_phases_end_seconds": phases,
               "extend_verdicts": json.loads((ext_out / "study.json").read_text())["claims"]}  # fmt: skip
+    result["rederived"] = rederived(study, ext_out)
     print(f"extend: {t_ext:.0f} s (phases end at {phases})")
+    for label, r in result["rederived"].items():
+        print(f"re-derived {label}: {r}")
     if not args.skip_full:
         t_full = _run([*argv, str(work / "full"), "--retrain-reference"], work / "full.log")
         result["full_seconds"] = round(t_full, 1)

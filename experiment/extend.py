@@ -51,6 +51,7 @@ __all__ = [
     "Committed",
     "ExtensionLeg",
     "check_config",
+    "check_out",
     "check_trust",
     "claims_for",
     "describe",
@@ -290,6 +291,18 @@ def check_trust(rows: Sequence[Mapping[str, Any]], study: str | Path) -> None:
                              "re-train the reference in full")  # fmt: skip
 
 
+def check_out(out: Path, committed: Committed) -> None:
+    """Refuse an output folder that is the committed study's folder or inside it.
+
+    Raises:
+        ValueError: naming `out` and the committed folder.
+    """
+    here, there = Path(out).resolve(), committed.dir.resolve()
+    if here == there or there in here.parents:
+        raise ValueError(f"out: {out} is in the committed study's folder {committed.dir}; an "
+                         "extension writes a new one")  # fmt: skip
+
+
 class ExtensionLeg(Protocol):
     """What a leg gives `run`: the new methods' runs of both stages, on the committed design."""
 
@@ -352,14 +365,11 @@ def run(
     extension's study.json dict.
 
     Raises:
-        ValueError: `out` is the committed folder; the trust check failed (`check_trust`); as
+        ValueError: `out` is (or is inside) the committed folder; the trust check failed (`check_trust`); as
             `merge`.
     """
     out = Path(out)
-    if out.resolve() == committed.dir.resolve():
-        raise ValueError(
-            f"out: {out} is the committed study's folder; an extension writes a new one"
-        )
+    check_out(out, committed)
     doc, reference = committed.doc, committed.reference
     trust = [] if retrain else leg.trust()
     out.mkdir(parents=True, exist_ok=True)

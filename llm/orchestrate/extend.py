@@ -14,8 +14,8 @@ cheapest committed reference run of the exploration (`llm.orchestrate.sweep.reru
 compares its fingerprint (checkpoint weights and per-problem counts,
 `llm.orchestrate.sweep.run_fingerprint`) and the base model's with study.json's ``fingerprints``.
 
-Outputs in OUT (default ``runs/llm_extend/<study folder name>``): ``trust/``, ``explore/`` and
-``confirm/`` (sweep folders; a rerun resumes run by run and reuses every finished run and
+Outputs in OUT (default ``runs/llm_extend/<study folder name>``): ``explore/`` (with the trust
+check's runs) and ``confirm/`` (sweep folders; a rerun resumes run by run and reuses every finished run and
 evaluation), and `experiment.extend.run`'s files.
 """
 
@@ -82,15 +82,16 @@ class LLMExtension:
             raise ValueError(f"{self.committed.dir}: study.json has no exploration fingerprints "
                              "to check a re-trained reference run against; pass "
                              "--retrain-reference")  # fmt: skip
-        jobs, *_ = sweep_jobs(self.sweep, self.out / "trust", engine=self.engine, workers=1,
-                              progress=False, run_bars=False,
-                              labels=self.sweep.reference[:1])  # fmt: skip
+        # In the exploration's folder: its stage then reuses the base model's evaluation.
+        folder = self.out / "explore"
+        jobs, *_ = sweep_jobs(self.sweep, folder, engine=self.engine, workers=1, progress=False,
+                              run_bars=False, labels=self.sweep.reference[:1])  # fmt: skip
         runs = [j for j in jobs[1:] if j.name in committed]
         if not runs:
             raise ValueError(f"{self.committed.dir}: no reference run of the exploration has a "
                              "committed fingerprint; pass --retrain-reference")  # fmt: skip
         cheapest = min(runs, key=lambda j: (j.cfg.steps, j.name))
-        got = rerun_runs(self.sweep, self.out / "trust", ["base", cheapest.name],
+        got = rerun_runs(self.sweep, folder, ["base", cheapest.name],
                          engine=self.engine, **self._options())  # fmt: skip
         return [{"run": name, "committed": committed.get(name), "here": got[name]}
                 for name in ("base", cheapest.name)]  # fmt: skip
@@ -159,10 +160,7 @@ def extend_study(
     options = {"workers": workers, "progress": progress, "num_resamples": num_resamples,
                "executor": executor, "address": address, "log": log}  # fmt: skip
     leg = LLMExtension(committed, methods, claims, out, Path(methods_path), options)
-    if out.resolve() == committed.dir.resolve():  # before the lock writes into it
-        raise ValueError(
-            f"out: {out} is the committed study's folder; an extension writes a new one"
-        )
+    E.check_out(out, committed)  # before the lock writes into it
     with RunLock(out):
         return E.run(leg, committed, out, methods_path=methods_path, numerics_tag=numerics.tag(),
                      retrain=retrain, imports=imports)  # fmt: skip

@@ -204,7 +204,10 @@ def test_bad_methods_files_are_named(studies, tmp_path, capsys, methods, message
 def test_the_committed_folder_and_a_changed_config_are_refused(studies, tmp_path, capsys):
     args = ["study", "--extend", str(studies["without"]), "--methods", str(studies["methods"])]
     assert main([*args, "--out", str(studies["without"])]) == 2
-    assert "is the committed study's folder" in capsys.readouterr().err
+    assert "is in the committed study's folder" in capsys.readouterr().err
+    assert main([*args, "--out", str(studies["without"] / "ext")]) == 2
+    assert "is in the committed study's folder" in capsys.readouterr().err
+    assert not (studies["without"] / "ext").exists()
     assert main(["study", "--methods", str(studies["methods"]), "--config", "x.toml"]) == 2
     assert "only with --extend" in capsys.readouterr().err
     moved = tmp_path / "moved"
