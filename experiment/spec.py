@@ -62,6 +62,7 @@ __all__ = [
     "confirmation_methods",
     "describe",
     "extend_checkpoints",
+    "migrate_moved",
     "parse_checkpoints",
     "parse_methods",
     "parse_reference",
@@ -127,6 +128,40 @@ def refuse_moved(doc: Mapping[str, Any], moves: Mapping[str, str]) -> None:
         holder = doc.get(table) if table else doc
         if isinstance(holder, Mapping) and key in holder:
             removed(old, new)
+
+
+def migrate_moved(
+    doc: Mapping[str, Any], moves: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """`doc` with every old key of `moves` present in it moved to the key that replaced it (a
+    top-level ``key`` or a table's ``table.key``, one level, as `refuse_moved` reads them), and
+    the moves made, ``{old: new}`` in `moves`' order. The value is moved as it is: a removed
+    spelling names the same setting as its replacement, so a document written before the rename
+    means what it meant then. `doc` is not changed.
+
+    For files written by the program before a rename (a run folder's saved config); a file a
+    person writes is refused instead (`refuse_moved`).
+
+    Raises:
+        ValueError: an old key and the key that replaced it both set (``OLD and NEW: both
+            set``), or a new key's table that is not a table.
+    """
+    out = copy.deepcopy(dict(doc))
+    made: dict[str, str] = {}
+    for old, new in moves.items():
+        table, _, key = old.rpartition(".")
+        holder = out.get(table) if table else out
+        if not (isinstance(holder, dict) and key in holder):
+            continue
+        new_table, _, new_key = new.rpartition(".")
+        target = out.setdefault(new_table, {}) if new_table else out
+        if not isinstance(target, dict):
+            raise ValueError(f"{new_table}: {target!r} is not a table; cannot move {old} to {new}")
+        if new_key in target:
+            raise ValueError(f"{old} and {new}: both set; keep one")
+        target[new_key] = holder.pop(key)
+        made[old] = new
+    return out, made
 
 
 def _is_int(v: object) -> bool:

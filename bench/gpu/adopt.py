@@ -9,7 +9,9 @@ A study names a run folder after its setting (`llm.orchestrate.sweep_spec.run_na
 tunes the learning rate, though it is the same run. This matches each of the study's exploratory
 runs to an earlier run folder (of any of the tarballs, a complete one first, a later tarball's
 before an earlier's) by its train config (``config.toml``, compared as
-`llm.config.config_to_toml` writes it), checks the earlier marker's base weights (when the model
+`llm.config.config_to_toml` writes it; a config saved under a key removed since, such as
+``eval.n_samples``, is upgraded first and the move recorded in the folder,
+`llm.run.checkpoint.upgrade_run_config`), checks the earlier marker's base weights (when the model
 folder is here) and which of the asked evaluations it holds under the study's evaluation key
 (`llm.orchestrate.jobs.same_eval`), and packs the runs that `llm.orchestrate.jobs` will reuse,
 renamed, with the exploratory base evaluation, as ``runs/gpu/study/explore`` in `--out`
@@ -28,11 +30,12 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from experiment.store import read_json, read_toml
-from llm.config import config_from_dict, config_to_toml
+from experiment.store import read_json
+from llm.config import config_to_toml, load_saved_config
 from llm.orchestrate.jobs import RUN_MARKER, same_eval
 from llm.orchestrate.study_spec import load_study
 from llm.orchestrate.sweep import sweep_jobs
+from llm.run.checkpoint import upgrade_run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY_DIR = Path("runs/gpu/study")
@@ -58,7 +61,11 @@ def adopt(tarballs: Path | list[Path], study: Path, out: Path) -> list[tuple[str
             base_evals.append(old_explore / "base_eval.json")
             for d in sorted((old_explore / "runs").iterdir()):
                 if (d / "config.toml").is_file() and (d / RUN_MARKER).is_file():
-                    text = config_to_toml(config_from_dict(read_toml(d / "config.toml")))
+                    moved = upgrade_run_config(d)  # an earlier lease's removed spellings
+                    if moved:
+                        print(f"{tarball.name}: {d.name}: upgraded "
+                              + ", ".join(f"{a} -> {b}" for a, b in moved.items()))  # fmt: skip
+                    text = config_to_toml(load_saved_config(d / "config.toml")[0])
                     candidates.setdefault(text, []).append(d)
         new_explore = tmp / "new" / STUDY_DIR / "explore"
         jobs, _, base_sha, _, eval_key = sweep_jobs(

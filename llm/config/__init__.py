@@ -40,7 +40,7 @@ from typing import Any
 import shaping
 from experiment import schema
 from experiment.schema import meta, option, require
-from experiment.spec import check_hyper, refuse_moved, removed
+from experiment.spec import check_hyper, migrate_moved, refuse_moved, removed
 from experiment.store import config_error, write_text
 from llm.config.tables import (
     DISTINCT,
@@ -78,6 +78,7 @@ __all__ = [
     "config_to_toml",
     "describe",
     "load_config",
+    "load_saved_config",
     "loss_hyper",
     "refuse_old_key",
     "save_config",
@@ -262,9 +263,11 @@ OLD_KEYS: dict[str, str] = {
 """A removed spelling -> the key that replaced it: every key of [rollout], [optim], [system] and
 [run] was top-level before these tables (``lr`` -> ``optim.lr``), and the evaluation's sample
 count is ``samples`` from the TOML to the code (``eval.n_samples``). Each was accepted with a
-`FutureWarning` for one release; a config file, ``--set`` pair, keyword override, sweep setting
-or run folder's saved ``config.toml`` that still spells one is refused with a one-line error
-naming the new key (`refuse_old_key`, `experiment.spec.removed`; issue 42)."""
+`FutureWarning` for one release; a config file, ``--set`` pair, keyword override or sweep setting
+that still spells one is refused with a one-line error naming the new key (`refuse_old_key`,
+`experiment.spec.removed`; issue 42). A run folder's saved ``config.toml``, written by the program,
+is upgraded instead (`load_saved_config`, `llm.run.checkpoint.upgrade_run_config`: the value moves
+to the new key, the move is recorded in the folder; issue 53)."""
 
 
 def describe() -> str:
@@ -376,6 +379,28 @@ def load_config(
         return config_from_dict(raw)
     except ValueError as e:  # the file and the key's line (not for a key given by --set)
         raise (e if path is None else config_error(path, e, given)) from None
+
+
+def load_saved_config(path: str | os.PathLike[str]) -> tuple[TrainConfig, dict[str, str]]:
+    """A run folder's saved ``config.toml`` (written by the program, `save_config`), with every
+    removed spelling of `OLD_KEYS` moved to the key that replaced it
+    (`experiment.spec.migrate_moved`: the value moves as it is, so the config means what it meant
+    when it was saved), and the moves made, ``{old: new}`` (empty for a current file). What a
+    person writes is refused instead (`load_config`); `llm.run.checkpoint.upgrade_run_config`
+    rewrites the folder and records the moves.
+
+    Raises:
+        ValueError: invalid TOML, an old key and its replacement both set, an unknown key or an
+            invalid value (naming the file and the field).
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    raw = _read(path)
+    try:
+        raw, moved = migrate_moved(raw, OLD_KEYS)
+        return config_from_dict(raw), moved
+    except ValueError as e:
+        raise config_error(path, e) from None
 
 
 def _read(path: Path) -> dict[str, Any]:

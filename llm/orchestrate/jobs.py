@@ -37,7 +37,7 @@ from llm.orchestrate.executor import map_jobs
 from llm.rollout.backend import make_backend
 from llm.rollout.base import stop_token_ids
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
-from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint
+from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint, upgrade_run_config
 from llm.run.distributed import set_matmul_precision
 from llm.run.folder import LOCK_FILE, RunLock, read_metrics
 from llm.train.batched import VERSION as BATCHED_VERSION
@@ -214,11 +214,17 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
     checkpoint)). A finished run is reused when its last checkpoint is there or when every
     evaluation `job` asks for is recorded. A folder of another config, base model, numeric
     setting or engine, or one killed before its first checkpoint, is emptied
-    (`llm.orchestrate.reproduce`'s resume rule)."""
+    (`llm.orchestrate.reproduce`'s resume rule). A saved config under removed spellings is
+    upgraded first (`llm.run.checkpoint.upgrade_run_config`: the same resolved config, the moves
+    recorded in the folder)."""
     out = Path(job.out)
     marker_path = out / RUN_MARKER
     marker = read_json(marker_path)
     saved = out / "config.toml"
+    if marker is not None:
+        # A folder saved under a key removed since (an earlier lease's eval.n_samples): its config
+        # rewritten with the new keys, the moves recorded, before it is compared.
+        upgrade_run_config(out)
     same = (
         marker is not None
         and marker.get("base_sha") == job.base_sha

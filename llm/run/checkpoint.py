@@ -60,13 +60,15 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.fsdp import FSDPModule
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from llm.config import TrainConfig, config_to_toml, load_config
+from experiment.store import read_json, write_json
+from llm.config import TrainConfig, config_to_toml, load_config, load_saved_config, save_config
 from llm.run.distributed import DistInfo, unwrap
 from llm.run.folder import loadable_checkpoints, newest_loadable, read_metrics
 
 __all__ = [
     "CHECKPOINTS",
     "COMPLETE_FILE",
+    "CONFIG_MIGRATED",
     "REFERENCE_DIR",
     "RNG_DIR",
     "SHARDED_DIR",
@@ -84,6 +86,7 @@ __all__ = [
     "save_checkpoint",
     "set_rng_state",
     "trainer_extra",
+    "upgrade_run_config",
     "weights_folder",
 ]
 
@@ -594,14 +597,47 @@ CONFIG_CHANGES = "config_changes.jsonl"
 new]}}``."""
 
 
+CONFIG_MIGRATED = "config_migrated.json"
+"""The record of a run folder's saved config upgraded on read (`upgrade_run_config`):
+``{"moved": {old key: new key}, "original": the config.toml text before the first upgrade}``."""
+
+
+def upgrade_run_config(out_dir: Path) -> dict[str, str]:
+    """Rewrite the run folder's ``config.toml`` saved under removed spellings
+    (`llm.config.OLD_KEYS`, e.g. ``eval.n_samples``) with the keys that replaced them
+    (`llm.config.load_saved_config`: the values move as they are, so the run keeps its meaning and
+    its resolved config, `config_to_toml`, is the one it was trained under), after recording the
+    moves and the original text in `CONFIG_MIGRATED` (merged with an earlier record; nothing is
+    lost; both writes atomic). Returns the moves made now, ``{old: new}`` (empty: nothing to
+    upgrade, or no ``config.toml``).
+
+    Raises:
+        ValueError: the saved config is invalid even after the moves, or sets an old key and its
+            replacement both (naming the file).
+    """
+    path = Path(out_dir) / "config.toml"
+    if not path.is_file():
+        return {}
+    cfg, moved = load_saved_config(path)
+    if moved:
+        record = read_json(Path(out_dir) / CONFIG_MIGRATED) or {}
+        write_json(
+            Path(out_dir) / CONFIG_MIGRATED,
+            {"moved": {**record.get("moved", {}), **moved},
+             "original": record.get("original", path.read_text(encoding="utf-8"))},
+        )  # fmt: skip
+        save_config(cfg, path)
+    return moved
+
+
 def check_resume_config(
     cfg: TrainConfig, out_dir: Path, *, change_optimizer: bool = False
 ) -> dict[str, list[Any]]:
     """Check that `cfg` equals the run's saved ``config.toml`` except `steps` (no-op if none) and,
     with `change_optimizer`, the `OPTIMIZER_KEYS`; returns the changed keys ``{key: [old, new]}``,
     a table's keys dotted (``optim.lr``; the caller records them in `CONFIG_CHANGES` and saves the
-    new config). A config saved before the [rollout]/[optim]/[system]/[run] tables is refused
-    (`llm.config.OLD_KEYS`: the error names the new key).
+    new config). A config saved under removed spellings (`llm.config.OLD_KEYS`) is upgraded
+    first (`upgrade_run_config`, recorded in `CONFIG_MIGRATED`).
 
     Raises:
         ValueError: a key differs that may not (the message names the keys and values).
@@ -609,6 +645,7 @@ def check_resume_config(
     saved_path = out_dir / "config.toml"
     if not saved_path.exists():
         return {}
+    upgrade_run_config(out_dir)
     saved = load_config(saved_path, steps=cfg.steps)
     # Compared as written (config_to_toml resolves the method's hyper-parameter defaults).
     old, new = (_dotted(tomllib.loads(config_to_toml(c))) for c in (saved, cfg))
