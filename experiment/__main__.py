@@ -11,13 +11,20 @@ design fitted to a sweep's per-problem counts (`experiment.fit`), printed as JSO
 
 ``python -m experiment publish STUDY_DIR DEST``: copy a study's small outputs (`study.json`,
 `verdicts.md`, each stage's `lifts.md`, `frontier.png` and `lift_inputs.npz`) into DEST (e.g.
-``figures/toy_study_sharpening``), to be committed.
+``figures/toy_study_sharpening``), to be committed (`experiment.reread.publish`): DEST holds one
+study; a DEST that holds another is refused, naming both.
 
 ``python -m experiment reread STUDY_DIR [--out DIR]``: re-read a published study (or a study's
 output folder) with the procedure in force, from its lift inputs, nothing re-trained
 (`experiment.reread`): picks again, concludes again, rewrites study.json, verdicts.md and the lift
-tables and figures in STUDY_DIR (or DIR); a pick whose setting the confirmation did not train is
-listed as pending (re-run the study to confirm it).
+tables and figures in STUDY_DIR (or DIR, with the lift inputs: DIR re-reads on its own; a DIR that
+holds another study is refused); a pick whose setting the confirmation did not train is listed as
+pending (re-run the study to confirm it). Lift inputs that are not the ones study.json records
+(their digest, ``inputs_sha256``) are refused by name.
+
+``python -m experiment upgrade STUDY_DIR ...``: record the lift inputs' digest in a study.json
+written before studies recorded it (`experiment.reread.upgrade`; once: a study.json that has it is
+checked instead). Nothing else changes.
 
 ``python -m experiment claims STUDY.json ... [--readme README.md]``: the claims table of the
 studies' confirmation stages (`experiment.study_report.claims_table`, the rule in docs/statistics.md),
@@ -90,11 +97,18 @@ def _main(argv: list[str]) -> int:
     rr = sub.add_parser("reread", help="re-read a study with the procedure in force, no training")
     rr.add_argument("study_dir", help="a published study folder (figures/...) or a study's output")
     rr.add_argument("--out", help="write there instead of STUDY_DIR")
+    up = sub.add_parser("upgrade", help="record the lift inputs' digest in older study.json files")
+    up.add_argument("study_dirs", nargs="+", help="published study folders (figures/...)")
     args = parser.parse_args(argv)
+    if args.command == "upgrade":
+        for folder in args.study_dirs:
+            done = reread.upgrade(folder)
+            print(f"{folder}: " + ("recorded inputs_sha256" if done else "inputs_sha256 checked"))
+        return 0
     if args.command == "reread":
         return _reread(args.study_dir, args.out)
     if args.command == "publish":
-        for name in R.publish(args.study_dir, args.dest):
+        for name in reread.publish(args.study_dir, args.dest):
             print(name)
         return 0
     if args.command == "claims":

@@ -11,8 +11,10 @@ The method colours of every figure (`METHOD_COLORS`) live here too.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import matplotlib
@@ -22,7 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
-from experiment import covariance, estimand, frontier, inference
+from experiment import covariance, estimand, frontier, inference, store
 
 __all__ = [
     "LIFT_METHOD",
@@ -372,5 +374,7 @@ def plot_frontier(
     axes[0][0].legend(fontsize=7)
     fig.suptitle(title, fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    buf = io.BytesIO()  # written whole and atomically (`experiment.store`): never half a figure
+    fig.savefig(buf, dpi=130, format=Path(path).suffix.lstrip(".") or "png")
     plt.close(fig)
+    store.write_bytes(path, buf.getvalue())

@@ -9,6 +9,13 @@ publish` copies both stages' inputs next to study.json, so a committed study can
 later procedure (``python -m experiment reread STUDY_DIR``, `reread`): both stages' lift sections
 are recomputed, the picks made again and the confirmation concluded again.
 
+A published folder is one study. study.json records under ``inputs_sha256`` a digest of each
+stage's lift inputs (`inputs_sha256`: their entries' names, dtypes, shapes and values), so lift
+inputs that sit beside another study's study.json are refused by name (`check_inputs`); a re-read
+or a publication into a folder that holds another study (identified by its name, config file and
+config SHA-256: `identity`) is refused (`claim_folder`); a study.json written before the digest
+existed is given it once (`upgrade`, ``python -m experiment upgrade STUDY_DIR``).
+
 A pick whose setting the confirmation did not train cannot be confirmed by a re-read (its
 confirmation models do not exist): it is listed under ``pending`` with its exploratory lift and
 gets no verdict until the confirmation is re-run (`python -m llm study` / `python -m toymdp study`
@@ -18,7 +25,10 @@ setting is read there: the confirmation evaluated every checkpoint.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,9 +39,38 @@ from experiment import frontier, inference, report, store
 from experiment import study as S
 from experiment import study_report as R
 
-__all__ = ["INPUTS", "load_inputs", "reread", "save_inputs", "sections", "write_study"]
+__all__ = [
+    "HASH_KEY",
+    "INPUTS",
+    "PUBLISHED",
+    "STAGES",
+    "check_inputs",
+    "check_study",
+    "claim_folder",
+    "identity",
+    "input_files",
+    "inputs_sha256",
+    "load_inputs",
+    "publish",
+    "reread",
+    "save_inputs",
+    "sections",
+    "upgrade",
+    "write_study",
+]
 
 INPUTS = "lift_inputs.npz"
+STAGES = ("explore", "confirm")
+HASH_KEY = "inputs_sha256"
+"""study.json's key of its stages' lift-input digests: ``{"explore": hex, "confirm": hex}``."""
+STUDY_KEYS = {
+    "study": (),
+    "design": ("alpha", "claim_size", "claim_size_distinct"),
+    "provenance": ("config", "config_sha256"),
+    "picks": ("pass_at_k",),
+    "reading": ("reference", "problems", "defaults", "by_step", "how", "unit"),
+}
+"""What a re-read reads of study.json: each key and the keys it needs inside."""
 _METHOD, _STATUS = "<lift method>", "<lift status>"  # the procedure's texts, filled in when read
 
 
@@ -85,27 +124,228 @@ def save_inputs(
     return store.save_npz(path, arrays, compressed=True)
 
 
+_UNREADABLE = (OSError, EOFError, ValueError, KeyError, TypeError, zipfile.BadZipFile, zlib.error)
+"""What numpy and zipfile raise on a truncated, corrupt or foreign npz file."""
+_META_KEYS = ("num_resamples", "seed", "level", "labels", "title", "intro", "measures")
+
+
+def _entries(path: Path) -> dict[str, np.ndarray]:
+    """Every entry of the npz file `path`, read whole (a corrupt entry fails here, named)."""
+    try:
+        data = np.load(path, allow_pickle=False)
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValueError(f"a single {type(data).__name__}, not an npz archive")
+        with data:
+            return {name: data[name] for name in data.files}
+    except _UNREADABLE as e:
+        why = str(e).splitlines()[0] if str(e) else ""
+        if "allow_pickle" in why:
+            why = "it holds pickled objects, which are never loaded"
+        raise ValueError(f"lift inputs: {path} is corrupt or not an npz file written by "
+                         f"save_inputs ({type(e).__name__}: {why})") from None  # fmt: skip
+
+
+def _check_values(meta: Mapping[str, Any], path: Path) -> None:
+    """Each measure's gains: 3-D, one shape across measures, one row per model, finite; pass@1
+    gains (``x``) and a pass@k measure's (``y``, its ``k`` set) within [-1, 1]."""
+    shapes = {}
+    for measure, a in meta["measures"].items():
+        m = a["models"]
+        for axis in ("x", "y"):
+            v = a[axis]
+            name = f"{axis}_{measure}"
+            if v.ndim != 3 or not np.issubdtype(v.dtype, np.floating):
+                raise ValueError(f"lift inputs: {path}: {name} must be a float array (models, "
+                                 f"seeds, problems), got {v.dtype} of shape {v.shape}")  # fmt: skip
+            rate = axis == "x" or a["k"] is not None
+            bad = ~np.isfinite(v) | (rate & (np.abs(v) > 1.0))
+            if bad.any():
+                i, j, k = (int(n) for n in np.argwhere(bad)[0])
+                bound = "finite and within [-1, 1] (a pass-rate gain)" if rate else "finite"
+                raise ValueError(
+                    f"lift inputs: {path}: {name} must be {bound}; {int(bad.sum())} value(s) are "
+                    f"not, e.g. {v[i, j, k]!r} at model {i} ({m.method[i]} {m.setting[i]} step "
+                    f"{m.step[i]}), seed {j}, problem {k}"
+                )
+            shapes[name] = v.shape
+        sizes = {"models.method": len(m.method), "models.setting": len(m.setting),
+                 "models.step": len(m.step), "rows": len(a["rows"])}  # fmt: skip
+        if set(sizes.values()) != {a["x"].shape[0]}:
+            raise ValueError(f"lift inputs: {path}: measure {measure!r} has {a['x'].shape[0]} "
+                             f"models in its gains but {sizes}")  # fmt: skip
+    if len(set(shapes.values())) > 1:
+        raise ValueError(f"lift inputs: {path}: the gains' shapes differ: {shapes}")
+
+
 def load_inputs(path: str | Path) -> dict[str, Any]:
     """The stage `save_inputs` wrote: its ``meta`` with each measure's ``x``, ``y`` and
-    ``models`` (`experiment.frontier.Models`) filled in.
+    ``models`` (`experiment.frontier.Models`) filled in, its values checked.
 
     Raises:
         FileNotFoundError: naming `path`.
-        ValueError: `path` is not a lift-inputs file.
+        ValueError: naming `path`: not a lift-inputs file (corrupt, truncated, pickled, without
+            ``meta`` or one of its keys), or gains that are not `(M models, S seeds, P problems)`
+            arrays of one shape with a row per model, not finite, or pass-rate gains outside
+            [-1, 1].
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"lift inputs: {path} does not exist")
-    with np.load(path, allow_pickle=False) as data:
-        if "meta" not in data.files:
-            raise ValueError(
-                f"lift inputs: {path} has no 'meta' entry (not written by save_inputs)"
-            )
+    data = _entries(path)
+    if "meta" not in data:
+        raise ValueError(f"lift inputs: {path} has no 'meta' entry (not written by save_inputs)")
+    try:
         meta = json.loads(str(data["meta"]))
-        for measure, a in meta["measures"].items():
-            a["x"], a["y"] = data[f"x_{measure}"], data[f"y_{measure}"]
+        missing = [k for k in _META_KEYS if k not in meta]
+        for measure, a in meta.get("measures", {}).items():
+            missing += [f"measures.{measure}.{k}" for k in ("models", "rows", "k", "reference")
+                        if k not in a]  # fmt: skip
+            missing += [k for k in (f"x_{measure}", f"y_{measure}") if k not in data]
+    except (ValueError, TypeError, AttributeError) as e:
+        raise ValueError(f"lift inputs: {path}: its 'meta' entry is not save_inputs' "
+                         f"({type(e).__name__}: {e})") from None  # fmt: skip
+    if missing:
+        raise ValueError(f"lift inputs: {path}: no {', '.join(map(repr, missing))} (not written "
+                         "by save_inputs)")  # fmt: skip
+    for measure, a in meta["measures"].items():
+        a["x"], a["y"] = data[f"x_{measure}"], data[f"y_{measure}"]
+        try:
             a["models"] = frontier.Models(**a["models"])
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"lift inputs: {path}: measures.{measure}.models: {e}") from None
+    _check_values(meta, path)
     return meta
+
+
+def inputs_sha256(path: str | Path) -> str:
+    """The SHA-256 of a lift-inputs file's content: each entry's name, dtype, shape and values in
+    name order (not the zip's bytes, which carry write times: the same inputs, the same digest).
+
+    Raises:
+        FileNotFoundError, ValueError: as `load_inputs`, naming `path`.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"lift inputs: {path} does not exist")
+    h = hashlib.sha256()
+    for name, a in sorted(_entries(path).items()):
+        h.update(f"{name}\0{a.dtype.str}\0{a.shape}\0".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def input_files(study_dir: str | Path) -> dict[str, Path]:
+    """``{stage: path}`` of a study folder's lift inputs: the published ``<stage>_lift_inputs.npz``,
+    else the stage folder's ``<stage>/lift_inputs.npz`` (a study's output folder)."""
+    src = Path(study_dir)
+    out = {}
+    for stage in STAGES:
+        published = src / f"{stage}_{INPUTS}"
+        out[stage] = published if published.is_file() else src / stage / INPUTS
+    return out
+
+
+def check_study(doc: Any, path: str | Path) -> dict[str, Any]:
+    """`doc`, the study.json at `path`, checked for what a re-read reads (`STUDY_KEYS`).
+
+    Raises:
+        ValueError: `doc` is missing (None) or not an object, has no ``reading`` (written before
+            studies kept their lift inputs: re-run it), or lacks a key, naming `path` and the key.
+    """
+    if doc is None:
+        raise ValueError(f"study_dir: {path} is missing or unreadable")
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a study.json (a JSON object)")
+    if "reading" not in doc:
+        raise ValueError(f"study_dir: {path} has no 'reading' (written before studies kept "
+                         "their lift inputs): re-run the study to re-read it")  # fmt: skip
+    for key, inner in STUDY_KEYS.items():
+        if key not in doc:
+            raise ValueError(f"{path}: no key {key!r} (not a study.json written by a study)")
+        for sub in inner:
+            if not isinstance(doc[key], dict) or sub not in doc[key]:
+                raise ValueError(f"{path}: no key '{key}.{sub}' (not a study.json written by a "
+                                 "study)")  # fmt: skip
+    return doc
+
+
+def identity(doc: Mapping[str, Any]) -> tuple[str, str, str]:
+    """A study's identity: its name, config file and the SHA-256 of the config's content
+    (`experiment.study_report.provenance`)."""
+    prov = doc.get("provenance") if isinstance(doc.get("provenance"), dict) else {}
+    return (str(doc.get("study")), str(prov.get("config")), str(prov.get("config_sha256")))
+
+
+def _describe(doc: Mapping[str, Any]) -> str:
+    name, config, sha = identity(doc)
+    return f"{name!r} ({config}, config sha256 {sha[:12]})"
+
+
+def claim_folder(dest: str | Path, doc: Mapping[str, Any] | None, *, src: str | Path) -> None:
+    """Check that `dest` may receive the study `doc` (the study.json of `src`; None: an unfinished
+    study): `dest` holds no study.json, or one of the same study (`identity`).
+
+    Raises:
+        ValueError: `dest` holds another study (both named), a study.json that cannot be read, or
+            any study when `doc` is None (an unfinished study goes to a folder of its own).
+    """
+    path = Path(dest) / "study.json"
+    if not path.exists():
+        return
+    there = store.read_json(path)
+    if not isinstance(there, dict):
+        raise ValueError(f"{dest}: holds a study.json that cannot be read ({path}); choose "
+                         "another folder")  # fmt: skip
+    if doc is None:
+        raise ValueError(f"{dest}: holds the study {_describe(there)}; {src} is an unfinished "
+                         "study (no study.json): publish it into a folder of its own")  # fmt: skip
+    if identity(there) != identity(doc):
+        raise ValueError(f"{dest}: holds the study {_describe(there)}, not {_describe(doc)} of "
+                         f"{src}: one folder holds one study; choose another folder")  # fmt: skip
+
+
+def check_inputs(doc: Mapping[str, Any], files: Mapping[str, Path], path: str | Path) -> None:
+    """Check that the lift inputs `files` (``{stage: path}``) are the ones the study.json `doc`
+    (at `path`) records under `HASH_KEY` (`inputs_sha256`).
+
+    Raises:
+        ValueError: `doc` records no digest (a study written before digests: record it once with
+            ``python -m experiment upgrade``), or a file whose digest differs (it belongs to
+            another study), naming the file and study.json.
+        FileNotFoundError: a stage's lift inputs are missing.
+    """
+    recorded = doc.get(HASH_KEY)
+    if not isinstance(recorded, dict):
+        raise ValueError(f"{path}: no {HASH_KEY!r} (written before studies recorded their lift "
+                         "inputs' digest): record it once with python -m experiment upgrade "
+                         f"{Path(path).parent}")  # fmt: skip
+    for stage, file in files.items():
+        found = inputs_sha256(file)
+        if found != recorded.get(stage):
+            raise ValueError(f"{file}: not the {stage} lift inputs of {path} (sha256 "
+                             f"{found[:12]}, study.json records {str(recorded.get(stage))[:12]}): "
+                             "the folder mixes studies")  # fmt: skip
+
+
+def upgrade(study_dir: str | Path) -> bool:
+    """Record `HASH_KEY` in the study.json of `study_dir` from the lift inputs beside it (checked
+    by `load_inputs`), once: a study.json that records it is checked instead (`check_inputs`).
+    Only that key is added; verdicts.md is untouched. Returns whether study.json was written.
+
+    Raises:
+        ValueError, FileNotFoundError: as `check_study`, `load_inputs` and `check_inputs`.
+    """
+    path = Path(study_dir) / "study.json"
+    doc = check_study(store.read_json(path), path)
+    files = input_files(study_dir)
+    for file in files.values():
+        load_inputs(file)
+    if HASH_KEY in doc:
+        check_inputs(doc, files, path)
+        return False
+    doc[HASH_KEY] = {stage: inputs_sha256(file) for stage, file in files.items()}
+    store.write_json(path, doc, indent=1)
+    return True
 
 
 def sections(stage: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -125,9 +365,13 @@ def write_study(
 ) -> None:
     """Write study.json (`result` with ``reading``: `reading` (``reference``, ``defaults``,
     ``problems``, ``by_step``: `experiment.study.conclude`'s arguments beyond the design), `how`
-    (the design paragraph of verdicts.md) and `unit` (its problem unit)) and verdicts.md
-    (`experiment.study_report.study_markdown`), atomically."""
+    (the design paragraph of verdicts.md) and `unit` (its problem unit); and `HASH_KEY`, the
+    digests of the lift inputs in `out` (`input_files`) when both stages' are there) and
+    verdicts.md (`experiment.study_report.study_markdown`), atomically."""
     out = Path(out)
+    files = input_files(out)
+    if all(f.is_file() for f in files.values()):
+        result[HASH_KEY] = {stage: inputs_sha256(f) for stage, f in files.items()}
     result["reading"] = {**reading, "how": how, "unit": unit}
     text = R.study_markdown(result, how, unit)
     if result.get("pending"):
@@ -142,29 +386,32 @@ def write_study(
 
 
 def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, Any]:
-    """Re-read a study (published with `experiment.study_report.publish`, or a study's output
-    folder) with the procedure in force (module docstring); writes study.json, verdicts.md and
-    each stage's lift table and frontier figure into `out` (default: `study_dir`) and returns
-    the new study.json's dict. Its ``reread`` records the procedure read before and the commit.
+    """Re-read a study (published with `publish`, or a study's output
+    folder) with the procedure in force (module docstring); writes study.json, verdicts.md,
+    each stage's lift table and frontier figure, and (into another folder) both stages' lift
+    inputs into `out` (default: `study_dir`), so that `out` re-reads again; returns the new
+    study.json's dict. Its ``reread`` records the procedure read before and the commit. Nothing
+    is written before every check has passed.
 
     Raises:
-        ValueError: study.json is missing or has no ``reading`` (written before 2026-11-27: the
-            study must be re-run), naming the file.
+        ValueError: naming the file: study.json missing, without ``reading`` (written before
+            studies kept their lift inputs: the study must be re-run) or a key (`check_study`);
+            lift inputs that are corrupt or hold bad values (`load_inputs`), or that are not the
+            ones study.json records (`check_inputs`); `out` holding another study
+            (`claim_folder`).
         FileNotFoundError: a stage's lift inputs are missing.
     """
     src = Path(study_dir)
     out = Path(out) if out is not None else src
-    doc = store.read_json(src / "study.json")
-    if doc is None:
-        raise ValueError(f"study_dir: {src / 'study.json'} is missing or unreadable")
-    if "reading" not in doc:
-        raise ValueError(f"study_dir: {src / 'study.json'} has no 'reading' (written before "
-                         "studies kept their lift inputs): re-run the study to re-read it")  # fmt: skip
+    path = src / "study.json"
+    doc = check_study(store.read_json(path), path)
     reading = doc["reading"]
-    stages = {}
-    for stage in ("explore", "confirm"):
-        published = src / f"{stage}_{INPUTS}"
-        stages[stage] = load_inputs(published if published.is_file() else src / stage / INPUTS)
+    files = input_files(src)
+    stages = {stage: load_inputs(file) for stage, file in files.items()}
+    check_inputs(doc, files, path)
+    elsewhere = out.resolve() != src.resolve()
+    if elsewhere:
+        claim_folder(out, doc, src=src)
     found = {stage: sections(data) for stage, data in stages.items()}
     picks = S.pick(found["explore"])
     trained = doc["picks"]["pass_at_k"]  # the settings the confirmation trained, every checkpoint
@@ -191,6 +438,9 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
     result["reread"] = {"from": doc.get("procedure"), "procedure": inference.PROCEDURE,
                         "git_commit": R.git_commit()}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
+    if elsewhere:  # the inputs travel with the reading: `out` re-reads on its own
+        for stage, file in files.items():
+            store.write_bytes(out / f"{stage}_{INPUTS}", file.read_bytes())
     for stage, data in stages.items():
         intro = (
             data["intro"].replace(_METHOD, report.LIFT_METHOD).replace(_STATUS, report.LIFT_STATUS)
@@ -201,3 +451,75 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
                              title=data["title"])  # fmt: skip
     write_study(out, result, reading=reading, how=reading["how"], unit=reading["unit"])
     return result
+
+
+PUBLISHED = {
+    "study.json": "study.json",
+    "verdicts.md": "verdicts.md",
+    "explore/lifts.md": "explore_lifts.md",
+    "explore/frontier.png": "explore_frontier.png",
+    "confirm/lifts.md": "confirm_lifts.md",
+    "confirm/frontier.png": "confirm_frontier.png",
+    "explore/lift_inputs.npz": "explore_lift_inputs.npz",
+    "confirm/lift_inputs.npz": "confirm_lift_inputs.npz",
+}
+"""A study's small outputs (source under the study folder → name in the published folder): what a
+later procedure's re-read needs (`reread`) and what it rewrites."""
+
+
+def publish(study_dir: str | Path, dest: str | Path) -> list[str]:
+    """Copy `PUBLISHED` from a study's output folder (or a published folder: the names on the
+    right) into `dest`, each file atomically, study.json last; returns the written paths.
+
+    A finished study (study.json) publishes every file of `PUBLISHED`, its study.json and lift
+    inputs checked (`check_study`, `load_inputs`, `check_inputs`; a study.json without the
+    inputs' digest gets it: `upgrade`), into a folder that holds no study or the same one
+    (`claim_folder`). An unfinished study (no study.json yet) publishes its exploratory stage
+    alone, into a folder that holds no study and no file of `PUBLISHED` it does not write.
+
+    Raises:
+        ValueError: `study_dir` has neither study.json nor an exploratory lift table; a bad
+            study.json or lift inputs (named); `dest` holds another study, or files of one that
+            this publication would leave beside it (named).
+        FileNotFoundError: a finished study lacks a file of `PUBLISHED` (named).
+    """
+    src, dest = Path(study_dir), Path(dest)
+    sources = {target: next((p for p in (src / name, src / target) if p.is_file()), None)
+               for name, target in PUBLISHED.items()}  # fmt: skip
+    study = sources["study.json"]
+    if study is None and sources["explore_lifts.md"] is None:
+        raise ValueError(f"study_dir: {src} has no study.json and no explore/lifts.md")
+    doc = None
+    if study is not None:
+        doc = check_study(store.read_json(study), study)
+        for name, target in PUBLISHED.items():
+            if sources[target] is None:
+                raise FileNotFoundError(f"study_dir: {src} has no {name} (nor {target}): a "
+                                        "published study holds what a re-read needs")  # fmt: skip
+        files = {stage: sources[f"{stage}_{INPUTS}"] for stage in STAGES}
+        for file in files.values():
+            load_inputs(file)
+        recorded = HASH_KEY in doc
+        if recorded:
+            check_inputs(doc, files, study)
+        else:  # a study written before the digest: recorded now
+            doc[HASH_KEY] = {stage: inputs_sha256(f) for stage, f in files.items()}
+    claim_folder(dest, doc, src=src)
+    if doc is None:
+        for file in (f"{stage}_{INPUTS}" for stage in STAGES):
+            if sources[file] is not None:
+                load_inputs(sources[file])
+        left = sorted(t for t, p in sources.items() if p is None and (dest / t).exists())
+        if left:
+            raise ValueError(f"{dest}: holds {', '.join(left)} of an earlier publication, which "
+                             f"{src} (unfinished) would leave beside its own files: publish into "
+                             "a folder of its own")  # fmt: skip
+    written = {}
+    for target, path in sources.items():
+        if path is not None and target != "study.json":
+            written[target] = store.write_bytes(dest / target, path.read_bytes())
+    if study is not None and recorded:
+        written["study.json"] = store.write_bytes(dest / "study.json", study.read_bytes())
+    elif doc is not None:
+        written["study.json"] = store.write_json(dest / "study.json", doc, indent=1)
+    return [str(written[t]) for t in PUBLISHED.values() if t in written]

@@ -3,16 +3,21 @@ crash never sees half a file), JSON and npz io.
 
 One definition of "write a temp file, then rename" for the package (toymdp figures and caches, LLM
 sweeps, run configs, evaluation files, generated data files). `os.replace` is atomic on POSIX when
-source and target are on one file system, which a sibling path guarantees.
+source and target are on one file system, which a sibling path guarantees. The temporary file's
+name is unique to the writer (process, thread and a random suffix: two processes writing one
+target never share it) and a failed write removes it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import secrets
+import threading
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +37,19 @@ __all__ = [
 PathLike = str | os.PathLike[str]
 
 
-def _tmp(path: Path, suffix: str = ".tmp") -> Path:
-    return path.with_name(path.name + suffix)
+@contextlib.contextmanager
+def _atomic(path: Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary sibling of `path` to write (hidden, unique to this process and thread, ending
+    in `suffix`), renamed over `path` when the block ends, removed when it raises."""
+    tmp = path.with_name(
+        f".{path.name}.{os.getpid()}-{threading.get_ident()}-{secrets.token_hex(4)}{suffix}"
+    )
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_text(path: PathLike, text: str) -> Path:
@@ -43,9 +59,8 @@ def write_text(path: PathLike, text: str) -> Path:
         OSError: the parent folder is missing or not writable (the target is left as it was).
     """
     path = Path(path)
-    tmp = _tmp(path)
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    with _atomic(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
     return path
 
 
@@ -53,9 +68,8 @@ def write_bytes(path: PathLike, data: bytes) -> Path:
     """Write `data` to `path` atomically, creating its parent folders; returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _tmp(path)
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    with _atomic(path) as tmp:
+        tmp.write_bytes(data)
     return path
 
 
@@ -63,11 +77,9 @@ def write_lines(path: PathLike, lines: Iterable[str]) -> Path:
     """Write each string of `lines` followed by a newline to `path` atomically (streamed, so a long
     JSONL file is never held in memory whole); returns the path."""
     path = Path(path)
-    tmp = _tmp(path)
-    with tmp.open("w", encoding="utf-8") as f:
+    with _atomic(path) as tmp, tmp.open("w", encoding="utf-8") as f:
         for line in lines:
             f.write(line + "\n")
-    os.replace(tmp, path)
     return path
 
 
@@ -149,7 +161,6 @@ def save_npz(path: PathLike, arrays: Mapping[str, np.ndarray], *, compressed: bo
     """`np.savez(path, **arrays)` (`np.savez_compressed` with `compressed`) atomically; returns
     the path."""
     path = Path(path)
-    tmp = _tmp(path, ".tmp.npz")  # np.savez appends .npz to a name without it
-    (np.savez_compressed if compressed else np.savez)(tmp, **arrays)
-    os.replace(tmp, path)
+    with _atomic(path, ".tmp.npz") as tmp:  # np.savez appends .npz to a name without it
+        (np.savez_compressed if compressed else np.savez)(tmp, **arrays)
     return path

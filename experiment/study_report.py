@@ -1,8 +1,8 @@
 """A study's reports, provenance and publishing (`experiment.study` decides; this writes it down):
 verdicts.md (`study_markdown`: the confirmation tables, the curve-free check, the claims, the
 designs for the MDE goal), the README's claims table (`claims_table`), a study's provenance
-(`provenance`: config hash, git commit, CPU and numerics level) and `publish` (a study's small
-outputs into a committed folder). Sources: issue 20 and issue 37 (the tables' contents); issue 42
+(`provenance`: config hash, git commit, CPU and numerics level); publishing a study into a
+committed folder is `experiment.reread.publish` (it checks that the folder holds one study). Sources: issue 20 and issue 37 (the tables' contents); issue 42
 (reports apart from the decisions).
 """
 
@@ -22,7 +22,6 @@ from experiment import store
 
 __all__ = [
     "CPU_FLAGS",
-    "PUBLISHED",
     "claims_table",
     "cpu_id",
     "cpu_model",
@@ -31,7 +30,6 @@ __all__ = [
     "git_commit",
     "measures_markdown",
     "provenance",
-    "publish",
     "study_markdown",
     "verdicts_markdown",
 ]
@@ -302,35 +300,3 @@ def designs_markdown(result: Mapping[str, Any], unit: str) -> str:
                 lines.append(f"| {measure} | {label} | {r['seeds']} | {r['problems']} | "
                              f"{scale * r['mde']:.2f} | {_cost(r['cost'], c['unit'])} |")  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-PUBLISHED = {
-    "study.json": "study.json",
-    "verdicts.md": "verdicts.md",
-    "explore/lifts.md": "explore_lifts.md",
-    "explore/frontier.png": "explore_frontier.png",
-    "confirm/lifts.md": "confirm_lifts.md",
-    "confirm/frontier.png": "confirm_frontier.png",
-    "explore/lift_inputs.npz": "explore_lift_inputs.npz",
-    "confirm/lift_inputs.npz": "confirm_lift_inputs.npz",
-}
-"""A study's small outputs (source under the study folder → name in the published folder): the
-lift inputs let a later procedure re-read it (`experiment.reread`)."""
-
-
-def publish(study_dir: str | Path, dest: str | Path) -> list[str]:
-    """Copy `PUBLISHED` from a study's output folder into `dest` (atomically, file by file);
-    returns the written paths. An unfinished study (no study.json yet) publishes its exploratory
-    stage alone.
-
-    Raises:
-        ValueError: `study_dir` has neither study.json nor an exploratory lift table.
-    """
-    src, dest = Path(study_dir), Path(dest)
-    if not (src / "study.json").is_file() and not (src / "explore" / "lifts.md").is_file():
-        raise ValueError(f"study_dir: {src} has no study.json and no explore/lifts.md")
-    written = []
-    for name, target in PUBLISHED.items():
-        if (src / name).is_file():
-            written.append(str(store.write_bytes(dest / target, (src / name).read_bytes())))
-    return written

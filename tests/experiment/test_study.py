@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from experiment import covariance as Cv
 from experiment import inference as I
+from experiment import reread
 from experiment import study as S
 from experiment import study_report as R
 
@@ -153,16 +154,15 @@ def test_a_comparison_without_error_is_not_tested():
     assert S.select(section) == {"b": section["models"][2]}
 
 
-def test_publish_copies_the_small_outputs(tmp_path):
+def test_publish_copies_an_unfinished_studys_exploration(tmp_path):
     src = tmp_path / "study"
-    (src / "confirm").mkdir(parents=True)
-    (src / "study.json").write_text("{}")
-    (src / "confirm" / "lifts.md").write_text("table")
-    written = R.publish(src, tmp_path / "pub")
-    assert sorted(p.rsplit("/", 1)[1] for p in written) == ["confirm_lifts.md", "study.json"]
-    assert (tmp_path / "pub" / "confirm_lifts.md").read_text() == "table"
+    (src / "explore").mkdir(parents=True)
+    (src / "explore" / "lifts.md").write_text("table")
+    written = reread.publish(src, tmp_path / "pub")
+    assert [p.rsplit("/", 1)[1] for p in written] == ["explore_lifts.md"]
+    assert (tmp_path / "pub" / "explore_lifts.md").read_text() == "table"
     with pytest.raises(ValueError, match=r"no study\.json and no explore"):
-        R.publish(tmp_path / "missing", tmp_path / "pub")
+        reread.publish(tmp_path / "missing", tmp_path / "pub")
 
 
 def test_sharpening_is_read_from_the_first_trained_setting_not_the_base():

@@ -9,7 +9,6 @@ import pytest
 
 from experiment import reread, two_stage
 from experiment import study as S
-from experiment import study_report as R
 from toymdp import study as TS
 from toymdp import study_spec as TSS
 from toymdp import sweep as SW
@@ -76,7 +75,7 @@ def test_the_study_confirms_the_picks_on_fresh_draws_and_keys(
     # Published, the study re-reads to the same study.json, verdicts and tables (nothing
     # re-trained: experiment.reread from the lift inputs), and a re-read is recorded as such.
     pub = tmp_path / "published"
-    R.publish(tmp_path, pub)
+    reread.publish(tmp_path, pub)
     again = reread.reread(pub, tmp_path / "reread")
     assert again.pop("reread") == {"from": doc["procedure"], "procedure": doc["procedure"],
                                    "git_commit": doc["provenance"]["git_commit"]}  # fmt: skip
