@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from experiment import two_stage
+from experiment.lock import RunLock
 from toymdp import sweep as SW
 from toymdp.study_spec import StudySpec, confirmation_doc, load_study
 from toymdp.sweep_spec import SweepConfig, parse_config
@@ -86,8 +87,10 @@ def run_study(
 
     Raises:
         ValueError: naming the file and key of a bad configuration.
+        experiment.lock.RunFolderError: another live study holds `out` (its PID named).
     """
     config_path = Path(config_path)
     cfg, spec = load_study(config_path)
     out = Path(out) if out is not None else Path("runs/toy_study") / config_path.stem
-    return two_stage.run(ToyLeg(cfg, spec, out, use_cache, progress), out, config_path)
+    with RunLock(out):  # one study per folder; each stage's sweep locks its own
+        return two_stage.run(ToyLeg(cfg, spec, out, use_cache, progress), out, config_path)

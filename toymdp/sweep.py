@@ -39,6 +39,7 @@ from tqdm import tqdm
 
 import numerics
 from experiment import frontier, report, reread, spec, store
+from experiment.lock import RunLock
 from toymdp import train as T
 from toymdp.engine import RUN_SOURCES, code_hash, enable_jax_cache, run_over_draws
 from toymdp.env import TreeEnv
@@ -293,6 +294,7 @@ def sweep(
 
     Raises:
         ValueError: naming the file and key of a bad configuration.
+        experiment.lock.RunFolderError: another live sweep or study holds `out` (its PID named).
     """
     cfg = load_config(config_path)
     out = Path(out) if out is not None else Path("runs/toy_sweep") / Path(config_path).stem
@@ -303,16 +305,22 @@ def sweep_config(
     cfg: SweepConfig, out: Path, *, use_cache: bool = True, progress: bool = True
 ) -> dict[str, Any]:
     """`sweep` of a parsed configuration into the folder `out` (returns `sweep`'s mapping plus
-    ``analysis``, the `analyse` of the results). A folder `out` that this call creates is removed
-    if it fails (its compilation cache included): a failed command leaves nothing."""
+    ``analysis``, the `analyse` of the results), under `out`'s lock (`experiment.lock.RunLock`:
+    one sweep or study per folder). A folder `out` that this call creates is removed if it fails
+    (its compilation cache included): a failed command leaves nothing.
+
+    Raises:
+        experiment.lock.RunFolderError: another live sweep or study holds `out` (its PID named).
+    """
     out = Path(out)
     created = not out.exists()
-    try:
-        return _sweep_into(cfg, out, use_cache=use_cache, progress=progress)
-    except BaseException:
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+    with RunLock(out):
+        try:
+            return _sweep_into(cfg, out, use_cache=use_cache, progress=progress)
+        except BaseException:
+            if created:
+                shutil.rmtree(out, ignore_errors=True)
+            raise
 
 
 def run_cached(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from experiment import lock
 from llm.run.folder import (
     LOCK_FILE,
     NonFiniteError,
@@ -68,6 +69,13 @@ def test_lock_excludes_a_second_holder_and_releases(tmp_path: Path) -> None:
     assert not (tmp_path / LOCK_FILE).exists()
     with RunLock(tmp_path):  # free again
         pass
+
+
+def test_the_llm_and_toy_legs_share_one_lock() -> None:
+    """One definition (issue 54): the LLM's run lock is `experiment.lock`'s, which the toy's
+    sweeps and studies take (tests/toymdp/test_locks.py)."""
+    assert (RunLock, RunFolderError, LOCK_FILE) == (lock.RunLock, lock.RunFolderError,
+                                                     lock.LOCK_FILE)  # fmt: skip
 
 
 def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path: Path) -> None:
