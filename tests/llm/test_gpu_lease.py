@@ -9,11 +9,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import random
+import re
 import sys
 import tarfile
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llm.config import config_to_toml, load_config
 from llm.orchestrate.study_spec import load_study
@@ -268,3 +271,140 @@ def test_sampler_speed_times_each_shape(tmp_path, tiny_model_path, dtype):
     assert all(r["speedup_vs_generate"] > 0 for r in rows[1::2])
     with pytest.raises(ValueError, match="--shapes: '16-8'"):
         module.parse_shape("16-8")
+
+
+def _git_tree(root: Path) -> None:
+    """A repository at `root` with a package file and device-unneeded folders, committed."""
+    import subprocess
+
+    (root / "llm").mkdir()
+    (root / "llm" / "code.py").write_bytes(b"x" * 100_000)
+    (root / "figures").mkdir()
+    (root / "figures" / "fig.png").write_bytes(random.Random(2).randbytes(3 * 2**20))
+    (root / "bench" / "results").mkdir(parents=True)
+    (root / "bench" / "results" / "r.json").write_bytes(b"{}" * 50_000)
+    for cmd in (["init", "-q"], ["add", "."],
+                ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "tree"]):  # fmt: skip
+        subprocess.run(["git", *cmd], cwd=root, check=True)
+
+
+def test_plan_sizes_each_call_with_the_tree_and_fails_above_the_limit(lease, tmp_path, monkeypatch):
+    """Offline (no pack): one call per piece of the xz stream plus a last call with the wheels
+    alone, each sized with the tree that travels (tracked and untracked-not-ignored files); exit 1
+    above the limit, 0 within it."""
+    _git_tree(tmp_path)
+    monkeypatch.setattr(lease, "XZ_BYTES", 5 * 2**20)
+    monkeypatch.setattr(lease, "PIECE_BYTES", 2 * 2**20)
+    monkeypatch.setattr(lease, "WHEELS_BYTES", 1000)
+    tree = lease._tree_bytes()
+    assert tree == sum(p.stat().st_size for p in tmp_path.rglob("*")
+                       if p.is_file() and ".git" not in p.parts)  # fmt: skip
+    calls = lease.calls()
+    assert [c["bytes"] - tree for c in calls] == [2 * 2**20 + 1000, 2 * 2**20 + 1000, 2**20 + 1000,
+                                                  1000]  # fmt: skip
+    text, fits = lease.plan(limit_mib=6)
+    assert fits and text.count("MiB with the tree's") == 4
+    assert "slim: figures/, bench/results/ left out, the tree is 0.1 MiB" in text
+    text, fits = lease.plan(limit_mib=5)
+    assert not fits and text.count("OVER THE LIMIT of 5 MiB") == 2
+    assert lease.main(["plan", "--limit-mib", "5"]) == 1
+    assert lease.main(["plan", "--limit-mib", "6"]) == 0
+
+
+def test_slim_leaves_the_unneeded_folders_out_and_brings_them_back(lease, tmp_path):
+    """A sparse checkout without figures/ and bench/results/: the files leave the working tree
+    (and the call's tree) but stay in git; undone, they are back with their bytes. A change under
+    those folders is refused, not lost."""
+    import subprocess
+
+    _git_tree(tmp_path)
+    before = lease._tree_bytes()
+    png = (tmp_path / "figures" / "fig.png").read_bytes()
+    lease.slim()
+    assert not (tmp_path / "figures").exists() and not (tmp_path / "bench" / "results").exists()
+    kept = sum(p.stat().st_size for d in ("llm", "configs") for p in (tmp_path / d).rglob("*"))
+    assert lease._tree_bytes() == lease._tree_bytes(lease.NOT_ON_DEVICE) == kept < before
+    listed = subprocess.run(["git", "ls-files"], cwd=tmp_path, capture_output=True, text=True,
+                            check=True).stdout.split()  # fmt: skip
+    assert "figures/fig.png" in listed
+    lease.slim(undo=True)
+    assert (tmp_path / "figures" / "fig.png").read_bytes() == png
+    assert lease._tree_bytes() == before
+    (tmp_path / "figures" / "new.png").write_bytes(b"new")
+    with pytest.raises(SystemExit, match=r"slim: changes under figures/, bench/results/"):
+        lease.slim()
+    assert (tmp_path / "figures" / "new.png").read_bytes() == b"new"
+
+
+def test_plan_runs_offline_on_this_checkout():
+    """`python bench/gpu/lease.py plan` as a user runs it: each call within 62 MiB, the schedule
+    printed; a limit below the largest call exits 1."""
+    import subprocess
+
+    cmd = [sys.executable, str(LEASE), "plan"]
+    ok = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    sizes = [float(m) for m in re.findall(r"\(([\d.]+) MiB with the tree's", ok.stdout)]
+    assert len(sizes) == 3 and max(sizes) <= 62
+    assert re.search(r"schedule: WORKERS=\d", ok.stdout)
+    low = subprocess.run([*cmd, "--limit-mib", f"{max(sizes) - 1}"], capture_output=True, cwd=ROOT)
+    assert low.returncode == 1
+
+
+def test_the_pace_is_the_committed_leases_slowest_run_per_worker(lease):
+    """`PACE_S_PER_WORKER` is the third lease's slowest complete run over its 7 workers (from the
+    committed markers), and the fourth lease's own runs at 4 workers (DS-GRPO) lie under it."""
+    results = ROOT / "bench" / "results"
+    got = lease.pace(results / "gpu_lease_smollm2_2026-11-26_lease3_runs.tgz", 7)
+    assert got == pytest.approx(lease.PACE_S_PER_WORKER, abs=0.05)
+    with tarfile.open(results / "gpu_lease_smollm2_2026-11-27_lease4_runs.tgz") as tar:
+        own = [json.loads(tar.extractfile(m).read()) for m in tar.getmembers()
+               if "/explore/runs/ds_grpo" in m.name and m.name.endswith("sweep_run.json")]  # fmt: skip
+    seconds = [m["train_seconds"] + sum(e["result"]["eval_seconds"] for e in m["evals"].values())
+               for m in own]  # fmt: skip
+    assert len(seconds) == 4 and max(seconds) <= 4 * lease.PACE_S_PER_WORKER
+
+
+@given(
+    runs=st.integers(0, 40),
+    workers=st.integers(1, 8),
+    budgets=st.lists(st.floats(0, 2000, allow_nan=False), min_size=1, max_size=4),
+    pace_s=st.floats(1, 100, allow_nan=False),
+)
+def test_a_schedule_never_lets_a_run_span_a_call_and_fills_each_call(
+    runs, workers, budgets, pace_s
+):
+    """Every call's runs end inside its budget; no run is lost or counted twice; a call that
+    leaves runs for later holds as many whole runs per worker as its budget allows."""
+    spec = importlib.util.spec_from_file_location("gpu_lease_pure", LEASE)
+    lease = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lease)
+    s = lease.schedule(runs, workers, budgets, pace_s=pace_s, overhead_s=5.0)
+    assert s["run_s"] == pace_s * workers + 5.0
+    assert sum(c["runs"] for c in s["calls"]) == s["done"] and s["done"] + s["left"] == runs
+    for c in s["calls"]:
+        assert c["end_s"] <= c["budget_s"] and c["margin_s"] >= 0
+        assert c["runs"] <= c["per_worker"] * workers
+        if s["left"]:
+            assert c["runs"] == workers * int(c["budget_s"] // s["run_s"])
+    best = lease.best_schedule(runs, budgets, workers, pace_s=pace_s, overhead_s=5.0)
+    assert all(best["done"] >= lease.schedule(runs, w, budgets, pace_s=pace_s,
+                                              overhead_s=5.0)["done"]
+               for w in range(1, workers + 1))  # fmt: skip
+
+
+def test_the_lease_schedule_fits_its_calls(lease):
+    """At the measured pace the study's call holds whole runs only with a margin; the worker count
+    chosen finishes at least as many runs as the 7 workers of the fourth lease."""
+    budgets = lease.study_budgets()
+    best = lease.best_schedule(lease.REMAINING_RUNS, budgets, lease.MAX_WORKERS)
+    seven = lease.schedule(lease.REMAINING_RUNS, 7, budgets)
+    assert best["done"] >= seven["done"] and best["done"] > 0
+    assert min(c["margin_s"] for c in best["calls"] if c["runs"]) >= 30
+    assert (
+        sum(budgets) + lease.FIRST_CALL_S + 3 * lease.END_S + lease.STUDY_START_S <= lease.LEASE_S
+    )
+    text = lease.schedule_text(best)
+    assert f"WORKERS={best['workers']}" in text and f"{best['left']} left for the next" in text
+    with pytest.raises(ValueError, match="workers 0"):
+        lease.schedule(3, 0, budgets)
