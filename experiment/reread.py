@@ -164,8 +164,8 @@ def _check_values(meta: Mapping[str, Any], path: Path) -> None:
                 bound = "finite and within [-1, 1] (a pass-rate gain)" if rate else "finite"
                 raise ValueError(
                     f"lift inputs: {path}: {name} must be {bound}; {int(bad.sum())} value(s) are "
-                    f"not, e.g. {v[i, j, k]!r} at model {i} ({m.method[i]} {m.setting[i]} step "
-                    f"{m.step[i]}), seed {j}, problem {k}"
+                    f"not, e.g. {float(v[i, j, k])!r} at model {i} ({m.method[i]} {m.setting[i]} "
+                    f"step {m.step[i]}), seed {j}, problem {k}"
                 )
             shapes[name] = v.shape
         sizes = {"models.method": len(m.method), "models.setting": len(m.setting),
