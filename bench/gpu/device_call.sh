@@ -43,7 +43,14 @@ MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/d
 WORKERS=${WORKERS:-$([ "${MEM_MIB:-0}" -ge 122880 ] && echo 7 || echo 4)}
 mkdir -p "$OUT" "$LEASE" runs/gpu
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True  # less fragmentation across 8 processes
+# Less fragmentation across 8 processes; but vLLM's sleep-mode allocator refuses expandable
+# segments at start-up (llm.rollout.vllm_engine.check_alloc_conf), so not where vLLM runs: a
+# study or base config that names backend = "vllm", or VLLM=1.
+if [ "${VLLM:-0}" = 1 ] || grep -qs 'backend *= *"vllm"' "$STUDY" configs/countdown_smollm2_gpu.toml; then
+  unset PYTORCH_CUDA_ALLOC_CONF
+else
+  export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+fi
 left() { echo $(( DEADLINE - ($(date +%s) - START) )); }
 log() { echo "[$(( $(date +%s) - START ))s] $*"; }
 

@@ -141,6 +141,29 @@ def request_seeds(
     return [base + b * group_size for b in range(num_prompts)]
 
 
+def engine_seed(seed: int, rank: int, tensor_parallel_size: int) -> int:
+    """The global seed of the engine of torchrun rank `rank`: ``seed`` plus the engine's index
+    (``rank // tensor_parallel_size``), so that the engines of data-parallel ranks draw apart
+    (one engine per rank: ``seed + rank``) while the ranks of one tensor-parallel group, which
+    form one engine, agree (TRL's colocate mode seeds each rank's engine ``seed + rank`` too)."""
+    return seed + rank // tensor_parallel_size
+
+
+def check_alloc_conf(conf: str | None, sleep_mode: bool) -> None:
+    """Refuse ``PYTORCH_CUDA_ALLOC_CONF`` with ``expandable_segments:True`` where a sleep-mode
+    engine is built: vLLM's sleep-mode allocator (its CuMem memory pool) does not work with
+    expandable segments and fails at start-up (vllm/device_allocator/cumem.py).
+
+    Raises:
+        ValueError: ``PYTORCH_CUDA_ALLOC_CONF: ...`` naming the value and the way out.
+    """
+    if sleep_mode and conf and "expandable_segments:true" in conf.replace(" ", "").lower():
+        raise ValueError(
+            f"PYTORCH_CUDA_ALLOC_CONF: {conf!r} asks for expandable segments, which vLLM's "
+            "sleep-mode allocator refuses; unset it (or vllm.sleep_mode = false)"
+        )
+
+
 def engine_kwargs(
     model_path: str,
     *,
@@ -243,13 +266,16 @@ class VLLMBackend:
             enforce_eager: no CUDA graphs (slower decoding, faster start, less memory).
             dtype: weights and activations dtype of the engine ("bfloat16", "float16",
                 "float32", "auto").
-            seed: the engine's global seed (requests carry their own seeds, see `generate`).
+            seed: the engine's global seed (requests carry their own seeds, see `generate`);
+                under torchrun each engine's own, `engine_seed` (``seed + rank`` at
+                ``tensor_parallel_size`` 1).
             max_logprobs: the largest `top_n` that `generate` accepts (vLLM's default 20).
 
         Raises:
             ImportError: vLLM is not installed.
-            ValueError: invalid arguments, a tokenizer without pad or EOS id, or
-                `tensor_parallel_size > 1` outside torchrun.
+            ValueError: invalid arguments, a tokenizer without pad or EOS id,
+                `tensor_parallel_size > 1` outside torchrun, or expandable segments in
+                ``PYTORCH_CUDA_ALLOC_CONF`` with `sleep_mode` (`check_alloc_conf`).
         """
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(
@@ -263,6 +289,7 @@ class VLLMBackend:
             raise ValueError(f"max_logprobs: expected >= 0, got {max_logprobs}")
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
             raise ValueError("tokenizer: expected pad_token_id and eos_token_id to be set")
+        check_alloc_conf(os.environ.get("PYTORCH_CUDA_ALLOC_CONF"), sleep_mode)
         try:
             import vllm
         except ImportError as err:
@@ -289,6 +316,7 @@ class VLLMBackend:
                     f"torch.distributed) needs a torchrun launch; missing environment {missing}"
                 )
             executor_backend = "external_launcher"
+            seed = engine_seed(seed, int(os.environ["RANK"]), tensor_parallel_size)
         else:
             executor_backend = "uni"
         # The engine core must run in this process: `apply_model` then calls our function on the

@@ -138,16 +138,20 @@ def device_profiler(on: bool, cuda: bool) -> contextlib.AbstractContextManager:
     return torch.profiler.profile(activities=acts)
 
 
-def init_distributed(device: str) -> DistInfo:
+def init_distributed(device: str, *, vllm: bool = False) -> DistInfo:
     """Join the process group torchrun set up (``WORLD_SIZE`` > 1), or return a single-process
     `DistInfo`. The backend is NCCL on CUDA and gloo on CPU; ``device = "cuda"`` becomes
-    ``cuda:LOCAL_RANK``.
+    ``cuda:LOCAL_RANK``. With `vllm` (``rollout.backend = "vllm"``), ``NCCL_CUMEM_ENABLE=0`` is
+    set first, before any NCCL communicator exists: NCCL's cuMem buffers and vLLM's sleep-mode
+    allocator in one process break the engine (TRL and verl set it likewise).
 
     Raises:
         ValueError: ``device`` names one CUDA index while several processes share the node, or
             cannot run here (`check_device`).
     """
     check_device(device)
+    if vllm:
+        os.environ["NCCL_CUMEM_ENABLE"] = "0"
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return DistInfo(device=device)

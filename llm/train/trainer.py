@@ -147,7 +147,7 @@ def train(
     """
     if change_optimizer and not resume:
         raise ValueError("--change-optimizer: only with --resume (it changes a resumed run)")
-    info = init_distributed(cfg.system.device)
+    info = init_distributed(cfg.system.device, vllm=cfg.rollout.backend == "vllm")
     out = Path(out_dir)
     lock = RunLock(out) if info.is_main else None
     created = not out.exists()

@@ -759,3 +759,94 @@ def test_evaluate_through_the_engine_texts_only_in_chunks(fake_vllm, tok):
     assert res["n_problems"] == 5
     # 2 prompts x 4 responses per call, no log-probs requested.
     assert calls == [[(4, None)] * 2, [(4, None)] * 2, [(4, None)]]
+
+
+@pytest.mark.parametrize(
+    ("conf", "refused"),
+    [
+        (None, False),
+        ("max_split_size_mb:128", False),
+        ("expandable_segments:False", False),
+        ("expandable_segments:True", True),
+        ("garbage_collection_threshold:0.6, expandable_segments: True", True),
+    ],
+)
+def test_expandable_segments_are_refused_before_a_sleep_mode_engine(
+    fake_vllm, tok, monkeypatch, conf, refused
+):
+    """vLLM's sleep-mode allocator fails at start-up under expandable segments: the backend
+    refuses them first, naming the variable; without sleep mode they are allowed."""
+    if conf is None:
+        monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    else:
+        monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
+    if refused:
+        with pytest.raises(ValueError, match=r"^PYTORCH_CUDA_ALLOC_CONF: .*expandable segments"):
+            VLLMBackend("/models/tiny", tok)
+    else:
+        assert VLLMBackend("/models/tiny", tok).llm.calls == [("sleep", 1)]
+    assert (
+        VLLMBackend("/models/tiny", tok, sleep_mode=False).llm.kwargs["enable_sleep_mode"] is False
+    )
+
+
+@pytest.mark.parametrize(("tp", "world"), [(1, 4), (2, 4), (4, 4)])
+def test_each_torchrun_engine_gets_its_own_seed(fake_vllm, tok, monkeypatch, tp, world):
+    """Under torchrun every engine is seeded apart (seed + rank at tensor_parallel_size 1), the
+    ranks of one tensor-parallel group alike."""
+    for k, v in {"LOCAL_RANK": "0", "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                 "MASTER_PORT": "29500"}.items():  # fmt: skip
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(vb, "_distributed_initialized", lambda: True)
+    seeds = []
+    for rank in range(world):
+        monkeypatch.setenv("RANK", str(rank))
+        seeds.append(
+            VLLMBackend("/models/tiny", tok, seed=7, tensor_parallel_size=tp).llm.kwargs["seed"]
+        )
+    assert seeds == [7 + r // tp for r in range(world)]
+    assert len(set(seeds)) == world // tp
+    assert [vb.engine_seed(7, r, tp) for r in range(world)] == seeds
+
+
+def test_nccl_cumem_is_off_before_the_process_group_when_vllm_rolls_out(monkeypatch):
+    """`init_distributed(..., vllm=True)` sets NCCL_CUMEM_ENABLE=0 before it initialises the
+    group (recorded at the call of `init_process_group`); without vLLM the variable is left."""
+    from llm.run import distributed
+
+    seen = []
+    monkeypatch.setattr(distributed.dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(distributed.dist, "init_process_group",
+                        lambda backend: seen.append((backend, os.environ.get("NCCL_CUMEM_ENABLE"))))  # fmt: skip
+    for k, v in {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("NCCL_CUMEM_ENABLE", "1")
+    info = distributed.init_distributed("cpu")
+    assert seen == [("gloo", "1")] and info.rank == 1
+    info = distributed.init_distributed("cpu", vllm=True)
+    assert seen[-1] == ("gloo", "0") and os.environ["NCCL_CUMEM_ENABLE"] == "0"
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("NCCL_CUMEM_ENABLE", "1")
+    distributed.init_distributed("cpu", vllm=True)  # one process: set as well (vLLM's own NCCL)
+    assert os.environ["NCCL_CUMEM_ENABLE"] == "0" and len(seen) == 2
+
+
+def test_the_trainer_asks_for_the_vllm_guard_by_its_backend(tmp_path, monkeypatch):
+    """`llm.train.trainer.train` passes ``rollout.backend == "vllm"`` to `init_distributed`."""
+    import llm.train.trainer as trainer
+    from llm.config import config_from_dict
+
+    asked = []
+
+    def stop(device, *, vllm=False):
+        asked.append(vllm)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr(trainer, "init_distributed", stop)
+    for backend in ("transformers", "vllm"):
+        cfg = config_from_dict(
+            {"method": "grpo", "rollout": {"backend": backend}, "system": {"device": "cuda"}}
+        )
+        with pytest.raises(RuntimeError, match="stop"):
+            trainer.train(cfg, tmp_path / backend, progress=False)
+    assert asked == [False, True]
