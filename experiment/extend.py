@@ -43,11 +43,20 @@ import numpy as np
 from experiment import frontier, report, store
 from experiment import study as S
 from experiment import study_report as R
-from experiment.reread import INPUTS, load_inputs, save_inputs, sections, write_study
+from experiment.reread import (
+    INPUTS,
+    STAGES,
+    check_inputs,
+    check_study,
+    input_files,
+    load_inputs,
+    save_inputs,
+    sections,
+    write_study,
+)
 from experiment.two_stage import how
 
 __all__ = [
-    "STAGES",
     "Committed",
     "ExtensionLeg",
     "check_config",
@@ -61,8 +70,6 @@ __all__ = [
     "read_methods",
     "run",
 ]
-
-STAGES = ("explore", "confirm")
 
 CLAIM_MEASURES = ("pass_at_k", "distinct_correct")
 """The measures a new method's claim may name (``claim`` in its ``[[methods]]`` entry)."""
@@ -126,24 +133,20 @@ def load_committed(study_dir: str | Path) -> Committed:
     stage folder's ``lift_inputs.npz``) and its config (`check_config`).
 
     Raises:
-        ValueError: study.json missing, unreadable or without a key an extension needs (named),
-            lift inputs whose stages disagree on the reference, or a changed config.
+        ValueError: study.json missing, unreadable or without a key (`experiment.reread.
+            check_study`), lift inputs that are corrupt or not the ones study.json records
+            (`experiment.reread.check_inputs`), stages that disagree on the reference, or a
+            changed config; each naming the file.
         FileNotFoundError: a stage's lift inputs or the config are missing.
     """
     src = Path(study_dir)
     path = src / "study.json"
-    doc = store.read_json(path)
-    if not isinstance(doc, dict):
-        raise ValueError(f"study_dir: {path} is missing or unreadable")
-    for key in ("study", "reading", "design", "provenance", "picks"):
-        if key not in doc:
-            raise ValueError(f"{path}: no {key!r} (not a study written by a two-stage study)")
-    stages, hashes = {}, {"study.json": _sha256(path)}
-    for stage in STAGES:
-        published = src / f"{stage}_{INPUTS}"
-        file = published if published.is_file() else src / stage / INPUTS
-        stages[stage] = load_inputs(file)
-        hashes[f"{stage}_{INPUTS}"] = _sha256(file)
+    doc = check_study(store.read_json(path), path)
+    files = input_files(src)
+    stages = {stage: load_inputs(file) for stage, file in files.items()}
+    check_inputs(doc, files, path)  # the lift inputs are this study's
+    hashes = {"study.json": _sha256(path)}
+    hashes.update({f"{stage}_{INPUTS}": _sha256(file) for stage, file in files.items()})
     refs = {stage: [a["reference"] for a in data["measures"].values()]
             for stage, data in stages.items()}  # fmt: skip
     if refs["explore"][0] != refs["confirm"][0]:

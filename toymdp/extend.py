@@ -26,6 +26,7 @@ from typing import Any
 import numerics
 from experiment import extend as E
 from experiment import report, two_stage
+from experiment.lock import RunLock
 from toymdp import sweep as SW
 from toymdp.study_spec import StudySpec, confirmation_doc, load_study
 from toymdp.sweep_spec import SweepConfig, parse_config
@@ -140,11 +141,14 @@ def extend_study(
     Raises:
         ValueError: naming the file and key of a bad methods file, a committed study whose
             config changed, a re-trained reference whose fingerprint differs (without
-            `retrain`), or an `out` that is the committed folder.
+            `retrain`), or an `out` in the committed folder.
+        experiment.lock.RunFolderError: another live study or extension holds `out`.
     """
     committed = E.load_committed(study_dir)
     methods, claims = E.read_methods(methods_path)
     out = Path(out) if out is not None else Path("runs/toy_extend") / Path(study_dir).name
     leg = ToyExtension(committed, methods, claims, out, Path(methods_path), use_cache, progress)
-    return E.run(leg, committed, out, methods_path=methods_path, numerics_tag=numerics.tag(),
-                 retrain=retrain, imports=imports)  # fmt: skip
+    E.check_out(out, committed)  # before the lock writes into it
+    with RunLock(out):  # one study or extension per folder
+        return E.run(leg, committed, out, methods_path=methods_path,
+                     numerics_tag=numerics.tag(), retrain=retrain, imports=imports)  # fmt: skip

@@ -168,6 +168,11 @@ def test_a_changed_reference_is_refused_by_name_unless_retrained(studies, tmp_pa
                        seed=stage["seed"], intro=stage["intro"], labels=stage["labels"],
                        title=stage["title"], level=stage["level"])  # fmt: skip
     args = ["study", "--extend", str(moved), "--methods", str(studies["methods"]), "--out"]
+    assert main([*args, str(tmp_path / "mixed")]) == 2  # inputs that study.json does not record
+    assert "the folder mixes studies" in capsys.readouterr().err
+    doc = json.loads((moved / "study.json").read_text())  # as the study another package made
+    doc[reread.HASH_KEY]["explore"] = reread.inputs_sha256(path)
+    (moved / "study.json").write_text(json.dumps(doc))
     assert main([*args, str(tmp_path / "refused")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "reference run 'grpo" in err and "fingerprint" in err
