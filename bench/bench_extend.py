@@ -24,10 +24,12 @@ lift with the committed ones (``rederived``). Nothing else should run beside it.
 
 from __future__ import annotations
 
+import numerics  # noqa: F401  (first: pins the numeric code paths before numpy loads)
+
+# isort: split
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -37,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from experiment import reread
+from experiment import study_report as R
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = {"toy": "figures/toy_study_sharpening", "llm": "figures/llm_study_countdown_rule"}
@@ -115,8 +118,8 @@ def main() -> int:
     t_ext = _run([*argv, str(ext_out)], work / "extend.log")
     phases = {k: round(v - start, 1) for k, v in _phases(ext_out).items()}
     result = {"leg": args.leg, "study": STUDIES[args.leg], "methods": str(args.methods),
-              "machine": {"cpu": platform.processor() or platform.machine(),
-                          "cores": os.cpu_count()},
+              "machine": {"cpu": R.cpu_model(), "cpu_id": R.cpu_id(), "cores": os.cpu_count(),
+                          "load_average_before": os.getloadavg()},
               "extend_seconds": round(t_ext, 1), "extend_phases_end_seconds": phases,
               "extend_verdicts": json.loads((ext_out / "study.json").read_text())["claims"]}  # fmt: skip
     result["rederived"] = rederived(study, ext_out)
@@ -129,6 +132,7 @@ def main() -> int:
         result["ratio"] = round(t_ext / t_full, 3)
         print(f"full study (GRPO re-trained beside the methods): {t_full:.0f} s; extend / full = "
               f"{t_ext / t_full:.2f}")  # fmt: skip
+    result["machine"]["load_average_after"] = os.getloadavg()
     out = args.out or ROOT / "bench" / "results" / f"extend_{args.leg}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")
