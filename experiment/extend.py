@@ -64,6 +64,7 @@ __all__ = [
     "check_trust",
     "claims_for",
     "describe",
+    "extension_doc",
     "gains_fingerprint",
     "load_committed",
     "merge",
@@ -187,6 +188,29 @@ def read_methods(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, str]
         claims[str(entry.get("label", entry.get("method")))] = measure
         out.append(entry)
     return out, claims
+
+
+def extension_doc(
+    study: Mapping[str, Any],
+    reference: Sequence[str],
+    methods: Sequence[Mapping[str, Any]],
+    methods_path: str | Path,
+) -> dict[str, Any]:
+    """The extension's sweep document: the committed study's sweep document `study` with its
+    ``[[methods]]`` cut to the `reference` entries, then `methods` (the leg parses it as it
+    parses a study file, so every check of one applies).
+
+    Raises:
+        ValueError: an entry labelled as the reference, naming `methods_path`.
+    """
+    clash = sorted({str(m.get("label", m.get("method"))) for m in methods} & set(reference))
+    if clash:
+        raise ValueError(f"{methods_path}: methods: {clash} is the study's reference label; give "
+                         "the entry another label")  # fmt: skip
+    doc = dict(study)
+    kept = [m for m in doc["methods"] if m.get("label", m["method"]) in reference]
+    doc["methods"] = [*kept, *methods]
+    return doc
 
 
 def claims_for(labels: Mapping[str, str]) -> tuple[tuple[str, str, str, str], ...]:

@@ -60,13 +60,7 @@ class ToyExtension:
     def __post_init__(self) -> None:
         self.cfg, self.spec = load_study(self.committed.config)
         ref = list(self.cfg.reference)
-        clash = sorted({str(m.get("label", m.get("method"))) for m in self.methods} & set(ref))
-        if clash:
-            raise ValueError(f"{self.methods_path}: methods: {clash} is the study's reference "
-                             "label; give the entry another label")  # fmt: skip
-        doc = dict(self.cfg.doc)
-        entries = [m for m in doc["methods"] if m.get("label", m["method"]) in ref]
-        doc["methods"] = entries + self.methods
+        doc = E.extension_doc(self.cfg.doc, ref, self.methods, self.methods_path)
         try:
             self.ext: SweepConfig = parse_config(doc)
         except ValueError as err:

@@ -54,13 +54,7 @@ class LLMExtension:
     def __post_init__(self) -> None:
         self.sweep, self.spec = load_study(self.committed.config)
         ref = list(self.sweep.reference)
-        clash = sorted({str(m.get("label", m.get("method"))) for m in self.methods} & set(ref))
-        if clash:
-            raise ValueError(f"{self.methods_path}: methods: {clash} is the study's reference "
-                             "label; give the entry another label")  # fmt: skip
-        doc = dict(self.sweep.doc)
-        doc["methods"] = [m for m in doc["methods"] if m.get("label", m["method"]) in ref]
-        doc["methods"] += self.methods
+        doc = E.extension_doc(self.sweep.doc, ref, self.methods, self.methods_path)
         try:
             self.ext: SweepSpec = sweep_from_dict(doc, root=self.committed.config.parent)
         except (TypeError, ValueError) as err:
