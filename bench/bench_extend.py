@@ -106,6 +106,8 @@ def main() -> int:
     parser.add_argument("--import", dest="module", default="examples/my_methods.py")
     parser.add_argument("--workers", type=int, default=2, help="LLM leg: worker processes")
     parser.add_argument("--skip-full", action="store_true", help="time the extension alone")
+    parser.add_argument("--full-only", action="store_true",
+                        help="time the full study alone, beside the extension's time in --out")  # fmt: skip
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     study = ROOT / STUDIES[args.leg]
@@ -114,18 +116,23 @@ def main() -> int:
     ext_out = work / "extend"
     argv = ["-m", "llm" if args.leg == "llm" else "toymdp", "study", "--extend", str(study),
             "--methods", str(args.methods), "--import", args.module, *extra, "--out"]  # fmt: skip
-    start = time.time()
-    t_ext = _run([*argv, str(ext_out)], work / "extend.log")
-    phases = {k: round(v - start, 1) for k, v in _phases(ext_out).items()}
-    result = {"leg": args.leg, "study": STUDIES[args.leg], "methods": str(args.methods),
-              "machine": {"cpu": R.cpu_model(), "cpu_id": R.cpu_id(), "cores": os.cpu_count(),
-                          "load_average_before": os.getloadavg()},
-              "extend_seconds": round(t_ext, 1), "extend_phases_end_seconds": phases,
-              "extend_verdicts": json.loads((ext_out / "study.json").read_text())["claims"]}  # fmt: skip
-    result["rederived"] = rederived(study, ext_out)
-    print(f"extend: {t_ext:.0f} s (phases end at {phases})")
-    for label, r in result["rederived"].items():
-        print(f"re-derived {label}: {r}")
+    out = args.out or ROOT / "bench" / "results" / f"extend_{args.leg}.json"
+    if args.full_only:
+        result = json.loads(out.read_text())
+        t_ext = result["extend_seconds"]
+    else:
+        start, load = time.time(), os.getloadavg()
+        t_ext = _run([*argv, str(ext_out)], work / "extend.log")
+        phases = {k: round(v - start, 1) for k, v in _phases(ext_out).items()}
+        result = {"leg": args.leg, "study": STUDIES[args.leg], "methods": str(args.methods),
+                  "machine": {"cpu": R.cpu_model(), "cpu_id": R.cpu_id(), "cores": os.cpu_count(),
+                              "load_average_before": load},
+                  "extend_seconds": round(t_ext, 1), "extend_phases_end_seconds": phases,
+                  "extend_verdicts": json.loads((ext_out / "study.json").read_text())["claims"],
+                  "rederived": rederived(study, ext_out)}  # fmt: skip
+        print(f"extend: {t_ext:.0f} s (phases end at {phases})")
+        for label, r in result["rederived"].items():
+            print(f"re-derived {label}: {r}")
     if not args.skip_full:
         t_full = _run([*argv, str(work / "full"), "--retrain-reference"], work / "full.log")
         result["full_seconds"] = round(t_full, 1)
@@ -133,7 +140,6 @@ def main() -> int:
         print(f"full study (GRPO re-trained beside the methods): {t_full:.0f} s; extend / full = "
               f"{t_ext / t_full:.2f}")  # fmt: skip
     result["machine"]["load_average_after"] = os.getloadavg()
-    out = args.out or ROOT / "bench" / "results" / f"extend_{args.leg}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {out}")
     return 0
