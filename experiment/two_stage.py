@@ -67,9 +67,13 @@ def read_study(path: Path, spec_cls: type[C]) -> tuple[dict[str, Any], C]:
     ``[study]`` table as `spec_cls` (`experiment.schema.build`). The leg checks the rest.
 
     Raises:
-        ValueError: ``PATH: study.KEY ...`` for a bad ``[study]`` key or value.
+        ValueError: ``PATH: study.KEY ...`` for a bad ``[study]`` key or value; ``PATH: no
+            [study] table`` for a file without one (a sweep file is not a study with defaults).
     """
     doc = dict(store.read_toml(path))
+    if "study" not in doc:
+        raise ValueError(f"{path}: no [study] table (a study file is a sweep file plus [study]; "
+                         "a sweep alone runs with the sweep command)")  # fmt: skip
     try:
         return doc, schema.build(spec_cls, "study", doc.pop("study", {}))
     except ValueError as err:

@@ -50,6 +50,8 @@ from transformers.utils import logging as hf_logging
 from experiment import cli
 from experiment.extend import describe as describe_extension
 from llm.config import (
+    EVAL_PRECISION,
+    MAX_EVAL_SAMPLES,
     add_set_argument,
     check_model_path,
     load_config,
@@ -74,8 +76,8 @@ from llm.orchestrate.reproduce import (
 from llm.orchestrate.spot_check import spot_check
 from llm.orchestrate.study import run_study
 from llm.orchestrate.sweep import ENGINES, run_sweep
+from llm.orchestrate.sweep_spec import MAX_EVAL_STREAM, load_sweep
 from llm.orchestrate.sweep_spec import describe as describe_sweep
-from llm.orchestrate.sweep_spec import load_sweep
 from llm.rollout.backend import make_backend
 from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import latest_checkpoint
@@ -97,6 +99,9 @@ def _train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, sets=args.sets, steps=args.steps)
     check_model_path(cfg)
     out = args.out or str(Path("runs") / Path(args.config).stem)
+    if args.resume and not Path(out).is_dir():
+        raise FileNotFoundError(f"--resume: no run folder {out!r} to continue (drop --resume to "
+                                "start a run there)")  # fmt: skip
     history = train(
         cfg,
         out,
@@ -126,13 +131,18 @@ def _eval(args: argparse.Namespace) -> int:
     # --template over the config's; the vLLM backend loads the model folder
     cfg = replace(cfg, template=args.template or cfg.template, model_path=str(model_path))
     task = TASKS[cfg.task]
+    samples = cfg.eval.samples if args.samples is None else args.samples
+    _check_count("--samples", samples, MAX_EVAL_SAMPLES)
+    precision = _eval_precision(cfg)
     if args.problems:
         check_data_file(args.problems, "--problems")
         sets = {"": task.load(args.problems)}
-    elif args.generate:
+    elif args.generate is not None:
+        _check_count("--generate", args.generate, MAX_EVAL_STREAM)
         seed = args.seed if args.seed is not None else cfg.eval.seed
         sets = {"": task.generate(args.generate, seed, cfg.data)}
-    elif args.heldout:
+    elif args.heldout is not None:
+        _check_count("--heldout", args.heldout, MAX_EVAL_STREAM)
         if not task.tiny_data:
             raise ValueError(
                 f"--heldout: llm.model.tiny's held-out problems are not {cfg.task} problems"
@@ -150,16 +160,17 @@ def _eval(args: argparse.Namespace) -> int:
         sets = {name: problems[: args.max_problems] for name, problems in sets.items()}
     check_device(cfg.system.device)
     set_matmul_precision(cfg.system.device, cfg.system.tf32)
-    model, tokenizer = load_model_and_tokenizer(model_path, cfg.system.device, cfg.system.precision)
-    reference, info = None, {"model": str(model_path)}
+    model, tokenizer = load_model_and_tokenizer(model_path, cfg.system.device, precision)
+    # What changes the samples besides the sampling settings (a sweep's evaluation key names them
+    # too, llm.orchestrate.jobs.eval_key): recorded with the result.
+    reference, info = None, {"model": str(model_path), "sampler": cfg.eval.sampler,
+                             "dtype": cfg.eval.dtype}  # fmt: skip
     if args.reference:
         ref_path = Path(args.reference)
         if not ref_path.is_dir():
             raise FileNotFoundError(f"--reference: {args.reference!r} is not a model or run folder")
         ref_path = latest_checkpoint(ref_path) or ref_path
-        reference, ref_tokenizer = load_model_and_tokenizer(
-            ref_path, cfg.system.device, cfg.system.precision
-        )
+        reference, ref_tokenizer = load_model_and_tokenizer(ref_path, cfg.system.device, precision)
         if ref_tokenizer.get_vocab() != tokenizer.get_vocab():
             raise ValueError(f"--reference: {str(ref_path)!r} has another vocabulary than --model")
         info["reference"] = str(ref_path)
@@ -168,7 +179,7 @@ def _eval(args: argparse.Namespace) -> int:
         encoder = load_encoder(cfg.system.device)
     backend = make_backend(cfg, model, tokenizer)
     common = {
-        "samples": args.samples or cfg.eval.samples,
+        "samples": samples,
         "template": cfg.template,
         "max_new_tokens": args.max_new_tokens
         or cfg.eval.max_new_tokens
@@ -210,6 +221,33 @@ def _eval(args: argparse.Namespace) -> int:
         ks = ", ".join(f"pass@{k}={v:.3f}" for k, v in result["pass_at_k"].items())
         print(f"{path} [{label}]: {ks}; {extra}")
     return 0
+
+
+def _check_count(flag: str, value: int, most: int) -> None:
+    """Refuse a count of `llm eval` outside ``[1, most]``, naming `flag`.
+
+    Raises:
+        ValueError: ``FLAG: expected an integer in [1, MOST], got VALUE``.
+    """
+    if not 1 <= value <= most:
+        raise ValueError(f"{flag}: expected an integer in [1, {most}], got {value}")
+
+
+def _eval_precision(cfg: Any) -> str:
+    """The precision `llm eval` loads the policy (and ``--reference``) in: ``eval.dtype`` as a
+    sweep's evaluation does (`llm.config.EVAL_PRECISION`; bfloat16 weights, logits sampled in
+    float32), ``system.precision`` when it is float32.
+
+    Raises:
+        ValueError: ``eval.dtype`` other than float32 with ``rollout.backend = vllm`` (the engine
+            samples in ``vllm.dtype``).
+    """
+    if cfg.eval.dtype == "float32":
+        return cfg.system.precision
+    if cfg.rollout.backend == "vllm":
+        raise ValueError(f"eval.dtype: {cfg.eval.dtype!r} applies to the transformers backend; "
+                         "with rollout.backend = vllm set vllm.dtype")  # fmt: skip
+    return EVAL_PRECISION[cfg.eval.dtype]
 
 
 def _import_gguf(args: argparse.Namespace) -> int:
@@ -322,7 +360,9 @@ def _study(args: argparse.Namespace) -> int:
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
     add_set_argument(
-        parser, "override config keys: lr=3e-4 data.seed=3 method=ds_grpo (TOML literals)"
+        parser,
+        "override config keys: optim.lr=3e-4 data.seed=3 method=ds_grpo eval.samples=64 "
+        "(TOML literals; every key: train --describe)",
     )
 
 
@@ -404,12 +444,20 @@ def _main(argv: list[str]) -> int:
     ev.add_argument("--model", required=True, help="model folder, or a run folder")
     src = ev.add_mutually_exclusive_group()
     src.add_argument("--problems", help="local .jsonl/.parquet problem file (task of --config)")
-    src.add_argument("--generate", type=int, metavar="N", help="generate N problems")
-    src.add_argument("--heldout", type=int, metavar="N", help="llm.model.tiny's first N held-out")
+    src.add_argument(
+        "--generate", type=int, metavar="N", help=f"generate N problems (1 to {MAX_EVAL_STREAM})"
+    )
+    src.add_argument(
+        "--heldout",
+        type=int,
+        metavar="N",
+        help=f"llm.model.tiny's first N held-out (1 to {MAX_EVAL_STREAM})",
+    )
     ev.add_argument(
         "--samples", "--n", dest="samples", type=int,
-        help="samples per problem (default: eval.samples); pass@k and maj@k for k = 1, 2, 4, "
-        "..., samples (256: the curve to k = 256 of Yue et al. 2025, with --max-problems 16)",
+        help=f"samples per problem, 1 to {MAX_EVAL_SAMPLES} (default: eval.samples); pass@k and "
+        "maj@k for k = 1, 2, 4, ..., samples (256: the curve to k = 256 of Yue et al. 2025, with "
+        "--max-problems 16)",
     )  # fmt: skip
     ev.add_argument(
         "--max-problems", type=int, metavar="N", help="only the first N problems of each set"

@@ -45,6 +45,7 @@ from experiment.store import config_error, write_text
 from llm.config.tables import (
     DISTINCT,
     EVAL_PRECISION,
+    MAX_EVAL_SAMPLES,
     MAX_SEED,
     ControlConfig,
     DataConfig,
@@ -60,6 +61,7 @@ from llm.tasks import TASKS
 
 __all__ = [
     "EVAL_PRECISION",
+    "MAX_EVAL_SAMPLES",
     "OLD_KEYS",
     "ControlConfig",
     "DataConfig",
@@ -82,6 +84,7 @@ __all__ = [
     "loss_hyper",
     "refuse_old_key",
     "save_config",
+    "source_error",
     "validate",
 ]
 
@@ -352,8 +355,8 @@ def load_config(
     (`config_from_dict`): the one way from a file and the command line to a `TrainConfig`.
 
     Raises:
-        ValueError: invalid TOML, an unknown key or an invalid value (naming the file, the field
-            and the field's line in the file, `experiment.store.config_error`).
+        ValueError: invalid TOML, an unknown key or an invalid value (naming the field and where
+            its value came from: ``--set``, or the file and the field's line, `source_error`).
         FileNotFoundError: no such file.
     """
     raw = {} if path is None else _read(Path(path))
@@ -371,14 +374,33 @@ def load_config(
         if isinstance(value, dict) and isinstance(target.get(name), dict):
             value = {**target[name], **value}  # a table is merged, as by --set
         target[name] = value
-    given = [pair.split("=", 1)[0].strip() for pair in sets]
+    by_set = [pair.split("=", 1)[0].strip() for pair in sets]
+    given = list(by_set)
     for key, value in overrides.items():
         if value is not None:
             given += [f"{key}.{k}" for k in value] if isinstance(value, dict) else [key]
     try:
         return config_from_dict(raw)
-    except ValueError as e:  # the file and the key's line (not for a key given by --set)
-        raise (e if path is None else config_error(path, e, given)) from None
+    except ValueError as e:  # the file and the key's line, or --set for a key it gave
+        raise source_error(path, e, by_set, given) from None
+
+
+def source_error(
+    path: str | os.PathLike[str] | None,
+    err: Exception,
+    sets: Iterable[str],
+    given: Iterable[str] = (),
+) -> ValueError:
+    """`err`, a value error whose message starts with the key (``optim.lr: expected ...``), named
+    by where the value came from: ``--set optim.lr: expected ...`` for a key of `sets` (the
+    ``--set`` pairs' keys), else the config file `path` and the key's line
+    (`experiment.store.config_error`; a key of `given`, set otherwise than by the file, gets no
+    line), else `err`'s message alone (no file)."""
+    text = str(err)
+    key = text.split(":", 1)[0].strip()
+    if key in set(sets):
+        return ValueError(f"--set {text}")
+    return ValueError(text) if path is None else config_error(path, err, given)
 
 
 def load_saved_config(path: str | os.PathLike[str]) -> tuple[TrainConfig, dict[str, str]]:

@@ -24,6 +24,10 @@ EVAL_PRECISION = {"float32": "fp32", "bfloat16": "bf16"}
 EVAL_DTYPES = tuple(EVAL_PRECISION)
 EVAL_SAMPLERS = ("generate", "stacked")
 """`EvalConfig.sampler`: transformers' generate, or the package's `llm.rollout.stacked`."""
+MAX_EVAL_SAMPLES = 4096
+"""Most samples per problem at evaluation (``eval.samples``, ``llm eval --samples``): pass@k to
+k = 4096, sixteen times the k = 256 of Yue et al. 2025; a problem's samples are decoded, graded and
+held in memory together, so 1e9 would never end."""
 MAX_SEED = 2**32 - 1
 """Largest seed: the trainer seeds NumPy's legacy global RNG, which takes 32-bit seeds."""
 MAX_LR = 1.0
@@ -95,7 +99,10 @@ class EvalConfig:
         le=MAX_SEED,
     )
     samples: int = option(
-        16, "samples per problem n; pass@k is reported for k = 1, 2, 4, ..., n", ge=1
+        16,
+        "samples per problem n; pass@k is reported for k = 1, 2, 4, ..., n",
+        ge=1,
+        le=MAX_EVAL_SAMPLES,
     )
     temperature: float = option(1.0, "sampling temperature at evaluation", gt=0)
     top_p: float = option(1.0, "nucleus sampling threshold at evaluation", gt=0, le=1)

@@ -19,7 +19,13 @@ from typing import Any
 from experiment import two_stage
 from experiment.schema import meta, option
 from experiment.spec import confirmation_methods, untune
-from llm.orchestrate.sweep_spec import SweepSpec, budgets, merge_tables, sweep_from_dict
+from llm.orchestrate.sweep_spec import (
+    MAX_EVAL_STREAM,
+    SweepSpec,
+    budgets,
+    merge_tables,
+    sweep_from_dict,
+)
 
 __all__ = ["StudySpec", "confirmation", "confirmation_doc", "load_study"]
 
@@ -49,9 +55,10 @@ def load_study(path: str | Path) -> tuple[SweepSpec, StudySpec]:
     `llm.orchestrate.sweep_spec.budgets`), and so is ``confirm_train``, before any run.
 
     Raises:
-        ValueError: naming the file and key: a bad sweep or ``[study]`` key, confirmation seeds
-            that are also exploratory seeds, confirmation problems overlapping the exploratory
-            ones, or a method tuned otherwise than the reference without ``unequal_budget = true``.
+        ValueError: naming the file and key: no ``[study]`` table, a bad sweep or ``[study]``
+            key, confirmation seeds that are also exploratory seeds, confirmation problems
+            overlapping the exploratory ones or past the held-out stream (`MAX_EVAL_STREAM`),
+            or a method tuned otherwise than the reference without ``unequal_budget = true``.
     """
     path = Path(path)
     doc, spec = two_stage.read_study(path, StudySpec)
@@ -60,11 +67,6 @@ def load_study(path: str | Path) -> tuple[SweepSpec, StudySpec]:
     except (TypeError, ValueError) as err:
         raise ValueError(f"{path}: {err}") from None
     sweep.source = str(path)
-    if spec.confirm_train:
-        try:
-            confirmation(sweep, spec, {})
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{path}: study.confirm_train: {err}") from None
     reused = sorted(set(spec.confirm_seeds) & set(sweep.seeds))
     if reused:
         raise ValueError(f"{path}: study.confirm_seeds: {reused} are exploratory seeds")
@@ -73,6 +75,20 @@ def load_study(path: str | Path) -> tuple[SweepSpec, StudySpec]:
     if spec.confirm_offset and spec.confirm_offset < explored:
         raise ValueError(f"{path}: study.confirm_offset: {spec.confirm_offset} overlaps the "
                          f"exploratory problems (the first {explored})")  # fmt: skip
+    # The confirmation's eval.offset, checked here rather than after the exploration has trained.
+    offset = spec.confirm_offset or explored
+    if offset + spec.confirm_problems > MAX_EVAL_STREAM:
+        key = "confirm_offset" if spec.confirm_offset else "confirm_problems"
+        raise ValueError(
+            f"{path}: study.{key}: expected confirm_offset (0: the {explored} exploratory "
+            f"problems) + confirm_problems <= {MAX_EVAL_STREAM}, got {offset} + "
+            f"{spec.confirm_problems}"
+        )
+    if spec.confirm_train:
+        try:
+            confirmation(sweep, spec, {})
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path}: study.confirm_train: {err}") from None
     return sweep, spec
 
 

@@ -43,12 +43,20 @@ from experiment.spec import (
     parse_methods,
     parse_reference,
     parse_seeds,
+    refuse_moved,
 )
 from experiment.spec import (
     describe as describe_keys,
 )
-from experiment.store import config_error, read_toml
-from llm.config import TrainConfig, config_from_dict, refuse_old_key
+from experiment.store import read_toml
+from llm.config import (
+    MAX_EVAL_SAMPLES,
+    OLD_KEYS,
+    TrainConfig,
+    config_from_dict,
+    refuse_old_key,
+    source_error,
+)
 from llm.eval.frontier import setting_name
 from llm.eval.heldout import k_values
 
@@ -87,7 +95,7 @@ class SweepEval:
         0, "skip the first N problems (a confirmation stage's fresh problems)", ge=0
     )
     samples: int = schema.option(
-        0, "samples per problem n (0: the base config's eval.samples)", ge=0
+        0, "samples per problem n (0: the base config's eval.samples)", ge=0, le=MAX_EVAL_SAMPLES
     )
     ks: list[int] = field(
         default_factory=list,
@@ -231,6 +239,8 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
     seeds = list(parse_seeds(doc["seeds"]))
     checkpoints = list(parse_checkpoints(doc["checkpoints"], base_cfg.steps))
 
+    # The run config's removed [eval] spellings (eval.n_samples) are the sweep's too.
+    refuse_moved(doc, {k: v for k, v in OLD_KEYS.items() if k.startswith("eval.")})
     try:
         ev = schema.from_dict(SweepEval, doc.get("eval", {}))
     except (TypeError, ValueError) as e:
@@ -325,16 +335,16 @@ def load_sweep(path: str | os.PathLike[str], sets: Iterable[str] = ()) -> SweepS
     """Read a sweep TOML, apply ``--set`` pairs (`apply_sets`) and validate it (`sweep_from_dict`).
 
     Raises:
-        ValueError: invalid TOML or an invalid sweep (the message names the file, the key and
-            the key's line, `experiment.store.config_error`).
+        ValueError: invalid TOML or an invalid sweep (the message names the key and where its
+            value came from: ``--set``, or the file and the key's line, `llm.config.source_error`).
         FileNotFoundError: no such file, or no such base config.
     """
     doc = apply_sets(read_toml(path), sets, _TOP_KEYS)
     try:
         spec = sweep_from_dict(doc, root=Path(path).resolve().parent)
-    except ValueError as e:
+    except ValueError as e:  # the file and the key's line, or --set for a key it gave
         given = [pair.split("=", 1)[0].strip() for pair in sets]
-        raise config_error(path, e, given) from None
+        raise source_error(path, e, given, given) from None
     spec.source = str(path)
     return spec
 

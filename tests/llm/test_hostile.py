@@ -1,7 +1,8 @@
-"""Issue 40: nothing mixed, nothing silently ignored. A `--change-optimizer` that records a change
-and must apply it, refused commands that must write nothing, two sweeps on one folder (two real
-processes), workers that must die with their driver, and errors that must name their file. Each
-test failed on the code before the fix.
+"""Issues 40 and 54: nothing mixed, nothing silently ignored. A `--change-optimizer` that records a
+change and must apply it, refused commands that must write nothing, two sweeps on one folder (two
+real processes), workers that must die with their driver, errors that must name their file (or
+``--set``), and every study and `llm eval` input bounded and used or refused. Each test failed on
+the code before the fix.
 """
 
 from __future__ import annotations
@@ -264,7 +265,8 @@ def test_a_config_value_error_names_the_file_and_line(tmp_path) -> None:
     assert code == 2 and f"{config}, line {line}: optim.weight_decay: expected" in err
     code, err = _cli("train", "--config", str(TINY), "--out", str(tmp_path / "O"),
                      "--set", "optim.weight_decay=1e38")  # fmt: skip
-    assert code == 2 and f"{TINY}: optim.weight_decay: expected a finite number in [0, 1]" in err
+    assert code == 2 and "--set optim.weight_decay: expected a finite number in [0, 1]" in err
+    assert str(TINY) not in err  # the value came from --set, not from the file
     assert not (tmp_path / "O").exists()
 
 
@@ -287,3 +289,101 @@ def test_a_sweep_refused_at_its_start_leaves_no_folder(tiny_model_path, tmp_path
 def test_the_cuda_error_names_system_device(tiny100, tmp_path) -> None:
     code, err = _train(tmp_path / "O", _sets(tiny100, "system.device=cuda"), steps=2)
     assert code == 2 and 'set system.device = "cpu"' in err
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 54: study and eval inputs bounded, used or refused
+
+
+def test_a_study_without_a_study_table_is_refused(tiny_model_path, tmp_path) -> None:
+    config, out = _sweep_config(tmp_path, tiny_model_path), tmp_path / "X"
+    code, err = _cli("study", "--config", str(config), "--out", str(out))
+    assert code == 2 and f"{config}: no [study] table" in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("how", ["file", "set"])
+def test_a_sweeps_eval_n_samples_is_a_removed_key(tiny_model_path, tmp_path, how) -> None:
+    config, out = _sweep_config(tmp_path, tiny_model_path), tmp_path / "X"
+    sets: list[str] = []
+    if how == "file":
+        config.write_text(SWEEP.replace("samples = 2", "n_samples = 2"))
+    else:
+        sets = ["--set", "eval.n_samples=2"]
+    code, err = _cli("sweep", "--config", str(config), "--out", str(out), *sets)
+    assert code == 2 and "eval.n_samples: removed; write eval.samples" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("study", "named"),
+    [("confirm_offset = 100000000", "study.confirm_offset: expected confirm_offset"),
+     ("confirm_problems = 7999", "study.confirm_problems: expected confirm_offset (0: the 2 ")],
+)  # fmt: skip
+def test_the_confirmation_offset_is_checked_before_any_training(
+    tiny_model_path, tmp_path, study, named
+) -> None:
+    config, out = _sweep_config(tmp_path, tiny_model_path), tmp_path / "X"
+    config.write_text(SWEEP + f"[study]\nconfirm_seeds = [5]\n{study}\n")
+    code, err = _cli("study", "--config", str(config), "--out", str(out))
+    assert code == 2 and f"{config}: {named}" in err and "<= 8000" in err
+    assert not out.exists()  # nothing explored
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [(["--samples", "0"], "--samples: expected an integer in [1, 4096], got 0"),
+     (["--samples", "1000000000"], "--samples: expected an integer in [1, 4096], got 1000000000"),
+     (["--heldout", "0"], "--heldout: expected an integer in [1, 8000], got 0"),
+     (["--heldout", "100000000"], "--heldout: expected an integer in [1, 8000], got 100000000"),
+     (["--generate", "0"], "--generate: expected an integer in [1, 8000], got 0"),
+     (["--set", "eval.samples=0"], "--set eval.samples: expected an integer in [1, 4096], got 0"),
+     (["--set", "eval.samples=5000"], "--set eval.samples: expected an integer in [1, 4096]"),
+     (["--set", "eval.dtype=bfloat16", "rollout.backend=vllm", "system.device=cuda"],
+      "eval.dtype: 'bfloat16' applies to the transformers backend")],
+)  # fmt: skip
+def test_eval_counts_are_bounded(tiny100, tmp_path, flags, named) -> None:
+    """``--samples 0`` evaluated 16 samples, ``--heldout 0`` 64 problems and ``--samples 1e9``
+    never ended; each is refused by name before the model loads."""
+    out = tmp_path / "E"
+    code, err = _cli("eval", "--model", tiny100, "--out", str(out), *flags)
+    assert code == 2 and named in err and err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_eval_dtype_is_applied_and_recorded_with_the_sampler(tiny100, tmp_path) -> None:
+    """``eval.dtype = "bfloat16"`` was accepted and never used (results equal float32's): the
+    policy now samples in bfloat16 (its token entropy, a forward of the same weights, differs
+    from float32's) and eval.json records the dtype and the sampler of every label."""
+    out = tmp_path / "E"
+    common = ["eval", "--model", tiny100, "--out", str(out), "--heldout", "2", "--samples", "2",
+              "--no-bleu", "--no-semantic", "--token-entropy"]  # fmt: skip
+    runs = {("float32", "generate"), ("bfloat16", "generate"), ("float32", "stacked")}
+    for dtype, sampler in sorted(runs):
+        label = f"{dtype}-{sampler}"
+        sets = ["--set", f"eval.dtype={dtype}", f"eval.sampler={sampler}"]
+        code, err = _cli(*common, "--label", label, *sets)
+        assert code == 0, err
+    doc = json.loads((out / "eval.json").read_text())
+    assert {(r["dtype"], r["sampler"]) for r in doc.values()} == runs
+    assert all(doc[f"{d}-{s}"]["dtype"] == d for d, s in runs)
+    assert doc["bfloat16-generate"]["token_entropy"] != doc["float32-generate"]["token_entropy"]
+
+
+def test_resume_into_a_missing_folder_is_refused(tiny100, tmp_path) -> None:
+    out = tmp_path / "nope"
+    code, err = _train(out, _sets(tiny100), "--resume", steps=2)
+    assert code == 2 and f"--resume: no run folder {str(out)!r}" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+def test_the_help_shows_set_examples_that_are_accepted(command, capsys) -> None:
+    """``--help`` showed ``--set lr=3e-4``, which is refused: its examples now load."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    examples = text.split("override config keys: ", 1)[1].split(" (TOML", 1)[0].split()
+    assert "optim.lr=3e-4" in examples and "lr=3e-4" not in examples
+    cfg = load_config(TINY, sets=examples)
+    assert cfg.optim.lr == 3e-4 and cfg.data.seed == 3 and cfg.eval.samples == 64
