@@ -11,6 +11,7 @@ top-N candidates, ``P`` prompt token positions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -148,12 +149,17 @@ def check_values(name: str, batch: Mapping[str, Any]) -> None:
 
     Only concrete host arrays are read (NumPy, torch on the CPU): a JAX array may be a tracer and
     a GPU tensor would cost a device sync, so those are left to the trainer's non-finite stop.
-    ``-inf`` log-probs are allowed (a token of probability 0 has a documented limit).
+    A ``-inf`` log-prob is allowed (a token of probability 0 has a documented limit), but not in
+    both terms of a difference the loss takes on a response token: ``logp`` and ``logp_old``
+    (the ratio ``exp(logp - logp_old)``) or ``logp`` and ``logp_ref`` (the KL estimators), where
+    ``-inf - (-inf)`` is NaN.
 
     Raises:
-        ValueError: naming the key, how many entries are NaN and the first one's index.
+        ValueError: naming the key, how many entries are NaN and the first one's index; or both
+            keys of a pair that are ``-inf`` together, how many times and the first index.
     """
     mask = batch.get("mask")
+    _check_infinite_pairs(name, batch, mask)
     for key, spec in _KEYS.items():
         x = batch.get(key)
         if x is None or spec.dtype != "float" or not _host(x):
@@ -170,6 +176,30 @@ def check_values(name: str, batch: Mapping[str, Any]) -> None:
             where = "response token(s)" if spec.axes == ("B", "G", "T") else "entries"
             raise ValueError(
                 f"{name}: batch[{key!r}] holds NaN at {count} {where} (first at index {first})"
+            )
+
+
+_DIFFERENCES = (("logp", "logp_old", "the ratio exp(logp - logp_old)"),
+                ("logp", "logp_ref", "the KL estimator of logp_ref - logp"))  # fmt: skip
+"""The (B, G, T) log-prob pairs whose difference reaches the loss, and what it is."""
+
+
+def _check_infinite_pairs(name: str, batch: Mapping[str, Any], mask: Any) -> None:
+    # -inf in both terms of a difference: NaN in the loss (issue 54).
+    for a, b, what in _DIFFERENCES:
+        x, y = batch.get(a), batch.get(b)
+        if x is None or y is None or not (_host(x) and _host(y)):
+            continue
+        xp = array_namespace(x)
+        both = (x == -math.inf) & (y == -math.inf)
+        if mask is not None and _host(mask):
+            both = both & (xp.astype(mask, xp.bool) if mask.dtype != xp.bool else mask)
+        count = int(xp.sum(xp.astype(both, xp.int64)))
+        if count:
+            first = tuple(int(i) for i in np.argwhere(np.asarray(_to_numpy(both)))[0])
+            raise ValueError(
+                f"{name}: batch[{a!r}] and batch[{b!r}] are both -inf at {count} response "
+                f"token(s) (first at index {first}): {what} is undefined there"
             )
 
 

@@ -54,6 +54,36 @@ def test_minus_inf_log_prob_gives_finite_loss_and_gradient(name):
 
 
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("pair", [("logp", "logp_old"), ("logp", "logp_ref")])
+@pytest.mark.parametrize("name", NAMES)
+def test_minus_inf_in_both_terms_of_a_difference_is_named(name, pair, backend):
+    # Issue 54: -inf in logp and logp_old of a response token gave a NaN loss with no error
+    # (exp(-inf - (-inf))); it is refused naming both keys and the token. At padding, finite.
+    batch, over = _batch(name)
+    a, b = pair
+    over = {**over, "kl_coef": 0.1} if b == "logp_ref" else over
+    if b not in batch:
+        batch[b] = batch["logp_old"].copy()  # an unused key is checked all the same
+    batch["mask"][0, 1, :] = 1.0
+    batch["mask"][1, 2, -1] = 0.0
+    bad = {k: v.copy() for k, v in batch.items()}
+    padded = {k: v.copy() for k, v in batch.items()}
+    for key in pair:
+        bad[key][0, 1, 2] = -math.inf
+        padded[key][1, 2, -1] = -math.inf
+    if backend == "torch":
+        torch = pytest.importorskip("torch")
+        bad, padded = ({k: torch.from_numpy(v) for k, v in d.items()} for d in (bad, padded))
+    method = shaping.get_method(name)
+    want = f"{name}: batch['{a}'] and batch['{b}'] are both -inf at 1 response token(s) " + (
+        "(first at index (0, 1, 2))"
+    )
+    with pytest.raises(ValueError, match=re.escape(want)):
+        method.loss(bad, **over)
+    assert np.isfinite(float(method.loss(padded, **over)[0]))
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
 @pytest.mark.parametrize("name", NAMES)
 def test_empty_batch_gives_zero_loss_and_finite_metrics(name, backend):
     batch, over = _batch(name, B=0)
