@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,6 +288,39 @@ def test_planted_imports_against_the_table_are_found(tmp_path):
     assert "engine.py:1 imports vllm: vllm only in ['llm.rollout.vllm_engine']" in text
     assert "ok.py" not in text and "vllm_engine.py" not in text and "optional.py" not in text
     assert len(bad) == 4
+
+
+def test_hypothesis_is_restricted_to_the_public_strategies():
+    assert TABLE["theory"]["restricted"]["hypothesis"] == ["theory.strategies"]
+    assert TABLE["shaping"]["restricted"]["hypothesis"] == ["shaping.strategies"]
+
+
+def test_theory_and_shaping_import_without_hypothesis():
+    """Every module of theory/ and shaping/ imports with Hypothesis absent (`None` in
+    ``sys.modules`` makes its import fail), and each strategies module then names the extra."""
+    names = [
+        m for m in project_modules(ROOT, ("theory", "shaping"))
+        if not m.endswith((".strategies", ".__main__"))
+    ]  # fmt: skip
+    code = (
+        "import importlib, sys\n"
+        "sys.modules['hypothesis'] = None\n"
+        f"for name in {names!r}:\n"
+        "    importlib.import_module(name)\n"
+        "for name in ('theory.strategies', 'shaping.strategies'):\n"
+        "    try:\n"
+        "        importlib.import_module(name)\n"
+        "    except ImportError as exc:\n"
+        "        print(exc)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.splitlines() == [
+        "theory.strategies needs Hypothesis: pip install 'sharpening[strategies]'",
+        "shaping.strategies needs Hypothesis: pip install 'sharpening[strategies]'",
+    ]
 
 
 @pytest.mark.parametrize("package", ["experiment", "theory", "shaping"])

@@ -1,9 +1,9 @@
 """Hypothesis tests of seed 000, App. B: Lemmas B.1, B.4, B.5, Props. B.2, B.3 and Eq. 19.
 
-Instances are drawn as tabular base-policy logits (bounded finite floats in [−5, 5]) on trees with
-`V ∈ 2..4`, `H ∈ 1..4` (up to 256 leaves) and a correct set drawn as a boolean list; one correct and
-one incorrect trajectory are forced by construction so that both kinds exist. The checkers behind
-`python -m theory check` are also run here, and fed wrong closed forms to show they catch them.
+Instances are `theory.strategies.tree_instances`: tabular base-policy logits in [−5, 5] on trees
+with `V ∈ 2..4`, `H ∈ 1..4` (up to 256 leaves), and a correct set holding both kinds. The checkers
+behind `python -m theory check` are also run here, and fed wrong closed forms to show they catch
+them.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 from scipy.special import logsumexp
 
 import theory.checks.bias_and_optima as bo
@@ -28,7 +27,8 @@ from theory.optimum import (
     kl_regularized,
     objective,
 )
-from theory.trees import TreeInstance, num_internal_nodes, trajectory_log_probs
+from theory.strategies import kl_coefs, rewards, tree_instances
+from theory.trees import TreeInstance
 
 MY_CHECKERS = (
     "lemma_b1",
@@ -39,33 +39,8 @@ MY_CHECKERS = (
     "eq19_anchor_equivalence",
 )
 
-SHAPES = [(v, h) for v in (2, 3, 4) for h in (1, 2, 3, 4) if v**h <= 256]
 SMALL_SHAPES = [(2, 1), (3, 1), (4, 1), (2, 2)]  # M <= 4: every N-sample can be enumerated
-LOGIT = st.floats(-5.0, 5.0, allow_nan=False, allow_infinity=False)
-BETA = st.floats(0.05, 5.0, allow_nan=False, allow_infinity=False)
-REWARD = st.floats(-3.0, 3.0, allow_nan=False, allow_infinity=False)
-
-
-@st.composite
-def instances(draw, shapes=SHAPES) -> TreeInstance:
-    """A tree, a tabular base policy given by its logits, and a correct set holding both kinds."""
-    v, h = draw(st.sampled_from(shapes))
-    logits = draw(hnp.arrays(np.float64, (num_internal_nodes(v, h), v), elements=LOGIT))
-    m = v**h
-    correct = np.array(draw(st.lists(st.booleans(), min_size=m, max_size=m)))
-    i = draw(st.integers(0, m - 1))
-    j = (i + 1 + draw(st.integers(0, m - 2))) % m
-    correct[i], correct[j] = True, False
-    return TreeInstance(v, h, trajectory_log_probs(logits, v, h), correct)
-
-
-@st.composite
-def rewards(draw, inst: TreeInstance) -> np.ndarray:
-    """The verifier's reward `1[C]`, or arbitrary bounded reals (Lemmas B.1 and B.4 hold for any r̂)."""
-    if draw(st.booleans()):
-        return inst.correct.astype(float)
-    m = inst.num_trajectories
-    return np.array(draw(st.lists(REWARD, min_size=m, max_size=m)))
+BETA = kl_coefs()
 
 
 def _assert_is_the_maximizer(lp, lpb, reward, beta, coef_policy=0.0, coef_base=0.0) -> None:
@@ -84,7 +59,7 @@ def _assert_is_the_maximizer(lp, lpb, reward, beta, coef_policy=0.0, coef_base=0
 # ------------------------------------------------------------------------------------- Lemma B.1
 
 
-@given(data=st.data(), inst=instances(), beta=BETA)
+@given(data=st.data(), inst=tree_instances(), beta=BETA)
 def test_lemma_b1_closed_form_is_the_maximizer(data, inst: TreeInstance, beta: float) -> None:
     reward = data.draw(rewards(inst))
     lp = kl_regularized(inst.log_pb, reward, beta)
@@ -98,7 +73,7 @@ def test_lemma_b1_closed_form_is_the_maximizer(data, inst: TreeInstance, beta: f
 # -------------------------------------------------------------------------------------- Prop. B.2
 
 
-@given(inst=instances(SMALL_SHAPES), beta=BETA, n=st.integers(1, 4))
+@given(inst=tree_instances(SMALL_SHAPES), beta=BETA, n=st.integers(1, 4))
 def test_prop_b2_probability_by_enumerating_every_sample(
     inst: TreeInstance, beta: float, n: int
 ) -> None:
@@ -118,7 +93,7 @@ def test_prop_b2_probability_by_enumerating_every_sample(
     assert np.all(np.diff(probability[c][order]) >= -1e-12)
 
 
-@given(data=st.data(), inst=instances(), beta=BETA)
+@given(data=st.data(), inst=tree_instances(), beta=BETA)
 def test_prop_b2_a_rewarded_trajectory_gains_and_no_other_does(
     data, inst: TreeInstance, beta: float
 ) -> None:
@@ -147,7 +122,7 @@ def test_prop_b2_a_rewarded_trajectory_gains_and_no_other_does(
 # -------------------------------------------------------------------------------------- Prop. B.3
 
 
-@given(inst=instances(), beta=BETA)
+@given(inst=tree_instances(), beta=BETA)
 def test_prop_b3_gain_is_proportional_to_the_base_probability(
     inst: TreeInstance, beta: float
 ) -> None:
@@ -179,7 +154,7 @@ def test_prop_b3_gain_is_proportional_to_the_base_probability(
 
 @given(
     data=st.data(),
-    inst=instances(),
+    inst=tree_instances(),
     beta=BETA,
     anchor=st.sampled_from(["policy", "base"]),
     eta_ratio=st.floats(-0.9, 2.0, allow_nan=False),
@@ -198,7 +173,7 @@ def test_lemma_b4_closed_form_is_the_maximizer(
 
 
 @given(
-    inst=instances(),
+    inst=tree_instances(),
     beta=BETA,
     anchor=st.sampled_from(["policy", "base"]),
     gp_ratio=st.one_of(st.just(0.0), st.floats(0.0, 2.0, allow_nan=False)),
@@ -226,7 +201,12 @@ def test_lemma_b5_closed_form_is_the_maximizer(
 # -------------------------------------------------------------------------------------- Eq. 19
 
 
-@given(data=st.data(), inst=instances(), beta=BETA, eta_ratio=st.floats(-0.9, 2.0, allow_nan=False))
+@given(
+    data=st.data(),
+    inst=tree_instances(),
+    beta=BETA,
+    eta_ratio=st.floats(-0.9, 2.0, allow_nan=False),
+)
 def test_eq19_entropy_bonus_policy_equals_base_with_beta_plus_eta(
     data, inst: TreeInstance, beta: float, eta_ratio: float
 ) -> None:
@@ -247,7 +227,7 @@ def test_eq19_entropy_bonus_policy_equals_base_with_beta_plus_eta(
 
 
 @given(
-    inst=instances(),
+    inst=tree_instances(),
     beta=BETA,
     gp_ratio=st.floats(0.0, 2.0, allow_nan=False),
     gn_ratio=st.floats(0.0, 0.95, allow_nan=False),
@@ -277,7 +257,7 @@ def test_eq19_ds_map_matches_the_optimum_shape(
 
 
 @given(
-    inst=instances(),
+    inst=tree_instances(),
     beta_b=BETA,
     gp_ratio=st.floats(0.0, 0.95, allow_nan=False),
     gn_ratio=st.floats(0.0, 1.0, allow_nan=False),

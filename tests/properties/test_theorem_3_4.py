@@ -1,16 +1,17 @@
 """Hypothesis properties of Theorem 3.4 / B.10 (seed 000) under the conditions the project states.
 
-Instances are tabular tree policies drawn as bounded logits (`V ≤ 6`, `H ≤ 3`: up to 216 leaves).
+Instances are `theory.strategies.tree_instances`: tabular tree policies drawn as logits in [−3, 3]
+(`V ≤ 6`, `H ≤ 3`: up to 216 leaves) with a correct set holding both kinds.
 """
 
 import numpy as np
 from hypothesis import assume, given
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
 from scipy.special import expit, logit
 
 from theory.measures import correctness, normalized_variance
 from theory.optimum import differential_smoothing, entropy_regularized
+from theory.strategies import entropy_coefs, kl_coefs, tree_instances
 from theory.theorem_3_4 import (
     DIVERGENCES,
     construction_margin,
@@ -21,34 +22,24 @@ from theory.theorem_3_4 import (
     search_witness,
     theorem_divergence,
 )
-from theory.trees import num_internal_nodes, trajectory_log_probs
 
 finite = {"allow_nan": False, "allow_infinity": False}
 
 
-@st.composite
-def instances(draw, max_actions=6, max_depth=3):
-    """`(log_pb (M,), correct (M,), beta, eta)` with both kinds of trajectory."""
-    v = draw(st.integers(2, max_actions))
-    h = draw(st.integers(1, max_depth))
-    logits = draw(
-        arrays(np.float64, (num_internal_nodes(v, h), v), elements=st.floats(-3, 3, **finite))
-    )
-    log_pb = trajectory_log_probs(logits, v, h)
-    correct = np.array(draw(st.lists(st.booleans(), min_size=v**h, max_size=v**h)))
-    assume(correct.any() and not correct.all())
-    beta = draw(st.floats(0.05, 5.0, **finite))
-    eta = draw(st.floats(0.0, 5.0, **finite))
-    return log_pb, correct, beta, eta
+def trees(max_actions: int = 6):
+    """Tree instances with `V <= max_actions`, `H <= 3` (up to 216 leaves), logits in [-3, 3]."""
+    return tree_instances(max_actions=max_actions, max_depth=3, logit_bound=3.0)
 
 
 def _tol(bound):
     return bound + 1e-9 * abs(bound) + 1e-12
 
 
-@given(instances(max_actions=4), st.sampled_from(DIVERGENCES), st.booleans())
-def test_witness_exists_when_construction_reachable(inst, kind, positive_only):
-    log_pb, correct, beta, eta = inst
+@given(
+    trees(max_actions=4), kl_coefs(), entropy_coefs(), st.sampled_from(DIVERGENCES), st.booleans()
+)
+def test_witness_exists_when_construction_reachable(inst, beta, eta, kind, positive_only):
+    log_pb, correct = inst.log_pb, inst.correct
     assume(construction_margin(log_pb, correct, beta, eta) > 0)
     res = search_witness(
         log_pb, correct, beta, eta, kind, positive_only=positive_only, grid=9, zooms=2
@@ -61,9 +52,9 @@ def test_witness_exists_when_construction_reachable(inst, kind, positive_only):
         assert res.params[2] == 0.0
 
 
-@given(instances())
-def test_paper_construction_keeps_v_and_lowers_divergence(inst):
-    log_pb, correct, beta, eta = inst
+@given(trees(), kl_coefs(), entropy_coefs())
+def test_paper_construction_keeps_v_and_lowers_divergence(inst, beta, eta):
+    log_pb, correct = inst.log_pb, inst.correct
     params = paper_construction(log_pb, correct, beta, eta)
     assume(params is not None)
     log_ent = entropy_regularized(log_pb, correct.astype(float), beta, eta)
@@ -77,14 +68,16 @@ def test_paper_construction_keeps_v_and_lowers_divergence(inst):
 
 
 @given(
-    instances(max_actions=5),
+    trees(max_actions=5),
+    kl_coefs(),
+    entropy_coefs(),
     st.floats(0.02, 1.0, **finite),
     st.floats(0.02, 1.0, **finite),
     st.floats(0.01, 5.0, **finite),
 )
-def test_lower_bound_holds_for_every_constrained_ds_optimum(inst, frac_c, inv_n, lift):
+def test_lower_bound_holds_for_every_constrained_ds_optimum(inst, beta, eta, frac_c, inv_n, lift):
     """Any DS optimum with `κ_C ≤ κ` and `P ≥ P(π_ent)` is at least `divergence_lower_bound` away."""
-    log_pb, correct, beta, eta = inst
+    log_pb, correct = inst.log_pb, inst.correct
     assume(np.ptp(log_pb[correct]) > 1e-9)  # else κ_C is free and the bound uses κ_max = 1
     kc, kn = frac_c * beta / (beta + eta), 1.0 / inv_n
     p_star = reachable_correctness_bound(log_pb, correct, kc, kn)

@@ -1,113 +1,15 @@
-"""Random batches for the shaping tests: Hypothesis strategies and a seeded NumPy generator.
+"""Test-side draws for the shaping tests: a seeded NumPy batch (`random_batch`, for the
+non-Hypothesis cross-backend tests) and hyper-parameter overrides valid for a batch (`hypers`,
+reading the reference implementation's defaults).
 
-Sizes stay small (B <= 3, G <= 5, T <= 6, N <= 4, P <= 4) so a reference loss with autograd
-over 0-d tensors takes milliseconds. Floats are bounded and finite; values are drawn so that the
-degenerate cases the issue names come up often: all-correct and all-wrong groups, G = 1, fully
-masked rows, ties in entropy and in length-normalized log-probs, and very negative log-probs.
-Everything is float64 (mask float 0/1, ``sampled_rank`` int64).
+The batch strategies themselves are public: `shaping.strategies` (`batches`, `masks`,
+`reward_groups`, `method_batches`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
-
-MAX_B, MAX_G, MAX_T, MAX_N, MAX_P = 3, 5, 6, 4, 4
-
-# Log-probs: ordinary values, a few repeated ones (ties) and very negative ones.
-_LOGP = st.one_of(
-    st.floats(-8.0, 0.0, allow_nan=False, allow_infinity=False),
-    st.sampled_from([-0.5, -1.0, -30.0]),
-    st.floats(-40.0, -20.0, allow_nan=False, allow_infinity=False),
-)
-# Mild log-probs only: confidences exp(mean log p) stay far above float noise (ProGRPO).
-_MILD_LOGP = st.one_of(
-    st.floats(-3.0, 0.0, allow_nan=False, allow_infinity=False), st.sampled_from([-0.5, -1.0])
-)
-# Ratio log-deltas: both sides of the clip range [log 0.8, log 1.2], and exactly on-policy.
-_DELTA = st.one_of(st.just(0.0), st.floats(-0.6, 0.6, allow_nan=False, allow_infinity=False))
-_ENTROPY = st.one_of(
-    st.floats(0.0, 3.0, allow_nan=False, allow_infinity=False), st.sampled_from([0.0, 1.0])
-)
-_UNIT = st.floats(0.0, 1.0, allow_nan=False, allow_infinity=False)
-
-
-def _f64(draw, shape, elements):
-    return draw(hnp.arrays(np.float64, shape, elements=elements))
-
-
-@st.composite
-def reward_groups(draw, n_b: int, n_g: int) -> np.ndarray:
-    """Binary (B, G) rewards; each group is mixed (if G > 1), all correct, or all wrong."""
-    rows = []
-    for _ in range(n_b):
-        kind = draw(st.sampled_from(["mixed", "all_correct", "all_wrong"]))
-        if kind == "all_correct":
-            rows.append([1.0] * n_g)
-        elif kind == "all_wrong":
-            rows.append([0.0] * n_g)
-        else:
-            bits = draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=n_g, max_size=n_g))
-            if n_g > 1 and len(set(bits)) == 1:
-                # Keep "mixed" mixed: Hypothesis would otherwise shrink it to a uniform group.
-                bits[draw(st.integers(0, n_g - 1))] = 1.0 - bits[0]
-            rows.append(bits)
-    return np.array(rows, dtype=np.float64)
-
-
-@st.composite
-def masks(draw, n_b: int, n_g: int, n_t: int) -> np.ndarray:
-    """(B, G, T) float masks: prefixes of random length (0 = fully masked) or arbitrary bits."""
-    if draw(st.booleans()):
-        lengths = draw(hnp.arrays(np.int64, (n_b, n_g), elements=st.integers(0, n_t)))
-        return (np.arange(n_t)[None, None, :] < lengths[..., None]).astype(np.float64)
-    return draw(hnp.arrays(np.float64, (n_b, n_g, n_t), elements=st.sampled_from([0.0, 1.0])))
-
-
-@st.composite
-def batches(draw, needs: frozenset[str] = frozenset(), min_g: int = 1) -> dict[str, np.ndarray]:
-    """A full batch dict (CONTRACT.md keys); always has rewards/mask/logp/logp_old/logp_ref."""
-    n_b = draw(st.integers(1, MAX_B))
-    n_g = draw(st.integers(min_g, MAX_G))
-    n_t = draw(st.integers(1, MAX_T))
-    logp_old = _f64(draw, (n_b, n_g, n_t), draw(st.sampled_from([_LOGP, _MILD_LOGP])))
-    mask = draw(masks(n_b, n_g, n_t))
-    tie = n_g > 1 and draw(st.booleans())
-    if tie:
-        # An exact copy of response 0 ties it with the last one in every per-response score.
-        logp_old[:, -1], mask[:, -1] = logp_old[:, 0], mask[:, 0]
-    batch = {
-        "rewards": draw(reward_groups(n_b, n_g)),
-        "mask": mask,
-        "logp_old": logp_old,
-        "logp": logp_old + _f64(draw, (n_b, n_g, n_t), _DELTA),
-        "logp_ref": logp_old + _f64(draw, (n_b, n_g, n_t), _DELTA),
-    }
-    if draw(st.booleans()):
-        # Optional rollout importance weight: truncated ratios in [0, 2].
-        batch["is_weight"] = _f64(draw, (n_b, n_g, n_t), st.floats(0.0, 2.0))
-    if "entropy" in needs:
-        batch["entropy"] = _f64(draw, (n_b, n_g, n_t), _ENTROPY)
-        if tie:
-            batch["entropy"][:, -1] = batch["entropy"][:, 0]
-    if "cand_logp" in needs or "cand_logp_old" in needs or "sampled_rank" in needs:
-        n_c = draw(st.integers(1, MAX_N))
-        cand_old = _f64(draw, (n_b, n_g, n_t, n_c), _LOGP)
-        batch["cand_logp_old"] = cand_old
-        batch["cand_logp"] = cand_old + _f64(draw, (n_b, n_g, n_t, n_c), _DELTA)
-        batch["sampled_rank"] = draw(
-            hnp.arrays(np.int64, (n_b, n_g, n_t), elements=st.integers(0, n_c))
-        )
-    if "diversity" in needs:
-        batch["diversity"] = _f64(draw, (n_b, n_g), st.one_of(_UNIT, st.just(0.5)))
-    if "prompt_logp" in needs or "prompt_mask" in needs:
-        n_p = draw(st.integers(1, MAX_P))
-        batch["prompt_logp"] = _f64(draw, (n_b, n_p), _LOGP)
-        batch["prompt_mask"] = draw(
-            hnp.arrays(np.float64, (n_b, n_p), elements=st.sampled_from([0.0, 1.0]))
-        )
-    return batch
 
 
 def random_batch(

@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import shaping
+from shaping.strategies import masks, reward_groups
 
 from . import reference as ref
 from .helpers import assert_close
-from .strategies import masks, reward_groups
 
 _SHAPE = st.tuples(st.integers(1, 3), st.integers(1, 5), st.integers(1, 6))
 _LOGP = st.one_of(

@@ -18,10 +18,11 @@ from hypothesis.extra import numpy as hnp
 
 import shaping
 from shaping import core
+from shaping.strategies import batches, reward_groups
 
 from . import reference as ref
 from .helpers import assert_close, evaluate
-from .strategies import batches, random_batch, reward_groups
+from .strategies import random_batch
 
 torch = pytest.importorskip("torch")
 

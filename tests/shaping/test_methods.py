@@ -17,10 +17,11 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import shaping
+from shaping.strategies import batches
 
 from . import reference as ref
 from .helpers import assert_close, evaluate
-from .strategies import batches, hypers
+from .strategies import hypers
 
 NAMES = ref.METHOD_NAMES
 

@@ -15,9 +15,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import shaping
+from shaping.strategies import batches, reward_groups
 
 from .helpers import assert_close, evaluate
-from .strategies import batches, random_batch, reward_groups
+from .strategies import random_batch
 
 grpo = shaping.get_method("grpo")
 

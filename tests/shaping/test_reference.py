@@ -15,8 +15,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from scipy import special
 
+from shaping.strategies import reward_groups
+
 from . import reference as ref
-from .strategies import random_batch, reward_groups
+from .strategies import random_batch
 
 FLOATS = st.floats(-5.0, 5.0, allow_nan=False, allow_infinity=False)
 
