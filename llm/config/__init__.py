@@ -44,6 +44,7 @@ from experiment.spec import check_hyper, migrate_moved, refuse_moved, removed
 from experiment.store import config_error, write_text
 from llm.config.tables import (
     DISTINCT,
+    ENTROPY_GATES,
     EVAL_PRECISION,
     MAX_EVAL_SAMPLES,
     MAX_SEED,
@@ -60,6 +61,7 @@ from llm.config.tables import (
 from llm.tasks import TASKS
 
 __all__ = [
+    "ENTROPY_GATES",
     "EVAL_PRECISION",
     "MAX_EVAL_SAMPLES",
     "OLD_KEYS",

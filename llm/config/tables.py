@@ -22,6 +22,9 @@ VLLM_DTYPES = ("bfloat16", "float16", "float32", "auto")
 EVAL_PRECISION = {"float32": "fp32", "bfloat16": "bf16"}
 """`EvalConfig.dtype` -> the precision `llm.model.load.load_model_and_tokenizer` loads the policy in."""
 EVAL_DTYPES = tuple(EVAL_PRECISION)
+ENTROPY_GATES = ("step", "trl", "skywork")
+"""`ControlConfig.entropy_gate`: which entropy switches the adaptive entropy term on
+(`llm.train.control.applied_entropy_coef`)."""
 EVAL_SAMPLERS = ("generate", "stacked")
 """`EvalConfig.sampler`: transformers' generate, or the package's `llm.rollout.stacked`."""
 MAX_EVAL_SAMPLES = 4096
@@ -246,18 +249,29 @@ class ControlConfig:
     adaptive_entropy: bool = option(
         False,
         """adapt entropy_coef each step (TRL use_adaptive_entropy): the term is on only while the
-        batch's token entropy is <= entropy_target, and the coefficient then moves by
-        entropy_coef_delta (up at or below the target, down above it); checkpointed""",
+        token entropy is <= entropy_target (entropy_gate says which step's), and the coefficient
+        then moves by entropy_coef_delta (up at or below the target, down above it);
+        checkpointed""",
+    )
+    entropy_gate: str = option(
+        "step",
+        """which entropy gates the adaptive term: step (this step's, at or below the target; the
+        committed studies'), trl (the previous step's, at or below; off at the first step: TRL
+        GRPOTrainer) or skywork (the previous step's, strictly below, which also lowers the
+        coefficient at equality; on at the first step: Skywork-OR1's EntController)""",
+        choices=ENTROPY_GATES,
     )
     entropy_target: float = option(
-        0.2, "target mean token entropy in nats (Skywork-OR1 tgt-ent, TRL's default)", ge=0
+        0.2, "target mean token entropy in nats (TRL's and Skywork-OR1's tgt-ent)", ge=0
     )
     entropy_coef_delta: float = option(
-        0.005, "change of the coefficient per step (Skywork-OR1 Delta, TRL's default)", ge=0
+        0.005, "change of the coefficient per step (TRL's; Skywork-OR1's scripts: 1e-4)", ge=0
     )
-    entropy_coef_min: float = option(0.0, "lower clamp of the adaptive coefficient", ge=0)
+    entropy_coef_min: float = option(
+        0.0, "lower clamp of the adaptive coefficient (TRL's and Skywork-OR1's)", ge=0
+    )
     entropy_coef_max: float = option(
-        1.0, "upper clamp of the adaptive coefficient (TRL entropy_coef_max)", ge=0
+        1.0, "upper clamp of the adaptive coefficient (TRL's; Skywork-OR1's scripts: 0.005)", ge=0
     )
     kl_in_reward: bool = option(
         False,

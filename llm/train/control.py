@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from llm.config import TrainConfig
+from llm.config import ENTROPY_GATES, TrainConfig
 from llm.rollout.base import RolloutBatch
 from llm.run.distributed import DistInfo, gather_batch, unwrap
 from llm.tasks import TASKS
@@ -184,25 +184,57 @@ def concat_rollouts(
 # Adaptive entropy coefficient (§2.32)
 
 
-def applied_entropy_coef(coef: float, entropy: float, *, target: float) -> float:
-    """The entropy coefficient a step's loss uses: ``c_k · 1[e_k <= target]``.
+def applied_entropy_coef(
+    coef: float,
+    entropy: float,
+    *,
+    target: float,
+    gate: str = "step",
+    previous: float | None = None,
+) -> float:
+    """The entropy coefficient step k's loss uses, ``c_k`` or 0, by `gate`
+    (``control.entropy_gate``):
 
-    Skywork-OR1 (arXiv 2505.22312 §4, adaptive entropy control): the entropy term is on only
-    while the batch's token entropy is at or below the target; TRL's ``use_adaptive_entropy``
-    gates the same way (on the previous optimizer step's entropy).
+    - ``step``: ``c_k · 1[e_k <= target]``, `entropy` (``e_k``) this step's (the default);
+    - ``trl``: ``c_k · 1[e_{k-1} <= target]``, `previous` (``e_{k-1}``) the previous step's,
+      None at the first step (off: TRL's ``_last_world_entropy`` starts at +inf);
+    - ``skywork``: ``c_k · 1[e_{k-1} < target]``, on at the first step (Skywork-OR1's
+      ``EntController.entropy_loss_enabled`` starts at 1).
+
+    Source: Skywork-OR1 (arXiv 2505.22312 §4, adaptive entropy control; its verl
+    ``EntController``); TRL ``GRPOTrainer`` ``use_adaptive_entropy``; docs/formulas.md §2.32.
+
+    Raises:
+        ValueError: an unknown `gate`.
     """
-    return coef if entropy <= target else 0.0
+    if gate == "step":
+        on = entropy <= target
+    elif gate == "trl":
+        on = previous is not None and previous <= target
+    elif gate == "skywork":
+        on = previous is None or previous < target
+    else:
+        raise ValueError(f"control.entropy_gate: expected one of {ENTROPY_GATES}, got {gate!r}")
+    return coef if on else 0.0
 
 
 def next_entropy_coef(
-    coef: float, entropy: float, *, target: float, delta: float, lo: float = 0.0, hi: float = 1.0
+    coef: float,
+    entropy: float,
+    *,
+    target: float,
+    delta: float,
+    lo: float = 0.0,
+    hi: float = 1.0,
+    strict: bool = False,
 ) -> float:
     """The coefficient after a step with token entropy `entropy`: ``c + delta`` when
-    ``entropy <= target``, else ``c - delta``, clamped to ``[lo, hi]``.
+    ``entropy <= target`` (``<`` when `strict`, Skywork-OR1's), else ``c - delta``, clamped to
+    ``[lo, hi]``.
 
-    Skywork-OR1 (arXiv 2505.22312 §4: ``c_{k+1} = c_k ± Δ``, ``c >= 0``); TRL ``GRPOTrainer``
-    (``entropy_coef_delta``, ``entropy_coef_min``, ``entropy_coef_max``, ``entropy_target``:
-    raises at equality too). docs/formulas.md §2.32.
+    Skywork-OR1 (arXiv 2505.22312 §4: ``c_{k+1} = c_k ± Δ``, ``c >= 0``; its code lowers the
+    coefficient at equality); TRL ``GRPOTrainer`` (``entropy_coef_delta``, ``entropy_coef_min``,
+    ``entropy_coef_max``, ``entropy_target``: raises at equality). docs/formulas.md §2.32.
 
     Raises:
         ValueError: ``delta < 0`` or ``lo > hi``.
@@ -211,7 +243,8 @@ def next_entropy_coef(
         raise ValueError(
             f"next_entropy_coef: expected delta >= 0 and lo <= hi, got {delta}, [{lo}, {hi}]"
         )
-    step = delta if entropy <= target else -delta
+    below = entropy < target if strict else entropy <= target
+    step = delta if below else -delta
     return min(max(coef + step, lo), hi)
 
 
@@ -354,7 +387,8 @@ def controller_state(
     cfg: TrainConfig, saved: dict[str, Any] | None, ckpt: Path | None
 ) -> dict[str, Any]:
     """The trainer's own state: the adaptive entropy coefficient (``control.adaptive_entropy``,
-    starting at `entropy_coef`), the answer counts ``N(x, a)`` (``explore.ucb_coef``), the
+    starting at `entropy_coef`; with ``control.entropy_gate`` other than ``step`` also the
+    previous step's entropy ``last_entropy``, None before the first step), the answer counts ``N(x, a)`` (``explore.ucb_coef``), the
     adaptive KL coefficients (``control.adaptive_kl``: ``kl_reward_coef`` with
     ``control.kl_in_reward``, ``kl_coef`` when the in-loss ``kl_coef > 0``) and the step whose
     policy the reference holds (``control.reference_reset_every``; 0 = the base model); empty
@@ -367,6 +401,8 @@ def controller_state(
     c = cfg.control
     if c.adaptive_entropy:
         state["entropy_coef"] = float(cfg.entropy_coef)
+        if c.entropy_gate != "step":  # the previous step's entropy gates this step's term
+            state["last_entropy"] = None
     if cfg.explore.ucb_coef > 0:
         state["answer_counts"] = {}
     if c.adaptive_kl and c.kl_in_reward:
@@ -492,9 +528,10 @@ def adapt_entropy(
     metrics: dict[str, float],
 ) -> Mapping[str, Any]:
     """This step's loss hyper-parameters with the adaptive entropy coefficient (Skywork-OR1:
-    ``c_k 1[e_k <= target]``, `e_k` the batch's mean token entropy under pi_old over the loss
-    mask), and the coefficient moved for the next step in `ctl`; ``control/`` metrics into
-    `metrics`."""
+    ``c_k 1[e <= target]``, `e_k` the batch's mean token entropy under pi_old over the loss
+    mask, ``e = e_k`` or the previous step's by ``control.entropy_gate``:
+    `applied_entropy_coef`), and the coefficient moved for the next step in `ctl` (with `e_k`,
+    kept there for the next step's gate); ``control/`` metrics into `metrics`."""
     b, g, t = batch.shape
     full = gather_batch(
         {"entropy": batch.old.entropy.reshape(b, g, t), "mask": batch.fixed["mask"]}, info
@@ -502,11 +539,14 @@ def adapt_entropy(
     entropy = masked_mean(full["entropy"], full["mask"])
     c = cfg.control
     coef = ctl["entropy_coef"]
-    applied = applied_entropy_coef(coef, entropy, target=c.entropy_target)
+    applied = applied_entropy_coef(coef, entropy, target=c.entropy_target, gate=c.entropy_gate,
+                                   previous=ctl.get("last_entropy"))  # fmt: skip
     ctl["entropy_coef"] = next_entropy_coef(
         coef, entropy, target=c.entropy_target, delta=c.entropy_coef_delta,
-        lo=c.entropy_coef_min, hi=c.entropy_coef_max,
+        lo=c.entropy_coef_min, hi=c.entropy_coef_max, strict=c.entropy_gate == "skywork",
     )  # fmt: skip
+    if c.entropy_gate != "step":
+        ctl["last_entropy"] = entropy
     metrics["control/entropy"] = entropy
     metrics["control/entropy_coef"] = applied
     metrics["control/next_entropy_coef"] = ctl["entropy_coef"]

@@ -49,6 +49,108 @@ def test_entropy_controller_settles_around_the_target():
     assert all(abs(x - 0.075) <= 0.005 + 1e-12 for x in trace[20:])
 
 
+class _TrlEntropy:
+    """TRL ``GRPOTrainer``'s adaptive entropy control, from its documented behaviour: the loss
+    applies ``entropy_coef`` only when the previous optimizer step's entropy (``+inf`` before
+    the first) is at or below the target; after the step the coefficient moves by delta (up at
+    or below the target, down above), clamped."""
+
+    def __init__(self, coef: float, target: float, delta: float, lo: float, hi: float):
+        self.coef, self.target, self.delta, self.lo, self.hi = coef, target, delta, lo, hi
+        self.last = math.inf
+
+    def step(self, entropy: float) -> tuple[float, float]:
+        applied = self.coef if self.last <= self.target else 0.0
+        up = entropy <= self.target
+        self.coef = min(max(self.coef + (self.delta if up else -self.delta), self.lo), self.hi)
+        self.last = entropy
+        return applied, self.coef
+
+
+class _SkyworkEntController:
+    """Skywork-OR1's ``EntController`` (its verl fork), from its code's behaviour: the term is on
+    (``entropy_loss_enabled``, 1 at the start) while the last measured entropy is strictly
+    below the target; the update raises the value only strictly below, else lowers it."""
+
+    def __init__(self, coef: float, target: float, delta: float, lo: float, hi: float):
+        self.value, self.target, self.delta, self.lo, self.hi = coef, target, delta, lo, hi
+        self.enabled = 1
+
+    def step(self, entropy: float) -> tuple[float, float]:
+        applied = self.value * self.enabled
+        self.value += self.delta if entropy < self.target else -self.delta
+        self.value = float(np.clip(self.value, self.lo, self.hi))
+        self.enabled = int(entropy < self.target)
+        return applied, self.value
+
+
+# A worked example: 12 steps around the target 0.2, twice exactly at it.
+_ENTROPIES = [0.35, 0.18, 0.25, 0.2, 0.1, 0.3, 0.19, 0.21, 0.2, 0.15, 0.4, 0.05]
+
+
+def _package(gate: str, coef: float, **kw: float) -> list[tuple[float, float]]:
+    out, last = [], None
+    for e in _ENTROPIES:
+        applied = control.applied_entropy_coef(coef, e, target=kw["target"], gate=gate,
+                                               previous=last)  # fmt: skip
+        coef = control.next_entropy_coef(coef, e, strict=gate == "skywork", **kw)
+        out.append((applied, coef))
+        last = e
+    return out
+
+
+@pytest.mark.parametrize(
+    ("gate", "reference", "defaults"),
+    [("trl", _TrlEntropy, (0.0, 0.2, 0.005, 0.0, 1.0)),  # TRL's defaults
+     ("skywork", _SkyworkEntController, (0.0, 0.2, 1e-4, 0.0, 0.005))],  # the authors' scripts
+)  # fmt: skip
+def test_entropy_gate_equals_the_reference_controller(gate, reference, defaults):
+    """Issue 54: the step's own entropy gated the term; TRL and Skywork-OR1 gate with the
+    previous step's, and the authors lower the coefficient at equality (strict ``<``). With
+    ``control.entropy_gate`` = trl / skywork the coefficients equal the references', step by
+    step, at their own defaults."""
+    coef, target, delta, lo, hi = defaults
+    ref = reference(coef, target, delta, lo, hi)
+    want = [ref.step(e) for e in _ENTROPIES]
+    got = _package(gate, coef, target=target, delta=delta, lo=lo, hi=hi)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)
+    # Before any step: TRL's term is off, the authors' on.
+    first = control.applied_entropy_coef(0.1, 0.5, target=0.2, gate=gate, previous=None)
+    assert first == (0.1 if gate == "skywork" else 0.0)
+    # The default gate (this step's entropy) applies another coefficient at 7 (TRL's) and 9 (the
+    # authors') of these 12 steps.
+    step = _package("step", coef, target=target, delta=delta, lo=lo, hi=hi)
+    differ = sum(a != b for (a, _), (b, _) in zip(step, got, strict=True))
+    assert differ == {"trl": 7, "skywork": 9}[gate]
+    with pytest.raises(ValueError, match=r"control\.entropy_gate: expected one of"):
+        control.applied_entropy_coef(0.1, 0.1, target=0.2, gate="previous")
+
+
+@pytest.mark.parametrize("gate", ["trl", "skywork"])
+def test_entropy_gate_in_the_loop_and_its_resume(gate, tiny_model_path, tmp_path):
+    """Through the real loop: each step's applied coefficient is the reference controller's fed
+    the loop's own entropies, and a killed run resumes bit-identically (the previous entropy is
+    checkpointed)."""
+    factory = lambda c, m, t: PlantingBackend(m, t)  # noqa: E731
+    ctl = {"adaptive_entropy": True, "entropy_gate": gate, "entropy_coef_delta": 0.01}
+    probe = train(_config(tiny_model_path, "grpo", steps=2, control=ctl), tmp_path / "probe",
+                  backend_factory=factory, progress=False)  # fmt: skip
+    # The target between the first two steps' entropies: the gate switches within the run.
+    ctl["entropy_target"] = sum(h["control/entropy"] for h in probe) / 2
+    cfg = _config(tiny_model_path, "grpo", steps=4, save_every=2, entropy_coef=0.05, control=ctl)
+    full = train(cfg, tmp_path / "full", backend_factory=factory, progress=False)
+    ref = (_TrlEntropy if gate == "trl" else _SkyworkEntController)(
+        0.05, ctl["entropy_target"], 0.01, 0.0, 1.0
+    )
+    for h in full:
+        applied, following = ref.step(h["control/entropy"])
+        assert h["control/entropy_coef"] == pytest.approx(applied, abs=1e-15)
+        assert h["control/next_entropy_coef"] == pytest.approx(following, abs=1e-15)
+    train(cfg, tmp_path / "killed", backend_factory=factory, stop_after=3, progress=False)
+    train(cfg, tmp_path / "killed", resume=True, backend_factory=factory, progress=False)
+    assert _rows(tmp_path / "full") == _rows(tmp_path / "killed")
+
+
 # ---------------------------------------------------------------------------------------------
 # DAPO dynamic sampling
 
