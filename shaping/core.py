@@ -29,6 +29,7 @@ __all__ = [
     "LOG_RATIO_MAX",
     "agg_loss",
     "batch_high_entropy_mask",
+    "batch_random_count",
     "batch_top_count",
     "casp_ratio",
     "clip_fraction",
@@ -495,6 +496,60 @@ def batch_top_count(score: Array, keep: Array, count: Array) -> Array:
     order = xp.argsort(flat, descending=True, stable=True)
     rank = xp.argsort(order, stable=True)
     return xp.reshape(rank < count, score.shape) & keep
+
+
+_M32 = 0xFFFFFFFF
+
+
+def _mix32(x: Array) -> Array:
+    # lowbias32 (C. Wellons' hash prospector): a bijection of 32-bit integers whose output bits
+    # each flip with probability ~1/2 for a flipped input bit. int64 arithmetic: a product wraps
+    # modulo 2^64, and its low 32 bits (all that is kept) are exact.
+    x = x ^ (x >> 16)
+    x = (x * 0x7FEB352D) & _M32
+    x = x ^ (x >> 15)
+    x = (x * 0x846CA68B) & _M32
+    return x ^ (x >> 16)
+
+
+def batch_random_count(keep: Array, count: Array, salt: Array, *, seed: int = 0) -> Array:
+    """A uniformly drawn `count` of the kept entries, over the whole batch; a function of the
+    inputs alone (no generator state), the same draw on every backend and device.
+
+    Each entry gets a 24-bit key, a hash of its flat position, `seed` and its `salt`; the
+    `count` kept entries of largest key are drawn (`batch_top_count`). Independent, uniform
+    keys make every subset of ``min(count, kept)`` kept entries equally likely, as
+    ``torch.randperm`` over them does. The salt (integers, e.g. quantized log-probs) makes the
+    draws of different batches differ under one seed.
+
+    Args:
+        keep: (B, G, T) bool.
+        count: number to draw; int or 0-d array.
+        salt: (B, G, T) int64, nonnegative; read only where `keep`.
+        seed: int >= 0.
+
+    Returns:
+        (B, G, T) bool.
+
+    Raises:
+        ValueError: `seed` not an integer in [0, 2^32); a backend without 64-bit integers.
+
+    Source: verl ``compute_policy_loss_clip_cov`` (``torch.randperm`` over the in-band tokens);
+    docs/formulas.md §2.25.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed <= _M32:
+        raise ValueError(f"seed: expected an integer in [0, 2^32), got {seed!r}")
+    xp = array_namespace(keep, salt)
+    if xp.zeros((), dtype=xp.int64).dtype != xp.int64:  # JAX without jax_enable_x64
+        raise ValueError("a random draw needs 64-bit integers (NumPy, torch, or JAX with "
+                         "jax_enable_x64)")  # fmt: skip
+    n = math.prod(keep.shape)
+    flat = xp.reshape(xp.arange(n, dtype=xp.int64, device=device(keep)), keep.shape)
+    salt = xp.where(keep, salt, xp.zeros_like(salt)) & _M32
+    key = _mix32(_mix32((flat + int(seed) * 0x9E3779B9) & _M32) ^ salt)
+    # 24 bits: exact in float32. Two of n keys tie with probability about n^2 / 2^25; a tie goes
+    # by position.
+    return batch_top_count(xp.astype(key >> 8, xp.float32), keep, count)
 
 
 def token_entropy(logits: Array) -> Array:

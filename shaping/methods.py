@@ -404,9 +404,11 @@ _CHOICES: dict[str, tuple[object, ...]] = {
     "form": ("trajectory", "token"),
     "confidence_ref": ("prompt", "group_mean"),
     "kl_estimator": core.KL_ESTIMATORS,
+    "clip_cov_select": ("top", "random"),
 }
 _INTEGERS = ("top_n", "max_response_length")
 _BOOLEANS = ("skip_uniform_groups", "subset_normalization")
+_SEEDS = ("clip_cov_seed",)
 
 
 def _fill(name: str, defaults: Mapping[str, object], hyper: Mapping[str, object]) -> dict:
@@ -431,6 +433,10 @@ def _validate(name: str, h: Mapping[str, object], batch: Batch, bounds: Mapping[
         if key in _INTEGERS:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}: {key} must be an int >= 1, got {value!r}")
+            continue
+        if key in _SEEDS:
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**32:
+                raise ValueError(f"{name}: {key} must be an integer in [0, 2^32), got {value!r}")
             continue
         if key == "k":
             if _concrete(value) and (value < 1 or value != int(value)):
@@ -522,9 +528,10 @@ def _policy_loss(
     clip_frac = core._clip_fraction(xp, stop_gradient(clipped), stop_gradient(ratio), adv, keep)
     surrogate = clipped if shaped.surrogate is None else shaped.surrogate(ratio, adv)
     top = h["top_entropy_quantile"]
+    high = None
     if not (_concrete(top) and top == 1):
         # "80/20": the policy term only on the batch's highest-entropy tokens; the denominators
-        # (and the KL and entropy terms) still count every token, as TRL's GRPOTrainer.
+        # (and the KL term) still count every token, as TRL's GRPOTrainer.
         high = core.batch_high_entropy_mask(_get(name, batch, "entropy"), keep, top=top)
         surrogate = xp.where(high, surrogate, xp.zeros_like(surrogate))
     if "is_weight" in batch:
@@ -539,17 +546,27 @@ def _policy_loss(
         per_token = per_token + kl_coef * kl
         out["kl"] = aggregate(stop_gradient(kl))
     entropy_coef = h["entropy_coef"]
+    bonus = None
     if not (_concrete(entropy_coef) and entropy_coef == 0):
-        # verl's actor.entropy_coeff: loss -= c * agg(token entropy), the same aggregation.
-        per_token = per_token - entropy_coef * _masked_entropy(name, batch)
+        if high is None:
+            # verl's actor.entropy_coeff: loss -= c * agg(token entropy), the same aggregation.
+            per_token = per_token - entropy_coef * _masked_entropy(name, batch)
+        else:
+            # Under the 80/20 mask, TRL's: the bonus on the kept tokens only, aggregated over them
+            # (their own denominators; docs/formulas.md §2.23).
+            h_kept = xp.where(high, _get(name, batch, "entropy"), 0.0)
+            bonus = -entropy_coef * core.agg_loss(h_kept, high, agg, norm_length=norm)
     if extra.token is not None:
         per_token = per_token + extra.token
     loss = aggregate(per_token)
+    if bonus is not None:
+        loss = loss + bonus
     if extra.scalar is not None:
         loss = loss + extra.scalar
     # Metrics are computed on detached values so they add no autograd work.
     surrogate = stop_gradient(surrogate)
-    out["pg_loss"] = stop_gradient(loss) if per_token is surrogate else aggregate(surrogate)
+    alone = per_token is surrogate and bonus is None
+    out["pg_loss"] = stop_gradient(loss) if alone else aggregate(surrogate)
     out["clip_frac"] = clip_frac
     out["adv_mean"] = _mean(xp, adv)
     out.update({k: aggregate(stop_gradient(v)) for k, v in extra.token_metrics.items()})
@@ -1181,6 +1198,13 @@ def cispo(
     return Shaping(_grpo_of(_rewards(name, batch), std_correction, eps), surrogate=surrogate)
 
 
+def _log_prob_salt(xp: Any, logp_old: Array, keep: Array) -> Array:
+    # The behaviour policy's log-probs in units of 2^-20 nats, as integers in [0, 2^31): what
+    # makes one seed's draws differ from batch to batch (`core.batch_random_count`).
+    nats = xp.where(keep, -stop_gradient(logp_old), xp.zeros_like(logp_old))
+    return xp.astype(xp.floor(xp.clip(nats * 2.0**20, min=0.0, max=2.0**31 - 1)), xp.int64)
+
+
 def _select_count(xp: Any, keep: Array, fraction: float, like: Array) -> Array:
     # max(floor(fraction * n_valid), 1): verl's count of selected tokens (a 0-d array).
     n = xp.sum(xp.astype(keep, like.dtype))
@@ -1201,26 +1225,34 @@ def clip_cov(
     clip_cov_ratio: float = 2e-4,
     clip_cov_lb: float = 1.0,
     clip_cov_ub: float = 5.0,
+    clip_cov_select: str = "top",
+    clip_cov_seed: int = 0,
 ) -> Shaping:
     """Clip-Cov: detach the tokens whose covariance ``(A - mean A)(log pi - mean log pi)`` is in ``(lb, ub)`` (GRPO advantages).
 
     Of the tokens not already clipped by the surrogate and with covariance strictly inside
     ``(clip_cov_lb, clip_cov_ub)``, ``k = max(floor(clip_cov_ratio * n_tokens), 1)`` get zero
-    loss and gradient; the others keep GRPO's clipped surrogate. Which ``k``: the paper and
-    verl draw them uniformly (``torch.randperm``); here the ``k`` of largest covariance (ties by
-    position), so the loss is a function of the batch alone (documented deviation; the same
-    tokens when at most ``k`` are eligible). Covariances: `core.token_covariance`.
+    loss and gradient; the others keep GRPO's clipped surrogate. Which ``k``
+    (``clip_cov_select``): "random", the paper's and verl's, draws them uniformly
+    (`core.batch_random_count`: verl's ``torch.randperm`` distribution, seeded by
+    ``clip_cov_seed`` and the batch's ``logp_old``, so still a function of the inputs); "top"
+    (the default, which the committed studies ran) takes the ``k`` of largest covariance (ties
+    by position), the low end of verl's distribution of losses (issue 54). Both take every
+    eligible token when at most ``k`` are. Covariances: `core.token_covariance`.
 
     Shapes: ``rewards`` (B, G); ``logp``, ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
 
     Hyper-parameters: ``clip_cov_ratio`` in (0, 1] (2e-4, verl's and the paper's), bounds
-    ``clip_cov_lb`` 1.0 and ``clip_cov_ub`` 5.0 (both verl's); ``std_correction``, ``eps``.
+    ``clip_cov_lb`` 1.0 and ``clip_cov_ub`` 5.0 (both verl's), ``clip_cov_select`` "top" or
+    "random", ``clip_cov_seed`` an integer in [0, 2^32) (read by "random");
+    ``std_correction``, ``eps``.
 
     Source: Cui et al. 2025, arXiv 2505.22617 (Clip-Cov, §5); verl
     ``compute_policy_loss_clip_cov``; docs/formulas.md §2.25
     """
     name = "clip_cov"
     logp, mask = _get(name, batch, "logp"), _get(name, batch, "mask")
+    logp_old = _get(name, batch, "logp_old")
 
     def surrogate(rho: Array, adv: Array) -> Array:
         xp = array_namespace(rho, logp)
@@ -1231,7 +1263,14 @@ def clip_cov(
         cov = core.token_covariance(adv, logp, keep)
         band = keep & ~by_clip & (cov > clip_cov_lb) & (cov < clip_cov_ub)
         count = _select_count(xp, keep, clip_cov_ratio, rho)
-        chosen = core.batch_top_count(cov, band, count)
+        if clip_cov_select == "top":
+            chosen = core.batch_top_count(cov, band, count)
+        else:
+            try:
+                salt = _log_prob_salt(xp, logp_old, keep)
+                chosen = core.batch_random_count(band, count, salt, seed=clip_cov_seed)
+            except ValueError as err:
+                raise ValueError(f"{name}: clip_cov_select = 'random': {err}") from None
         return xp.where(chosen, xp.zeros_like(loss), loss)
 
     return Shaping(_grpo_of(_rewards(name, batch), std_correction, eps), surrogate=surrogate)

@@ -566,7 +566,9 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
     Per token: ``is_weight * clipped surrogate(ratio, A) + kl_coef * k3(logp, logp_ref)
     - entropy_coef * entropy``
     (``is_weight`` = 1 when absent), aggregated by
-    ``loss_agg``; then the method's extra terms (token-entropy terms, DSDR's local term).
+    ``loss_agg``; then the method's extra terms (token-entropy terms, DSDR's local term). Under
+    the 80/20 mask (``top_entropy_quantile < 1``) the entropy bonus is TRL's instead:
+    ``- entropy_coef * agg(entropy)`` over the kept tokens alone.
     """
     import torch
 
@@ -617,10 +619,15 @@ def loss(name: str, batch: Mapping, **overrides: object) -> tuple[float, dict[st
                     tok = tok + h["kl_coef"] * kl_estimate(
                         s["logp"][b, g, t], s["logp_ref"][b, g, t], h["kl_estimator"]
                     )
-                if h["entropy_coef"] > 0:
+                if h["entropy_coef"] > 0 and h["top_entropy_quantile"] == 1.0:
                     tok = tok - h["entropy_coef"] * s["entropy"][b, g, t]
                 loss_tok[b][g][t] = tok
     total = aggregate(loss_tok, mask, h["loss_agg"], norm_length)
+    if h["entropy_coef"] > 0 and h["top_entropy_quantile"] < 1.0:
+        # Under the 80/20 mask, TRL's bonus: on the kept tokens, aggregated over them alone.
+        ent_tok = [[[s["entropy"][b, g, t] for t in range(n_t)] for g in range(n_g)]
+                   for b in range(n_b)]  # fmt: skip
+        total = total - h["entropy_coef"] * aggregate(ent_tok, top, h["loss_agg"], norm_length)
     total = total + _extra_terms(name, s, h, mask, norm_length)
 
     total = total if isinstance(total, torch.Tensor) else torch.tensor(float(total))
