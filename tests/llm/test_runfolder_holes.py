@@ -148,7 +148,7 @@ def test_a_refused_base_model_build_leaves_nothing(tmp_path) -> None:
 
 def test_errors_name_their_cause(tiny100, tmp_path) -> None:
     res = _train_cli(tmp_path / "a", _sets(tiny100, "optim.lr=1e38"))
-    named = f"error: {TINY}: optim.lr: expected a finite number in (0, 1]"
+    named = "error: --set optim.lr: expected a finite number in (0, 1]"  # the flag, not the file
     assert res.returncode == 2 and named in res.stderr
     garbage = tmp_path / "garbage.toml"
     garbage.write_bytes(bytes(range(256)))
