@@ -42,6 +42,8 @@ from experiment import covariance, inference
 __all__ = [
     "CLAIMS",
     "PICK_KEYS",
+    "PICK_RULE",
+    "PICK_RULES",
     "VERDICTS",
     "claim_rows",
     "claim_verdict",
@@ -54,6 +56,7 @@ __all__ = [
     "reference_spread",
     "select",
     "sharpening_verdict",
+    "shrunk_lifts",
     "spread_row",
 ]
 
@@ -110,7 +113,54 @@ def _never_moved(m: Mapping[str, Any]) -> bool:
     return m["status"] in _WITH_LIFT and m["lift"] is not None and m.get("lift_p") is None
 
 
-def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> dict[str, dict]:
+PICK_RULES = ("estimate", "t", "shrunk")
+"""The pick rules `select` knows: the largest lift estimate, the largest t (estimate / standard
+error), the largest empirical-Bayes shrunk estimate (`shrunk_lifts`)."""
+
+PICK_RULE = "estimate"
+"""The pick rule of every study, chosen by the calibration over all its designs together
+(docs/statistics.md, `experiment.calibration`)."""
+
+
+def shrunk_lifts(lift: object, se: object) -> np.ndarray:
+    """Empirical-Bayes estimates of the true lifts of one method's candidate models `(n,)`: each
+    estimate `lift` (standard error `se`, both `(n,)`, > 0) pulled toward the candidates' common
+    mean by its own precision, ``mu + tau² / (tau² + se²) · (lift − mu)``, with the normal prior's
+    ``mu`` and ``tau²`` by DerSimonian & Laird's (1986) moment estimator (random-effects
+    meta-analysis). With ``tau² = 0`` every candidate gets ``mu``.
+
+    Raises:
+        ValueError: `lift` and `se` not two `(n,)` arrays, or an `se` not finite and > 0.
+    """
+    lift, se = np.asarray(lift, dtype=np.float64), np.asarray(se, dtype=np.float64)
+    if lift.shape != se.shape or lift.ndim != 1:
+        raise ValueError(f"lift, se: expected two (n,) arrays, got {lift.shape} and {se.shape}")
+    if not (np.all(np.isfinite(se)) and np.all(se > 0)):
+        raise ValueError(f"se: expected finite values > 0, got {se}")
+    w = 1.0 / se**2
+    fixed = float(w @ lift / w.sum())
+    q = float(w @ (lift - fixed) ** 2)
+    denom = w.sum() - (w**2).sum() / w.sum()
+    tau2 = max(0.0, (q - (lift.size - 1)) / denom) if lift.size > 1 and denom > 0 else 0.0
+    w_re = 1.0 / (se**2 + tau2)
+    mu = float(w_re @ lift / w_re.sum())
+    return mu + tau2 / (tau2 + se**2) * (lift - mu)
+
+
+def _scores(ms: Sequence[Mapping[str, Any]], rule: str) -> np.ndarray:
+    """`(n,)` the pick rule's score of one label's candidate models (`PICK_RULES`)."""
+    lift = np.array([m["lift"] for m in ms], dtype=np.float64)
+    if rule == "estimate":
+        return lift
+    se = np.array([m["lift_se"] for m in ms], dtype=np.float64)
+    if rule == "t":
+        return lift / se
+    return shrunk_lifts(lift, se)
+
+
+def select(
+    section: Mapping[str, Any], labels: Sequence[str] | None = None, rule: str = PICK_RULE
+) -> dict[str, dict]:
     """The exploratory picks: per non-reference label (or each of `labels`), its model (record of
     `lift_analysis`'s section) with the largest lift estimate among models with a lift (inside the
     reference's pass@1 range or above it; ties: the first). The estimate, not a lower bound: a
@@ -127,8 +177,15 @@ def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> d
 
     Args:
         section: one measure's section of `experiment.report.lift_analysis`.
+        rule: one of `PICK_RULES` (default `PICK_RULE`): the score a label's models are ranked
+            by (ties: the first model).
+
+    Raises:
+        ValueError: an unknown `rule`.
     """
-    best: dict[str, tuple[float, dict]] = {}
+    if rule not in PICK_RULES:
+        raise ValueError(f"rule: expected one of {PICK_RULES}, got {rule!r}")
+    cands: dict[str, list[dict]] = {}
     nearest: dict[str, tuple[tuple[float, float], dict]] = {}
     order: list[str] = []
     for m in section["models"]:
@@ -138,13 +195,13 @@ def select(section: Mapping[str, Any], labels: Sequence[str] | None = None) -> d
         if label not in order:
             order.append(label)
         if _inside(m):
-            if label not in best or m["lift"] > best[label][0]:
-                best[label] = (m["lift"], m)
+            cands.setdefault(label, []).append(m)
         elif m["status"] == "below":
             near = (m.get("inside_fraction") or 0.0, m["x"])
             if label not in nearest or near > nearest[label][0]:
                 nearest[label] = (near, m)
-    return {label: (best.get(label) or nearest[label])[1]
+    best = {label: ms[int(np.argmax(_scores(ms, rule)))] for label, ms in cands.items()}
+    return {label: best[label] if label in best else nearest[label][1]
             for label in order if label in best or label in nearest}  # fmt: skip
 
 
