@@ -26,9 +26,12 @@ pending (re-run the study to confirm it). Lift inputs that are not the ones stud
 written before studies recorded it (`experiment.reread.upgrade`; once: a study.json that has it is
 checked instead). Nothing else changes.
 
-``python -m experiment claims STUDY.json ... [--readme README.md]``: the claims table of the
-studies' confirmation stages (`experiment.study_report.claims_table`, the rule in docs/statistics.md),
-printed, or written into README.md between ``<!-- claims: begin -->`` and ``<!-- claims: end -->``.
+``python -m experiment claims STUDY.json ... [--readme README.md] [--results docs/results.md]
+[--compact]``: the claims table of the studies' confirmation stages
+(`experiment.study_report.claims_table`, the rule in docs/statistics.md), printed (``--compact``:
+each cell the word and the lift), or written between ``<!-- claims: begin -->`` and
+``<!-- claims: end -->``: compact into README.md (``--readme``), in full (the intervals and MDEs)
+into docs/results.md (``--results``).
 """
 
 from __future__ import annotations
@@ -86,7 +89,9 @@ def _main(argv: list[str]) -> int:
     cal.add_argument("--json", action="store_true", help="print JSON instead of tables")
     cl = sub.add_parser("claims", help="the claims table of committed studies (study.json files)")
     cl.add_argument("studies", nargs="+", help="study.json files (python -m toymdp study)")
-    cl.add_argument("--readme", help="write the table into this file between the claims markers")
+    cl.add_argument("--readme", help="write the compact table into this file between the markers")
+    cl.add_argument("--results", help="write the full table into this file between the markers")
+    cl.add_argument("--compact", action="store_true", help="print each cell's word and lift only")
     fd = sub.add_parser("fit-design", help="a calibration design fitted to a sweep's counts")
     fd.add_argument("results", help="a sweep's results.json (python -m llm sweep | study)")
     fd.add_argument("--label", default="grpo", help="the reference's label (default grpo)")
@@ -112,7 +117,7 @@ def _main(argv: list[str]) -> int:
             print(name)
         return 0
     if args.command == "claims":
-        return _claims(args.studies, args.readme)
+        return _claims(args.studies, args.readme, args.results, args.compact)
     if args.command == "fit-design":
         return _fit_design(args.results, args.label, args.steps)
     if args.replicates < 2 or args.draws < 20:
@@ -153,7 +158,8 @@ def _reread(study_dir: str, out: str | None) -> int:
     return 0
 
 
-def _claims(paths: list[str], readme: str | None) -> int:
+def _claims(paths: list[str], readme: str | None, results: str | None = None,
+            compact: bool = False) -> int:  # fmt: skip
     rows = []
     for path in paths:
         doc = store.read_json(path)
@@ -167,17 +173,23 @@ def _claims(paths: list[str], readme: str | None) -> int:
             rows.extend({**r, "study": tag} for r in doc["claims"])
         else:
             rows.extend(doc["claims"])
-    table = R.claims_table(rows)
-    if readme is None:
-        print(table, end="")
+    if readme is None and results is None:
+        print(R.claims_table(rows, compact=compact), end="")
         return 0
-    with open(readme, encoding="utf-8") as f:
-        text = f.read()
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"--readme: {readme} has no {BEGIN} ... {END} markers")
-    head, rest = text.split(BEGIN, 1)
-    store.write_text(readme, f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}")
-    print(f"wrote {len(rows)} claims into {readme}")
+    targets = [("--readme", readme, True), ("--results", results, False)]
+    texts = {}
+    for flag, path, _ in targets:  # every target checked before any is written
+        if path is not None:
+            with open(path, encoding="utf-8") as f:
+                texts[flag] = f.read()
+            if BEGIN not in texts[flag] or END not in texts[flag]:
+                raise ValueError(f"{flag}: {path} has no {BEGIN} ... {END} markers")
+    for flag, path, short in targets:
+        if path is not None:
+            head, rest = texts[flag].split(BEGIN, 1)
+            table = R.claims_table(rows, compact=short)
+            store.write_text(path, f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}")
+            print(f"wrote {len(rows)} claims into {path}")
     return 0
 
 

@@ -108,8 +108,9 @@ _WHY_NO_LIFT = {
 """Why a claim's confirmed model has no lift, by its status (any other: below the range)."""
 
 
-def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    """The README's claims table from study records ``{study, claim, text, verdict, lift, lo, hi,
+def claims_table(rows: Sequence[Mapping[str, Any]], compact: bool = False) -> str:
+    """The claims table (``compact``: each cell only the word and the lift, README.md's; else
+    the full cell, docs/results.md's) from study records ``{study, claim, text, verdict, lift, lo, hi,
     mde, size, unit}`` (`experiment.study.claim_rows`): one row per claim, one column per study, each cell the
     verdict, the confirmed lift [95% CI] and the MDE (— where the study lacks the claim)."""
     studies = list(dict.fromkeys(r["study"] for r in rows))
@@ -120,8 +121,12 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
         if r is None:
             return "—"
         if r.get("claim") == "grpo_spread":
+            if compact:
+                return f"{r['lift']:+.1f}"
             return f"{r['lift']:+.1f} [{r['lo']:+.1f}, {r['hi']:+.1f}] ({r['where']})"
         if r.get("lift") is None:
+            if compact:
+                return f"**{r['verdict']}**"
             why = _WHY_NO_LIFT.get(r.get("status"), _WHY_NO_LIFT[None])
             d = r.get("dominated_by")
             if r["verdict"] == "refuted" and d is not None:
@@ -135,6 +140,8 @@ def claims_table(rows: Sequence[Mapping[str, Any]]) -> str:
         width = r["hi"] - r["lo"] if r.get("hi") is not None and r.get("lo") is not None else 1.0
         if width > 0:
             d = min(3, max(d, math.ceil(-math.log10(width)) + 1))
+        if compact:
+            return f"**{r['verdict']}** {r['lift']:+.{d}f}"
         mde = "" if r.get("mde") is None else f", MDE {r['mde']:.{d}f}"
         return f"**{r['verdict']}** {r['lift']:+.{d}f} [{r['lo']:+.{d}f}, {r['hi']:+.{d}f}]{mde}"
 

@@ -1,7 +1,7 @@
-"""Write the registry's methods table into README.md: ``python -m shaping.readme [README]``.
+"""Write the registry's methods table into docs/shaping.md: ``python -m shaping.readme [PAGE]``.
 
-The table is `shaping.methods_table()` between two HTML comment markers, so the README never
-restates the registry by hand (a test compares them).
+The table is `shaping.methods_table()` between two HTML comment markers, so the docs never
+restate the registry by hand (a test compares them).
 """
 
 from __future__ import annotations
@@ -37,5 +37,5 @@ def update(path: str | Path) -> bool:
 
 
 if __name__ == "__main__":
-    target = sys.argv[1] if len(sys.argv) > 1 else "README.md"
+    target = sys.argv[1] if len(sys.argv) > 1 else "docs/shaping.md"
     print(f"{target}: {'updated' if update(target) else 'already current'}")

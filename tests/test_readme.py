@@ -1,6 +1,8 @@
-"""The README's methods table is generated from the registry and must match it.
+"""The README is a landing page (issue 57), and the methods table in docs/shaping.md is generated
+from the registry and must match it.
 
-Regenerate with ``python -m shaping.readme`` after adding or changing a method.
+Regenerate the table with ``python -m shaping.readme`` after adding or changing a method, and the
+README's claims with ``python -m experiment claims`` (tests/experiment/test_claims_layout.py).
 """
 
 from __future__ import annotations
@@ -8,19 +10,46 @@ from __future__ import annotations
 from pathlib import Path
 
 import shaping
+from experiment.__main__ import BEGIN as CLAIMS_BEGIN
+from experiment.__main__ import END as CLAIMS_END
 from shaping.readme import BEGIN, END, table_block
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+METHODS_PAGE = ROOT / "docs" / "shaping.md"
 
 
-def test_readme_methods_table_matches_registry() -> None:
-    text = README.read_text(encoding="utf-8")
-    assert BEGIN in text and END in text, "README lost its methods-table markers"
+def test_methods_table_matches_registry() -> None:
+    text = METHODS_PAGE.read_text(encoding="utf-8")
+    assert BEGIN in text and END in text, "docs/shaping.md lost its methods-table markers"
     block = text[text.index(BEGIN) : text.index(END) + len(END)]
-    assert block == table_block(), "README methods table is stale: run `python -m shaping.readme`"
+    assert block == table_block(), "the methods table is stale: run `python -m shaping.readme`"
     for name in shaping.METHODS:
         assert f"| `{name}` |" in block
 
 
-def test_readme_is_short() -> None:
-    assert len(README.read_text(encoding="utf-8").splitlines()) <= 150
+def _prose(text: str) -> str:
+    """The README without its generated claims block."""
+    assert CLAIMS_BEGIN in text and CLAIMS_END in text, "README lost its claims markers"
+    return text[: text.index(CLAIMS_BEGIN)] + text[text.index(CLAIMS_END) + len(CLAIMS_END) :]
+
+
+def test_readme_is_a_landing_page() -> None:
+    """Issue 57's targets: at most 1,000 words and 10 kB outside the generated claims, no dates,
+    no line over 200 characters, the headline result in the first 20 lines, the two commands and
+    the two ways in for a user (a method, a theorem)."""
+    text = README.read_text(encoding="utf-8")
+    prose = _prose(text)
+    assert len(prose.split()) <= 1000, f"README: {len(prose.split())} words outside the claims"
+    assert len(prose.encode()) <= 10_000, f"README: {len(prose.encode())} bytes outside the claims"
+    assert "2026-" not in prose, "README carries a date: history belongs in CHANGELOG.md"
+    long = [i + 1 for i, line in enumerate(prose.splitlines()) if len(line) > 200]
+    assert not long, f"README lines over 200 characters: {long}"
+    head = "\n".join(text.splitlines()[:20])
+    assert "no shaping method beat tuned GRPO" in head, (
+        "README: the headline left the first 20 lines"
+    )
+    for must in ("make reproduce", "make test", "identical to the committed results", "--extend",
+                 "docs/adding_a_method.md", "theory.strategies", "shaping.strategies",
+                 "docs/property_testing.md", "docs/results.md"):  # fmt: skip
+        assert must in prose, f"README lost {must!r}"

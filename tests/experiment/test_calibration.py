@@ -118,7 +118,7 @@ def test_claims_command_writes_the_table_between_the_markers(tmp_path, capsys):
     study.write_text(json.dumps({"study": "toy", "procedure": PROCEDURE, "claims": [row]}))
     readme = tmp_path / "README.md"
     readme.write_text("top\n<!-- claims: begin -->\nold\n<!-- claims: end -->\nbottom\n")
-    assert main(["claims", str(study), "--readme", str(readme)]) == 0
+    assert main(["claims", str(study), "--results", str(readme)]) == 0  # the full layout
     text = readme.read_text()
     assert "old" not in text and text.startswith("top\n") and text.endswith("bottom\n")
     assert "| claim | toy |" in text
