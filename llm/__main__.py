@@ -8,6 +8,8 @@
                        [--max-problems N] [--token-entropy] [--reference PATH] ...
     torchrun --nproc_per_node W -m llm train --config FILE   # data parallel (DDP / FSDP2)
     python -m llm import-gguf (--package DIST | --gguf FILE) --out DIR [--dtype float32]
+    python -m llm prepare-data --task {countdown,math} --input FILE [FILE ...] --out FILE
+                               [--skip N] [--rows N] [--dedupe] [--drop-cjk] [--levels 3 4 5]
     python -m llm reproduce [--out-runs runs] [--figures figures] [--methods grpo ds_grpo ...]
                             [--engine {batched,process}]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
@@ -83,6 +85,7 @@ from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import check_device, close_distributed, set_matmul_precision
 from llm.tasks import TASKS
+from llm.tasks.prepare import PREPARE_TASKS, prepare_problems, write_problems
 from llm.train.trainer import train
 from numerics.emulate import run_emulated
 
@@ -254,6 +257,15 @@ def _import_gguf(args: argparse.Namespace) -> int:
 
     src = find_package_gguf(args.package) if args.package else Path(args.gguf)
     print(f"{import_gguf(src, args.out, args.dtype)}: imported {src}")
+    return 0
+
+
+def _prepare_data(args: argparse.Namespace) -> int:
+    problems = prepare_problems(
+        args.task, args.input, skip=args.skip, rows=args.rows, dedupe=args.dedupe,
+        drop_cjk=args.drop_cjk, levels=args.levels or (),
+    )  # fmt: skip
+    print(f"{write_problems(problems, args.out)}: {len(problems)} {args.task} problems")
     return 0
 
 
@@ -493,6 +505,22 @@ def _main(argv: list[str]) -> int:
     )
     ig.add_argument("--dtype", default="float32", help="weights: float32 (exact) or bfloat16")
     ig.set_defaults(func=_import_gguf)
+
+    pd = sub.add_parser(
+        "prepare-data", help="local Countdown or math files as one data file of the loader's layout"
+    )
+    pd.add_argument("--task", required=True, choices=PREPARE_TASKS)
+    pd.add_argument(
+        "--input", required=True, nargs="+", metavar="FILE",
+        help="local .jsonl, .json (math), .parquet or .csv files, read in order",
+    )  # fmt: skip
+    pd.add_argument("--out", required=True, help="the data file to write (.jsonl or .parquet)")
+    pd.add_argument("--skip", type=int, default=0, help="problems dropped from the front (0)")
+    pd.add_argument("--rows", type=int, help="problems kept after --skip (default all)")
+    pd.add_argument("--dedupe", action="store_true", help="keep the first of equal statements")
+    pd.add_argument("--drop-cjk", action="store_true", help="math: drop non-English statements")
+    pd.add_argument("--levels", type=int, nargs="+", metavar="L", help="math: MATH levels kept")
+    pd.set_defaults(func=_prepare_data)
 
     rp = sub.add_parser(
         "reproduce", help="the make-reproduce LLM stage: base model, runs, eval, figures"

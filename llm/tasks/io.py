@@ -8,12 +8,14 @@ deeply nested brackets, and pyarrow raises `ArrowInvalid` for a corrupt Parquet 
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["decode_utf8", "jsonl_rows", "parquet_failure", "parse_json"]
+__all__ = ["csv_rows", "decode_utf8", "jsonl_rows", "parquet_failure", "parse_json"]
 
 
 def decode_utf8(data: bytes, where: str) -> str:
@@ -64,6 +66,41 @@ def jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
             if not line.strip():
                 continue
             yield where, parse_json(line, where)
+
+
+def csv_rows(path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """``(where, row)`` for each data row of a CSV file with a header line (the standard
+    library's dialect: commas, double quotes); `where` is ``"{path}: line {n}"``, the 1-based
+    line the row starts on. Cells are strings; blank rows are skipped.
+
+    Raises:
+        ValueError: not UTF-8 (a byte-order mark is allowed), no header, a header with an empty
+            or repeated column name, a row with more or fewer cells than the header, or a
+            malformed quote, naming the file and line.
+        FileNotFoundError: no such file.
+    """
+    text = decode_utf8(path.read_bytes(), str(path)).removeprefix("\ufeff")
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise ValueError(f"{path}: empty CSV file; expected a header line")
+        names = [h.strip() for h in header]
+        if any(not n for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"{path}: line 1: header {header!r} has an empty or repeated column")
+        start = reader.line_num + 1
+        for cells in reader:
+            where = f"{path}: line {start}"
+            start = reader.line_num + 1
+            if not any(c.strip() for c in cells):
+                continue
+            if len(cells) != len(names):
+                raise ValueError(
+                    f"{where}: {len(cells)} cells, expected {len(names)} (columns {names})"
+                )
+            yield where, dict(zip(names, cells, strict=True))
+    except csv.Error as e:
+        raise ValueError(f"{path}: line {reader.line_num}: malformed CSV: {e}") from None
 
 
 def parquet_failure(path: Path, error: Exception, rows_read: int | None = None) -> ValueError:

@@ -407,8 +407,8 @@ def test_jsonl_errors_name_line_and_field(tmp_path, line: str, match: str) -> No
 
 
 def test_loader_rejects_unknown_suffix(tmp_path) -> None:
-    with pytest.raises(ValueError, match=r"\.jsonl or \.parquet"):
-        load_problems(tmp_path / "x.csv")
+    with pytest.raises(ValueError, match=r"\.jsonl, \.parquet or \.csv"):
+        load_problems(tmp_path / "x.tsv")
 
 
 def test_parquet_without_datasets_is_a_clear_error(tmp_path, monkeypatch) -> None:

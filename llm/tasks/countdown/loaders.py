@@ -1,4 +1,4 @@
-"""Countdown problem files: `.jsonl` and Countdown-Tasks-3to4 `.parquet` in, `.jsonl` out."""
+"""Countdown problem files: `.jsonl`, Countdown-Tasks-3to4 `.parquet` and `.csv` in, `.jsonl` out."""
 
 from __future__ import annotations
 
@@ -8,14 +8,17 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from llm.tasks.countdown.problem import CountdownProblem, problem_from_row
-from llm.tasks.io import jsonl_rows, parquet_failure
+from llm.tasks.io import csv_rows, jsonl_rows, parquet_failure, parse_json
 
 
 def load_problems(path: str | os.PathLike[str]) -> list[CountdownProblem]:
-    """Read problems from a local `.jsonl` file or a `.parquet` file (Countdown-Tasks-3to4 format).
+    """Read problems from a local `.jsonl`, `.parquet` (Countdown-Tasks-3to4 format) or `.csv` file.
 
-    JSON Lines need nothing beyond the standard library (blank lines are skipped); Parquet is read
-    through `datasets` (the `llm` extra), imported only here.
+    Every format has the fields `target` (an integer) and `nums` (a non-empty list of
+    non-negative integers); other fields are ignored. JSON Lines and CSV need nothing beyond the
+    standard library (blank lines are skipped); a CSV file has a header line and writes `nums` as
+    a JSON list (``"[3, 5, 7]"``) or as integers separated by spaces. Parquet is read through
+    `datasets` (the `llm` extra), imported only here.
 
     Raises:
         ValueError: unknown suffix; a line that is not UTF-8 or not JSON (including integers of
@@ -29,7 +32,24 @@ def load_problems(path: str | os.PathLike[str]) -> list[CountdownProblem]:
         return _load_jsonl(path)
     if path.suffix == ".parquet":
         return _load_parquet(path)
-    raise ValueError(f"{path}: expected a .jsonl or .parquet file")
+    if path.suffix == ".csv":
+        return [problem_from_row(_csv_cells(row, where), where) for where, row in csv_rows(path)]
+    raise ValueError(f"{path}: expected a .jsonl, .parquet or .csv file")
+
+
+def _csv_cells(row: dict[str, str], where: str) -> dict[str, object]:
+    """A CSV row's `target` and `nums` cells as JSON values (`problem_from_row` checks them)."""
+    out: dict[str, object] = dict(row)
+    if "target" in row:
+        text = row["target"].strip()
+        out["target"] = int(text) if text.lstrip("-").isdigit() else text
+    if "nums" in row:
+        text = row["nums"].strip()
+        if text.startswith("["):
+            out["nums"] = parse_json(text, f"{where}: field 'nums'")
+        else:
+            out["nums"] = [int(x) if x.isdigit() else x for x in text.replace(",", " ").split()]
+    return out
 
 
 def _load_jsonl(path: Path) -> list[CountdownProblem]:

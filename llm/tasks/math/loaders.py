@@ -1,5 +1,5 @@
-"""Math problem files: MATH / MATH500, AIME, AMC, DAPO-Math-17k and GSM8K-style `.jsonl`, `.json`
-and `.parquet` files in (`MATH_LAYOUTS`), `.jsonl` out. `pyarrow` only inside the Parquet reader."""
+"""Math problem files: MATH / MATH500, AIME, AMC, DAPO-Math-17k and GSM8K-style `.jsonl`, `.json`,
+`.parquet` and `.csv` files in (`MATH_LAYOUTS`), `.jsonl` out. `pyarrow` only inside the Parquet reader."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from llm.tasks.io import decode_utf8, jsonl_rows, parquet_failure
+from llm.tasks.io import csv_rows, decode_utf8, jsonl_rows, parquet_failure
 from llm.tasks.math.grading import extract_boxed
 from llm.tasks.math.problem import MathProblem
 
@@ -32,7 +32,7 @@ MATH_LAYOUTS = {
 def load_math_problems(
     path: str | os.PathLike[str], *, limit: int | None = None, source: str | None = None
 ) -> list[MathProblem]:
-    """Read problems from a local `.jsonl`, `.json` or `.parquet` file, detecting the layout.
+    """Read problems from a local `.jsonl`, `.json`, `.parquet` or `.csv` file, detecting the layout.
 
     Layouts (column names are matched case-insensitively; extra columns are ignored):
     - MATH / MATH500 (HuggingFaceH4/MATH-500: problem, solution, answer, subject, level,
@@ -56,7 +56,8 @@ def load_math_problems(
     standard library and Parquet with pyarrow: neither goes through `datasets.load_dataset`, which
     writes an Arrow cache under ~/.cache/huggingface for every file and needs HF_DATASETS_OFFLINE
     to stay off the network. A `.json` file may hold a list of rows, a dict of equal-length column
-    lists, or JSON Lines.
+    lists, or JSON Lines. A `.csv` file has a header line and string cells (the MATH and GSM8K
+    layouts; DAPO's nested fields do not fit a CSV cell).
 
     Raises:
         FileNotFoundError: no such file.
@@ -79,8 +80,10 @@ def load_math_problems(
         rows = _json_rows(path)
     elif suffix == ".parquet":
         rows = _parquet_rows(path)
+    elif suffix == ".csv":
+        rows = csv_rows(path)
     else:
-        raise ValueError(f"{path}: expected a .jsonl, .json or .parquet file")
+        raise ValueError(f"{path}: expected a .jsonl, .json, .parquet or .csv file")
     problems: list[MathProblem] = []
     layout = None
     default_source = path.stem
