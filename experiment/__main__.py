@@ -2,8 +2,7 @@
 the whole study pipeline (explore, pick, confirm, Holm, the claim rule) checked by simulation with
 a known truth in every design of `experiment.calibration.DESIGNS`: the exploratory lifts' range
 and coverage, the probability of picking the best setting, the confirmed lifts' bias and
-coverage, family-wise false verdicts with Holm, power and the rate at which a method above the
-claimed size is refuted.
+coverage, family-wise false verdicts with Holm, power and the rate of each claim word.
 
 ``python -m experiment fit-design RESULTS.json [--label grpo] [--steps 40,80,120]``: a calibration
 design fitted to a sweep's per-problem counts (`experiment.fit`), printed as JSON: the fields of
@@ -18,8 +17,9 @@ study; a DEST that holds another is refused, naming both.
 output folder) with the procedure in force, from its lift inputs, nothing re-trained
 (`experiment.reread`): picks again, concludes again, rewrites study.json, verdicts.md and the lift
 tables and figures in STUDY_DIR (or DIR, with the lift inputs: DIR re-reads on its own; a DIR that
-holds another study is refused); a pick whose setting the confirmation did not train is listed as
-pending (re-run the study to confirm it). Lift inputs that are not the ones study.json records
+holds another study is refused); prints each claim's word, and the word it replaces where it
+changed; a pick whose setting the confirmation did not train is listed as pending (re-run the
+study to confirm it). Lift inputs that are not the ones study.json records
 (their digest, ``inputs_sha256``) are refused by name.
 
 ``python -m experiment upgrade STUDY_DIR ...``: record the lift inputs' digest in a study.json
@@ -32,6 +32,8 @@ checked instead). Nothing else changes.
 each cell the word and the lift), or written between ``<!-- claims: begin -->`` and
 ``<!-- claims: end -->``: compact into README.md (``--readme``), in full (the intervals and MDEs)
 into docs/results.md (``--results``).
+A study.json written with the words before the five reads in the five (`experiment.study.translate`;
+its column names its procedure).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import sys
 
 from experiment import calibration as C
 from experiment import cli, fit, reread, store
+from experiment import study as S
 from experiment import study_report as R
 from experiment.inference import PROCEDURE
 
@@ -150,9 +153,12 @@ def _fit_design(path: str, label: str, steps: str | None) -> int:
 def _reread(study_dir: str, out: str | None) -> int:
     result = reread.reread(study_dir, out)
     print(f"{result['study']}: re-read by {result['procedure']} (was {result['reread']['from']})")
+    was = {r["claim"]: r["verdict"] for r in result["reread"].get("claims_were", [])}
     for row in result["claims"]:
         if row["verdict"]:
-            print(f"  {row['claim']}: {row['verdict']}")
+            old = was.get(row["claim"], row["verdict"])
+            print(f"  {row['claim']}: {row['verdict']}" + (f" (was {old})" if old != row["verdict"]
+                                                            else ""))  # fmt: skip
     for label, p in result.get("pending", {}).items():
         print(f"  {label}: pick {p['setting']} step {p['step']} not trained in the confirmation")
     return 0
@@ -165,14 +171,18 @@ def _claims(paths: list[str], readme: str | None, results: str | None = None,
         doc = store.read_json(path)
         if not isinstance(doc, dict) or "claims" not in doc:
             raise ValueError(f"{path}: not a study.json (python -m toymdp study writes one)")
+        try:
+            claims = S.translate(doc)  # the five words, whatever words it was written with
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise ValueError(f"{path}: claims: {e}") from None
         if "procedure" not in doc:  # read by lift v2, before equal budgets (issue 37)
             tag = f"{doc.get('study', path)} ({SUPERSEDED})"
-            rows.extend({**r, "study": tag} for r in doc["claims"])
+            rows.extend({**r, "study": tag} for r in claims)
         elif doc["procedure"] != PROCEDURE:  # an earlier lift: its column says which
             tag = f"{doc.get('study', path)} ({doc['procedure'].split(':')[0]})"
-            rows.extend({**r, "study": tag} for r in doc["claims"])
+            rows.extend({**r, "study": tag} for r in claims)
         else:
-            rows.extend(doc["claims"])
+            rows.extend(claims)
     if readme is None and results is None:
         print(R.claims_table(rows, compact=compact), end="")
         return 0

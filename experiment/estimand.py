@@ -22,6 +22,11 @@ curve-free check (`experiment.inference.dominance`) decides. A hull value is a w
 GRPO's own points, so a lift stays a difference of two means of the measure: inside `[−1, +1]`
 for pass@k (±100 points), whatever the noise.
 
+Every table labels a model above the range (`range_label`): its lift compares it with GRPO's end
+point, so a positive one says it *dominates* that point (more pass@1 and more of the measure) and a
+negative one that it trades the measure for pass@1 past that point, not that GRPO's training beats
+it (GRPO trained one checkpoint longer along its last segment reads a negative lift; issue 56).
+
 Sources: issue 37 (the estimand); the mixture argument is the one of randomized decision rules
 (a convex combination of two achievable risk points is achievable).
 """
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ORIGIN", "Hull", "lifts", "upper_hull"]
+__all__ = ["ABOVE_RANGE", "ORIGIN", "Hull", "lifts", "range_label", "upper_hull"]
 
 ORIGIN = -1
 """The vertex index of the base model's point `(0, 0)`, which every reference hull includes."""
@@ -82,6 +87,38 @@ class Hull:
         j = int(np.clip(np.searchsorted(self.vx, x, side="left"), 1, self.vx.size - 1))
         i = j - 1
         return i, j, float((x - self.vx[i]) / (self.vx[j] - self.vx[i]))
+
+
+ABOVE_RANGE = "above GRPO's pass@1 range"
+"""The label of status ``"above"`` in every table."""
+
+
+def range_label(status: str | None, sign: int, measure: str = "pass@k") -> str | None:
+    """The tables' label of a model above the reference's pass@1 range (None for any other
+    `status`): `ABOVE_RANGE`, then ``": dominates GRPO's end point"`` where the lift is
+    established > 0 (`sign` +1: more pass@1 than any of GRPO's models and more of the measure than
+    its end point) or ``": less <measure>, more pass@1 than GRPO's end point"`` where it is
+    established < 0 (`sign` −1: a trade-off past GRPO's end, not a loss to GRPO's training).
+    Who establishes the sign is the caller's (Holm in a confirmation, the interval in an
+    exploratory table).
+
+    Args:
+        status: the estimand's status (``"inside"``, ``"above"``, ``"below"``) or None.
+        sign: +1, −1 or 0 (not established).
+        measure: the measure's name in the label (``"pass@k"``, ``"distinct correct"``).
+
+    Raises:
+        ValueError: a `sign` other than −1, 0, +1.
+    """
+    if sign not in (-1, 0, 1):
+        raise ValueError(f"sign: expected -1, 0 or +1, got {sign!r}")
+    if status != "above":
+        return None
+    if sign > 0:
+        return f"{ABOVE_RANGE}: dominates GRPO's end point"
+    if sign < 0:
+        return f"{ABOVE_RANGE}: less {measure}, more pass@1 than GRPO's end point"
+    return ABOVE_RANGE
 
 
 def upper_hull(px: object, py: object) -> Hull:

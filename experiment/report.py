@@ -82,8 +82,10 @@ LIFT_METHOD = (
 """How the lifts of `lift_analysis` are computed, in words, for the tables' intros."""
 
 LIFT_STATUS = (
-    "(above): the model's pass@1 lies above the reference's range, where its hull is continued "
-    "flat (along its last facet where that still rises: lift v4, `experiment.estimand`); n/a "
+    "(above GRPO's pass@1 range): the model's pass@1 lies above the reference's range, where its "
+    "hull is continued at its end point's value (`experiment.estimand`), so its lift compares it "
+    "with GRPO's end point: it dominates that point where the interval "
+    "lies above 0, and has less of the measure and more pass@1 where it lies below 0; n/a "
     "(below): below the base's and every reference model's pass@1 (no lift); inside: the share "
     "of the draws of the means with a lift"
 )
@@ -295,8 +297,14 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
                 cell = f"{scale * m['lift']:+.2f}"
                 if m["lift_lo"] is not None:
                     cell += f" [{scale * m['lift_lo']:+.2f}, {scale * m['lift_hi']:+.2f}]"
-                if m["status"] == "above":
-                    cell += " (above)"
+                sign = 0
+                if m["lift_lo"] is not None and m["lift_lo"] > 0:
+                    sign = 1
+                elif m["lift_hi"] is not None and m["lift_hi"] < 0:
+                    sign = -1
+                what = "pass@k" if measure == "pass_at_k" else "distinct correct"
+                above = estimand.range_label(m["status"], sign, what)
+                cell += f" ({above})" if above else ""
             else:
                 cell = f"n/a ({m['status']})"
             pv = "" if m.get("lift_p") is None else f"{m['lift_p']:.3f}"

@@ -390,8 +390,9 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
     folder) with the procedure in force (module docstring); writes study.json, verdicts.md,
     each stage's lift table and frontier figure, and (into another folder) both stages' lift
     inputs into `out` (default: `study_dir`), so that `out` re-reads again; returns the new
-    study.json's dict. Its ``reread`` records the procedure read before and the commit. Nothing
-    is written before every check has passed.
+    study.json's dict. Its ``reread`` records the procedure read before, the commit and the claims'
+    words before (``claims_were``: ``[{claim, verdict}]`` as the study.json had them). Nothing is
+    written before every check has passed.
 
     Raises:
         ValueError: naming the file: study.json missing, without ``reading`` (written before
@@ -436,7 +437,9 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
         if key in doc:
             result[key] = doc[key]
     result["reread"] = {"from": doc.get("procedure"), "procedure": inference.PROCEDURE,
-                        "git_commit": R.git_commit()}  # fmt: skip
+                        "git_commit": R.git_commit(),
+                        "claims_were": [{"claim": r.get("claim"), "verdict": r.get("verdict")}
+                                        for r in doc.get("claims", []) if r.get("verdict")]}  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     if elsewhere:  # the inputs travel with the reading: `out` re-reads on its own
         for stage, file in files.items():

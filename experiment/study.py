@@ -12,21 +12,27 @@ concave hull):
 - `confirm`: per picked label, its confirmation lift, interval, p-value, Holm's adjusted p-value
   over the picked labels (`experiment.inference.holm`) and the minimum detectable lift at 80% power
   at the first step of Holm's procedure (level `alpha / n`);
-- `claim_verdict`: "X lifts the measure by at least `size`" is **supported** when the confirmed
-  lift is > 0 after Holm and its interval reaches `size`; **smaller than claimed** when it is > 0
-  after Holm but its interval lies below `size`; **refuted** when the confirmed interval lies
-  below `size` without the lift being > 0 (or, for a pick
-  below GRPO's range, when one of GRPO's models beats it on both axes: `dominated`) and the
-  method had GRPO's tuning budget; **not better than tuned GRPO** for the same evidence where the
-  study gave GRPO more tuning than the method (``design["budget"]`` not ``"equal"``); **not
-  resolved** otherwise, with the MDE reached;
+- `claim_verdicts` (one claim: `claim_verdict`): "X lifts the measure by at least `size`" in one
+  of five words, each one meaning (`VERDICTS`): **supported** (the lift is > 0 after Holm and its
+  interval reaches `size`), **smaller than claimed** (> 0 after Holm, and the claimed size is
+  excluded after Holm: its interval lies below `size`), **not better than GRPO** (the claimed size
+  excluded after Holm, the lift neither > 0 nor < 0 after Holm), **below GRPO** (< 0 after Holm,
+  or, for a pick below GRPO's range, one of GRPO's models beats it on both axes: `dominated`),
+  **not resolved** (none of these; the MDE says what the confirmation could detect). The claimed
+  size is excluded by Holm over the one-sided tests of "lift ≥ size" of the study's claims
+  (`size_p`, `size_tests`), so refutations are controlled across a study's claims as supports
+  are; the words compare with GRPO as the study tuned it, whatever the budgets (an unequal budget
+  marks the study's column instead: `claim_rows`' ``budget``);
 - `sharpening_verdict`: the claim "GRPO sharpens" from GRPO's final checkpoint in the
-  confirmation: pass@1 gain > 0 and the measure's gain < 0, both intervals excluding 0;
+  confirmation: pass@1 gain > 0 and the measure's gain < 0, both intervals excluding 0
+  (`SHARPENING_VERDICTS`);
+- `translate`: the five words for a study.json written with the words before them (*refuted*,
+  *not better than tuned GRPO*: `OLD_VERDICTS`);
 - `problems_for`, `design_for`: the power calculation (problems; seeds × problems by cost).
 
 Only exploratory lifts are reported per comparison; every verdict comes from the confirmation.
 The reports (verdicts.md, the claims table), provenance and publishing: `experiment.study_report`.
-Sources: issue 20 (the two-stage design), issue 37 (the verdict words); Holm (1979).
+Sources: issue 20 (the two-stage design), issue 37 and issue 56 (the verdict words); Holm (1979).
 """
 
 from __future__ import annotations
@@ -36,17 +42,21 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
-from experiment import covariance, inference
+from experiment import covariance, estimand, inference
 
 __all__ = [
     "CLAIMS",
+    "OLD_VERDICTS",
     "PICK_KEYS",
     "PICK_RULE",
     "PICK_RULES",
+    "SHARPENING_VERDICTS",
     "VERDICTS",
     "claim_rows",
     "claim_verdict",
+    "claim_verdicts",
     "conclude",
     "confirm",
     "design_for",
@@ -57,16 +67,30 @@ __all__ = [
     "select",
     "sharpening_verdict",
     "shrunk_lifts",
+    "size_p",
+    "size_tests",
     "spread_row",
+    "translate",
 ]
 
 VERDICTS = (
     "supported",
     "smaller than claimed",
-    "refuted",
-    "not better than tuned GRPO",
+    "not better than GRPO",
+    "below GRPO",
     "not resolved",
 )
+"""A method's claim words (`claim_verdict`), one meaning each (module docstring)."""
+
+SHARPENING_VERDICTS = ("supported", "pass@k rises", "not resolved")
+"""The words of "GRPO sharpens" (`sharpening_verdict`)."""
+
+OLD_VERDICTS = {
+    "refuted": "not better than GRPO",
+    "not better than tuned GRPO": "not better than GRPO",
+}
+"""Words of study.json files written before the five (issue 56) and the word each reads as
+(`translate`; *below GRPO* where the record says so)."""
 
 PICK_KEYS = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
 """What study.json keeps of a pick (its setting, checkpoint and exploratory lift)."""
@@ -254,24 +278,98 @@ def confirm(
     return out
 
 
-def claim_verdict(result: Mapping[str, Any], size: float, *, equal_budget: bool = True) -> str:
-    """The verdict of "the method lifts the measure by at least `size`" from its `confirm` record
-    (module docstring): supported, smaller than claimed, refuted (`equal_budget`) or not better
-    than tuned GRPO (not `equal_budget`), not resolved.
+def size_p(result: Mapping[str, Any], size: float) -> float | None:
+    """The one-sided p-value of "lift ≥ `size`" of a `confirm` record: `F_t((lift − size) / se)`
+    with its Satterthwaite df (the t of its interval and of its Holm test), None without a lift or
+    a standard error > 0.
 
-    The claim has a direction (a lift > 0) and a size (at least `size`); the confirmation can
-    establish the one and exclude the other. *Smaller than claimed*: the lift is > 0 after Holm and
-    its interval lies below `size`, both at once (the sharpening toy's W-REINFORCE: +0.73
-    [+0.34, +1.11] against 1.5 read "supported" in one run and +0.3 [−0.3, +1.0] "refuted" in the
-    next, two readings of the same half-point lift)."""
-    beaten = "refuted" if equal_budget else "not better than tuned GRPO"
+    Args:
+        result: ``{lift, se, df}`` in the measure's units. size: the claimed lift, same units.
+    """
+    lift, se, df = result.get("lift"), result.get("se"), result.get("df")
+    if lift is None or se is None or df is None or not se > 0:
+        return None
+    return float(stats.t.cdf((lift - size) / se, df))
+
+
+def size_tests(
+    results: Mapping[str, Mapping[str, Any]], sizes: Mapping[str, float]
+) -> dict[str, tuple[float | None, float | None]]:
+    """Per claim of `results` (``{claim: confirm record}``, one family: a study's claims),
+    `size_p` at its claimed size (`sizes`, same keys) and that p adjusted by Holm over the family
+    (`experiment.inference.holm`; the claims without a p are not in the family):
+    ``{claim: (p, p_holm)}`` (None, None without a p)."""
+    keys = list(results)
+    p = [size_p(results[k], sizes[k]) for k in keys]
+    adj = inference.holm(np.array([np.nan if v is None else v for v in p], dtype=float))
+    return {k: (v, None if v is None else float(a)) for k, v, a in zip(keys, p, adj, strict=True)}
+
+
+def claim_verdicts(
+    results: Mapping[str, Mapping[str, Any]],
+    size: float | Mapping[str, float],
+    *,
+    alpha: float = 0.05,
+) -> dict[str, str]:
+    """Every claim's word (`claim_verdict`) of one family (a study's claims, or a simulated
+    study's picks: `experiment.calibration`), the claimed size excluded by Holm over the family.
+
+    Args:
+        results: ``{claim: confirm record}``. size: the claimed lift of every claim, or
+            ``{claim: size}``, in the records' units. alpha: the family-wise level (`confirm`'s).
+    """
+    sizes = dict(size) if isinstance(size, Mapping) else dict.fromkeys(results, float(size))
+    tests = size_tests(results, sizes)
+    return {k: claim_verdict(r, sizes[k], alpha=alpha, size_p_holm=tests[k][1])
+            for k, r in results.items()}  # fmt: skip
+
+
+def claim_verdict(
+    result: Mapping[str, Any],
+    size: float,
+    *,
+    alpha: float = 0.05,
+    size_p_holm: float | None = None,
+) -> str:
+    """The word of "the method lifts the measure by at least `size`" from its `confirm` record
+    (one of `VERDICTS`; module docstring). Each word needs its test and its interval:
+
+    - *supported*: ``verdict`` "above" (> 0 after Holm), ``lo`` > 0 and ``hi`` ≥ `size`;
+    - *smaller than claimed*: "above", ``lo`` > 0, ``hi`` < `size` and `size_p_holm` ≤ `alpha`/2
+      (the claimed size excluded after Holm, at the interval's one-sided level);
+    - *below GRPO*: ``verdict`` "below" (< 0 after Holm) and ``hi`` < 0; without a lift (below
+      GRPO's range), one of GRPO's models beats it on both axes (`dominated`);
+    - *not better than GRPO*: not "above", ``hi`` < `size` and `size_p_holm` ≤ `alpha`/2;
+    - *not resolved*: otherwise (e.g. > 0 after Holm with an interval below `size` that Holm does
+      not exclude).
+
+    Args:
+        result: a `confirm` record (``lift, lo, hi, se, df, verdict`` in the measure's units;
+            ``dominated_by``, ``dominance_level`` without a lift).
+        size: the claimed lift (> 0), in the measure's units.
+        alpha: the family-wise level the record's ``verdict`` was decided at.
+        size_p_holm: `size_p` adjusted over the study's claims (`size_tests`, `claim_verdicts`);
+            None: the claim's own `size_p` (a family of one).
+
+    Raises:
+        ValueError: a `size` or `alpha` that is not > 0.
+    """
+    if not size > 0:
+        raise ValueError(f"size: the claimed lift must be > 0, got {size}")
+    if not alpha > 0:
+        raise ValueError(f"alpha: must be > 0, got {alpha}")
     if result["lift"] is None:
-        return beaten if dominated(result) else "not resolved"
+        return "below GRPO" if dominated(result) else "not resolved"
+    lo, hi = result["lo"], result["hi"]
+    q = size_p(result, size) if size_p_holm is None else size_p_holm
+    excluded = hi < size and q is not None and q <= alpha / 2
     if result["verdict"] == "above":
-        return "smaller than claimed" if result["hi"] < size else "supported"
-    if result["hi"] < size:
-        return beaten
-    return "not resolved"
+        if lo > 0 and hi >= size:
+            return "supported"
+        return "smaller than claimed" if lo > 0 and excluded else "not resolved"
+    if result["verdict"] == "below" and hi < 0:
+        return "below GRPO"
+    return "not better than GRPO" if excluded else "not resolved"
 
 
 def dominated(result: Mapping[str, Any]) -> bool:
@@ -291,9 +389,10 @@ def sharpening_verdict(
     defaults: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """ "GRPO sharpens" from the final checkpoint of one of `label`'s settings in a section of
-    `lift_analysis` (t intervals of its point): supported when its pass@1 gain and its
-    measure's gain have intervals on either side of 0 (up and down), refuted when the measure's
-    gain interval lies above 0, not resolved otherwise.
+    `lift_analysis` (t intervals of its point; one claim, no family): *supported* when its pass@1
+    gain and its measure's gain have intervals on either side of 0 (up and down), *pass@k rises*
+    when the measure's gain interval lies above 0, *not resolved* otherwise
+    (`SHARPENING_VERDICTS`).
 
     The setting is GRPO as configured: the first whose ``params`` agree with `defaults` (the base
     training config's values of the tuned keys, e.g. ``{"lr": 0.3, "kl_coef": 0.0}``; a key a
@@ -313,7 +412,7 @@ def sharpening_verdict(
     if m["x_lo"] > 0 and m["y_hi"] < 0:
         verdict = "supported"
     elif m["y_lo"] > 0:
-        verdict = "refuted"
+        verdict = "pass@k rises"
     else:
         verdict = "not resolved"
     return {"setting": setting, "step": m["step"], "x": m["x"], "x_lo": m["x_lo"],
@@ -445,36 +544,93 @@ def claim_rows(
     size_distinct: float,
     equal_budget: bool = True,
     claims: Sequence[Sequence[str]] = CLAIMS,
+    alpha: float = 0.05,
 ) -> list[dict[str, Any]]:
     """One record per claim of `claims` (default `CLAIMS`: the seeds' and the field's; an
     extension adds its own methods', `experiment.extend.claims_for`) the study has
-    (`experiment.study_report.claims_table`'s rows): GRPO's sharpening and each method's
-    `claim_verdict` at the claimed `size` (points of pass@k) or `size_distinct` (distinct correct
-    solutions per problem)."""
+    (`experiment.study_report.claims_table`'s rows): GRPO's sharpening and each method's word
+    (`claim_verdict`) at the claimed `size` (points of pass@k) or `size_distinct` (distinct
+    correct solutions per problem), the claimed sizes excluded by Holm over the study's method
+    claims (`size_tests`) at the family-wise `alpha` the confirmation used.
+
+    A method's record: ``{study, claim, text, verdict, lift, lo, hi, mde, size, unit, status,
+    dominated_by, p_size, p_size_holm, range, budget}`` (lift, interval and MDE in points or per
+    problem; ``p_size``, ``p_size_holm``: the test of "lift ≥ size" and its Holm p; ``range``:
+    `experiment.estimand.range_label` above GRPO's range, else None; ``budget``: ``"equal"`` or
+    ``"unequal"``, `equal_budget`: the words compare with GRPO as the study tuned it)."""
+    found = {}
+    for cid, label, measure, _ in claims:
+        r = confirmed.get(measure, {}).get(label)
+        if cid != "grpo_sharpens" and r is not None:
+            scale, claimed = (100.0, size) if measure == "pass_at_k" else (1.0, size_distinct)
+            found[cid] = (r, claimed / scale, claimed)
+    tests = size_tests({c: f[0] for c, f in found.items()}, {c: f[1] for c, f in found.items()})
     rows = []
-    for cid, label, measure, text in claims:
+    for cid, _, measure, text in claims:
         if cid == "grpo_sharpens":
             rows.append({"study": name, "claim": cid, "text": text, "verdict": sharp["verdict"],
                          "lift": sharp["y"] * 100, "lo": sharp["y_lo"] * 100,
                          "hi": sharp["y_hi"] * 100, "mde": None, "size": 0.0,
                          "unit": "pass@k gain, points"})  # fmt: skip
             continue
-        r = confirmed.get(measure, {}).get(label)
-        if r is None:
+        if cid not in found:
             continue
-        scale, claimed = (100.0, size) if measure == "pass_at_k" else (1.0, size_distinct)
+        r, claimed, shown = found[cid]
+        scale = 100.0 if measure == "pass_at_k" else 1.0
+        p, p_holm = tests[cid]
 
         def scaled(v: float | None, scale: float = scale) -> float | None:
             return None if v is None else scale * v
 
-        rows.append({"study": name, "claim": cid, "text": text,
-                     "verdict": claim_verdict(r, claimed / scale, equal_budget=equal_budget),
+        verdict = claim_verdict(r, claimed, alpha=alpha, size_p_holm=p_holm)
+        sign = {"above": 1, "below": -1}.get(r["verdict"], 0)
+        what = "pass@k" if measure == "pass_at_k" else "distinct correct"
+        rows.append({"study": name, "claim": cid, "text": text, "verdict": verdict,
                      "lift": scaled(r["lift"]),
                      "lo": scaled(r["lo"]), "hi": scaled(r["hi"]), "mde": scaled(r["mde"]),
-                     "size": claimed, "status": r.get("status", "inside"),
+                     "size": shown, "status": r.get("status", "inside"),
                      "dominated_by": r.get("dominated_by") if dominated(r) else None,
-                     "unit": "points" if measure == "pass_at_k" else "per problem"})  # fmt: skip
+                     "unit": "points" if measure == "pass_at_k" else "per problem",
+                     "p_size": p, "p_size_holm": p_holm,
+                     "range": estimand.range_label(r.get("status"), sign, what),
+                     "budget": "equal" if equal_budget else "unequal"})  # fmt: skip
     return rows
+
+
+def translate(doc: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The claim records of a study.json (``claims``) in the five words: a record written with a
+    word before them (`OLD_VERDICTS`; GRPO's *refuted*: *pass@k rises*) reads *below GRPO* where
+    its study said so (a pick below GRPO's range beaten on both axes, or its confirmation's
+    ``verdict`` "below": < 0 after Holm), else the word `OLD_VERDICTS` names, and keeps its old
+    word under ``verdict_was``; every other record is returned as it is. Only the words change:
+    the tests are the ones its procedure ran (an old study's refutation was not controlled across
+    its claims; re-read it, ``python -m experiment reread``, for the procedure in force).
+
+    Raises:
+        ValueError: a record whose word is none of `VERDICTS`, `SHARPENING_VERDICTS` and
+            `OLD_VERDICTS` (naming its claim and word).
+    """
+    claims = {c[0]: c for c in (doc.get("reading") or {}).get("claims") or CLAIMS}
+    known = set(VERDICTS) | set(SHARPENING_VERDICTS) | {""}
+    out = []
+    for row in doc["claims"]:
+        word = row.get("verdict", "")
+        if word in known:
+            out.append(dict(row))
+            continue
+        if row.get("claim") == "grpo_sharpens" and word == "refuted":
+            out.append({**row, "verdict": "pass@k rises", "verdict_was": word})
+            continue
+        if word not in OLD_VERDICTS:
+            raise ValueError(f"claims: {row.get('claim')!r} has the verdict {word!r}, none of "
+                             f"{VERDICTS + SHARPENING_VERDICTS} or {tuple(OLD_VERDICTS)}")  # fmt: skip
+        c = claims.get(row.get("claim"))
+        rec = (doc.get("confirmed") or {}).get(c[2], {}).get(c[1], {}) if c else {}
+        below = row.get("lift") is None and row.get("dominated_by") is not None
+        below |= rec.get("verdict") == "below"
+        out.append({**row, "verdict": "below GRPO" if below else OLD_VERDICTS[word],
+                    "verdict_was": word})  # fmt: skip
+    return out
 
 
 def conclude(
@@ -530,6 +686,7 @@ def conclude(
         size_distinct=size_distinct,
         equal_budget=design.get("budget") == "equal",
         claims=claims,
+        alpha=alpha,
     )
     row = spread_row(name, spread.get("pass_at_k", {}))
     return {

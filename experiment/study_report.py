@@ -18,10 +18,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiment import store
+from experiment import estimand, store
 
 __all__ = [
     "CPU_FLAGS",
+    "UNEQUAL",
     "claims_table",
     "cpu_id",
     "cpu_model",
@@ -39,14 +40,26 @@ def _pts(v: float | None, scale: float) -> str:
     return "n/a" if v is None else f"{scale * v:+.2f}"
 
 
+_SIGN = {"above": 1, "below": -1}
+"""A `confirm` record's Holm decision on its lift (``verdict``) as a sign."""
+_HOLM = {"above": "> 0", "below": "< 0", "none": "neither"}
+"""The confirmation table's words for a `confirm` record's ``verdict``."""
+
+
+def _what(measure: str) -> str:
+    return "pass@k" if measure == "pass_at_k" else "distinct correct"
+
+
 def verdicts_markdown(
     confirmed: Mapping[str, Mapping[str, Mapping[str, Any]]],
     picks: Mapping[str, Mapping[str, Any]],
     intro: str,
 ) -> str:
     """The confirmation table: per measure and picked label, its pick (setting and step, chosen by
-    the pass@k lift; the exploratory lift of the measure's own best), the confirmed lift [CI], p,
-    Holm's p, MDE and verdict (points for pass@k, solutions per problem for distinct correct).
+    the pass@k lift; the exploratory lift of the measure's own best), the confirmed lift [CI]
+    (labelled above GRPO's pass@1 range: `experiment.estimand.range_label`), p, Holm's p, MDE and
+    Holm's decision on the lift (> 0, < 0, or neither; points for pass@k, solutions per problem
+    for distinct correct). The claims' words are the claims table's (`claims_table`).
 
     Args:
         confirmed: ``{measure: {label: confirm record}}``. picks: ``{measure: {label: record with
@@ -56,7 +69,7 @@ def verdicts_markdown(
         scale = 100.0 if measure == "pass_at_k" else 1.0
         parts.append(f"\n### {measure}\n")
         parts.append("| method | pick (setting, step) | exploratory lift | confirmed lift [95% CI] "
-                     "| p | Holm p | MDE (80%) | verdict |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
+                     "| p | Holm p | MDE (80%) | lift after Holm |\n|---|---|---|---|---|---|---|---|")  # fmt: skip
         for label, r in rows.items():
             pick = picks.get("pass_at_k", {}).get(label)  # the pick is by the pass@k lift
             own = picks.get(measure, {}).get(label)
@@ -64,11 +77,13 @@ def verdicts_markdown(
             where = f"{pick['setting']}, {pick['step']}" if pick else f"{r['setting']}, {r['step']}"
             ci = (f"{_pts(r['lift'], scale)} [{_pts(r['lo'], scale)}, {_pts(r['hi'], scale)}]"
                   if r["lift"] is not None else f"n/a ({r['status']})")  # fmt: skip
+            above = estimand.range_label(r["status"], _SIGN.get(r["verdict"], 0), _what(measure))
+            ci += f" ({above})" if above and r["lift"] is not None else ""
             p = "" if r["p"] is None else f"{r['p']:.3f}"
             ph = "" if r["p_holm"] is None else f"{r['p_holm']:.3f}"
             mde = "" if r["mde"] is None else f"{scale * r['mde']:.2f}"
             parts.append(f"| {label} | {where} | {explo} | {ci} | {p} | {ph} "
-                         f"| {mde} | {r['verdict']} |")  # fmt: skip
+                         f"| {mde} | {_HOLM.get(r['verdict'], r['verdict'])} |")  # fmt: skip
         parts.append(dominance_markdown(rows, scale, legend=measure == next(iter(confirmed))))
     return "\n".join(parts) + "\n"
 
@@ -106,14 +121,23 @@ _WHY_NO_LIFT = {
     None: "below GRPO's range",
 }
 """Why a claim's confirmed model has no lift, by its status (any other: below the range)."""
+_WORD_SIGN = {"supported": 1, "smaller than claimed": 1, "below GRPO": -1}
+"""The sign of a claim's lift its word establishes (a row without ``range``: `claims_table`)."""
+UNEQUAL = "unequal budgets: GRPO tuned more"
+"""The claims table's mark of a study whose methods had less tuning than GRPO (the words compare
+with GRPO as tuned)."""
 
 
 def claims_table(rows: Sequence[Mapping[str, Any]], compact: bool = False) -> str:
     """The claims table (``compact``: each cell only the word and the lift, README.md's; else
     the full cell, docs/results.md's) from study records ``{study, claim, text, verdict, lift, lo, hi,
-    mde, size, unit}`` (`experiment.study.claim_rows`): one row per claim, one column per study, each cell the
-    verdict, the confirmed lift [95% CI] and the MDE (— where the study lacks the claim)."""
+    mde, size, unit}`` (`experiment.study.claim_rows`; a study.json's in the five words:
+    `experiment.study.translate`): one row per claim, one column per study (marked `UNEQUAL` where
+    a record says ``budget`` "unequal"), each cell the word, the confirmed lift [95% CI], the MDE
+    and, above GRPO's pass@1 range, its label (`experiment.estimand.range_label`; — where the
+    study lacks the claim)."""
     studies = list(dict.fromkeys(r["study"] for r in rows))
+    unequal = {r["study"] for r in rows if r.get("budget") == "unequal"}
     claims = list(dict.fromkeys(r["text"] for r in rows))
     cells = {(r["text"], r["study"]): r for r in rows}
 
@@ -129,7 +153,7 @@ def claims_table(rows: Sequence[Mapping[str, Any]], compact: bool = False) -> st
                 return f"**{r['verdict']}**"
             why = _WHY_NO_LIFT.get(r.get("status"), _WHY_NO_LIFT[None])
             d = r.get("dominated_by")
-            if r["verdict"] == "refuted" and d is not None:
+            if r["verdict"] == "below GRPO" and d is not None:
                 why += (
                     f"; GRPO {d['setting']}, step {d['step']} beats it on both axes, p {d['p']:.3f}"
                 )
@@ -140,12 +164,20 @@ def claims_table(rows: Sequence[Mapping[str, Any]], compact: bool = False) -> st
         width = r["hi"] - r["lo"] if r.get("hi") is not None and r.get("lo") is not None else 1.0
         if width > 0:
             d = min(3, max(d, math.ceil(-math.log10(width)) + 1))
-        if compact:
-            return f"**{r['verdict']}** {r['lift']:+.{d}f}"
+        above = r.get("range") or estimand.range_label(
+            r.get("status"), _WORD_SIGN.get(r["verdict"], 0),
+            "distinct correct" if r.get("unit") == "per problem" else "pass@k",
+        )  # fmt: skip
+        if compact:  # above GRPO's range: the short label
+            short = f" ({estimand.ABOVE_RANGE})" if above else ""
+            return f"**{r['verdict']}** {r['lift']:+.{d}f}{short}"
         mde = "" if r.get("mde") is None else f", MDE {r['mde']:.{d}f}"
-        return f"**{r['verdict']}** {r['lift']:+.{d}f} [{r['lo']:+.{d}f}, {r['hi']:+.{d}f}]{mde}"
+        where = f" ({above})" if above else ""
+        return (f"**{r['verdict']}** {r['lift']:+.{d}f} [{r['lo']:+.{d}f}, {r['hi']:+.{d}f}]"
+                f"{mde}{where}")  # fmt: skip
 
-    out = [f"| claim | {' | '.join(studies)} |", "|---" * (len(studies) + 1) + "|"]
+    heads = [f"{st} ({UNEQUAL})" if st in unequal else st for st in studies]
+    out = [f"| claim | {' | '.join(heads)} |", "|---" * (len(studies) + 1) + "|"]
     for text in claims:
         out.append(f"| {text} | {' | '.join(cell(cells.get((text, st))) for st in studies)} |")
     return "\n".join(out) + "\n"
