@@ -1,5 +1,5 @@
-"""The README is a landing page (issue 57), and the methods table in docs/shaping.md is generated
-from the registry and must match it.
+"""The README is a landing page and docs/ a reference (issue 57), and the methods table in
+docs/shaping.md is generated from the registry and must match it.
 
 Regenerate the table with ``python -m shaping.readme`` after adding or changing a method, and the
 README's claims with ``python -m experiment claims`` (tests/experiment/test_claims_layout.py).
@@ -7,6 +7,7 @@ README's claims with ``python -m experiment claims`` (tests/experiment/test_clai
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import shaping
@@ -17,6 +18,9 @@ from shaping.readme import BEGIN, END, table_block
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 METHODS_PAGE = ROOT / "docs" / "shaping.md"
+DATED = {"statistics.md"}
+"""Reference pages still carrying dates: statistics.md's history of the lift procedure (issue 57
+item 2 leaves it to that page's owners)."""
 
 
 def test_methods_table_matches_registry() -> None:
@@ -53,3 +57,18 @@ def test_readme_is_a_landing_page() -> None:
                  "docs/adding_a_method.md", "theory.strategies", "shaping.strategies",
                  "docs/property_testing.md", "docs/results.md"):  # fmt: skip
         assert must in prose, f"README lost {must!r}"
+
+
+def test_docs_are_reference_pages() -> None:
+    """docs/*.md describe the package as it is: no dates (history goes to CHANGELOG.md), and the
+    archive docs/superseded/ is linked from CHANGELOG.md only."""
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    assert len(pages) > 10
+    for page in [README, *pages]:
+        text = page.read_text(encoding="utf-8")
+        if page.name not in DATED:
+            assert "2026-" not in text, f"{page.name} carries a date: history goes to CHANGELOG.md"
+        assert not re.search(r"\]\((?:\.\./)?(?:docs/)?superseded/", text), (
+            f"{page.name} links into docs/superseded/ (the archive is linked from CHANGELOG.md)"
+        )
+    assert "docs/superseded/" in (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
