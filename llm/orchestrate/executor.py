@@ -5,7 +5,9 @@ Both keep the results in job order, show a tqdm bar over finished jobs and fail 
 job to raise stops the others (queued ones are dropped; Ray interrupts the running ones too) and
 its error propagates; local workers die with their driver (`die_with_parent`). Ray runs one task
 per job, each asking `cpus_per_job` CPUs of the scheduler (a job sets its own torch threads,
-`llm.orchestrate.jobs.run_job`). `map_jobs` uses the Ray instance this
+`llm.orchestrate.jobs.run_job`) and ``gpus_per_job(job)`` GPUs (a job that trains on CUDA asks for
+one, `llm.orchestrate.sweep.unit_gpus`; Ray then sets its ``CUDA_VISIBLE_DEVICES``), as
+`ray_task_options` builds the request. `map_jobs` uses the Ray instance this
 process is connected to, if any; else it connects to `address` (``ray start --head`` on a cluster's
 head node prints it) or, with none, starts a local instance of `workers` CPUs. It disconnects only
 from an instance it connected to itself (which stops one it started), never from the caller's.
@@ -28,7 +30,14 @@ from tqdm.auto import tqdm
 
 from shaping import import_methods, imported_methods
 
-__all__ = ["EXECUTORS", "RAY_EXTRA", "check_executor", "die_with_parent", "map_jobs"]
+__all__ = [
+    "EXECUTORS",
+    "RAY_EXTRA",
+    "check_executor",
+    "die_with_parent",
+    "map_jobs",
+    "ray_task_options",
+]
 
 EXECUTORS = ("local", "ray")
 RAY_EXTRA = "pip install 'sharpening[ray]' (or pip install 'ray>=2.40')"
@@ -70,6 +79,7 @@ def map_jobs(
     executor: str = "local",
     address: str | None = None,
     cpus_per_job: float = 1,
+    gpus_per_job: Callable[[Any], float] | None = None,
     log: bool = False,
 ) -> list[Any]:
     """`fn` over `jobs` (results in job order) with a tqdm bar over finished jobs, or with `log`
@@ -83,6 +93,8 @@ def map_jobs(
         address: ``ray`` only: the instance to connect to (``HOST:6379``, ``auto``); None: the
             one this process is connected to, else ``RAY_ADDRESS``, else a new local one.
         cpus_per_job: ``ray`` only: the CPUs each task asks of the scheduler.
+        gpus_per_job: ``ray`` only: the GPUs a job's task asks of the scheduler, a function of
+            the job (None: none); see `ray_task_options`.
 
     Raises:
         ValueError: an unknown executor, or `address` with the local one.
@@ -95,7 +107,7 @@ def map_jobs(
         bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="run")
     try:
         if executor == "ray":
-            return _map_ray(fn, jobs, bar, name, workers, address, cpus_per_job)
+            return _map_ray(fn, jobs, bar, name, workers, address, cpus_per_job, gpus_per_job)
         return _map_local(fn, jobs, bar, name, workers)
     finally:
         bar.close()
@@ -208,6 +220,23 @@ def _watch_parent(parent: int) -> None:
     os._exit(1)
 
 
+def ray_task_options(
+    job: Any, cpus_per_job: float, gpus_per_job: Callable[[Any], float] | None
+) -> dict[str, float]:
+    """The resources the Ray task of `job` asks of the scheduler (``ray.remote(...).options``):
+    ``num_cpus`` `cpus_per_job`, ``num_gpus`` ``gpus_per_job(job)`` (0 without it).
+
+    Raises:
+        ValueError: a negative CPU or GPU count, naming the job's count.
+    """
+    gpus = 0.0 if gpus_per_job is None else float(gpus_per_job(job))
+    if cpus_per_job < 0 or gpus < 0:
+        raise ValueError(
+            f"cpus_per_job, gpus_per_job: expected >= 0, got {cpus_per_job}, {gpus} for {job!r}"
+        )
+    return {"num_cpus": cpus_per_job, "num_gpus": gpus}
+
+
 def _map_ray(
     fn: Callable[[Any], Any],
     jobs: Sequence[Any],
@@ -216,6 +245,7 @@ def _map_ray(
     workers: int,
     address: str | None,
     cpus_per_job: float,
+    gpus_per_job: Callable[[Any], float] | None,
 ) -> list[Any]:
     """One Ray task per job, gathered as they finish (`ray.wait`)."""
     ray = _import_ray()
@@ -228,7 +258,12 @@ def _map_ray(
     try:
         remote = ray.remote(num_cpus=cpus_per_job)(with_imports)
         imports = imported_methods()
-        refs = [remote.remote(imports, fn, job) for job in jobs]
+        refs = [
+            remote.options(**ray_task_options(job, cpus_per_job, gpus_per_job)).remote(
+                imports, fn, job
+            )
+            for job in jobs
+        ]
         index = {ref: i for i, ref in enumerate(refs)}
         results: list[Any] = [None] * len(jobs)
         pending = list(refs)

@@ -123,6 +123,13 @@ def pack_jobs(jobs: list[Job], workers: int, max_batch: int = MAX_BATCH) -> list
     return units
 
 
+def unit_gpus(unit: list[Job]) -> float:
+    """GPUs a unit's Ray task asks for (`llm.orchestrate.executor.ray_task_options`): 1 when a
+    job of it trains on CUDA (``system.device``, "cuda" or "cuda:N": one process, one device),
+    else 0."""
+    return 1.0 if any(j.cfg.system.device.startswith("cuda") for j in unit) else 0.0
+
+
 def run_unit(unit: list[Job]) -> list[dict[str, Any]]:
     """`llm.orchestrate.jobs.run_job` of a one-job unit that is not a batched run (the base model's
     evaluation, the process engine, a run `llm.train.batched.batchable` refuses),
@@ -219,7 +226,7 @@ def run_sweep(
         done = map_jobs(
             run_unit, units, workers=workers, progress=progress, desc="runs (train + eval)",
             name=lambda u: u[0].name if len(u) == 1 else f"{u[0].name} +{len(u) - 1}",
-            executor=executor, address=address, log=log,
+            executor=executor, address=address, gpus_per_job=unit_gpus, log=log,
         )  # fmt: skip
         by_name = {j.name: o for unit, res in zip(units, done, strict=True)
                    for j, o in zip(unit, res, strict=True)}  # fmt: skip

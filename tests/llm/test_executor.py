@@ -1,10 +1,11 @@
 """`llm.orchestrate.executor`: a 2-run sweep on Ray (a local instance of 2 CPUs) gives the results
 of the local executor but for wall-clock fields, keeps job order, fails fast, leaves the caller's
-Ray instance up; and the executor's errors (unknown one, an address without Ray, Ray missing)."""
+Ray instance up, gives a job that trains on CUDA a GPU; and the executor's errors (unknown one, an address without Ray, Ray missing)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -12,8 +13,10 @@ from typing import Any
 import pytest
 
 from llm.__main__ import main
-from llm.orchestrate.executor import check_executor, map_jobs
-from llm.orchestrate.sweep import run_sweep
+from llm.config import config_from_dict
+from llm.orchestrate.executor import check_executor, map_jobs, ray_task_options
+from llm.orchestrate.jobs import Job
+from llm.orchestrate.sweep import run_sweep, unit_gpus
 from llm.orchestrate.sweep_spec import load_sweep
 from tests.llm.test_sweep import _write
 
@@ -33,9 +36,11 @@ def _strip(doc: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def ray_local():
-    """A local Ray instance of 2 CPUs, started (and shut down) by the test, not the executor."""
+    """A local Ray instance of 2 CPUs and 1 GPU (declared: Ray schedules it and sets a task's
+    ``CUDA_VISIBLE_DEVICES``; nothing here uses CUDA), started (and shut down) by the test, not
+    the executor."""
     ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False)
     yield ray
     ray.shutdown()
 
@@ -88,6 +93,31 @@ def test_ray_keeps_job_order_and_fails_fast(ray_local):
     assert type(err.value) is ValueError and str(err.value) == "job 1 failed"  # the job's own
     assert time.perf_counter() - start < 30  # the others were cancelled, not waited for
     assert ray_local.is_initialized()
+
+
+def _unit(device: str) -> list[Job]:
+    cfg = config_from_dict({"model_path": "unused", "system": {"device": device}})
+    return [Job(device, None, 0, cfg, "unused", "", [], [], {}, False)]
+
+
+def _gpus_seen(unit: list[Job]) -> tuple[str, list, str | None]:
+    import ray  # inside the Ray task: what the scheduler gave it
+
+    return unit[0].name, ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_ray_asks_a_gpu_for_a_job_that_trains_on_cuda(ray_local):
+    units = [_unit("cuda"), _unit("cpu"), _unit("cuda:0")]
+    assert [unit_gpus(u) for u in units] == [1.0, 0.0, 1.0]
+    assert ray_task_options(units[0], 1, unit_gpus) == {"num_cpus": 1, "num_gpus": 1.0}
+    assert ray_task_options(units[1], 2, None) == {"num_cpus": 2, "num_gpus": 0.0}
+    with pytest.raises(ValueError, match="expected >= 0"):
+        ray_task_options(units[1], 1, lambda u: -1)
+    seen = map_jobs(_gpus_seen, units, workers=2, progress=False, desc="", name=str,
+                    executor="ray", gpus_per_job=unit_gpus)  # fmt: skip
+    # The CUDA jobs got the instance's one GPU (one after the other), the CPU job none.
+    assert [(n, len(ids)) for n, ids, _ in seen] == [("cuda", 1), ("cpu", 0), ("cuda:0", 1)]
+    assert seen[0][2] == "0" and seen[2][2] == "0" and seen[1][2] in ("", None)
 
 
 def test_a_log_gets_a_line_per_finished_job(capsys):
