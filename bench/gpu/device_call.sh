@@ -126,7 +126,7 @@ PY
   fi
   if [ ! -f "$LEASE/bench.done" ]; then
     # float32 (the exploration's evaluations) against bfloat16 (the confirmation's: the study's
-    # confirm_train), each timed apart from its profiled call (docs/gpu.md, third lease).
+    # confirm_train), each timed apart from its profiled call (docs/gpu.md, The sampler).
     for dtype in ${BENCH_DTYPES:-float32 bfloat16}; do
       log "sampler speed, $dtype"
       timeout 90 python3 bench/gpu/sampler_speed.py --model models/smollm2-random --device cuda \

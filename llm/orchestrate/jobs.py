@@ -192,7 +192,7 @@ def _same_numerics(recorded: Any, device: str) -> bool:
     CPU they must be this process's (`numerics.tag()`). On another device the CPU's pinned
     kernels (MKL, oneDNN) take no part in the run's floats, and a GPU's bits are not reproducible
     anyway, so the pin does not void it: a change of pin version made the 2026-11-26 third GPU
-    lease retrain 7 finished runs (docs/gpu.md)."""
+    lease retrain 7 finished runs (CHANGELOG.md)."""
     return device != "cpu" or recorded == numerics.tag()
 
 
