@@ -81,7 +81,7 @@ $(VLLM_VENV)/.stamp: pyproject.toml
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.stamp
-	@$(VLLM_PY) -c "import torch; torch.cuda.is_available() or print('test-vllm: no CUDA GPU here: the end-to-end vLLM train run is skipped (PyPI's vllm wheels are CUDA builds; vLLM's own CPU build is not on PyPI)')"
+	@$(VLLM_PY) -c "import torch; torch.cuda.is_available() or print('test-vllm: no CUDA GPU here: the end-to-end vLLM train run is skipped (the vllm wheels on PyPI are CUDA builds, and vLLM does not publish its CPU build there)')"
 	$(VLLM_PY) -m pytest tests/vllm_api -q -p no:cacheprovider
 
 # The image's pins with the llm and test extras (pip keeps the pins: they satisfy the extras'
