@@ -1,8 +1,11 @@
 """Cross-backend equality: numpy, jax, jax.jit, torch and torch with ``requires_grad``.
 
-Every method's loss gives the reference value on every backend, and ``jax.grad`` and torch
-autograd give the reference gradients with respect to ``logp`` (and ``entropy`` / ``cand_logp``).
-Seeded batches (not Hypothesis) keep ``jax.jit`` compilations to one per case.
+Every registered method, at its default and at a custom setting, gives the reference loss and
+advantages on every backend, and ``jax.grad`` and torch autograd give the reference gradients with
+respect to ``logp`` (and ``entropy`` / ``cand_logp``), with NaN and infinities in the padding
+too; under ``jax.jit`` the numeric hyper-parameters are traced. One test per backend loops over
+the methods (a failure names every failing method and setting): the reference is computed once
+per setting and ``jax.jit`` compiles once per setting. Seeded batches (not Hypothesis).
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ import shaping
 from tests.tolerance import assert_close as derived_close
 
 from . import reference as ref
-from .helpers import BACKENDS, assert_close, call_block, convert, evaluate, requires
+from .helpers import (
+    BACKENDS,
+    assert_close,
+    call_block,
+    convert,
+    diff_keys,
+    evaluate,
+    requires,
+    to_numpy,
+)
 from .strategies import random_batch
 
 # One non-default setting per method that switches on its optional branches.
@@ -60,45 +72,136 @@ def _hyper(name: str, which: str) -> dict[str, object]:
     return dict(NON_DEFAULT.get(name, {"eps_high": 0.28, "loss_agg": "seq-mean-token-mean"}))
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize(("name", "which"), SETTINGS)
-def test_loss_and_gradients_agree_across_backends(name, which, backend):
-    pytest.importorskip("torch")  # the reference gradients come from torch autograd
-    batch = random_batch(seed=7)
-    hyper = _hyper(name, which)
-    want_loss, want_grads = ref.loss(name, batch, **hyper)
-    value, grads = evaluate(shaping.get_method(name), batch, backend, hyper)
-    assert_close(value, want_loss, what=f"{name}/{backend} loss")
-    if grads is None:
-        return
-    assert set(grads) == set(want_grads)
-    for key, want in want_grads.items():
-        assert_close(grads[key], want, what=f"{name}/{backend} d loss / d {key}")
-    # The test batch must exercise the gradient, or equal zeros would prove nothing.
-    assert np.any(want_grads["logp"] != 0) or (which, name) in {
-        ("default", n) for n in CLIPPED_AT_DEFAULT
+#: The custom settings: a KL term switched on wherever the method's own setting leaves it off,
+#: so every setting reads ``logp_ref`` and garbage there must be masked out.
+CUSTOM = {name: {"kl_coef": 0.1, **_hyper(name, "custom")} for name in NAMES}
+#: Backends with autodiff: they return gradients as well as the value.
+GRAD_BACKENDS = ("jax", "jax.jit", "torch.grad")
+
+
+def _setting(name: str, which: str) -> dict[str, object]:
+    return {} if which == "default" else dict(CUSTOM[name])
+
+
+def _garbage_padding(batch: dict) -> dict:
+    """`batch` with NaN or infinities wherever the mask is 0 (drivers pad with whatever the model
+    emitted there; CONTRACT says padding is ignored)."""
+    dirty = dict(batch)
+    pad = batch["mask"] == 0
+    for key, value in (("logp", np.nan), ("logp_old", -np.inf), ("logp_ref", np.inf)):
+        dirty[key] = np.where(pad, value, batch[key])
+    dirty["entropy"] = np.where(pad, np.nan, batch["entropy"])
+    for key in ("cand_logp", "cand_logp_old"):
+        dirty[key] = np.where(pad[..., None], -np.inf, batch[key])
+    return dirty
+
+
+def _traced(method, hyper: dict[str, object]) -> dict[str, object]:
+    """Every numeric hyper-parameter a driver may sweep as data: the floats and ``k`` (``top_n``
+    and the other integers stay Python ints), at `hyper`'s values or the method's defaults."""
+    full = {**method.defaults, **hyper}
+    return {
+        k: v
+        for k, v in full.items()
+        if (isinstance(v, float) or k == "k") and not isinstance(v, bool)
     }
+
+
+def _evaluator(method, backend: str, hyper: dict[str, object]):
+    """A function batch -> (loss, gradients or None, advantages), all as NumPy float64.
+
+    On ``jax.jit`` the loss, its gradients and the advantages are one compiled function of the
+    batch and of the traced numeric hyper-parameters (`_traced`), compiled once per setting."""
+    if not backend.startswith("jax"):
+
+        def run(batch):
+            value, grads = evaluate(method, batch, backend, hyper)
+            adv = method.advantages(convert(batch, backend), **hyper)
+            return value, grads, to_numpy(adv)
+
+        return run
+    import jax
+
+    traced = _traced(method, hyper) if backend == "jax.jit" else {}
+    static = {k: v for k, v in hyper.items() if k not in traced}
+
+    def both(diff, rest, h):
+        def loss(d):
+            return method.loss({**rest, **d}, **static, **h)[0]
+
+        value, grads = jax.value_and_grad(loss)(diff)
+        return value, grads, method.advantages({**rest, **diff}, **static, **h)
+
+    if backend == "jax.jit":
+        both = jax.jit(both)
+
+    def run(batch):
+        with jax.enable_x64(True):
+            jb = convert(batch, "jax")
+            keys = diff_keys(jb)
+            diff = {k: jb[k] for k in keys}
+            rest = {k: v for k, v in jb.items() if k not in keys}
+            h = {k: jax.numpy.asarray(v) for k, v in traced.items()}
+            value, grads, adv = both(diff, rest, h)
+            return to_numpy(value), {k: to_numpy(v) for k, v in grads.items()}, to_numpy(adv)
+
+    return run
+
+
+def _check_setting(name: str, which: str, backend: str, batch: dict, dirty: dict) -> None:
+    hyper = _setting(name, which)
+    want_loss, want_grads = _reference(name, which)
+    want_adv = ref.advantages(name, batch, **hyper)
+    # The test batch must exercise the gradient, or equal zeros would prove nothing.
+    assert np.any(want_grads["logp"] != 0) or (which == "default" and name in CLIPPED_AT_DEFAULT)
     if name == "casp" and which == "custom":
         assert np.any(want_grads["cand_logp"] != 0)
+    run = _evaluator(shaping.get_method(name), backend, hyper)
+    for label, b in (("", batch), (" (garbage in padding)", dirty)):
+        what = f"{name}/{which}/{backend}{label}"
+        value, grads, adv = run(b)
+        assert_close(value, want_loss, what=f"{what} loss")
+        assert_close(adv, want_adv, what=f"{what} advantages")
+        if grads is None:
+            continue
+        assert set(grads) == set(want_grads), what
+        for key, want in want_grads.items():
+            assert_close(grads[key], want, what=f"{what} d loss / d {key}")
+
+
+_REFERENCE: dict[tuple[str, str], tuple] = {}
+
+
+def _reference(name: str, which: str) -> tuple:
+    """The slow reference's loss and gradients on the seed-7 batch, computed once per setting
+    (every backend compares with it)."""
+    if (name, which) not in _REFERENCE:
+        _REFERENCE[name, which] = ref.loss(name, random_batch(seed=7), **_setting(name, which))
+    return _REFERENCE[name, which]
+
+
+def _every_setting(check) -> None:
+    """Run `check(name, which)` for every registered method and both settings; fail once,
+    naming every setting that failed (not only the first)."""
+    failed = []
+    for name, which in SETTINGS:
+        try:
+            check(name, which)
+        except AssertionError as err:
+            failed.append(f"{name}/{which}: {str(err).strip()[:600]}")
+    assert not failed, f"{len(failed)} of {len(SETTINGS)} settings fail:\n" + "\n".join(failed)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("name", NAMES)
-def test_advantages_agree_across_backends(name, backend):
-    batch = random_batch(seed=11)
-    want = ref.advantages(name, batch)
+def test_every_method_agrees_with_the_reference_on_every_backend(backend):
+    """Every method, at its default and at a custom setting (`CUSTOM`): the loss, its gradients
+    (autodiff backends) and the advantages equal the slow reference, and stay equal when the
+    padding holds NaN and infinities; on ``jax.jit`` the numeric hyper-parameters are traced."""
+    pytest.importorskip("torch")  # the reference gradients come from torch autograd
     requires(backend)
-    method = shaping.get_method(name)
-    if backend.startswith("jax"):
-        import jax
-
-        with jax.enable_x64(True):
-            jb = convert(batch, backend)
-            fn = method.advantages
-            got = jax.jit(lambda b: fn(b))(jb) if backend == "jax.jit" else fn(jb)
-            assert_close(got, want, what=f"{name}/{backend} advantages")
-        return
-    assert_close(method.advantages(convert(batch, backend)), want, what=f"{name}/{backend}")
+    batch = random_batch(seed=7)
+    dirty = _garbage_padding(batch)
+    _every_setting(lambda name, which: _check_setting(name, which, backend, batch, dirty))
 
 
 # Building blocks -------------------------------------------------------------------------------
@@ -178,16 +281,15 @@ def _block_cases():
 BLOCKS = _block_cases()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ["numpy", "jax", "jax.jit", "torch"])
 @pytest.mark.parametrize("block", sorted(BLOCKS))
 def test_building_blocks_agree_across_backends(block, backend):
+    # Values only; gradients are covered through the method losses.
     fn, args, kwargs, want = BLOCKS[block]
-    if backend == "torch.grad":
-        backend = "torch"  # value only; gradients are covered through the method losses
     assert_close(call_block(fn, backend, *args, **kwargs), want(), what=f"{block}/{backend}")
 
 
-# Driver-facing inputs: float32, bool masks, integer rewards, traced hyper-parameters ----------
+# Driver-facing inputs: float32, bool masks, integer rewards ------------------------------------
 
 
 def _driver_batch(batch: dict) -> dict:
@@ -198,67 +300,23 @@ def _driver_batch(batch: dict) -> dict:
 
 
 @pytest.mark.parametrize("backend", ["numpy", "jax", "torch"])
-@pytest.mark.parametrize("name", NAMES)
-def test_float32_bool_mask_int_rewards(name, backend):
+def test_every_method_takes_float32_bool_mask_int_rewards(backend):
     pytest.importorskip("torch")
+    requires(backend)
     batch = random_batch(seed=7)
-    want, _ = ref.loss(name, batch)
-    b32 = _driver_batch(batch)
-    method = shaping.get_method(name)
-    if backend == "jax":
-        jnp = pytest.importorskip("jax.numpy")
-        value = method.loss({k: jnp.asarray(v) for k, v in b32.items()})[0]
-    elif backend == "torch":
-        import torch
+    b32 = convert(_driver_batch(batch), backend)
 
-        value = method.loss({k: torch.from_numpy(v) for k, v in b32.items()})[0]
-    else:
-        value = method.loss(b32)[0]
-    assert str(value.dtype).endswith("float32"), value.dtype
-    # float32 against the float64 reference: the aggregation over the B x G x T tokens plus a
-    # chain of per-token operations (ratio, clip, shaping: < 32 roundings), tests/tolerance.py.
-    assert np.all(np.isfinite(np.asarray(value))), f"{name}/{backend}: non-finite"
-    derived_close(value, want, dtype="float32", n=batch["mask"].size + 32)
+    def check(name: str, which: str) -> None:
+        if which != "default":
+            return
+        value = shaping.get_method(name).loss(b32)[0]
+        assert str(value.dtype).endswith("float32"), value.dtype
+        # float32 against the float64 reference: the aggregation over the B x G x T tokens plus
+        # a chain of per-token operations (ratio, clip, shaping: < 32 roundings),
+        # tests/tolerance.py.
+        assert np.all(np.isfinite(np.asarray(value))), f"{name}/{backend}: non-finite"
+        derived_close(
+            value, _reference(name, "default")[0], dtype="float32", n=batch["mask"].size + 32
+        )
 
-
-def _traceable(name: str) -> dict[str, object]:
-    # Every numeric hyper-parameter a driver may sweep as data (top_n must stay a Python int).
-    out = {k: v for k, v in ref.DEFAULTS[name].items() if isinstance(v, float)}
-    out["kl_coef"] = 0.1
-    if "k" in ref.DEFAULTS[name]:
-        out["k"] = 2
-    return out
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_numeric_hyper_parameters_can_be_traced_under_jit(name):
-    jax = pytest.importorskip("jax")
-    pytest.importorskip("torch")
-    batch = random_batch(seed=7)
-    hyper = _traceable(name)
-    want, _ = ref.loss(name, batch, **hyper)
-    method = shaping.get_method(name)
-    with jax.enable_x64(True):
-        jb = convert(batch, "jax")
-        traced = {k: jax.numpy.asarray(v) for k, v in hyper.items()}
-        value = jax.jit(lambda b, h: method.loss(b, **h)[0])(jb, traced)
-    assert_close(value, want, what=f"{name} traced {sorted(hyper)}")
-
-
-@pytest.mark.parametrize("backend", ["jax", "torch.grad"])
-@pytest.mark.parametrize("name", NAMES)
-def test_garbage_in_padding_reaches_neither_value_nor_gradient(name, backend):
-    # Drivers pad with whatever the model emitted there; CONTRACT says padding is ignored.
-    batch = random_batch(seed=7)
-    clean = evaluate(shaping.get_method(name), batch, backend, {"kl_coef": 0.1})
-    dirty = dict(batch)
-    pad = batch["mask"] == 0
-    for key, value in (("logp", np.nan), ("logp_old", -np.inf), ("logp_ref", np.inf)):
-        dirty[key] = np.where(pad, value, batch[key])
-    dirty["entropy"] = np.where(pad, np.nan, batch["entropy"])
-    for key in ("cand_logp", "cand_logp_old"):
-        dirty[key] = np.where(pad[..., None], -np.inf, batch[key])
-    got = evaluate(shaping.get_method(name), dirty, backend, {"kl_coef": 0.1})
-    assert_close(got[0], clean[0], what=f"{name}/{backend} loss")
-    for key in clean[1]:
-        assert_close(got[1][key], clean[1][key], what=f"{name}/{backend} d loss / d {key}")
+    _every_setting(check)
