@@ -1,6 +1,9 @@
 """Every registered method equals its slow reference on random batches (Hypothesis).
 
-For each of the 16 methods and each drawn batch and hyper-parameter setting: the fast advantages
+One Hypothesis property over the registered methods (`CASES`: a method drawn with
+``st.sampled_from``, then a batch and a setting for it; an explicit example per method, so each
+is checked whatever the sample), 4x the profile's examples in all (200 by default). For each
+drawn method, batch and hyper-parameter setting: the fast advantages
 (NumPy) equal the reference loop, and the fast loss evaluated in torch float64 equals the
 reference loss in value and in its gradients with respect to ``logp`` (and ``entropy`` /
 ``cand_logp`` where present); the NumPy loss value is checked too. Batches include all-correct and
@@ -13,7 +16,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import shaping
@@ -21,7 +24,7 @@ from shaping.strategies import batches
 
 from . import reference as ref
 from .helpers import assert_close, evaluate
-from .strategies import hypers
+from .strategies import hypers, random_batch
 
 NAMES = ref.METHOD_NAMES
 
@@ -105,12 +108,30 @@ def test_needs_are_exactly_what_the_loss_reads(name):
             method.loss(partial, **over)
 
 
-@pytest.mark.parametrize("name", NAMES)
-@given(data=st.data())
-def test_fast_equals_reference(name, data):
+def _case(name: str) -> st.SearchStrategy:
+    return batches(_all_needs(name)).flatmap(
+        lambda batch: hypers(name, batch).map(lambda hyper: (name, batch, hyper))
+    )
+
+
+#: A method, a batch with every key it may need and a hyper-parameter setting valid for it.
+CASES = st.sampled_from(NAMES).flatmap(_case)
+
+
+def _with_an_example_per_method(test):
+    """`test` with one explicit example per registered method (a seeded batch at the method's
+    defaults), so every method is checked whatever the drawn sample holds."""
+    for i, name in enumerate(NAMES):
+        test = example(case=(name, random_batch(seed=100 + i), {}))(test)
+    return test
+
+
+@_with_an_example_per_method
+@settings(max_examples=4 * settings.default.max_examples)
+@given(case=CASES)
+def test_fast_equals_reference(case):
     torch = pytest.importorskip("torch")
-    batch = data.draw(batches(_all_needs(name)), label="batch")
-    hyper = data.draw(hypers(name, batch), label="hyper")
+    name, batch, hyper = case
     assume(_no_near_ties(batch, name, hyper))
     method = shaping.get_method(name)
 
@@ -131,8 +152,6 @@ def test_fast_equals_reference(name, data):
 @pytest.mark.parametrize("name", NAMES)
 def test_metrics_are_detached_and_finite(name):
     torch = pytest.importorskip("torch")
-    from .strategies import random_batch
-
     batch = random_batch(3)
     tb = {k: torch.from_numpy(np.array(v)) for k, v in batch.items()}
     tb["logp"].requires_grad_(True)
