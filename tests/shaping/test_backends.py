@@ -187,8 +187,8 @@ def _every_setting(check) -> None:
     for name, which in SETTINGS:
         try:
             check(name, which)
-        except AssertionError as err:
-            failed.append(f"{name}/{which}: {str(err).strip()[:600]}")
+        except Exception as err:  # an error in one method must not hide the others
+            failed.append(f"{name}/{which}: {type(err).__name__}: {str(err).strip()[:600]}")
     assert not failed, f"{len(failed)} of {len(SETTINGS)} settings fail:\n" + "\n".join(failed)
 
 

@@ -15,19 +15,22 @@ import shaping
 
 from .helpers import convert
 from .strategies import random_batch
-from .test_backends import NAMES, NON_DEFAULT
+from .test_backends import _every_setting, _setting
 
 
-@pytest.mark.parametrize("which", ["default", "non_default"])
-@pytest.mark.parametrize("name", NAMES)
-def test_loss_stays_on_the_inputs_device(name, which):
+def test_every_method_keeps_the_inputs_device():
+    """Every method at its default and at its custom setting (`test_backends.CUSTOM`): the loss
+    of a batch on the meta device is on the meta device."""
     batch = {
         k: v.to("meta") if isinstance(v, torch.Tensor) else v
         for k, v in convert(random_batch(seed=7), "torch").items()
     }
-    hyper = NON_DEFAULT.get(name, {}) if which == "non_default" else {}
-    value, _ = shaping.get_method(name).loss(batch, **hyper)
-    assert value.device.type == "meta"
+
+    def check(name: str, which: str) -> None:
+        value, _ = shaping.get_method(name).loss(batch, **_setting(name, which))
+        assert value.device.type == "meta", f"{name}/{which}: {value.device}"
+
+    _every_setting(check)
 
 
 def test_a_cpu_array_among_meta_ones_is_refused():
