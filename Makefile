@@ -71,7 +71,7 @@ reproduce: $(VENV)/.stamp-core $(VENV)/.stamp-llm
 test: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q --durations=15
 
 # pytest and hypothesis (tests/conftest.py) only: the `test` extra's ruff and xdist are not needed.
 $(VLLM_VENV)/.stamp: pyproject.toml
