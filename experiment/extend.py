@@ -48,6 +48,7 @@ from experiment.reread import (
     STAGES,
     check_inputs,
     check_study,
+    frontier_notes,
     input_files,
     load_inputs,
     save_inputs,
@@ -434,13 +435,15 @@ def run(
                          "reference": "re-trained in full" if retrain else "committed",
                          "trust": trust}  # fmt: skip
     result.update(leg.extras())
+    notes = frontier_notes(result, picks, claims)
     for stage in STAGES:
         data = merged[stage]
         intro = _intro(data)
         store.write_text(out / f"{stage}_lifts.md", report.lift_markdown(found[stage], intro))
         labels = [*reference, *leg.labels]
         report.plot_frontier(found[stage], out / f"{stage}_frontier.png", labels=labels,
-                             reference=reference, title=f"{data['title']} (extension)")  # fmt: skip
+                             reference=reference, title=f"{data['title']} (extension)",
+                             notes=notes[stage])  # fmt: skip
         save_inputs(out / f"{stage}_{INPUTS}", data["measures"], num_resamples=data["num_resamples"],
                     seed=data["seed"], level=data["level"], intro=intro, labels=labels,
                     title=data["title"])  # fmt: skip

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import os
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
 
 from experiment import covariance, estimand, frontier, inference, store
 
@@ -31,9 +33,12 @@ __all__ = [
     "MEASURES",
     "METHOD_COLORS",
     "RESULTS_SCHEMA",
+    "SPARE_COLORS",
     "axis_label",
+    "frontier_figure",
     "lift_analysis",
     "lift_markdown",
+    "method_colors",
     "plot_frontier",
     "results_header",
     "validate_results",
@@ -47,7 +52,8 @@ the procedure's version, ``lift_bias`` per model; 2: quadratics fitted to the re
 
 MEASURES = frontier.MEASURES
 
-#: One colour per method, shared by every figure so a method looks the same everywhere.
+#: One colour per method, shared by every figure so a method looks the same everywhere: every
+#: registered method (`shaping.METHODS`) and the studies' own labels, no colour twice.
 METHOD_COLORS = {
     "grpo": "#1f77b4",
     "dr_grpo": "#aec7e8",
@@ -65,8 +71,29 @@ METHOD_COLORS = {
     "w_reinforce": "#c49c94",
     "psr": "#dbdb8d",
     "nsr": "#9edae5",
+    "clip_cov": "#393b79",
+    "kl_cov": "#6b6ecf",
+    "clip_higher": "#637939",
+    "top_entropy": "#8ca252",
+    "adaptive_entropy": "#bd9e39",
+    "outcome_ucb": "#843c39",
+    "entropy_adv": "#d6616b",
+    "lite_ppo": "#7b4173",
+    "grpo_passk": "#ce6dbd",
+    "gspo": "#e7ba52",
+    "cispo": "#ffbb78",
+    "dual_clip": "#c5b0d5",
+    "pkpo": "#f7b6d2",
     "base": "#000000",
 }
+
+#: Colours for labels `METHOD_COLORS` does not name (a user's own methods), none of them there:
+#: matplotlib's tab20b and tab20 colours that are left, then dark tones (`method_colors`).
+SPARE_COLORS = (
+    "#5254a3", "#9c9ede", "#b5cf6b", "#cedb9c", "#8c6d31", "#e7cb94", "#ad494a", "#e7969c",
+    "#a55194", "#de9ed6", "#c7c7c7", "#2f4f4f", "#556b2f", "#8b4513", "#483d8b", "#008080",
+    "#800000", "#4b0082", "#b8860b", "#006400",
+)  # fmt: skip
 
 LIFT_METHOD = (
     "the reference is the upper concave hull of GRPO's models (every setting and checkpoint, and "
@@ -322,6 +349,150 @@ def lift_markdown(analysis: Mapping[str, Any], intro: str) -> str:
     return "\n".join(parts) + "\n"
 
 
+def method_colors(labels: Sequence[str]) -> dict[str, str]:
+    """One colour per label of `labels`, none repeated: `METHOD_COLORS`' where it names the label
+    (a method keeps its colour across figures), else the first colour of `SPARE_COLORS` that no
+    other label of `labels` has, in the order of `labels`.
+
+    Raises:
+        ValueError: more labels without a colour of their own than `SPARE_COLORS` holds.
+    """
+    named = {lb: METHOD_COLORS[lb] for lb in labels if lb in METHOD_COLORS}
+    spare = iter(c for c in SPARE_COLORS if c not in named.values())
+    out: dict[str, str] = {}
+    for lb in labels:
+        if lb not in out:
+            out[lb] = named[lb] if lb in named else next(spare, None)
+            if out[lb] is None:
+                raise ValueError(
+                    f"labels: {len(labels)} labels, more than the {len(SPARE_COLORS)} spare "
+                    f"colours can tell apart (first without one: {lb!r})"
+                )
+    return out
+
+
+def _limits(lo: list[float], hi: list[float]) -> tuple[float, float]:
+    """An axis range holding 0 and every interval `[lo, hi]`, with 5% of its span either side."""
+    a, b = min(0.0, *lo), max(0.0, *hi)
+    pad = 0.05 * (b - a) if b > a else 0.01
+    return a - pad, b + pad
+
+
+def frontier_figure(
+    analysis: Mapping[str, Any],
+    *,
+    labels: Sequence[str],
+    reference: Sequence[str],
+    title: str,
+    notes: Mapping[str, Mapping[str, str]] | None = None,
+    columns: int = 5,
+) -> plt.Figure:
+    """The frontier figure as small multiples: per measure of `analysis` a block of panels, one
+    per label of `labels` outside `reference` (in that order). Every panel draws the reference's
+    models (grey points: every reference label together, gains over the base) and their upper
+    concave hull (`experiment.estimand.upper_hull`, the origin included: what the lifts are
+    measured against) in black, then the label's models in its colour (`method_colors`): its points,
+    each training path (a thin line from the origin through its checkpoints) and its own hull with
+    the t intervals of its vertices' points. The panels of a measure share both axes (pass@1
+    gain across; the measure's gain up); every measure shares the pass@1 axis.
+
+    Args:
+        analysis: ``{measure: section}`` of `lift_analysis`.
+        labels: the method labels in panel order (reference labels among them are skipped).
+        reference: the reference labels (GRPO's).
+        title: the figure's caption (design: problems, samples, seeds, checkpoints).
+        notes: ``{measure: {label: text}}``, each panel's title after its label (a confirmation's
+            verdict word; an exploration's picked setting); None: the labels alone.
+        columns: panels per row.
+
+    Returns:
+        The figure (the caller closes it): one subfigure per measure, titled, holding one axes
+        per label; ``fig.axes`` lists the panels measure by measure.
+
+    Raises:
+        ValueError: no label outside `reference`; `columns` < 1; too many labels to colour
+            (`method_colors`).
+    """
+    ref = list(reference)
+    shown = [lb for lb in dict.fromkeys(labels) if lb not in ref]
+    if not shown:
+        raise ValueError(f"labels: {list(labels)} has no label outside the reference {ref}")
+    if columns < 1:
+        raise ValueError(f"columns: {columns} (at least 1 panel per row)")
+    colors = method_colors(shown)
+    notes = notes or {}
+    ncol = min(columns, len(shown))
+    nrow = -(-len(shown) // ncol)  # rows per measure
+    blocks = len(analysis)
+    fig = plt.figure(figsize=(2.7 * ncol + 0.4, 2.5 * nrow * blocks + 0.9), layout="constrained")
+    subfigs = fig.subfigures(blocks, 1, squeeze=False)[:, 0]
+    everything = [m for a in analysis.values() for m in a["models"]]
+    xlim = _limits([m["x_lo"] for m in everything], [m["x_hi"] for m in everything])
+    for sub, (measure, a) in zip(subfigs, analysis.items(), strict=True):
+        ms = a["models"]
+        ylim = _limits([m["y_lo"] for m in ms], [m["y_hi"] for m in ms])
+        ref_ms = [m for m in ms if m["label"] in ref]
+        rx, ry = np.array([m["x"] for m in ref_ms]), np.array([m["y"] for m in ref_ms])
+        ref_hull = estimand.upper_hull(rx, ry)
+        sub.suptitle(f"{axis_label(measure, a['k'])} against pass@1 gain", fontsize=9)
+        grid = sub.add_gridspec(nrow, ncol)
+        first = None  # the block's axes share both axes (no sharing across subfigures: each
+        # change of a limit shared with another subfigure redraws the whole figure)
+        for i, label in enumerate(shown):
+            col = i % ncol
+            ax = sub.add_subplot(grid[i // ncol, col], sharex=first, sharey=first)
+            first = first or ax
+            ax.scatter(rx, ry, s=6, color="0.65", alpha=0.6, lw=0)
+            ax.plot(ref_hull.vx, ref_hull.vy, "-", color="k", lw=1.8)
+            _draw_label(ax, [m for m in ms if m["label"] == label], colors[label])
+            ax.axhline(0, color="grey", lw=0.5)
+            ax.axvline(0, color="grey", lw=0.5)
+            ax.grid(alpha=0.3)
+            note = notes.get(measure, {}).get(label)
+            text = label if not note else textwrap.fill(f"{label}: {note}", 40)
+            ax.set_title(text, fontsize=7.5, loc="left")
+            last_row = i + ncol >= len(shown)
+            ax.tick_params(labelsize=7, labelleft=col == 0, labelbottom=last_row)
+            if col == 0:
+                ax.set_ylabel(axis_label(measure, a["k"]), fontsize=8)
+            if last_row:
+                ax.set_xlabel("pass@1 gain over the base model", fontsize=8)
+        first.set_xlim(*xlim)  # every measure: the same pass@1 range
+        first.set_ylim(*ylim)
+    handles = [
+        Line2D([], [], color="k", lw=1.8, label=f"{', '.join(ref)} (reference): hull"),
+        Line2D([], [], color="0.65", marker="o", ls="", ms=3, label=f"{', '.join(ref)}: models"),
+        Line2D([], [], color="0.3", lw=1.4, marker="o", ms=3, label="the method: hull, t CIs"),
+        Line2D([], [], color="0.3", lw=0.7, alpha=0.4, label="training paths from the base"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=8)
+    return fig
+
+
+def _draw_label(ax: plt.Axes, pts: Sequence[Mapping[str, Any]], color: str) -> None:
+    """One label's models on `ax`: points, training paths from the origin, hull, vertex CIs."""
+    if not pts:
+        return
+    px, py = np.array([m["x"] for m in pts]), np.array([m["y"] for m in pts])
+    ax.scatter(px, py, s=9, color=color, alpha=0.45, lw=0)
+    for key in dict.fromkeys((m["setting"],) for m in pts if m["step"] > 0):
+        trail = sorted((m for m in pts if (m["setting"],) == key), key=lambda m: m["step"])
+        # Every training path starts at the base, the origin of the gains.
+        ax.plot([0.0, *(m["x"] for m in trail)], [0.0, *(m["y"] for m in trail)], "-",
+                color=color, alpha=0.3, lw=0.7)  # fmt: skip
+    hull = estimand.upper_hull(px, py)
+    ax.plot(hull.vx, hull.vy, "-", color=color, lw=1.4)
+    vert = [m for m in pts if any(m["x"] == vx and m["y"] == vy
+                                  for vx, vy in zip(hull.vx, hull.vy, strict=True))]  # fmt: skip
+    ax.errorbar(
+        [m["x"] for m in vert], [m["y"] for m in vert],
+        xerr=[[m["x"] - m["x_lo"] for m in vert], [m["x_hi"] - m["x"] for m in vert]],
+        yerr=[[m["y"] - m["y_lo"] for m in vert], [m["y_hi"] - m["y"] for m in vert]],
+        fmt="o", ms=2.5, color=color, capsize=1.5, lw=0.7,
+    )  # fmt: skip
+
+
 def plot_frontier(
     analysis: Mapping[str, Any],
     path: str | os.PathLike[str],
@@ -329,60 +500,17 @@ def plot_frontier(
     labels: Sequence[str],
     reference: Sequence[str],
     title: str,
+    notes: Mapping[str, Mapping[str, str]] | None = None,
 ) -> None:
-    """The frontier figure: per measure, every model's point (gain over the base) on its training
-    path (a thin line from the origin through its checkpoints), each label's upper concave hull
-    (`experiment.estimand.upper_hull`, the origin included) in its colour with the t intervals of
-    its vertices' points, and the reference's hull (every reference label together: what the lifts
-    are measured against) in black.
-
-    Args:
-        analysis: ``{measure: section}`` of `lift_analysis`.
-        labels: the method labels in legend order.
-        title: the figure's caption (design: problems, samples, seeds, checkpoints).
-    """
-    ref = list(reference)
-    groups = [ref, *([lb] for lb in labels if lb not in ref)]
-    fig, axes = plt.subplots(1, len(analysis), figsize=(5.2 * len(analysis), 4.2), squeeze=False)
-    for ax, (measure, a) in zip(axes[0], analysis.items(), strict=True):
-        ms = a["models"]
-        for i, group in enumerate(groups):
-            is_ref = group is ref
-            pts = [m for m in ms if m["label"] in group]
-            px = np.array([m["x"] for m in pts])
-            py = np.array([m["y"] for m in pts])
-            c = "k" if is_ref else f"C{i}"
-            ax.scatter(px, py, s=10, color=c, alpha=0.35, lw=0)
-            paths = dict.fromkeys((m["label"], m["setting"]) for m in pts if m["step"] > 0)
-            for path_key in paths:
-                trail = sorted(
-                    (m for m in pts if (m["label"], m["setting"]) == path_key),
-                    key=lambda m: m["step"],
-                )
-                # Every training path starts at the base, the origin of the gains.
-                ax.plot([0.0, *(m["x"] for m in trail)], [0.0, *(m["y"] for m in trail)], "-",
-                        color=c, alpha=0.25, lw=0.7)  # fmt: skip
-            hull = estimand.upper_hull(px, py)
-            name = f"{', '.join(group)} (reference)" if is_ref else group[0]
-            ax.plot(hull.vx, hull.vy, "-", color=c, lw=2.5 if is_ref else 1.5,
-                    label=f"{name}: hull" if is_ref else name)  # fmt: skip
-            vert = [m for m in pts if any(m["x"] == vx and m["y"] == vy
-                                          for vx, vy in zip(hull.vx, hull.vy, strict=True))]  # fmt: skip
-            ax.errorbar(
-                [m["x"] for m in vert], [m["y"] for m in vert],
-                xerr=[[m["x"] - m["x_lo"] for m in vert], [m["x_hi"] - m["x"] for m in vert]],
-                yerr=[[m["y"] - m["y_lo"] for m in vert], [m["y_hi"] - m["y"] for m in vert]],
-                fmt="o", ms=3, color=c, capsize=2, lw=0.8,
-            )  # fmt: skip
-        ax.axhline(0, color="grey", lw=0.5)
-        ax.axvline(0, color="grey", lw=0.5)
-        ax.set_xlabel("pass@1 gain over the base model")
-        ax.set_ylabel(axis_label(measure, a["k"]))
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()  # written whole and atomically (`experiment.store`): never half a figure
-    fig.savefig(buf, dpi=130, format=Path(path).suffix.lstrip(".") or "png")
-    plt.close(fig)
+    """Write `frontier_figure` to `path` (PNG, or PDF by the suffix), whole and atomically
+    (`experiment.store`), with no timestamp or version in its metadata: the same inputs give the
+    same bytes."""
+    fig = frontier_figure(analysis, labels=labels, reference=reference, title=title, notes=notes)
+    fmt = Path(path).suffix.lstrip(".") or "png"
+    meta = {"Software": None} if fmt == "png" else {"CreationDate": None, "Creator": None}
+    buf = io.BytesIO()
+    try:
+        fig.savefig(buf, dpi=130, format=fmt, metadata=meta)
+    finally:
+        plt.close(fig)
     store.write_bytes(path, buf.getvalue())

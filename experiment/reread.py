@@ -360,6 +360,32 @@ def sections(stage: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def frontier_notes(
+    result: Mapping[str, Any],
+    picks: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    claims: Sequence[Sequence[str]],
+) -> dict[str, dict[str, dict[str, str]]]:
+    """Each stage's panel titles for `experiment.report.plot_frontier`, ``{stage: {measure:
+    {label: text}}}``: the exploration's pick of each label on each measure (``"setting, step
+    N"``) and the confirmation's verdict word of each claim with one, on the claim's measure for
+    its method label.
+
+    Args:
+        result: a study's record (`experiment.study.conclude`): its ``claims``, each with
+            ``claim`` (the claim's id) and ``verdict``.
+        picks: `experiment.study.pick` of the exploration.
+        claims: the study's claims, ``(id, method label, measure, text)`` (`experiment.study.CLAIMS`).
+    """
+    explore = {measure: {label: f"{p['setting']}, step {p['step']}" for label, p in ps.items()}
+               for measure, ps in picks.items()}  # fmt: skip
+    words = {r["claim"]: r["verdict"] for r in result.get("claims", []) if r.get("verdict")}
+    confirm: dict[str, dict[str, str]] = {}
+    for cid, label, measure, _ in claims:
+        if cid in words:
+            confirm.setdefault(measure, {})[label] = words[cid]
+    return {"explore": explore, "confirm": confirm}
+
+
 def write_study(
     out: str | Path, result: dict[str, Any], *, reading: Mapping[str, Any], how: str, unit: str
 ) -> None:
@@ -444,6 +470,7 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
     if elsewhere:  # the inputs travel with the reading: `out` re-reads on its own
         for stage, file in files.items():
             store.write_bytes(out / f"{stage}_{INPUTS}", file.read_bytes())
+    notes = frontier_notes(result, picks, reading.get("claims", S.CLAIMS))
     for stage, data in stages.items():
         intro = (
             data["intro"].replace(_METHOD, report.LIFT_METHOD).replace(_STATUS, report.LIFT_STATUS)
@@ -451,7 +478,7 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
         store.write_text(out / f"{stage}_lifts.md", report.lift_markdown(found[stage], intro))
         report.plot_frontier(found[stage], out / f"{stage}_frontier.png", labels=data["labels"],
                              reference=next(iter(data["measures"].values()))["reference"],
-                             title=data["title"])  # fmt: skip
+                             title=data["title"], notes=notes[stage])  # fmt: skip
     write_study(out, result, reading=reading, how=reading["how"], unit=reading["unit"])
     return result
 
