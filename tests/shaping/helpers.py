@@ -8,7 +8,7 @@ modules keep JAX's float32 default); torch uses float64 CPU tensors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -113,3 +113,17 @@ def call_block(fn: Any, backend: str, *args: Any, **kwargs: Any) -> np.ndarray:
             return to_numpy(fn(*conv, **kwargs))
     conv = [convert({"x": a}, backend)["x"] for a in args]
     return to_numpy(fn(*conv, **kwargs))
+
+
+def check_every(cases: Iterable[tuple], check: Callable[..., None]) -> None:
+    """Run ``check(*case)`` for every case (e.g. every registered method) and fail once, naming
+    every case that raised (an error in one method does not hide the others)."""
+    cases = list(cases)
+    failed = []
+    for case in cases:
+        try:
+            check(*case)
+        except Exception as err:
+            label = "/".join(map(str, case))
+            failed.append(f"{label}: {type(err).__name__}: {str(err).strip()[:600]}")
+    assert not failed, f"{len(failed)} of {len(cases)} cases fail:\n" + "\n".join(failed)

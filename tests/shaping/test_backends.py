@@ -21,6 +21,7 @@ from .helpers import (
     BACKENDS,
     assert_close,
     call_block,
+    check_every,
     convert,
     diff_keys,
     evaluate,
@@ -183,13 +184,7 @@ def _reference(name: str, which: str) -> tuple:
 def _every_setting(check) -> None:
     """Run `check(name, which)` for every registered method and both settings; fail once,
     naming every setting that failed (not only the first)."""
-    failed = []
-    for name, which in SETTINGS:
-        try:
-            check(name, which)
-        except Exception as err:  # an error in one method must not hide the others
-            failed.append(f"{name}/{which}: {type(err).__name__}: {str(err).strip()[:600]}")
-    assert not failed, f"{len(failed)} of {len(SETTINGS)} settings fail:\n" + "\n".join(failed)
+    check_every(SETTINGS, check)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
