@@ -123,7 +123,7 @@ def check_every(cases: Iterable[tuple], check: Callable[..., None]) -> None:
     for case in cases:
         try:
             check(*case)
-        except Exception as err:
+        except (Exception, pytest.fail.Exception) as err:  # pytest.raises's DID NOT RAISE too
             label = "/".join(map(str, case))
             failed.append(f"{label}: {type(err).__name__}: {str(err).strip()[:600]}")
     assert not failed, f"{len(failed)} of {len(cases)} cases fail:\n" + "\n".join(failed)
