@@ -48,14 +48,14 @@ def _loss(out: Path) -> float:
 
 @pytest.fixture(scope="module")
 def single(tiny_model_path, tmp_path_factory):
-    """The single-process reference step, one per method."""
+    """The single-process reference run, one per worker setting (shared by DDP and FSDP2)."""
     runs = {}
 
-    def get(method: str, per_update: str) -> Path:
-        key = (method, per_update)
+    def get(method: str, per_update: str, *more: str) -> Path:
+        key = (method, per_update, *more)
         if key not in runs:
             out = tmp_path_factory.mktemp(f"single_{method}")
-            _run([tiny_model_path, str(out), "auto", method, per_update], world=1)
+            _run([tiny_model_path, str(out), "auto", method, per_update, *more], world=1)
             runs[key] = out
         return runs[key]
 
@@ -83,12 +83,11 @@ def test_two_processes_equal_one(parallel, method, per_update, single, tiny_mode
 
 @pytest.mark.slow
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
-def test_kl_controls_under_two_processes_equal_one(parallel, tiny_model_path, tmp_path):
+def test_kl_controls_under_two_processes_equal_one(parallel, single, tiny_model_path, tmp_path):
     """The KL in the reward, the adaptive coefficients and a reference reset after every step
     (docs/formulas.md §2.35-§2.37): the sharded reference is reset from the sharded policy, and
     its gathered copy in the checkpoint is the policy of the reset step."""
-    ref, out = tmp_path / "one", tmp_path / "two"
-    _run([tiny_model_path, str(ref), "auto", "grpo+kl", "0", "2"], world=1)
+    ref, out = single("grpo+kl", "0", "2"), tmp_path / "two"
     _run([tiny_model_path, str(out), parallel, "grpo+kl", "0", "2"], world=2)
     want, got = _params(ref, 2), _params(out, 2)
     for k in want:
