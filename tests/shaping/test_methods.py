@@ -23,7 +23,7 @@ import shaping
 from shaping.strategies import batches
 
 from . import reference as ref
-from .helpers import assert_close, evaluate
+from .helpers import assert_close, check_every, evaluate
 from .strategies import hypers, random_batch
 
 NAMES = ref.METHOD_NAMES
@@ -80,8 +80,11 @@ def test_every_method_has_a_slow_reference():
     assert sorted(shaping.METHODS) == sorted(ref.ADVANTAGES)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_docstring_documents_shapes_source_and_every_hyper_parameter(name):
+def test_docstring_documents_shapes_source_and_every_hyper_parameter():
+    check_every(((name,) for name in NAMES), _documents_shapes_source_and_hypers)
+
+
+def _documents_shapes_source_and_hypers(name: str) -> None:
     method = shaping.get_method(name)
     doc = method.function.__doc__
     assert method.name == name and method.source and method.doc
@@ -92,8 +95,11 @@ def test_docstring_documents_shapes_source_and_every_hyper_parameter(name):
         assert f"``{key}``" in doc, f"{name}: hyper-parameter {key} is not documented"
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_needs_are_exactly_what_the_loss_reads(name):
+def test_needs_are_exactly_what_the_loss_reads():
+    check_every(((name,) for name in NAMES), _needs_are_what_the_loss_reads)
+
+
+def _needs_are_what_the_loss_reads(name: str) -> None:
     # The method runs on the base keys plus its needs, and names each needed key it misses.
     method = shaping.get_method(name)
     over = {"form": "token"} if "form" in method.defaults else {}
@@ -149,8 +155,11 @@ def test_fast_equals_reference(case):
     assert_close(numpy_value, want_loss, what=f"{name} loss (numpy)")
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_metrics_are_detached_and_finite(name):
+def test_metrics_are_detached_and_finite():
+    check_every(((name,) for name in NAMES), _metrics_are_detached_and_finite)
+
+
+def _metrics_are_detached_and_finite(name: str) -> None:
     torch = pytest.importorskip("torch")
     batch = random_batch(3)
     tb = {k: torch.from_numpy(np.array(v)) for k, v in batch.items()}
