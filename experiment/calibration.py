@@ -1,4 +1,4 @@
-"""Calibration of the whole study pipeline by simulation with a known truth (issue 37, item 4).
+"""Calibration of the whole study pipeline by simulation with a known truth (issues 37 and 56).
 
 A synthetic study, shaped like the package's (`Design`):
 
@@ -7,8 +7,10 @@ A synthetic study, shaped like the package's (`Design`):
 - a training *path* `(a, b)` moves every logit by `s · (a + b·(θ_j − mu))` at training amount `s`:
   `a > 0` raises pass@1 and `b > 0` sharpens (easy problems gain, hard ones lose, so pass@k at
   large k falls);
-- a training seed moves a run along its path (`s · exp(σ_along · z)`, one `z` per run) and off it
-  (`σ_off · s · u_j`, one `u_j` per run and problem);
+- a training seed moves a run along its path (`s · exp(σ_along · z)`, one `z` per run), off it
+  on each problem (`σ_off · s · u_j`, one `u_j` per run and problem) and shifts all of the run's
+  problems at once (`σ_seed · s · w`, one `w` per run: a seed whose policy is better everywhere;
+  fitted to the committed studies' lift inputs by `experiment.fit.fit_seed_shift`);
 - every model is evaluated on the same problems with `samples` samples each (binomial counts);
   `x` is the per-problem pass@1 gain over the base model and `y` the gain in the unbiased pass@k
   estimate (Chen et al. 2021), as in `llm.orchestrate.sweep`.
@@ -17,18 +19,23 @@ GRPO runs `ref_settings` paths, read at every checkpoint. The *true* lift of a m
 population point (means over the problem distribution and over seeds) against the hull of the
 population points of GRPO's models at those checkpoints and the base (`experiment.estimand`: the
 same estimand the data are read with). Each compared method has settings (paths) solved so that
-the largest true lift over a setting's checkpoints is a chosen value (`method_path`).
+the largest true lift over a setting's checkpoints is a chosen value (`method_path`): inside
+GRPO's range (`METHODS`: three nulls, +2, +5), above it (`ABOVE`: a null; `ESCAPE`: +8/+5 where
+`Design.escape`), with one setting four times as noisy (`GAMBLE` where `Design.noisy`), and GRPO
+itself trained one segment longer (`GRPO_MORE`). Every design has at least four null methods
+(`NULLS`), the family-wise checks.
 
 `calibrate` runs the whole pipeline on many simulated studies: explore (`explore_seeds` ×
-`problems`), pick per method by the largest lift estimate (`experiment.study.select`), confirm the
-picks with GRPO's reference on fresh seeds and problems (`confirm_seeds` × `confirm_problems`),
-Holm over the picks and the claim rule (`experiment.study.claim_verdict`, claimed size
-`CLAIM_SIZE`). It reports the exploratory estimates' range and coverage, the probability of
-picking the best setting, the confirmed lifts' bias and coverage, the family-wise rate of false
-"above"/"below" verdicts, the power and the rate at which a method above the claimed size is
-refuted. `DESIGNS` is the library of regimes (`python -m experiment calibrate --json`).
+`problems`), pick per method (`experiment.study.select` by `experiment.study.PICK_RULE`; every
+rule of `PICK_RULES` scored on the same explorations), confirm the picks with GRPO's reference on
+fresh seeds and problems (`confirm_seeds` × `confirm_problems`), Holm over the picks and the claim
+words (`experiment.study.claim_verdicts`, claimed size `CLAIM_SIZE`). It reports the exploratory
+estimates' range and coverage, the probability of picking the best setting and the picks' true
+lifts per rule, the confirmed lifts' bias and coverage, the family-wise rate of false
+"above"/"below" verdicts over the nulls and each claim word's rate per method. `DESIGNS` is the
+library of regimes (`python -m experiment calibrate --json`).
 
-Sources: issue 20 and issue 37 (the simulation designs, the whole-pipeline calibration); pass@k's
+Sources: issues 20, 37 and 56 (the simulation designs, the whole-pipeline calibration); pass@k's
 unbiased estimator is `theory.measures.pass_at_k` (Chen et al. 2021, `docs/formulas.md` §5.1).
 """
 
@@ -63,17 +70,52 @@ __all__ = [
 # at Gauss-Hermite nodes (a Monte Carlo of the off-path noise erred by up to 0.4 points).
 _NODES = {"theta": 401, "z": 8, "u": 8}
 
+NULL_TOL = 1e-6
+"""A true lift within this of 0 (probability units) is 0: `method_path` solves a null setting's
+lift to ~1e-10, either side of 0, and a false verdict on it counts in both families."""
+
 CLAIM_SIZE = 0.03
 """The claimed size of every simulated method's claim (3 points of pass@k, the LLM studies')."""
 
 METHODS = {
     "null": (0.0, -0.02, -0.04),
+    "null_tie": (0.0, 0.0, -0.02),
+    "null_low": (-0.01, -0.03, -0.05),
     "plus2": (0.02, 0.0, -0.02),
     "plus5": (0.05, 0.01, -0.01),
 }
-"""The simulated methods: the largest true lift of each of their three settings (probability
-units). ``null`` does not beat GRPO anywhere; ``plus5``'s best setting is 4 points better than its
-others (the pick-the-best check)."""
+"""The simulated methods inside GRPO's range: the largest true lift of each of their three settings
+(probability units). ``null``, ``null_tie`` and ``null_low`` do not beat GRPO anywhere
+(``null_tie`` ties at two settings); ``plus5``'s best setting is 4 points better than its others (the pick-the-best
+check)."""
+
+ABOVE = {"null_above": (0.0, -0.02)}
+"""A null method whose settings' best models lie *above* GRPO's pass@1 range (the hull continued
+there: `experiment.estimand`): true lift 0 at its best setting, −2 at its other."""
+
+INSIDE_NULL = {"null_mid": (0.0, -0.01, -0.03)}
+"""A fourth null method inside GRPO's range, for the designs without `ABOVE` (``Design.above``
+false), so that every design has at least four nulls."""
+
+GRPO_MORE = "grpo_more"
+"""GRPO trained one segment longer: each of GRPO's settings read at one more checkpoint, its last
+training amount plus its last step (`Design.checkpoints`), above GRPO's range where GRPO still
+gains pass@1. Its true lift is what the hull's continuation gives GRPO's own trade-off beyond its
+end (negative where GRPO sharpens): a null method, the family-wise check of the continuation."""
+
+NULLS = ("null", "null_tie", "null_low", "null_mid", "null_above", GRPO_MORE)
+"""The null methods (no setting's true lift above 0; `GRPO_MORE` where GRPO's continuation has no
+positive true lift in the design): the family-wise checks, at least four in every design."""
+
+GAMBLE = {"gamble": (0.04, 0.0, -0.02)}
+"""A method whose settings differ in precision as well as in truth (`Design.noisy`): its best
+setting (+4 points) has the design's seed noise, its second (0) four times as much
+(`GAMBLE_NOISE`), as the rule study's lr-3e-4 settings had 4-6 times the MDE of its lr-1e-4
+ones: the largest of such estimates is often the noisiest (the pick rule's test)."""
+
+GAMBLE_NOISE = (1.0, 4.0, 1.0)
+"""`GAMBLE`'s settings' noise: the factor on the design's ``sigma_along``, ``sigma_off`` and
+``sigma_seed``."""
 
 ESCAPE = {"escape": (0.08, 0.05)}
 """A method whose settings' best models lie *above* GRPO's pass@1 range (lift v4: `experiment.
@@ -101,12 +143,20 @@ class Design:
     """(a, b) of each reference path (GRPO's settings, e.g. two learning rates)."""
     sigma_along: float = 0.1
     sigma_off: float = 0.05
+    sigma_seed: float = 0.0
+    """A run's shift of every problem's logit, `σ_seed · s · w` (one `w` per run): a seed whose
+    policy is better (or worse) everywhere, moving its models across GRPO's hull."""
     pushes: tuple[float, ...] = tuple(float(v) for v in np.arange(-10, 11) * 0.02)
     """The pushes `a` `method_path` tries for a method's path."""
     sharpenings: tuple[float, float] = (-2.0, 2.0)
     """The range of sharpenings `b` `method_path` searches."""
     escape: bool = False
     """Also simulate `ESCAPE` (a method whose best models pass GRPO's largest pass@1)."""
+    noisy: bool = False
+    """Also simulate `GAMBLE` (a method one of whose settings is four times as noisy)."""
+    above: bool = True
+    """Simulate `ABOVE` (a null method above GRPO's range); off where no path reaches a lift of 0
+    there (`real`: a path past GRPO's collapse keeps much of its pass@k)."""
 
 
 DESIGNS = {
@@ -123,6 +173,23 @@ DESIGNS = {
         sigma_along=0.3,
         sigma_off=0.2,
     ),
+    # The strong study's seeds (issue 56): `narrow` with a run-level seed shift, a seed moving
+    # all of a run's problems, fitted to GRPO's models in the strong study's confirmation (16
+    # seeds x 1,280 problems: seed sd 1.17 points of pass@1, 1.60 of pass@16, correlation +0.08,
+    # the seed component 33% of a pass@1 mean's variance) by `python -m experiment.fit
+    # figures/llm_study_countdown_strong/confirm_lift_inputs.npz --design narrow`
+    # (`experiment.fit.fit_seed_shift`).
+    "narrow_seed": Design(
+        problems=512,
+        confirm_seeds=16,
+        confirm_problems=1280,
+        ref_settings=((-0.14, 0.35), (-0.06, 0.22)),
+        sigma_along=0.1905,
+        sigma_off=0.2,
+        sigma_seed=0.0424,
+    ),
+    # smooth's shape with a method one of whose settings is four times as noisy (`GAMBLE`).
+    "noisy": Design(noisy=True),
     # The mild study: GRPO +2..+5 pass@1, -3..-7 pass@16.
     "mild": Design(ref_settings=((0.03, 0.18), (0.02, 0.12))),
     # The rule-regime study (configs/study_countdown_rule.toml: the designed tiny base, 2 updates
@@ -160,17 +227,43 @@ DESIGNS = {
         pushes=tuple(float(v) for v in np.arange(-20, 21) * 0.01),
         sharpenings=(-2.0, 8.0),
         escape=True,
+        above=False,
     ),
 }
-"""The library of regimes (issue 37, item 4; fitted by eye to the committed studies' reports,
-whose per-problem counts are not committed): each is explored on `problems` × `explore_seeds` and
-confirmed on `confirm_problems` × `confirm_seeds`; every design carries the `METHODS` (and
-`ESCAPE` where `Design.escape`: `methods_of`)."""
+"""The library of regimes (issues 37 and 56; shaped by eye after the committed studies' reports,
+except `rule`, fitted to its study's counts, and `narrow_seed`'s seeds, fitted to the strong
+study's lift inputs): each is explored on `problems` × `explore_seeds` and confirmed on
+`confirm_problems` × `confirm_seeds`; every design carries `methods_of` (`METHODS`, `ABOVE`,
+`GRPO_MORE`; `ABOVE` unless `real`, `ESCAPE` where `Design.escape`, `GAMBLE` where
+`Design.noisy`)."""
 
 
 def methods_of(d: Design) -> dict[str, tuple[float, ...]]:
-    """The simulated methods of design `d`: `METHODS`, and `ESCAPE` where ``d.escape``."""
-    return {**METHODS, **(ESCAPE if d.escape else {})}
+    """The simulated methods of design `d` with their settings' largest true lifts: `METHODS`,
+    `ABOVE` where ``d.above`` (else `INSIDE_NULL`), `ESCAPE` where ``d.escape``, `GAMBLE` where ``d.noisy``, and `GRPO_MORE` (its
+    settings' true lifts, `grpo_more_lifts`)."""
+    return {**METHODS, **(ABOVE if d.above else INSIDE_NULL), **(ESCAPE if d.escape else {}),
+            **(GAMBLE if d.noisy else {}),
+            GRPO_MORE: tuple(float(t) for t in grpo_more_lifts(d))}  # fmt: skip
+
+
+def noise_of(name: str, i: int) -> float:
+    """The noise factor of method `name`'s setting `i` (`GAMBLE_NOISE`; 1 for the others)."""
+    return GAMBLE_NOISE[i] if name in GAMBLE else 1.0
+
+
+def grpo_more_amount(d: Design) -> float:
+    """`GRPO_MORE`'s training amount: GRPO's last checkpoint plus its last step."""
+    c = d.checkpoints
+    return 2 * c[-1] - c[-2]
+
+
+def grpo_more_lifts(d: Design) -> np.ndarray:
+    """`(R,)` the true lift of each of GRPO's settings trained `grpo_more_amount` (`GRPO_MORE`)."""
+    s = grpo_more_amount(d)
+    hull = true_hull(d)
+    return np.array([float(y[0] - hull(x)[0])
+                     for x, y in (true_points(d, a, b, [s]) for a, b in d.ref_settings)])  # fmt: skip
 
 
 def _pass_at_k_prob(q: np.ndarray, k: int) -> np.ndarray:
@@ -192,19 +285,23 @@ def _base(d: Design) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return theta, np.full(j, 1.0 / j), special.expit(theta)
 
 
-def true_points(d: Design, a: float, b: object, s: object) -> tuple[np.ndarray, np.ndarray]:
+def true_points(d: Design, a: float, b: object, s: object,
+                noise: float = 1.0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """The population points (pass@1 gain, pass@k gain) of the paths `(a, b)` (`b` a scalar or
     `(nb,)`) at the training amounts `s` `(n,)`, averaged over the problem distribution and over
-    seeds (Gauss-Hermite in the problem's logit, the run's place along its path and its off-path
-    noise): `(x, y)`, each `(n,)` (or `(nb, n)`)."""
+    seeds (Gauss-Hermite in the problem's logit, the run's place along its path and its logit
+    offset on a problem: the off-path noise and the run's shift, `σ_off·s·u + σ_seed·s·w`, whose
+    sum is `s·√(σ_off² + σ_seed²)` times one standard normal on every problem; each seed term
+    scaled by `noise`): `(x, y)`, each `(n,)` (or `(nb, n)`)."""
     theta, wt, q0 = _base(d)
     z, wz = _gauss(_NODES["z"])
     u, wu = _gauss(_NODES["u"])
     bb = np.asarray(b, dtype=np.float64)
     s = np.atleast_1d(np.asarray(s, dtype=np.float64))[None, :, None, None, None]  # (1,n,1,1,1)
-    sr = s * np.exp(d.sigma_along * z)[:, None, None]  # (1, n, Z, 1, 1)
+    sr = s * np.exp(noise * d.sigma_along * z)[:, None, None]  # (1, n, Z, 1, 1)
     shift = a + np.atleast_1d(bb)[:, None, None, None, None] * (theta - d.mu)  # (nb,1,1,1,J)
-    q = special.expit(theta + sr * shift + d.sigma_off * s * u[:, None])  # (nb, n, Z, U, J)
+    off = noise * float(np.hypot(d.sigma_off, d.sigma_seed))
+    q = special.expit(theta + sr * shift + off * s * u[:, None])  # (nb, n, Z, U, J)
     w = wz[:, None, None] * wu[:, None] * wt  # (Z, U, J)
     x = np.einsum("bnzuj,zuj->bn", q, w) - wt @ q0
     y = np.einsum("bnzuj,zuj->bn", _pass_at_k_prob(q, d.k), w) - wt @ _pass_at_k_prob(q0, d.k)
@@ -219,17 +316,18 @@ def true_hull(d: Design) -> estimand.Hull:
                                np.concatenate([p[1] for p in pts]))  # fmt: skip
 
 
-def true_lifts(d: Design, a: float, b: object) -> np.ndarray:
-    """The true lift of path `(a, b)`'s model at every checkpoint, `(C,)` (or `(nb, C)` for `b`
-    `(nb,)`); NaN below GRPO's range (above it the hull is continued: `experiment.estimand`)."""
-    x, y = true_points(d, a, b, d.checkpoints)
+def true_lifts(d: Design, a: float, b: object, noise: float = 1.0) -> np.ndarray:
+    """The true lift of path `(a, b)`'s model (seed noise scaled by `noise`) at every checkpoint,
+    `(C,)` (or `(nb, C)` for `b` `(nb,)`); NaN below GRPO's range (above it the hull is
+    continued: `experiment.estimand`)."""
+    x, y = true_points(d, a, b, d.checkpoints, noise)
     return y - true_hull(d)(x)
 
 
-def _lifts(d: Design, a: float, b: object, where: str) -> np.ndarray:
+def _lifts(d: Design, a: float, b: object, where: str, noise: float = 1.0) -> np.ndarray:
     """`true_lifts`, NaN above GRPO's range too when ``where == "inside"`` (a method whose every
     checkpoint stays inside the range, as under lift v3: `METHODS`' paths are the same)."""
-    x, y = true_points(d, a, b, d.checkpoints)
+    x, y = true_points(d, a, b, d.checkpoints, noise)
     hull = true_hull(d)
     t = y - hull(x)  # `true_lifts`, with the points computed once
     return np.where(x > hull.x_max, np.nan, t) if where == "inside" else t
@@ -247,21 +345,23 @@ def _sharpenings(d: Design) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=1024)
-def _scan(d: Design, a: float, where: str = "inside") -> np.ndarray:
+def _scan(d: Design, a: float, where: str = "inside", noise: float = 1.0) -> np.ndarray:
     """`(161,)` the largest true lift of the paths `(a, b)` over `_sharpenings(d)` (NaN where a
     checkpoint leaves GRPO's range): computed once per push for every lift `method_path` solves."""
-    return _best(_lifts(d, a, _sharpenings(d), where))
+    return _best(_lifts(d, a, _sharpenings(d), where, noise))
 
 
 @functools.lru_cache(maxsize=128)
-def method_path(d: Design, lift: float, where: str = "inside") -> tuple[float, float]:
+def method_path(d: Design, lift: float, where: str = "inside",
+                noise: float = 1.0) -> tuple[float, float]:  # fmt: skip
     """A path `(a, b)` whose largest true lift over its checkpoints is `lift` (probability units):
     with ``where="inside"`` every checkpoint inside GRPO's range (the `METHODS`, as under lift v3),
     of the pushes `d.pushes` for which a sharpening `b` in `d.sharpenings` reaches it the one whose
     best model's pass@1 is nearest the middle of the range (a path that hardly moves, or whose best
     model sits at the range's edge, would test little); with ``where="above"`` (`ESCAPE`) no
     checkpoint below the range and the best model above it, nearest a third of the range beyond
-    its end. Roots are bracketed on `_sharpenings`, then found by Brent's method.
+    its end; `noise` scales the path's seed noise (`true_points`). Roots are bracketed on
+    `_sharpenings`, then found by Brent's method.
 
     Raises:
         ValueError: no such path (the design leaves no room for the lift), or a bad `where`.
@@ -277,14 +377,14 @@ def method_path(d: Design, lift: float, where: str = "inside") -> tuple[float, f
     for a in d.pushes:
 
         def gap(b: float, a: float = a) -> float:
-            return float(_best(_lifts(d, a, b, where))) - lift
+            return float(_best(_lifts(d, a, b, where, noise))) - lift
 
-        g = _scan(d, a, where) - lift
+        g = _scan(d, a, where, noise) - lift
         ok = np.isfinite(g[:-1]) & np.isfinite(g[1:]) & (np.sign(g[:-1]) != np.sign(g[1:]))
         for i in np.flatnonzero(ok)[:1]:
             b = float(optimize.brentq(gap, grid[i], grid[i + 1], xtol=1e-10))
-            x, _ = true_points(d, a, b, d.checkpoints)
-            t = _lifts(d, a, b, where)
+            x, _ = true_points(d, a, b, d.checkpoints, noise)
+            t = _lifts(d, a, b, where, noise)
             best_x = x[int(np.nanargmax(t))]
             if where == "above" and best_x <= hull.x_max:
                 continue
@@ -296,31 +396,32 @@ def method_path(d: Design, lift: float, where: str = "inside") -> tuple[float, f
 
 def simulate(
     d: Design,
-    paths: list[tuple[str, str, float, float, tuple[int, ...]]],
+    paths: list[tuple[str, str, float, float, tuple[float, ...], float]],
     rng: np.random.Generator,
     *,
     seeds: int,
     problems: int,
 ) -> tuple[np.ndarray, np.ndarray, frontier.Models]:
     """One stage's data: the base model (GRPO's step 0), then each path `(method, setting, a, b,
-    checkpoint indices)` at those checkpoints, `seeds` fresh seeds on `problems` fresh problems.
+    training amounts, noise)` at those amounts (its seed terms `σ_along`, `σ_off`, `σ_seed` scaled
+    by `noise`), `seeds` fresh seeds (runs) on `problems` fresh problems.
 
     Returns:
         `(x, y, models)`: `(M, seeds, problems)` gains in pass@1 and pass@k, and the `Models`
-        (steps: 100 × the checkpoint's training amount).
+        (steps: 100 × the training amount).
     """
     theta = rng.normal(d.mu, d.tau, problems)
     base = rng.binomial(d.samples, special.expit(theta))
     bx, by = base / d.samples, pass_at_k_fast(d.samples, base, d.k)
     xs, ys = [np.zeros((seeds, problems))], [np.zeros((seeds, problems))]
     names, settings, steps = ["grpo"], ["base"], [0]
-    for name, setting, a, b, at in paths:
+    for name, setting, a, b, amounts, noise in paths:
         z = rng.standard_normal(seeds)[:, None]
         u = rng.standard_normal((seeds, problems))
-        for c in at:
-            s = d.checkpoints[c]
-            q = special.expit(theta + s * np.exp(d.sigma_along * z) * (a + b * (theta - d.mu))
-                              + d.sigma_off * s * u)  # fmt: skip
+        w = rng.standard_normal(seeds)[:, None]  # (S, 1): the run's shift of every problem
+        for s in amounts:
+            q = special.expit(theta + s * np.exp(noise * d.sigma_along * z) * (a + b * (theta - d.mu))
+                              + noise * s * (d.sigma_off * u + d.sigma_seed * w))  # fmt: skip
             counts = rng.binomial(d.samples, q)
             xs.append(counts / d.samples - bx)
             ys.append(pass_at_k_fast(d.samples, counts, d.k) - by)
@@ -338,36 +439,68 @@ def _section(x: np.ndarray, y: np.ndarray, models: frontier.Models, draws: int, 
     return section
 
 
+def study_paths(
+    d: Design, *, methods: bool = True
+) -> tuple[list[tuple], list[tuple], dict[tuple[str, str, int], float]]:
+    """GRPO's reference paths, the simulated methods' paths (`methods_of`: each setting a path
+    `(method, setting, a, b, amounts, noise)` read at every checkpoint; `GRPO_MORE` GRPO's
+    settings at `grpo_more_amount`) and the true lift of every method's model,
+    ``{(method, setting, step): lift}`` (NaN below GRPO's range); without `methods`, GRPO's
+    alone."""
+    ref = [("grpo", f"a={a:g},b={b:g}", a, b, d.checkpoints, 1.0) for a, b in d.ref_settings]
+    truth: dict[tuple[str, str, int], float] = {}
+    paths: list[tuple] = []
+    for name, lifts in methods_of(d).items() if methods else ():
+        if name == GRPO_MORE:
+            more = grpo_more_amount(d)
+            for i, ((a, b), t) in enumerate(zip(d.ref_settings, lifts, strict=True)):
+                paths.append((name, f"s{i}", a, b, (more,), 1.0))
+                truth[(name, f"s{i}", round(100 * more))] = float(t)
+            continue
+        for i, lift in enumerate(lifts):
+            noise = noise_of(name, i)
+            where = "above" if name in ESCAPE or name in ABOVE else "inside"
+            a, b = method_path(d, lift, where, noise)
+            paths.append((name, f"s{i}", a, b, d.checkpoints, noise))
+            for c, t in enumerate(true_lifts(d, a, b, noise)):
+                truth[(name, f"s{i}", round(100 * d.checkpoints[c]))] = float(t)
+    return ref, paths, truth
+
+
+def _rate(v: list[bool]) -> tuple[float, float]:
+    """A share and its Monte Carlo standard error."""
+    p = float(np.mean(v)) if v else float("nan")
+    return p, float(np.sqrt(p * (1 - p) / max(len(v), 1)))
+
+
 def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1000,
-              alpha: float = 0.05) -> dict:  # fmt: skip
-    """Run the whole pipeline (module docstring) on `replicates` simulated studies of design `d`.
+              alpha: float = 0.05, rule: str | None = None) -> dict:  # fmt: skip
+    """Run the whole pipeline (module docstring) on `replicates` simulated studies of design `d`,
+    the picks by `rule` (`experiment.study.select`; default its `PICK_RULE`), every rule of
+    `experiment.study.PICK_RULES` scored on the same explorations.
 
     Returns:
         ``{"design", "replicates", "explore": {"max_abs_lift" (points), "coverage",
         "best_picked" (the share of studies whose ``plus5`` pick is from its best setting),
-        "best_picked_by" {method: that share for every method with a best setting}},
-        "confirm": {method: {"truth" (the picks' mean true lift, points), "bias", "bias_se",
-        "coverage", "coverage_se", "supported" (> 0 after Holm: supported or smaller than
-        claimed), "refuted", "outside"}}, "familywise": {"above",
-        "below"} (Holm: a pick whose true lift is ≤ 0 called above; ≥ 0 called below)}``.
+        "best_picked_by" {method: that share for every method with one best setting},
+        "rules": {rule: {"best_picked": {method: share}, "truth": {method: the pick's mean true
+        lift, points}}}}, "confirm": {method: {"truth" (the picks' mean true lift, points),
+        "bias", "bias_se", "coverage", "coverage_se", "supported" (> 0 after Holm),
+        "words" {claim word: share}, "outside"}}, "familywise": {"above", "above_se", "below",
+        "below_se", "nulls"} (Holm over all picks: a pick whose true lift is ≤ 0 called above;
+        ≥ 0 called below, up to `NULL_TOL`; `NULLS` the null methods)}``.
     """
+    rule = S.PICK_RULE if rule is None else rule
     rng = np.random.default_rng(seed)
-    ref_paths = [("grpo", f"a={a:g},b={b:g}", a, b, tuple(range(len(d.checkpoints))))
-                 for a, b in d.ref_settings]  # fmt: skip
-    truth: dict[tuple[str, str, int], float] = {}
-    paths = []
+    ref_paths, paths, truth = study_paths(d)
     methods = methods_of(d)
-    for name, lifts in methods.items():
-        for i, lift in enumerate(lifts):
-            a, b = method_path(d, lift, "above" if name in ESCAPE else "inside")
-            setting = f"s{i}"
-            paths.append((name, setting, a, b, tuple(range(len(d.checkpoints)))))
-            for c, t in enumerate(true_lifts(d, a, b)):
-                truth[(name, setting, round(100 * d.checkpoints[c]))] = float(t)  # NaN below
-    best = {name: f"s{int(np.argmax(lifts))}" for name, lifts in methods.items()}
+    best = {name: f"s{int(np.argmax(lifts))}" for name, lifts in methods.items()
+            if len(lifts) > 1 and np.sum(np.isclose(lifts, max(lifts), atol=1e-9)) == 1}  # fmt: skip
     max_abs, cover_explore = [], []
-    picked = {name: [] for name, lifts in methods.items() if len(lifts) > 1}
+    picked = {r: {name: [] for name in best} for r in S.PICK_RULES}
+    pick_truth = {r: {name: [] for name in methods} for r in S.PICK_RULES}
     rec: dict[str, list[tuple[float, ...]]] = {name: [] for name in methods}
+    words: dict[str, list[str]] = {name: [] for name in methods}
     fw_above, fw_below = [], []
     for r in range(replicates):
         x, y, models = simulate(d, ref_paths + paths, rng, seeds=d.explore_seeds,
@@ -378,55 +511,67 @@ def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1
                 t = truth[(m["label"], m["setting"], m["step"])]
                 max_abs.append(abs(m["lift"]))
                 cover_explore.append(m["lift_lo"] <= t <= m["lift_hi"])
-        picks = S.select(explore)
-        for name, got in picked.items():
-            got.append(name in picks and picks[name]["setting"] == best[name])
-        chosen = [(lb, p["setting"], *next((a, b) for n, s, a, b, _ in paths
-                                            if n == lb and s == p["setting"]),
-                   (d.checkpoints.index(p["step"] / 100),)) for lb, p in picks.items()]  # fmt: skip
+        for rr in S.PICK_RULES:
+            got = S.select(explore, rule=rr)
+            for name, v in picked[rr].items():
+                v.append(name in got and got[name]["setting"] == best[name])
+            for name, p in got.items():
+                pick_truth[rr][name].append(truth[(name, p["setting"], p["step"])])
+        picks = S.select(explore, rule=rule)
+        chosen = [next((n, st, a, b, (p["step"] / 100,), f) for n, st, a, b, _, f in paths
+                       if n == lb and st == p["setting"]) for lb, p in picks.items()]  # fmt: skip
         x, y, models = simulate(d, ref_paths + chosen, rng, seeds=d.confirm_seeds,
                                 problems=d.confirm_problems)  # fmt: skip
         conf = S.confirm(_section(x, y, models, draws, r), list(picks), alpha=alpha)
+        said = S.claim_verdicts(conf, CLAIM_SIZE, alpha=alpha)  # Holm over the study's claims
         above = below = False
         for label, c in conf.items():
             t = truth[(label, c["setting"], c["step"])]
-            verdict = S.claim_verdict(c, CLAIM_SIZE)
-            above |= c["verdict"] == "above" and t <= 0
-            below |= c["verdict"] == "below" and t >= 0
+            words[label].append(said[label])
+            above |= c["verdict"] == "above" and t <= NULL_TOL
+            below |= c["verdict"] == "below" and t >= -NULL_TOL
             if c["lift"] is None:
-                rec[label].append((t, np.nan, np.nan, np.nan, verdict == "refuted", 0.0))
+                rec[label].append((t, np.nan, np.nan, np.nan, 0.0))
             else:
-                rec[label].append((t, c["lift"], c["lo"], c["hi"], verdict == "refuted",
-                                   float(c["verdict"] == "above")))  # fmt: skip
+                rec[label].append((t, c["lift"], c["lo"], c["hi"], float(c["verdict"] == "above")))
         fw_above.append(above)
         fw_below.append(below)
+    fa, fa_se = _rate(fw_above)
+    fb, fb_se = _rate(fw_below)
     out = {
         "design": asdict(d),
         "replicates": replicates,
+        "rule": rule,
         "explore": {"max_abs_lift": 100 * float(max(max_abs, default=0.0)),
                     "coverage": float(np.mean(cover_explore)),
-                    "best_picked": float(np.mean(picked["plus5"])),
-                    "best_picked_by": {n: float(np.mean(v)) for n, v in picked.items()}},
+                    "best_picked": float(np.mean(picked[rule]["plus5"])),
+                    "best_picked_by": {n: float(np.mean(v)) for n, v in picked[rule].items()},
+                    "rules": {rr: {"best_picked": {n: float(np.mean(v))
+                                                   for n, v in picked[rr].items()},
+                                   "truth": {n: 100 * float(np.nanmean(v)) if np.isfinite(v).any()
+                                             else float("nan") for n, v in pick_truth[rr].items()}}
+                              for rr in S.PICK_RULES}},
         "confirm": {},
-        "familywise": {"above": float(np.mean(fw_above)), "below": float(np.mean(fw_below))},
+        "familywise": {"above": fa, "above_se": fa_se, "below": fb, "below_se": fb_se,
+                       "nulls": [n for n in NULLS if max(methods.get(n, (1.0,))) <= NULL_TOL]},
     }  # fmt: skip
     for label, rows in rec.items():
-        t, e, lo, hi, refuted, supported = (
-            np.array(c, dtype=np.float64) for c in zip(*rows, strict=True)
-        )
+        t, e, lo, hi, supported = (np.array(c, dtype=np.float64) for c in zip(*rows, strict=True))
         ok = np.isfinite(e)
         err = 100 * (e[ok] - t[ok])
         cover = (lo[ok] <= t[ok]) & (t[ok] <= hi[ok])
         n = max(int(ok.sum()), 1)
         out["confirm"][label] = {
-            "truth": 100 * float(np.mean(t)), "n": int(ok.sum()),
-            "outside": float(np.mean(~ok)),
+            "truth": 100 * float(np.nanmean(t)) if np.isfinite(t).any() else float("nan"),
+            "n": int(ok.sum()), "outside": float(np.mean(~ok)),
             "bias": float(err.mean()) if ok.any() else float("nan"),
             "bias_se": float(err.std(ddof=1) / np.sqrt(n)) if ok.sum() > 1 else float("nan"),
             "coverage": float(cover.mean()) if ok.any() else float("nan"),
             "coverage_se": float(np.sqrt(cover.mean() * (1 - cover.mean()) / n)) if ok.any()
             else float("nan"),
-            "supported": float(np.mean(supported)), "refuted": float(np.mean(refuted)),
+            "supported": float(np.mean(supported)),
+            "words": {w: words[label].count(w) / len(words[label])
+                      for w in sorted(set(words[label]))},
         }  # fmt: skip
     return out
 

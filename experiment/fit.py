@@ -24,18 +24,21 @@ Sources: issue 37 (item 4); the delta method (e.g. Casella & Berger 2002, §5.5.
 
 from __future__ import annotations
 
+import argparse
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from scipy import optimize, special
 
 from experiment import calibration as C
+from experiment import reread
 from theory.measures import pass_at_k_fast
 
-__all__ = ["counts_from_results", "fit_base", "fit_design"]
+__all__ = ["counts_from_results", "fit_base", "fit_design", "fit_seed_shift", "seed_moments"]
 
 _GH = 64
 """Gauss-Hermite nodes of the base's marginal likelihood."""
@@ -195,3 +198,120 @@ def describe_fit(d: C.Design, settings: Sequence[str]) -> dict:
     return {"settings": list(settings),
             **{f: getattr(d, f) for f in ("problems", "samples", "k", "mu", "tau", "checkpoints",
                                           "ref_settings", "sigma_along", "sigma_off")}}  # fmt: skip
+
+
+def _cross_mean_squares(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The seed, problem and residual mean cross-products of `a` and `b` `(M, S, P)`, each `(M,)`
+    (`experiment.covariance`'s mean squares when ``a is b``)."""
+    s, p = a.shape[-2:]
+    ga, gb = a.mean((1, 2))[:, None], b.mean((1, 2))[:, None]
+    ra, rb = a.mean(2) - ga, b.mean(2) - gb  # (M, S)
+    ca, cb = a.mean(1) - ga, b.mean(1) - gb  # (M, P)
+    ea = a - ra[:, :, None] - ca[:, None, :] - ga[:, :, None]
+    eb = b - rb[:, :, None] - cb[:, None, :] - gb[:, :, None]
+    return (p * (ra * rb).sum(1) / (s - 1), s * (ca * cb).sum(1) / (p - 1),
+            (ea * eb).sum((1, 2)) / ((s - 1) * (p - 1)))  # fmt: skip
+
+
+def seed_moments(x: object, y: object) -> dict[str, float]:
+    """How much the training seed moves a run as a whole, from per-problem gains `x`, `y`
+    `(M models, S seeds, P problems)` in pass@1 and pass@k (trained models only), pooled over the
+    models: the seed component `Σ_seed` `(2, 2)` of (pass@1, pass@k) by the method of moments,
+    `(MS_seed − MS_e)/P` of the mean cross-products, summed over models (issue 56).
+
+    Returns:
+        ``{"models", "sd_x", "sd_y"`` (the seed components' standard deviations, points),
+        ``"corr"`` (the correlation of a seed's pass@1 and pass@k deviations), ``"share_x",
+        "share_y"`` (the seed component's share of the variance of a model's mean,
+        `(σ²_seed/S) / Var(mean)`, pooled)``}``.
+
+    Raises:
+        ValueError: shapes that differ or are not `(M, S ≥ 2, P ≥ 2)`.
+    """
+    x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 3 or min(x.shape[1:]) < 2:
+        raise ValueError(f"x, y: expected two (M, S >= 2, P >= 2) arrays, got {x.shape}, {y.shape}")
+    _, s, p = x.shape
+    comp, total = np.zeros((2, 2)), np.zeros(2)
+    for i, u in enumerate((x, y)):
+        for j, v in enumerate((x, y)):
+            a, b, e = _cross_mean_squares(u, v)
+            comp[i, j] = float(np.sum((a - e) / p))
+            if i == j:
+                total[i] = float(np.sum((a + b - e) / (s * p)))
+    m = x.shape[0]
+    prod = comp[0, 0] * comp[1, 1]
+    return {"models": m, "sd_x": 100 * float(np.sqrt(max(comp[0, 0], 0.0) / m)),
+            "sd_y": 100 * float(np.sqrt(max(comp[1, 1], 0.0) / m)),
+            "corr": float(comp[0, 1] / np.sqrt(prod)) if prod > 0 else float("nan"),
+            "share_x": float(comp[0, 0] / s / total[0]), "share_y": float(comp[1, 1] / s / total[1])}  # fmt: skip
+
+
+def study_seed_moments(path: str | Path, label: str = "grpo") -> dict[str, float]:
+    """`seed_moments` of a stage's lift inputs (`experiment.reread.load_inputs`), pass@k, of the
+    trained models of `label` (the reference's by default).
+
+    Raises:
+        ValueError: no trained model of `label`, or as `load_inputs`."""
+    a = reread.load_inputs(path)["measures"]["pass_at_k"]
+    models = a["models"]
+    keep = [
+        i for i in range(len(models.method)) if models.method[i] == label and models.step[i] > 0
+    ]
+    if not keep:
+        raise ValueError(f"label: no trained model {label!r} in {path}")
+    return seed_moments(a["x"][keep], a["y"][keep])
+
+
+def fit_seed_shift(d: C.Design, target: Mapping[str, float], *, replicates: int = 4,
+                   seed: int = 0) -> C.Design:  # fmt: skip
+    """`d` with `sigma_along` (a seed's place along its path) and `sigma_seed` (a seed's shift of
+    every problem's logit) fitted so that GRPO's models in `d`'s confirmation (`confirm_seeds` ×
+    `confirm_problems`, `replicates` simulated stages, common random numbers) have `target`'s
+    `seed_moments`: the seed components' standard deviations (on the log scale) and the
+    correlation of a seed's pass@1 and pass@k deviations, by Nelder-Mead from `d`'s values.
+    Along-path seeds move pass@1 and pass@k in opposite directions on a sharpening path, a shift
+    moves them together, so the correlation tells the two apart."""
+
+    def moments(log_sig: np.ndarray) -> np.ndarray:
+        e = replace(d, sigma_along=float(np.exp(log_sig[0])), sigma_seed=float(np.exp(log_sig[1])))
+        ref = C.study_paths(e, methods=False)[0]
+        rng = np.random.default_rng(seed)
+        got = []
+        for _ in range(replicates):
+            x, y, _ = C.simulate(e, ref, rng, seeds=e.confirm_seeds, problems=e.confirm_problems)
+            got.append(seed_moments(x[1:], y[1:]))
+        return np.array([np.mean([g[k] for g in got]) for k in ("sd_x", "sd_y", "corr")])
+
+    want = np.array([target["sd_x"], target["sd_y"], target["corr"]])
+
+    def loss(log_sig: np.ndarray) -> float:
+        m = moments(log_sig)
+        return float(np.sum(np.log(m[:2] / want[:2]) ** 2) + (m[2] - want[2]) ** 2)
+
+    start = np.log([max(d.sigma_along, 1e-3), max(d.sigma_seed, 0.05)])
+    res = optimize.minimize(loss, start, method="Nelder-Mead",
+                            options={"xatol": 1e-3, "fatol": 1e-6, "maxiter": 200})  # fmt: skip
+    return replace(d, sigma_along=round(float(np.exp(res.x[0])), 4),
+                   sigma_seed=round(float(np.exp(res.x[1])), 4))  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m experiment.fit SEED_INPUTS.npz ... [--design NAME]``: the `seed_moments` of
+    GRPO's models in each stage's lift inputs, printed as JSON; with ``--design``, that design of
+    `experiment.calibration.DESIGNS` with `fit_seed_shift` to the first file's moments."""
+    parser = argparse.ArgumentParser(prog="python -m experiment.fit")
+    parser.add_argument("inputs", nargs="+", help="lift inputs (figures/*/confirm_lift_inputs.npz)")
+    parser.add_argument("--design", choices=sorted(C.DESIGNS), help="fit this design's seeds")
+    args = parser.parse_args(argv)
+    out: dict[str, Any] = {str(f): study_seed_moments(f) for f in args.inputs}
+    if args.design:
+        d = fit_seed_shift(C.DESIGNS[args.design], out[str(args.inputs[0])])
+        out["fit"] = {"design": args.design, "sigma_along": d.sigma_along,
+                      "sigma_seed": d.sigma_seed}  # fmt: skip
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 from experiment import calibration as C
+from experiment import covariance
+from experiment import study as S
 from experiment.inference import PROCEDURE
 
 
@@ -28,74 +30,117 @@ def test_every_design_has_its_methods_and_grpo_sharpens(name):
     for a, b in d.ref_settings:
         x, y = C.true_points(d, a, b, d.checkpoints)
         assert x[-1] > 0.005 and y[-1] < -0.03
-    for method, lifts in C.methods_of(d).items():
-        where = "above" if method in C.ESCAPE else "inside"
-        for lift in lifts:
-            a, b = C.method_path(d, lift, where)
-            t = C.true_lifts(d, a, b)
-            assert np.isfinite(t).all() and t.max() == pytest.approx(lift, abs=1e-7)
-            x, _ = C.true_points(d, a, b, d.checkpoints)
-            x_max = C.true_hull(d).x_max
-            assert (x[int(np.argmax(t))] > x_max) == (where == "above")
-            assert where == "above" or (x <= x_max).all()  # as under lift v3
+    _, paths, truth = C.study_paths(d)
+    x_max = C.true_hull(d).x_max
+    for method, setting, a, b, amounts, noise in paths:
+        lift = C.methods_of(d)[method][int(setting[1:])]
+        t = np.array([truth[(method, setting, round(100 * s))] for s in amounts])
+        assert np.isfinite(t).all() and t.max() == pytest.approx(lift, abs=1e-7)
+        x, _ = C.true_points(d, a, b, amounts, noise)
+        above = method in C.ESCAPE or method in C.ABOVE or method == C.GRPO_MORE
+        assert method == C.GRPO_MORE or (x[int(np.argmax(t))] > x_max) == above
+        assert above or (x <= x_max).all()  # as under lift v3
+    methods = C.methods_of(d)
+    nulls = [n for n in C.NULLS if n in methods and max(methods[n]) <= C.NULL_TOL]
+    assert len(nulls) >= 4  # the family-wise checks (issue 56)
     with pytest.raises(ValueError, match="where"):
         C.method_path(d, 0.0, "sideways")
 
 
 def test_a_stage_has_the_frontier_layout():
     d = C.DESIGNS["smooth"]
-    x, y, models = C.simulate(d, [("m", "s", 0.05, 0.0, (0, 2))], np.random.default_rng(0),
-                              seeds=2, problems=24)  # fmt: skip
+    x, y, models = C.simulate(d, [("m", "s", 0.05, 0.0, (1.0, 3.0), 1.0)],
+                              np.random.default_rng(0), seeds=2, problems=24)  # fmt: skip
     assert x.shape == y.shape == (3, 2, 24) and models.step == (0, 100, 300)
     assert np.all(x[0] == 0) and np.all(y[0] == 0)  # the base model is the origin
     assert np.all(np.abs(x) <= 1) and np.all(np.abs(y) <= 1)
+
+
+def test_the_population_point_is_the_runs_mean_with_a_seed_shift():
+    """With a run-level seed shift (and a noisier setting) the population point `true_points` is
+    the mean of many simulated runs on many problems (within 4 standard errors of the crossed
+    design's mean)."""
+    d = C.DESIGNS["narrow_seed"]
+    a, b = d.ref_settings[0]
+    x, y, _ = C.simulate(d, [("m", "s", a, b, (3.0,), 2.0)], np.random.default_rng(5),
+                         seeds=300, problems=600)  # fmt: skip
+    tx, ty = C.true_points(d, a, b, [3.0], 2.0)
+    for v, t in ((x[1], tx[0]), (y[1], ty[0])):
+        var, _ = covariance.crossed_variance(v)
+        assert abs(v.mean() - t) <= 4 * np.sqrt(var), (v.mean(), t)
 
 
 def _within(value: float, lo: float, hi: float, se: float) -> bool:
     return lo - 3 * se <= value <= hi + 3 * se
 
 
-# What each design holds (docs/statistics.md, `docs/calibration.json`): issue 37's goals (the
-# narrow design explores 3 seeds x 512 problems, as the strong study's config: picked 0.91,
-# coverage 0.925-0.96; with 128 problems it picked 0.69).
-GOALS = {
-    # design: (least best-setting share, largest |bias| in points, coverage range)
-    "smooth": (0.80, 0.30, (0.93, 0.97)),
-    "narrow": (0.80, 0.30, (0.93, 0.97)),
+# What each design holds (docs/statistics.md, `docs/calibration.json`): issue 56's targets, checked
+# on a few studies with their Monte Carlo error (the committed file: 200 studies per design).
+TARGETS = {"best": 0.80, "bias": 0.30, "coverage": (0.93, 0.97), "familywise": 0.05}
+
+
+def _binomial_se(p: float, n: int) -> float:
+    return math.sqrt(p * (1 - p) / max(n, 1))
+
+
+@pytest.mark.parametrize(("name", "replicates"), [("smooth", 40), ("narrow", 30)])
+def test_the_pipeline_is_calibrated(name, replicates):
+    """Explore, pick, confirm, Holm, the claim words, each check allowing three Monte Carlo
+    standard errors: no exploratory lift beyond ±100 points; the best setting (4 points ahead)
+    picked in ≥ 80% of studies; the confirmed picks' bias and coverage; family-wise false "above"
+    and "below" ≤ 0.05 over the design's nulls (≥ 4). (The narrow design's confirmation is cut to
+    a quarter of its problems: `calibration.quick`.)"""
+    d = C.DESIGNS[name] if name == "smooth" else C.quick(C.DESIGNS[name])
+    out = C.calibrate(d, replicates=replicates, seed=11, draws=200)
+    assert out["explore"]["max_abs_lift"] <= 100.0
+    p, least = out["explore"]["best_picked"], TARGETS["best"]
+    assert p >= least - 3 * _binomial_se(least, replicates), p
+    lo, hi = TARGETS["coverage"]
+    for label, r in out["confirm"].items():
+        assert abs(r["bias"]) <= TARGETS["bias"] + 3 * r["bias_se"], (label, r)
+        assert _within(r["coverage"], lo, hi, _binomial_se(0.95, r["n"])), (label, r)
+        assert sum(r["words"].values()) == pytest.approx(1.0)
+    fw = out["familywise"]
+    assert len(fw["nulls"]) >= 4
+    for side in ("above", "below"):
+        assert fw[side] <= TARGETS["familywise"] + 3 * _binomial_se(0.05, replicates), fw
+
+
+# The committed calibration's designs that miss a target, and which (docs/statistics.md says why
+# and by how much): family-wise rates and the best-setting share as estimated, coverage and bias
+# within two Monte Carlo errors; every other design holds every target.
+MISSES = {
+    "smooth": {"coverage"},  # plus2 0.990: conservative
+    "narrow": {"familywise", "coverage", "bias"},  # the nulls above GRPO's range
+    "narrow_seed": {"familywise", "best", "coverage", "bias"},
+    "rule": {"best", "coverage", "bias"},
 }
 
 
-@pytest.mark.parametrize(("name", "replicates"), [("smooth", 120), ("narrow", 60)])
-def test_the_pipeline_is_calibrated(name, replicates):
-    """Explore, pick, confirm, Holm, the claim rule, each check allowing three Monte Carlo
-    standard errors: no exploratory lift beyond ±100 points; the best setting (4 points ahead)
-    picked as often as `GOALS` says; the confirmed picks' bias and coverage; family-wise false
-    "above" ≤ 0.05 with Holm. (The narrow design's confirmation is cut to a quarter of its
-    problems: `calibration.quick`.)"""
-    least, bias, (lo, hi) = GOALS[name]
-    d = C.DESIGNS[name] if name == "smooth" else C.quick(C.DESIGNS[name])
-    out = C.calibrate(d, replicates=replicates, seed=11, draws=400)
-    assert out["explore"]["max_abs_lift"] <= 100.0
-    p = out["explore"]["best_picked"]
-    assert p >= least - 3 * math.sqrt(least * (1 - least) / replicates), p
-    for label, r in out["confirm"].items():
-        assert abs(r["bias"]) <= bias + 3 * r["bias_se"], (label, r)
-        assert _within(r["coverage"], lo, hi, math.sqrt(0.95 * 0.05 / r["n"])), (label, r)
-    fw = out["familywise"]["above"]
-    assert fw <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / replicates), fw
-
-
 def test_the_committed_calibration_is_every_design():
-    """`docs/calibration.json` is `python -m experiment calibrate --json` of every design."""
+    """`docs/calibration.json` is `python -m experiment calibrate --json` of every design, and holds
+    issue 56's targets where `MISSES` does not say otherwise."""
     doc = json.loads((Path(__file__).parents[2] / "docs" / "calibration.json").read_text())
     assert set(doc) == set(C.DESIGNS)
     for name, out in doc.items():
-        assert out["replicates"] == 300 and set(out["confirm"]) == set(
-            C.methods_of(C.DESIGNS[name])
-        )
-        assert out["explore"]["max_abs_lift"] <= 100.0
-        assert out["familywise"]["above"] <= 0.05 and out["familywise"]["below"] <= 0.05
+        n = out["replicates"]
+        assert n == 200 and set(out["confirm"]) == set(C.methods_of(C.DESIGNS[name]))
         assert out["design"]["problems"] == C.DESIGNS[name].problems
+        assert out["explore"]["max_abs_lift"] <= 100.0
+        assert len(out["familywise"]["nulls"]) >= 4
+        assert set(out["explore"]["rules"]) == set(S.PICK_RULES)
+        misses = MISSES.get(name, set())
+        lo, hi = TARGETS["coverage"]
+        held = {
+            "familywise": all(out["familywise"][side] <= TARGETS["familywise"]
+                              for side in ("above", "below")),
+            "best": out["explore"]["best_picked"] >= TARGETS["best"],
+            "coverage": all(lo - 2 * r["coverage_se"] <= r["coverage"] <= hi + 2 * r["coverage_se"]
+                            for r in out["confirm"].values() if r["n"] > 1),
+            "bias": all(abs(r["bias"]) <= TARGETS["bias"] + 2 * r["bias_se"]
+                        for r in out["confirm"].values() if r["n"] > 1),
+        }  # fmt: skip
+        assert {k for k, v in held.items() if not v} == misses, (name, held)
 
 
 def test_cli_smoke_prints_json_for_each_design(capsys):
@@ -104,7 +149,8 @@ def test_cli_smoke_prints_json_for_each_design(capsys):
     assert main(["calibrate", "--replicates", "2", "--draws", "20", "--json",
                  "--design", "smooth"]) == 0  # fmt: skip
     out = json.loads(capsys.readouterr().out)
-    assert set(out) == {"smooth"} and set(out["smooth"]["confirm"]) == set(C.METHODS)
+    assert set(out) == {"smooth"}
+    assert set(out["smooth"]["confirm"]) == set(C.methods_of(C.DESIGNS["smooth"]))
     assert main(["calibrate", "--replicates", "2", "--draws", "20", "--design", "mild"]) == 0
     assert "best setting picked" in capsys.readouterr().out
 
