@@ -50,10 +50,12 @@ __all__ = [
 ]
 
 PROCEDURE = (
-    "lift v4: concave hull of the reference, continued above its range, crossed-covariance "
-    "draws, bias-corrected"
+    "lift v5: concave hull of the reference, continued above its range, crossed-covariance "
+    "draws, bias-corrected; five claim words, supports and refutations Holm-adjusted"
 )
-"""The procedure's version, recorded in every results.json and study.json."""
+"""The procedure's version, recorded in every results.json and study.json. v5 keeps v4's lifts
+and intervals and changes the verdicts: the five claim words of `experiment.study.claim_verdicts`
+(refutations, "lift >= claimed size" rejected, Holm-adjusted over a study's claims like supports)."""
 
 NUM_DRAWS = 2000
 """Draws of the means per analysis (Monte Carlo error of a bias or standard error: ~2% of the
