@@ -424,7 +424,8 @@ def frontier_figure(
     ncol = min(columns, len(shown))
     nrow = -(-len(shown) // ncol)  # rows per measure
     blocks = len(analysis)
-    fig = plt.figure(figsize=(2.7 * ncol + 0.4, 2.5 * nrow * blocks + 0.9), layout="constrained")
+    width = max(2.7 * ncol + 0.4, 6.0)  # one or two panels: room for the title and the legend
+    fig = plt.figure(figsize=(width, 2.5 * nrow * blocks + 0.9), layout="constrained")
     subfigs = fig.subfigures(blocks, 1, squeeze=False)[:, 0]
     everything = [m for a in analysis.values() for m in a["models"]]
     xlim = _limits([m["x_lo"] for m in everything], [m["x_hi"] for m in everything])
@@ -465,8 +466,9 @@ def frontier_figure(
         Line2D([], [], color="0.3", lw=1.4, marker="o", ms=3, label="the method: hull, t CIs"),
         Line2D([], [], color="0.3", lw=0.7, alpha=0.4, label="training paths from the base"),
     ]
-    fig.legend(handles=handles, loc="outside lower center", ncol=4, fontsize=7, frameon=False)
-    fig.suptitle(title, fontsize=8)
+    fig.legend(handles=handles, loc="outside lower center", ncol=4 if ncol > 2 else 2, fontsize=7,
+               frameon=False)  # fmt: skip
+    fig.suptitle(textwrap.fill(title, int(width * 17)), fontsize=8)
     return fig
 
 

@@ -343,9 +343,19 @@ def upgrade(study_dir: str | Path) -> bool:
     if HASH_KEY in doc:
         check_inputs(doc, files, path)
         return False
-    doc[HASH_KEY] = {stage: inputs_sha256(file) for stage, file in files.items()}
+    doc = with_digest(doc, {stage: inputs_sha256(file) for stage, file in files.items()})
     store.write_json(path, doc, indent=1)
     return True
+
+
+def with_digest(doc: Mapping[str, Any], digests: Mapping[str, str]) -> dict[str, Any]:
+    """`doc` with `HASH_KEY` = `digests` where `write_study` puts it (just before ``reading``, or
+    last), so that an upgraded study.json has the bytes a re-read writes."""
+    out = {k: v for k, v in doc.items() if k not in (HASH_KEY, "reading")}
+    out[HASH_KEY] = dict(digests)
+    if "reading" in doc:
+        out["reading"] = doc["reading"]
+    return out
 
 
 def sections(stage: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -533,7 +543,7 @@ def publish(study_dir: str | Path, dest: str | Path) -> list[str]:
         if recorded:
             check_inputs(doc, files, study)
         else:  # a study written before the digest: recorded now
-            doc[HASH_KEY] = {stage: inputs_sha256(f) for stage, f in files.items()}
+            doc = with_digest(doc, {stage: inputs_sha256(f) for stage, f in files.items()})
     claim_folder(dest, doc, src=src)
     if doc is None:
         for file in (f"{stage}_{INPUTS}" for stage in STAGES):
