@@ -424,9 +424,13 @@ def test_parquet_row_error_names_row(tmp_path) -> None:
 def test_file_errors(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match=r"nope\.jsonl"):
         load_math_problems(tmp_path / "nope.jsonl")
-    csv = tmp_path / "x.csv"
-    csv.write_text("a,b\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"x\.csv: expected a \.jsonl, \.json or \.parquet"):
+    txt = tmp_path / "x.txt"
+    txt.write_text("a,b\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"x\.txt: expected a \.jsonl, \.json, \.parquet or \.csv"):
+        load_math_problems(txt)
+    csv = tmp_path / "x.csv"  # a CSV is read (llm.tasks.io.csv_rows); its columns are checked
+    csv.write_text("a,b\n1,2\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"x\.csv: unknown column layout"):
         load_math_problems(csv)
     bad_json = tmp_path / "bad.jsonl"
     bad_json.write_text('{"problem": "a", "answer": "1"}\n{oops\n', encoding="utf-8")
