@@ -388,7 +388,8 @@ def frontier_figure(
     columns: int = 5,
 ) -> plt.Figure:
     """The frontier figure as small multiples: per measure of `analysis` a block of panels, one
-    per label of `labels` outside `reference` (in that order). Every panel draws the reference's
+    per label of `labels` outside `reference` (in that order; one panel of the reference alone
+    when every label is the reference's). Every panel draws the reference's
     models (grey points: every reference label together, gains over the base) and their upper
     concave hull (`experiment.estimand.upper_hull`, the origin included: what the lifts are
     measured against) in black, then the label's models in its colour (`method_colors`): its points,
@@ -410,19 +411,20 @@ def frontier_figure(
         per label; ``fig.axes`` lists the panels measure by measure.
 
     Raises:
-        ValueError: no label outside `reference`; `columns` < 1; too many labels to colour
+        ValueError: no labels; `columns` < 1; too many labels to colour
             (`method_colors`).
     """
     ref = list(reference)
     shown = [lb for lb in dict.fromkeys(labels) if lb not in ref]
-    if not shown:
-        raise ValueError(f"labels: {list(labels)} has no label outside the reference {ref}")
+    if not labels:
+        raise ValueError("labels: empty (at least the reference's)")
     if columns < 1:
         raise ValueError(f"columns: {columns} (at least 1 panel per row)")
     colors = method_colors(shown)
     notes = notes or {}
-    ncol = min(columns, len(shown))
-    nrow = -(-len(shown) // ncol)  # rows per measure
+    panels = shown or [None]  # a sweep of the reference alone: one panel, its models and hull
+    ncol = min(columns, len(panels))
+    nrow = -(-len(panels) // ncol)  # rows per measure
     blocks = len(analysis)
     width = max(2.7 * ncol + 0.4, 6.0)  # one or two panels: room for the title and the legend
     fig = plt.figure(figsize=(width, 2.5 * nrow * blocks + 0.9), layout="constrained")
@@ -439,20 +441,22 @@ def frontier_figure(
         grid = sub.add_gridspec(nrow, ncol)
         first = None  # the block's axes share both axes (no sharing across subfigures: each
         # change of a limit shared with another subfigure redraws the whole figure)
-        for i, label in enumerate(shown):
+        for i, label in enumerate(panels):
             col = i % ncol
             ax = sub.add_subplot(grid[i // ncol, col], sharex=first, sharey=first)
             first = first or ax
             ax.scatter(rx, ry, s=6, color="0.65", alpha=0.6, lw=0)
             ax.plot(ref_hull.vx, ref_hull.vy, "-", color="k", lw=1.8)
-            _draw_label(ax, [m for m in ms if m["label"] == label], colors[label])
+            if label is not None:
+                _draw_label(ax, [m for m in ms if m["label"] == label], colors[label])
             ax.axhline(0, color="grey", lw=0.5)
             ax.axvline(0, color="grey", lw=0.5)
             ax.grid(alpha=0.3)
             note = notes.get(measure, {}).get(label)
-            text = label if not note else textwrap.fill(f"{label}: {note}", 40)
+            name = label or f"{', '.join(ref)} alone"
+            text = name if not note else textwrap.fill(f"{name}: {note}", 40)
             ax.set_title(text, fontsize=7.5, loc="left")
-            last_row = i + ncol >= len(shown)
+            last_row = i + ncol >= len(panels)
             ax.tick_params(labelsize=7, labelleft=col == 0, labelbottom=last_row)
             if col == 0:
                 ax.set_ylabel(axis_label(measure, a["k"]), fontsize=8)

@@ -91,10 +91,21 @@ def test_method_colours_never_repeat():
         report.method_colors([*labels, "user_extra"])
 
 
+def test_the_reference_alone_is_one_panel():
+    """A sweep of GRPO alone (a resume test, a reference-only study stage) draws its models and
+    hull in one panel per measure."""
+    fig = report.frontier_figure(_analysis(["grpo"]), labels=["grpo"], reference=REF, title="t")
+    try:
+        assert len(fig.axes) == len(_analysis(["grpo"]))
+        assert all(ax.get_title(loc="left").startswith("grpo alone") for ax in fig.axes)
+    finally:
+        plt.close(fig)
+
+
 def test_bad_input_refused():
     analysis = _analysis(["grpo"])
-    with pytest.raises(ValueError, match=r"^labels: .* no label outside the reference"):
-        report.frontier_figure(analysis, labels=["grpo"], reference=REF, title="t")
+    with pytest.raises(ValueError, match=r"^labels: empty"):
+        report.frontier_figure(analysis, labels=[], reference=REF, title="t")
     with pytest.raises(ValueError, match=r"^columns: 0"):
         report.frontier_figure(analysis, labels=["grpo", "x"], reference=REF, title="t", columns=0)
 
