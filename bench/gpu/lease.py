@@ -144,14 +144,15 @@ def _bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def calls(manifest: dict | None = None) -> list[dict]:
-    """The lease's calls, in order: what each carries (besides the tree) and its bytes. One call per
+def calls(manifest: dict | None = None, tree: int | None = None) -> list[dict]:
+    """The lease's calls, in order: what each carries (besides the tree: `tree` bytes; None: the
+    tree as it travels after `slim`, `NOT_ON_DEVICE` left out) and its bytes. One call per
     GGUF piece (`manifest`: `pack`'s; None: the pieces `split` would cut from `XZ_BYTES`), each
     with ``.gpu/wheels``; the last with ``.gpu/state`` (`keep`, adopt.py) when it is there; the
     first with ``.gpu/shape`` (random weights of the model's shape: the sampler bench and the bf16
     gate of `device_call.sh`) only where it still fits `CALL_BYTES` with the tree. Then one call on
     the warm machine that carries only the wheels (it waits for the study, `device_call.sh`)."""
-    tree = _tree_bytes()
+    tree = _tree_bytes(NOT_ON_DEVICE) if tree is None else tree
     wheels = _bytes(CARRY / "wheels") if (CARRY / "wheels").is_dir() else WHEELS_BYTES
     state = CARRY / "state"
     if manifest is None:
@@ -198,13 +199,17 @@ def schedule_text(sched: dict) -> str:
 def plan(
     manifest: dict | None = None, limit_mib: float = LIMIT_MIB, runs: int = REMAINING_RUNS
 ) -> tuple[str, bool]:
-    """The calls (`calls`) as text, each with its size and the tree's, what `slim` would save, the
-    study's schedule (`best_schedule` of `runs` over `study_budgets`) and whether every call fits
-    `limit_mib`."""
-    tree = _tree_bytes()
-    slim = _tree_bytes(NOT_ON_DEVICE)
+    """The calls (`calls`) as text, each with its size and the tree's as it travels (after `slim`:
+    the lease's first step whenever the tree still holds `NOT_ON_DEVICE`), the study's schedule
+    (`best_schedule` of `runs` over `study_budgets`) and whether every call fits `limit_mib`."""
+    full = _tree_bytes()
+    tree = _tree_bytes(NOT_ON_DEVICE)
     rows, fits = [], True
-    for k, call in enumerate(calls(manifest)):
+    if tree < full:
+        rows.append(f"slim: {', '.join(NOT_ON_DEVICE)} left out, the tree is {tree / 2**20:.1f} MiB "
+                    f"({full / 2**20:.1f} as it is): run python bench/gpu/lease.py slim before "
+                    "call 1, unslim after the lease")  # fmt: skip
+    for k, call in enumerate(calls(manifest, tree)):
         over = call["bytes"] > limit_mib * 2**20
         fits &= not over
         rows.append(f"call {k + 1}: carry {sorted(call['carry'])} ({call['bytes'] / 2**20:.1f} "
@@ -215,9 +220,6 @@ def plan(
         rows.append("no .gpu/state: python bench/gpu/adopt.py writes it (else the study trains the "
                     "adopted runs again)")  # fmt: skip
     rows.append(schedule_text(best_schedule(runs, study_budgets(), MAX_WORKERS)))
-    if slim < tree:
-        rows.append(f"slim: {', '.join(NOT_ON_DEVICE)} left out, the tree is {slim / 2**20:.1f} MiB "
-                    "(python bench/gpu/lease.py slim)")  # fmt: skip
     return "\n".join(rows), fits
 
 

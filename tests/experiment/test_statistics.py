@@ -220,7 +220,7 @@ def test_lift_table_reads_a_model_above_the_range_against_the_hull_s_end():
     # Above GRPO's range (pass@1 0.5 > 0.2) the hull's end value: a lift near 0.2 - 0.1.
     assert abs(res.lift[2] - (y[2].mean() - y[1].mean())) < 0.05
     table = report.lift_markdown({"pass_at_k": section}, "intro")
-    assert "(above) |" in table and "n/a" not in table
+    assert "(above GRPO's pass@1 range" in table and "n/a" not in table
     assert table.count("\n| m |") == 1 and "| grpo |" not in table
 
 
@@ -350,8 +350,8 @@ def test_dominance_holds_its_level_and_finds_a_dominated_model():
 
     d = C.DESIGNS["narrow"]
     at = tuple(range(len(d.checkpoints)))
-    paths = [("grpo", f"r{i}", a, b, at) for i, (a, b) in enumerate(d.ref_settings)]
-    paths += [("twin", "t", *d.ref_settings[1], at), ("worse", "w", -0.4, 0.6, at)]
+    paths = [("grpo", f"r{i}", a, b, at, 1.0) for i, (a, b) in enumerate(d.ref_settings)]
+    paths += [("twin", "t", *d.ref_settings[1], at, 1.0), ("worse", "w", -0.4, 0.6, at, 1.0)]
     rng = np.random.default_rng(7)
     hits, found = [], []
     for _ in range(40):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import random
 import re
 import sys
@@ -290,25 +291,30 @@ def _git_tree(root: Path) -> None:
 
 def test_plan_sizes_each_call_with_the_tree_and_fails_above_the_limit(lease, tmp_path, monkeypatch):
     """Offline (no pack): one call per piece of the xz stream plus a last call with the wheels
-    alone, each sized with the tree that travels (tracked and untracked-not-ignored files); exit 1
-    above the limit, 0 within it."""
+    alone, each sized with the tree that travels (tracked and untracked-not-ignored files, less
+    what `slim` leaves out: the plan's first step); exit 1 above the limit, 0 within it."""
     _git_tree(tmp_path)
     monkeypatch.setattr(lease, "XZ_BYTES", 5 * 2**20)
     monkeypatch.setattr(lease, "PIECE_BYTES", 2 * 2**20)
     monkeypatch.setattr(lease, "WHEELS_BYTES", 1000)
-    tree = lease._tree_bytes()
-    assert tree == sum(p.stat().st_size for p in tmp_path.rglob("*")
+    full = lease._tree_bytes()
+    assert full == sum(p.stat().st_size for p in tmp_path.rglob("*")
                        if p.is_file() and ".git" not in p.parts)  # fmt: skip
+    tree = lease._tree_bytes(lease.NOT_ON_DEVICE)  # the calls carry the tree as slim leaves it
+    assert tree < full
     calls = lease.calls()
     assert [c["bytes"] - tree for c in calls] == [2 * 2**20 + 1000, 2 * 2**20 + 1000, 2**20 + 1000,
                                                   1000]  # fmt: skip
-    text, fits = lease.plan(limit_mib=6)
+    big = full + 2 * 2**20 + 1000  # the largest call with the tree as it is: over 2.x MiB
+    limit = math.ceil((tree + 2 * 2**20 + 1000) / 2**20 * 10) / 10  # fits the slim tree's calls
+    assert big > limit * 2**20
+    text, fits = lease.plan(limit_mib=limit)
     assert fits and text.count("MiB with the tree's") == 4
     assert "slim: figures/, bench/results/ left out, the tree is 0.1 MiB" in text
-    text, fits = lease.plan(limit_mib=5)
-    assert not fits and text.count("OVER THE LIMIT of 5 MiB") == 2
-    assert lease.main(["plan", "--limit-mib", "5"]) == 1
-    assert lease.main(["plan", "--limit-mib", "6"]) == 0
+    text, fits = lease.plan(limit_mib=2)
+    assert not fits and text.count("OVER THE LIMIT of 2 MiB") == 2
+    assert lease.main(["plan", "--limit-mib", "2"]) == 1
+    assert lease.main(["plan", "--limit-mib", f"{limit}"]) == 0
 
 
 def test_slim_leaves_the_unneeded_folders_out_and_brings_them_back(lease, tmp_path):
