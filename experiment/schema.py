@@ -1,10 +1,10 @@
 """Options declared once: dataclass fields whose metadata carries their documentation and rules.
 
-Each field is declared with `option` or ``field(default_factory=..., metadata=meta(...))`` (TRL's
-``field(metadata={"help": ...})`` pattern, as in trl/trainer/grpo_config.py): its default, help
-text, choices and bounds live in that one place. A root dataclass holds scalar and list fields,
-free tables (``dict`` fields, e.g. a method's ``[hyper]``) and one-level sub-tables (fields with
-``metadata={"table": True}`` whose type is another such dataclass).
+Each field is declared once: its default and rules (choices, bounds) with `option` or
+``field(default_factory=..., metadata=meta(...))``, its documentation as the docstring under it
+(CleanRL's dataclass of arguments, whose field docstrings are the ``--help``). A root dataclass
+holds scalar and list fields, free tables (``dict`` fields, e.g. a method's ``[hyper]``) and
+one-level sub-tables (fields whose type is another such dataclass).
 
 On that metadata, one engine: `check_fields` (one validation loop, errors naming the field),
 `describe` (every key with its default, help and accepted values), `from_dict` (a dataclass tree
@@ -15,11 +15,16 @@ from a parsed TOML document, unknown keys named), `build` (one checked table of 
 
 from __future__ import annotations
 
+import ast
 import copy
 import dataclasses
 import difflib
+import functools
+import inspect
+import itertools
 import math
 import re
+import textwrap
 import tomllib
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -49,7 +54,6 @@ __all__ = [
 
 
 def meta(
-    help: str,
     *,
     choices: Sequence[str] | Callable[[], Sequence[str]] = (),
     ge: float | None = None,
@@ -60,10 +64,10 @@ def meta(
     pattern: str | None = None,
     expect: str = "",
 ) -> dict[str, Any]:
-    """The metadata of a config field: its documentation and the rules `check_fields` applies.
+    """The metadata of a config field: the rules `check_fields` applies (its documentation is the
+    field's docstring, `field_docs`).
 
     Args:
-        help: one-sentence documentation (whitespace is collapsed).
         choices: the allowed strings, or a function giving them when validating (a registry).
         ge, gt, le, lt: bounds of a number, or of every element of a list of numbers.
         length: ``(min, max)`` number of elements of a list (``max`` None: unbounded), or
@@ -71,23 +75,14 @@ def meta(
         pattern: a regular expression a string must match in full.
         expect: what the field accepts, in words, where the rules above do not say it well.
     """
-    return {
-        "help": " ".join(help.split()),
-        "choices": choices,
-        "ge": ge,
-        "gt": gt,
-        "le": le,
-        "lt": lt,
-        "length": length,
-        "pattern": pattern,
-        "expect": expect,
-    }
+    rules = {"choices": choices, "ge": ge, "gt": gt, "le": le, "lt": lt, "length": length}
+    return {**rules, "pattern": pattern, "expect": expect}
 
 
-def option(default: Any, help: str, **rules: Any) -> Any:
-    """A dataclass field with an immutable `default` and ``metadata=meta(help, **rules)``; list
-    and table fields use ``field(default_factory=..., metadata=meta(...))`` directly."""
-    return field(default=default, metadata=meta(help, **rules))
+def option(default: Any, **rules: Any) -> Any:
+    """A dataclass field with an immutable `default` and ``metadata=meta(**rules)``; list and
+    table fields use ``field(default_factory=..., metadata=meta(...))`` directly."""
+    return field(default=default, metadata=meta(**rules))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -96,15 +91,17 @@ def option(default: Any, help: str, **rules: Any) -> Any:
 
 def tables(cls: type) -> dict[str, type]:
     """The one-level sub-tables of the dataclass `cls`: ``{field name: dataclass}``, in
-    declaration order (fields with ``metadata["table"]``)."""
+    declaration order (the fields whose type is a dataclass)."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.metadata.get("table")}
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)
+            if dataclasses.is_dataclass(hints[f.name])}  # fmt: skip
 
 
 def options(cls: type) -> list[tuple[dataclasses.Field[Any], Any]]:
     """(field, resolved type) of every field of `cls` but the sub-tables, in declaration order."""
     hints = typing.get_type_hints(cls)
-    return [(f, hints[f.name]) for f in dataclasses.fields(cls) if not f.metadata.get("table")]
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls)
+            if not dataclasses.is_dataclass(hints[f.name])]  # fmt: skip
 
 
 def _free_tables(cls: type) -> list[str]:
@@ -112,9 +109,22 @@ def _free_tables(cls: type) -> list[str]:
     return [f.name for f, hint in options(cls) if typing.get_origin(hint) is dict]
 
 
+@functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """The help text of each field of the dataclass `cls` (``metadata["help"]``; '' if none)."""
-    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
+    """The documentation of each field of the dataclass `cls`: the string literal right after
+    its declaration in the class body (its attribute docstring, as CleanRL's and tyro's
+    ``--help``; a base class's fields included), whitespace collapsed; '' if none."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body  # type: ignore[attr-defined]
+        for st, nxt in itertools.pairwise(body):
+            if (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                    and isinstance(nxt.value.value, str)):  # fmt: skip
+                docs[st.target.id] = " ".join(nxt.value.value.split())
+    return {f.name: docs.get(f.name, "") for f in dataclasses.fields(cls)}
 
 
 def default_of(f: dataclasses.Field[Any]) -> Any:
@@ -251,9 +261,10 @@ def describe(root: type | Any) -> str:
     cls = root if isinstance(root, type) else type(root)
     lines = []
     for prefix, sub in (("", cls), *((f"{n}.", c) for n, c in tables(cls).items())):
+        docs = field_docs(sub)
         for f, hint in options(sub):
             rule = rule_text(hint, f.metadata)
-            help_ = f.metadata.get("help", "")
+            help_ = docs[f.name]
             lines.append(f"{prefix}{f.name} = {toml_value(default_of(f))}  # {help_} ({rule})")
     return "\n".join(lines)
 

@@ -48,15 +48,17 @@ class StudyClaims:
     """The ``[study]`` keys both legs share: the study's name and how a confirmed lift becomes a
     verdict (a leg's own table adds its confirmation keys and may give other defaults)."""
 
-    name: str = option("study", "the study's name in the tables")
-    claim_size: float = option(3.0, "a claim's size: points of pass@k (MDE goal)", gt=0)
-    claim_size_distinct: float = option(0.1, "a claim's size in distinct correct / problem", gt=0)
-    alpha: float = option(0.05, "family-wise level of Holm over the picks", gt=0, lt=1)
-    unequal_budget: bool = option(
-        False,
-        "allow a method tuned otherwise than GRPO's reference (learning rates, kl_coef, "
-        "checkpoints); study.json's design.budget then says 'unequal (explicit)'",
-    )
+    name: str = "study"
+    """the study's name in the tables"""
+    claim_size: float = option(3.0, gt=0)
+    """a claim's size: points of pass@k (MDE goal)"""
+    claim_size_distinct: float = option(0.1, gt=0)
+    """a claim's size in distinct correct / problem"""
+    alpha: float = option(0.05, gt=0, lt=1)
+    """family-wise level of Holm over the picks"""
+    unequal_budget: bool = False
+    """allow a method tuned otherwise than GRPO's reference (learning rates, kl_coef, checkpoints);
+    study.json's design.budget then says 'unequal (explicit)'"""
 
 
 C = TypeVar("C", bound=StudyClaims)

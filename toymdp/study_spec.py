@@ -28,15 +28,20 @@ __all__ = ["StudySpec", "confirmation_doc", "load_study"]
 class StudySpec(two_stage.StudyClaims):
     """``[study]``: the confirmation stage and the claims' rule (module docstring)."""
 
-    name: str = option("toy study", "the study's name in the tables")
-    confirm_draws: list[int] = field(default_factory=lambda: list(range(100, 108)), metadata=meta(
-        "dataset draws of the confirmation (fresh: not among env.draws)", ge=0,
-        length=(2, None)))  # fmt: skip
-    confirm_seeds: list[int] = field(default_factory=lambda: [0, 1, 2, 3], metadata=meta(
-        "training seeds of the confirmation (indices of keys split from confirm_key)", ge=0,
-        length=(1, None)))  # fmt: skip
-    confirm_key: int = option(1, "root of the confirmation's training keys (≠ train.seed)", ge=0)
-    claim_size: float = option(1.5, "a claim's size: points of pass@k (MDE goal)", gt=0)
+    name: str = "toy study"
+    """the study's name in the tables"""
+    confirm_draws: list[int] = field(
+        default_factory=lambda: list(range(100, 108)), metadata=meta(ge=0, length=(2, None))
+    )
+    """dataset draws of the confirmation (fresh: not among env.draws)"""
+    confirm_seeds: list[int] = field(
+        default_factory=lambda: [0, 1, 2, 3], metadata=meta(ge=0, length=(1, None))
+    )
+    """training seeds of the confirmation (indices of keys split from confirm_key)"""
+    confirm_key: int = option(1, ge=0)
+    """root of the confirmation's training keys (≠ train.seed)"""
+    claim_size: float = option(1.5, gt=0)
+    """a claim's size: points of pass@k (MDE goal)"""
 
 
 def load_study(path: Path) -> tuple[SweepConfig, StudySpec]:

@@ -43,24 +43,30 @@ KINDS = ("dataset", "single")
 class EnvSpec:
     """``[env]``: the environment and its draws (module docstring)."""
 
-    kind: str = option("dataset", "dataset (multi-prompt, half held out) or single (one prompt)",
-                       choices=KINDS)  # fmt: skip
-    num_actions: int = option(4, "V: actions per node", ge=2)
-    depth: int = option(3, "H: tree depth", ge=1)
-    draws: list[int] = field(default_factory=lambda: [0], metadata=meta(
-        "environment draw seeds (a dataset or a tree per seed)", ge=0, length=(1, None)))  # fmt: skip
-    skew: float = option(1.0, "base logits ~ Normal(0, skew^2); 0 = uniform base policy", ge=0)
-    base_correctness: float = option(
-        0.0, "tilt every prompt's base correctness to this value (0 = no tilt)", ge=0, lt=1
+    kind: str = option("dataset", choices=KINDS)
+    """dataset (multi-prompt, half held out) or single (one prompt)"""
+    num_actions: int = option(4, ge=2)
+    """V: actions per node"""
+    depth: int = option(3, ge=1)
+    """H: tree depth"""
+    draws: list[int] = field(default_factory=lambda: [0], metadata=meta(ge=0, length=(1, None)))
+    """environment draw seeds (a dataset or a tree per seed)"""
+    skew: float = option(1.0, ge=0)
+    """base logits ~ Normal(0, skew^2); 0 = uniform base policy"""
+    base_correctness: float = option(0.0, ge=0, lt=1)
+    """tilt every prompt's base correctness to this value (0 = no tilt)"""
+    multiplicities: list[int] = field(
+        default_factory=lambda: [1, 2, 4, 8, 16], metadata=meta(ge=1, length=(1, None))
     )
-    multiplicities: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16], metadata=meta(
-        "dataset: correct-set sizes, each <= M = V^H", ge=1, length=(1, None)))  # fmt: skip
-    per_size: int = option(8, "dataset: training and held-out prompts per multiplicity", ge=1)
-    zipf: float = option(1.0, "dataset: Zipf exponent of the trajectories' popularity", ge=0)
-    correct: list[str] = field(default_factory=list, metadata=meta(
-        "single: the correct trajectories by label (e.g. 'ABC'), or give correct_size"))  # fmt: skip
-    correct_size: int = option(0, "single: a random correct set of this size (0 = use correct)",
-                               ge=0)  # fmt: skip
+    """dataset: correct-set sizes, each <= M = V^H"""
+    per_size: int = option(8, ge=1)
+    """dataset: training and held-out prompts per multiplicity"""
+    zipf: float = option(1.0, ge=0)
+    """dataset: Zipf exponent of the trajectories' popularity"""
+    correct: list[str] = field(default_factory=list)
+    """single: the correct trajectories by label (e.g. 'ABC'), or give correct_size"""
+    correct_size: int = option(0, ge=0)
+    """single: a random correct set of this size (0 = use correct)"""
 
 
 def parse_env(table: object) -> EnvSpec:
@@ -84,17 +90,28 @@ def parse_env(table: object) -> EnvSpec:
 class TrainSpec:
     """``[train]``: training and evaluation (module docstring)."""
 
-    optimizer: str = option("adam", "the optimizer", choices=OPTIMIZERS)
-    lr: float = option(0.1, "learning rate (a grid may sweep it)", gt=0)
-    updates: int = option(100, "U: policy updates", ge=1)
-    group_size: int = option(8, "G: responses per prompt", ge=1)
-    epochs: int = option(1, "mu: passes over each batch", ge=1)
-    kl_coef: float = option(0.0, "default of every method's kl_coef (a grid may sweep it)", ge=0)
-    seed: int = option(0, "root of the training keys (seeds index its split)", ge=0)
-    pass_k: list[int] = field(default_factory=lambda: [1, 4, 16, 64], metadata=meta(
-        "k of the exact pass@k", ge=1, length=(1, None)))  # fmt: skip
-    distinct_k: int = option(16, "K of the expected distinct correct responses", ge=1)
-    fast_compile: bool = option(False, "XLA's fast compile options (smoke tests)")
+    optimizer: str = option("adam", choices=OPTIMIZERS)
+    """the optimizer"""
+    lr: float = option(0.1, gt=0)
+    """learning rate (a grid may sweep it)"""
+    updates: int = option(100, ge=1)
+    """U: policy updates"""
+    group_size: int = option(8, ge=1)
+    """G: responses per prompt"""
+    epochs: int = option(1, ge=1)
+    """mu: passes over each batch"""
+    kl_coef: float = option(0.0, ge=0)
+    """default of every method's kl_coef (a grid may sweep it)"""
+    seed: int = option(0, ge=0)
+    """root of the training keys (seeds index its split)"""
+    pass_k: list[int] = field(
+        default_factory=lambda: [1, 4, 16, 64], metadata=meta(ge=1, length=(1, None))
+    )
+    """k of the exact pass@k"""
+    distinct_k: int = option(16, ge=1)
+    """K of the expected distinct correct responses"""
+    fast_compile: bool = False
+    """XLA's fast compile options (smoke tests)"""
 
 
 def parse_train(table: object) -> TrainSpec:
@@ -110,7 +127,8 @@ def parse_train(table: object) -> TrainSpec:
 class FrontierSpec:
     """``[frontier]``: the lift analysis."""
 
-    num_resamples: int = option(2000, "draws of the means behind the lift intervals", ge=1)
+    num_resamples: int = option(2000, ge=1)
+    """draws of the means behind the lift intervals"""
 
 
 TABLES = {"env": EnvSpec, "train": TrainSpec, "frontier": FrontierSpec}

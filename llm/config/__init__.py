@@ -1,8 +1,8 @@
 """Training configuration: `TrainConfig` (its tables are declared in `llm.config.tables`), the rules between
 fields, and the loss coefficients resolved once (`loss_hyper`).
 
-Each field is declared once, with `experiment.schema.option` or ``field(default_factory=...,
-metadata=meta(...))``: its default, help text, choices and bounds live in that one place, and
+Each field is declared once: its default, choices and bounds with `experiment.schema.option` (or
+``field(default_factory=..., metadata=meta(...))``), its help text as the docstring under it;
 `experiment.schema` (one validation loop, `describe`, the ``--set`` parser) reads them.
 `validate` is that loop plus the cross-field rules of `_cross_field_rules` and the method's
 ``[hyper]`` check; `describe` (``python -m llm train --describe``) and the comments of the
@@ -39,7 +39,7 @@ from typing import Any
 
 import shaping
 from experiment import schema
-from experiment.schema import meta, option, require
+from experiment.schema import option, require
 from experiment.spec import check_hyper, migrate_moved, refuse_moved, removed
 from experiment.store import config_error, write_text
 from llm.config.tables import (
@@ -98,126 +98,64 @@ class TrainConfig:
     Frozen, as are its tables: resolved once (`load_config`, `config_from_dict`), then carried
     as is by the trainer, a sweep's jobs and its records; a variant is `dataclasses.replace`."""
 
-    task: str = option(
-        "countdown",
-        """a task of llm.tasks.TASKS: countdown (seed 000 App. C.1), math (boxed answers graded by
-        math-verify), or any registered task""",
-        choices=lambda: sorted(TASKS),
-    )
-    model_path: str = option(
-        "runs/base_tiny",
-        "local Hugging Face model directory (model + tokenizer); nothing is downloaded",
-        length=(1, None),
-    )
-    build_base_model: bool = option(
-        False,
-        "build the offline tiny base model at `model_path` first (llm.model.tiny.ensure_base_model)",
-    )
-    tiny_data_seed: int = option(
-        0,
-        """seed of llm.model.tiny's problem streams (TinyConfig.data_seed): the training and held-out
-        problems of the `tiny` data and eval sources, and the base model `build_base_model` warm-
-        starts on them (give each seed its own `model_path`)""",
-        ge=0,
-        le=MAX_SEED,
-    )
-    tiny_sum_fraction: float = option(
-        0.0,
-        """share of llm.model.tiny's problems whose target is the sum of their numbers
-        (TinyConfig.sum_fraction; issue 38's designed regime, where the "add every number" rule
-        is right that often; give each setting its own `model_path`)""",
-        ge=0.0,
-        le=1.0,
-    )
-    tiny_rule_fraction: float = option(
-        0.0,
-        """share of the tiny base model's warm-start examples that are the "add every number"
-        rule, right or wrong (TinyConfig.rule_fraction; the strategy a pretrained model brings)""",
-        ge=0.0,
-        le=1.0,
-    )
-    method: str = option(
-        "grpo", "shaping method, a key of shaping.METHODS", choices=lambda: sorted(shaping.METHODS)
-    )
-    hyper: dict[str, Any] = field(
-        default_factory=dict,
-        metadata=meta(
-            "the method's hyper-parameters (the [hyper] table); unset ones take the method's defaults"
-        ),
-    )
-    kl_coef: float = option(
-        0.0,
-        """KL penalty to the frozen reference in the loss (hyper.kl_estimator, k3 by default), any
-        method; > 0 loads a reference copy; with control.adaptive_kl its starting value""",
-        ge=0,
-    )
-    entropy_coef: float = option(
-        0.0,
-        """token-entropy bonus of any method, verl's entropy_coeff (loss -= c * entropy); with
-        control.adaptive_entropy its starting value""",
-        ge=0,
-    )
-    steps: int = option(20, "number of training steps (rollout + update rounds)", ge=1)
-    seed: int = option(
-        0, "seed of sampling, data order and initialization of anything random", ge=0, le=MAX_SEED
-    )
-    template: str = option(
-        "compact",
-        """prompt template; countdown: compact (tiny model), base or qwen-instruct (TinyZero); math:
-        llm.tasks.MATH_TEMPLATES (qwen-math, qwen3, qwen3-nothink, plain)""",
-    )
-    format_score: float = option(
-        0.1,
-        "reward of a well-formed but wrong answer (TinyZero: 0.1; correct answers score 1)",
-        ge=0,
-        lt=1,
-    )
-    distinct: str = option(
-        "commutative",
-        "what makes two solutions different (llm.tasks.solution_key): commutative or ac",
-        choices=DISTINCT,
-    )
-    rollout: RolloutConfig = field(
-        default_factory=RolloutConfig,
-        metadata={"help": "sampling of a step's B x G responses", "table": True},
-    )
-    optim: OptimConfig = field(
-        default_factory=OptimConfig,
-        metadata={"help": "AdamW, its schedule and the update's mini-batches", "table": True},
-    )
-    system: SystemConfig = field(
-        default_factory=SystemConfig,
-        metadata={"help": "device, precision, parallelism, memory", "table": True},
-    )
-    run: RunConfig = field(
-        default_factory=RunConfig,
-        metadata={"help": "checkpoints and logs of the run folder", "table": True},
-    )
-    control: ControlConfig = field(
-        default_factory=ControlConfig,
-        metadata={
-            "help": "adaptive entropy coefficient (Skywork-OR1), KL in the reward, adaptive KL "
-            "coefficient, reference resets (ProRL)",
-            "table": True,
-        },
-    )
-    explore: ExploreConfig = field(
-        default_factory=ExploreConfig,
-        metadata={"help": "outcome-based exploration bonuses on final answers", "table": True},
-    )
-    data: DataConfig = field(
-        default_factory=DataConfig, metadata={"help": "training problems", "table": True}
-    )
-    eval: EvalConfig = field(
-        default_factory=EvalConfig, metadata={"help": "held-out evaluation", "table": True}
-    )
-    vllm: VLLMConfig = field(
-        default_factory=VLLMConfig,
-        metadata={
-            "help": "the vLLM engine's settings (with rollout.backend = vllm)",
-            "table": True,
-        },
-    )
+    task: str = option("countdown", choices=lambda: sorted(TASKS))
+    """a task of llm.tasks.TASKS: countdown (seed 000 App. C.1), math (boxed answers graded by
+    math-verify), or any registered task"""
+    model_path: str = option("runs/base_tiny", length=(1, None))
+    """local Hugging Face model directory (model + tokenizer); nothing is downloaded"""
+    build_base_model: bool = False
+    """build the offline tiny base model at `model_path` first (llm.model.tiny.ensure_base_model)"""
+    tiny_data_seed: int = option(0, ge=0, le=MAX_SEED)
+    """seed of llm.model.tiny's problem streams (TinyConfig.data_seed): the training and held-out
+    problems of the `tiny` data and eval sources, and the base model `build_base_model` warm- starts
+    on them (give each seed its own `model_path`)"""
+    tiny_sum_fraction: float = option(0.0, ge=0.0, le=1.0)
+    """share of llm.model.tiny's problems whose target is the sum of their numbers
+    (TinyConfig.sum_fraction; issue 38's designed regime, where the "add every number" rule is right
+    that often; give each setting its own `model_path`)"""
+    tiny_rule_fraction: float = option(0.0, ge=0.0, le=1.0)
+    """share of the tiny base model's warm-start examples that are the "add every number" rule,
+    right or wrong (TinyConfig.rule_fraction; the strategy a pretrained model brings)"""
+    method: str = option("grpo", choices=lambda: sorted(shaping.METHODS))
+    """shaping method, a key of shaping.METHODS"""
+    hyper: dict[str, Any] = field(default_factory=dict)
+    """the method's hyper-parameters (the [hyper] table); unset ones take the method's defaults"""
+    kl_coef: float = option(0.0, ge=0)
+    """KL penalty to the frozen reference in the loss (hyper.kl_estimator, k3 by default), any
+    method; > 0 loads a reference copy; with control.adaptive_kl its starting value"""
+    entropy_coef: float = option(0.0, ge=0)
+    """token-entropy bonus of any method, verl's entropy_coeff (loss -= c * entropy); with
+    control.adaptive_entropy its starting value"""
+    steps: int = option(20, ge=1)
+    """number of training steps (rollout + update rounds)"""
+    seed: int = option(0, ge=0, le=MAX_SEED)
+    """seed of sampling, data order and initialization of anything random"""
+    template: str = "compact"
+    """prompt template; countdown: compact (tiny model), base or qwen-instruct (TinyZero); math:
+    llm.tasks.MATH_TEMPLATES (qwen-math, qwen3, qwen3-nothink, plain)"""
+    format_score: float = option(0.1, ge=0, lt=1)
+    """reward of a well-formed but wrong answer (TinyZero: 0.1; correct answers score 1)"""
+    distinct: str = option("commutative", choices=DISTINCT)
+    """what makes two solutions different (llm.tasks.solution_key): commutative or ac"""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """sampling of a step's B x G responses"""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    """AdamW, its schedule and the update's mini-batches"""
+    system: SystemConfig = field(default_factory=SystemConfig)
+    """device, precision, parallelism, memory"""
+    run: RunConfig = field(default_factory=RunConfig)
+    """checkpoints and logs of the run folder"""
+    control: ControlConfig = field(default_factory=ControlConfig)
+    """adaptive entropy coefficient (Skywork-OR1), KL in the reward, adaptive KL coefficient,
+    reference resets (ProRL)"""
+    explore: ExploreConfig = field(default_factory=ExploreConfig)
+    """outcome-based exploration bonuses on final answers"""
+    data: DataConfig = field(default_factory=DataConfig)
+    """training problems"""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    """held-out evaluation"""
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
+    """the vLLM engine's settings (with rollout.backend = vllm)"""
 
     @property
     def loss_hyper(self) -> Mapping[str, Any]:

@@ -34,18 +34,20 @@ __all__ = ["StudySpec", "confirmation", "confirmation_doc", "load_study"]
 class StudySpec(two_stage.StudyClaims):
     """``[study]``: the confirmation stage and the claims' rule (module docstring)."""
 
-    name: str = option("LLM study", "the study's name in the tables")
-    confirm_seeds: list[int] = field(default_factory=lambda: [10, 11, 12], metadata=meta(
-        "training seeds of the confirmation (fresh: not among the sweep's seeds)", ge=0,
-        length=(1, None)))  # fmt: skip
-    confirm_problems: int = option(512, "held-out problems of the confirmation", ge=2)
-    confirm_offset: int = option(
-        0, "problems of the held-out stream to skip (0: the exploratory ones)", ge=0
+    name: str = "LLM study"
+    """the study's name in the tables"""
+    confirm_seeds: list[int] = field(
+        default_factory=lambda: [10, 11, 12], metadata=meta(ge=0, length=(1, None))
     )
-    confirm_train: dict[str, Any] = field(default_factory=dict, metadata=meta(
-        "train-config overrides of the confirmation alone, set over [train] (e.g. eval = { dtype = "
-        "'bfloat16' } to sample faster on a GPU): every confirmation run shares them, GRPO's "
-        "reference included, so its comparisons stay like for like"))  # fmt: skip
+    """training seeds of the confirmation (fresh: not among the sweep's seeds)"""
+    confirm_problems: int = option(512, ge=2)
+    """held-out problems of the confirmation"""
+    confirm_offset: int = option(0, ge=0)
+    """problems of the held-out stream to skip (0: the exploratory ones)"""
+    confirm_train: dict[str, Any] = field(default_factory=dict)
+    """train-config overrides of the confirmation alone, set over [train] (e.g. eval = { dtype =
+    'bfloat16' } to sample faster on a GPU): every confirmation run shares them, GRPO's reference
+    included, so its comparisons stay like for like"""
 
 
 def load_study(path: str | Path) -> tuple[SweepSpec, StudySpec]:

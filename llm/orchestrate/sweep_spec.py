@@ -88,24 +88,20 @@ _RESERVED = {"method", "seed", "run.save_every", "model_path", "build_base_model
 class SweepEval:
     """``[eval]``: the paired evaluation every model of the sweep gets."""
 
-    problems: int = schema.option(
-        0, "the first N problems of the base config's [eval] source (0: its eval.n_problems)", ge=0
-    )
-    offset: int = schema.option(
-        0, "skip the first N problems (a confirmation stage's fresh problems)", ge=0
-    )
-    samples: int = schema.option(
-        0, "samples per problem n (0: the base config's eval.samples)", ge=0, le=MAX_EVAL_SAMPLES
-    )
-    ks: list[int] = field(
-        default_factory=list,
-        metadata=schema.meta("pass@k is reported for these k (default 1, 2, 4, ..., n)", ge=1),
-    )
-    seed: int = schema.option(0, "the sampling seed, the same for every model (paired)")
-    set: str = schema.option("", "the evaluation set, when the base config's source has several")
-    semantic: bool = schema.option(
-        False, "also the MiniLM cosine among correct answers (needs the dsdr extra)"
-    )
+    problems: int = schema.option(0, ge=0)
+    """the first N problems of the base config's [eval] source (0: its eval.n_problems)"""
+    offset: int = schema.option(0, ge=0)
+    """skip the first N problems (a confirmation stage's fresh problems)"""
+    samples: int = schema.option(0, ge=0, le=MAX_EVAL_SAMPLES)
+    """samples per problem n (0: the base config's eval.samples)"""
+    ks: list[int] = field(default_factory=list, metadata=schema.meta(ge=1))
+    """pass@k is reported for these k (default 1, 2, 4, ..., n)"""
+    seed: int = 0
+    """the sampling seed, the same for every model (paired)"""
+    set: str = ""
+    """the evaluation set, when the base config's source has several"""
+    semantic: bool = False
+    """also the MiniLM cosine among correct answers (needs the dsdr extra)"""
 
 
 @dataclass

@@ -13,18 +13,24 @@ from experiment.schema import meta, option
 
 @dataclass
 class Inner:
-    seed: int = option(1, "a seed", ge=0, le=9)
+    seed: int = option(1, ge=0, le=9)
+    """a seed"""
 
 
 @dataclass
 class Root:
-    name: str = option("a", "a choice", choices=("a", "b"))
-    rate: float = option(0.5, "a rate", gt=0, lt=1)
+    name: str = option("a", choices=("a", "b"))
+    """a choice"""
+    rate: float = option(0.5, gt=0, lt=1)
+    """a rate"""
     pair: list[float] = field(
-        default_factory=lambda: [0.1, 0.2], metadata=meta("two numbers", ge=0, length=(2, 2))
+        default_factory=lambda: [0.1, 0.2], metadata=meta(ge=0, length=(2, 2))
     )
-    extra: dict[str, Any] = field(default_factory=dict, metadata=meta("a free table"))
-    inner: Inner = field(default_factory=Inner, metadata={"help": "a sub-table", "table": True})
+    """two numbers"""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """a free table"""
+    inner: Inner = field(default_factory=Inner)
+    """a sub-table"""
 
 
 def _check(raw: dict[str, Any]) -> Root:
