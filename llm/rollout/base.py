@@ -1,5 +1,6 @@
 """The rollout contract: G sampled responses per prompt with the behaviour log-probs (see
-CONTRACT.md). `RolloutBatch` is what every backend returns, `RolloutBackend` the protocol,
+CONTRACT.md). `RolloutBatch` is what every backend returns, `RolloutBackend` the protocol, `Sampling` its
+sampling parameters,
 `stop_token_ids` the stop ids both backends use, `response_mask_from_eos` the response mask,
 `check_sampling` the sampling arguments every backend checks, `sampler_entropy` the sampler's
 token entropy (the stacked sampler, `llm.rollout.stacked`, shares them).
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -48,6 +49,43 @@ class RolloutBatch:
         return self.response_ids.shape[1]
 
 
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """How a backend samples: every argument of `RolloutBackend.generate` but the prompts, the
+    group size and the generator (one definition for the backends, the stacked sampler, the
+    trainer and the evaluation).
+
+    Attributes:
+        max_new_tokens: the longest response, in tokens.
+        temperature: logits are divided by it (> 0).
+        top_p: nucleus threshold in (0, 1] (1 = off).
+        top_k: keep the k most likely tokens, before top-p (0 = off).
+        top_n: the sampler's top-N candidate ids and log-probs per token (0 = none).
+        want_entropy: also report the sampler's token entropy.
+        want_logprobs: report log-probs (False: texts only, for evaluation; `logp` NaN on the
+            mask).
+    """
+
+    max_new_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    top_n: int = 0
+    want_entropy: bool = False
+    want_logprobs: bool = True
+
+    @classmethod
+    def of(cls, sampling: Sampling | None, **fields: Any) -> Sampling:
+        """`sampling` with `fields` replaced, or ``Sampling(**fields)`` when None (the keyword
+        spelling ``generate(prompts, g, max_new_tokens=8)`` of ``generate(prompts, g,
+        Sampling(8))``).
+
+        Raises:
+            TypeError: a field `Sampling` does not have, or no ``max_new_tokens``.
+        """
+        return cls(**fields) if sampling is None else replace(sampling, **fields)
+
+
 @runtime_checkable
 class RolloutBackend(Protocol):
     """Samples G responses per prompt and reports the sampler's (behaviour policy's) log-probs."""
@@ -56,15 +94,10 @@ class RolloutBackend(Protocol):
         self,
         prompts: list[str],
         group_size: int,
+        sampling: Sampling | None = None,
         *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        top_n: int = 0,
-        want_entropy: bool = False,
-        want_logprobs: bool = True,
         generator: torch.Generator | None = None,
+        **fields: Any,
     ) -> RolloutBatch: ...
 
     def sync_weights(self, model: torch.nn.Module) -> None: ...
@@ -116,31 +149,24 @@ def response_mask_from_eos(
     return eos_before == 0
 
 
-def check_sampling(
-    *,
-    group_size: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    top_n: int,
-    max_top_n: int,
-) -> None:
+def check_sampling(group_size: int, sampling: Sampling, *, max_top_n: int) -> None:
     """The sampling arguments every backend takes (`RolloutBackend.generate`), checked.
 
     Raises:
         ValueError: `group_size < 1`, `max_new_tokens < 1`, `temperature <= 0`, `top_p` not in
             (0, 1], or `top_n` not in [0, `max_top_n`] (the field named).
     """
+    s = sampling
     if group_size < 1:
         raise ValueError(f"group_size: expected >= 1, got {group_size}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens: expected >= 1, got {max_new_tokens}")
-    if not temperature > 0:
-        raise ValueError(f"temperature: expected > 0, got {temperature}")
-    if not 0 < top_p <= 1:
-        raise ValueError(f"top_p: expected in (0, 1], got {top_p}")
-    if not 0 <= top_n <= max_top_n:
-        raise ValueError(f"top_n: expected in [0, {max_top_n}], got {top_n}")
+    if s.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens: expected >= 1, got {s.max_new_tokens}")
+    if not s.temperature > 0:
+        raise ValueError(f"temperature: expected > 0, got {s.temperature}")
+    if not 0 < s.top_p <= 1:
+        raise ValueError(f"top_p: expected in (0, 1], got {s.top_p}")
+    if not 0 <= s.top_n <= max_top_n:
+        raise ValueError(f"top_n: expected in [0, {max_top_n}], got {s.top_n}")
 
 
 def sampler_entropy(logprobs: torch.Tensor) -> torch.Tensor:

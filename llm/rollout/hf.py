@@ -33,6 +33,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from llm.model.tokens import check_prompts
 from llm.rollout.base import (
     RolloutBatch,
+    Sampling,
     check_sampling,
     response_mask_from_eos,
     sampler_entropy,
@@ -87,17 +88,13 @@ class HFGenerateBackend:
         self,
         prompts: list[str],
         group_size: int,
+        sampling: Sampling | None = None,
         *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        top_n: int = 0,
-        want_entropy: bool = False,
-        want_logprobs: bool = True,
         generator: torch.Generator | None = None,
+        **fields: Any,
     ) -> RolloutBatch:
-        """Sample `group_size` responses per prompt.
+        """Sample `group_size` responses per prompt with `sampling` (or its `fields` as keywords,
+        `Sampling.of`).
 
         Randomness: transformers' `generate` draws from the global torch RNG and takes no
         generator. With `generator`, one seed is drawn from it and sampling runs under
@@ -118,12 +115,17 @@ class HFGenerateBackend:
                 states a number a word-level tokenizer cannot represent, or its tokens plus
                 `max_new_tokens` exceed the model's `max_position_embeddings`.
         """
+        sampling = Sampling.of(sampling, **fields)
+        max_new_tokens, temperature, top_p, top_k = (
+            sampling.max_new_tokens, sampling.temperature, sampling.top_p, sampling.top_k,
+        )  # fmt: skip
+        top_n, want_entropy, want_logprobs = (
+            sampling.top_n, sampling.want_entropy, sampling.want_logprobs,
+        )  # fmt: skip
         vocab = self.model.get_output_embeddings().weight.shape[0]
         if not prompts:
             raise ValueError("prompts: expected at least one prompt")
-        check_sampling(group_size=group_size, max_new_tokens=max_new_tokens,
-                       temperature=temperature, top_p=top_p, top_n=top_n,
-                       max_top_n=vocab)  # fmt: skip
+        check_sampling(group_size, sampling, max_top_n=vocab)
         if not want_logprobs and (top_n or want_entropy):
             raise ValueError("want_logprobs=False: expected top_n = 0 and want_entropy = False")
 

@@ -25,6 +25,7 @@ V vocabulary entries, N top candidates.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -33,6 +34,7 @@ from llm.model.stacked import StackedLM
 from llm.model.tokens import check_prompts
 from llm.rollout.base import (
     RolloutBatch,
+    Sampling,
     check_sampling,
     response_mask_from_eos,
     sampler_entropy,
@@ -86,17 +88,12 @@ def sample_groups(
     tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[Sequence[str]],
     group_size: int,
+    sampling: Sampling | None = None,
     *,
     generators: Sequence[torch.Generator],
-    max_new_tokens: int,
     stop_token_ids: Sequence[int],
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    top_k: int = 0,
-    top_n: int = 0,
-    want_entropy: bool = False,
-    want_logprobs: bool = True,
     prompt_width: int = 0,
+    **fields: Any,
 ) -> list[RolloutBatch]:
     """`group_size` responses to each prompt of each run, one `RolloutBatch` per run.
 
@@ -107,7 +104,7 @@ def sample_groups(
             ``generators[r]`` alone.
         stop_token_ids: a response ends at the first of them (included in its mask).
         prompt_width: left-pad the prompts to at least this many tokens.
-        top_n, want_entropy, want_logprobs: as `HFGenerateBackend.generate`.
+        sampling, fields: as `HFGenerateBackend.generate` (`Sampling.of`).
 
     Returns:
         R `RolloutBatch`es; run r's responses are ``(B, G, T_r)`` with ``T_r`` its longest
@@ -119,6 +116,13 @@ def sample_groups(
             `top_n` not in [0, V], or `top_n` / `want_entropy` without `want_logprobs`.
         UnrepresentableNumberError, PromptTooLongError (`llm.model.tokens.check_prompts`).
     """
+    sampling = Sampling.of(sampling, **fields)
+    max_new_tokens, temperature, top_p, top_k = (
+        sampling.max_new_tokens, sampling.temperature, sampling.top_p, sampling.top_k,
+    )  # fmt: skip
+    top_n, want_entropy, want_logprobs = (
+        sampling.top_n, sampling.want_entropy, sampling.want_logprobs,
+    )  # fmt: skip
     r = lm.runs
     vocab = lm.config.vocab_size
     if len(prompts) != r or len(generators) != r:
@@ -130,9 +134,7 @@ def sample_groups(
     if b < 1 or any(len(x) != b for x in prompts):
         raise ValueError(f"prompts: expected the same number (>= 1) per run, got "
                          f"{[len(x) for x in prompts]}")  # fmt: skip
-    check_sampling(group_size=group_size, max_new_tokens=max_new_tokens,
-                   temperature=temperature, top_p=top_p, top_n=top_n,
-                   max_top_n=vocab)  # fmt: skip
+    check_sampling(group_size, sampling, max_top_n=vocab)
     if not want_logprobs and (top_n or want_entropy):
         raise ValueError("want_logprobs=False: expected top_n = 0 and want_entropy = False")
 

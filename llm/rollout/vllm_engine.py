@@ -75,7 +75,7 @@ from typing import Any
 
 import torch
 
-from llm.rollout.base import RolloutBatch, check_sampling, stop_token_ids
+from llm.rollout.base import RolloutBatch, Sampling, check_sampling, stop_token_ids
 from llm.rollout.vllm_convert import rollout_batch_from_outputs
 
 PINNED_VLLM_VERSION = "0.25.1"
@@ -394,17 +394,13 @@ class VLLMBackend:
         self,
         prompts: list[str],
         group_size: int,
+        sampling: Sampling | None = None,
         *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        top_n: int = 0,
-        want_entropy: bool = False,
-        want_logprobs: bool = True,
         generator: torch.Generator | None = None,
+        **fields: Any,
     ) -> RolloutBatch:
-        """Sample `group_size` responses per prompt with the engine.
+        """Sample `group_size` responses per prompt with the engine, with `sampling` (or its
+        `fields` as keywords, `Sampling.of`).
 
         Randomness: with `generator`, one seed is drawn from it and each prompt's request gets a
         seed derived from it (`request_seeds`), so equal generator states give equal batches (up
@@ -423,11 +419,14 @@ class VLLMBackend:
                 `temperature <= 0`, `top_p` not in (0, 1], `top_n` not in [0, max_logprobs],
                 or `top_n > 0` without `want_logprobs`.
         """
+        sampling = Sampling.of(sampling, **fields)
+        max_new_tokens, temperature, top_p, top_k = (
+            sampling.max_new_tokens, sampling.temperature, sampling.top_p, sampling.top_k,
+        )  # fmt: skip
+        top_n, want_logprobs = sampling.top_n, sampling.want_logprobs
         if not prompts:
             raise ValueError("prompts: expected at least one prompt")
-        check_sampling(group_size=group_size, max_new_tokens=max_new_tokens,
-                       temperature=temperature, top_p=top_p, top_n=top_n,
-                       max_top_n=self.max_logprobs)  # fmt: skip
+        check_sampling(group_size, sampling, max_top_n=self.max_logprobs)
         if top_n and not want_logprobs:
             raise ValueError(f"top_n: expected 0 without want_logprobs, got {top_n}")
 

@@ -41,6 +41,7 @@ import random
 import shutil
 import tomllib
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ __all__ = [
     "RNG_DIR",
     "SHARDED_DIR",
     "STATE_FILE",
+    "CheckpointState",
     "MetricsLogger",
     "check_resume_config",
     "export_checkpoint",
@@ -278,40 +280,51 @@ def _full_weights(policy: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v for k, v in state.items() if k in own}
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointState:
+    """What a checkpoint holds of a run after `step` (`save_checkpoint`).
+
+    Attributes:
+        step: the training steps done.
+        policy: the policy (a transformers model, or its DDP / FSDP2 wrapping).
+        tokenizer: saved beside the weights (`save_pretrained`).
+        optimizer, scheduler: AdamW and its learning-rate schedule.
+        position: the data position, prompts consumed (`llm.data.data_indices`).
+        extra: the trainer's own state (`llm.train.control.Controls.state`), stored in
+            ``trainer_state.pt`` and read back by `trainer_extra`, or None.
+        reference: a reset KL reference, written to ``reference/``, or None.
+    """
+
+    step: int
+    policy: torch.nn.Module
+    tokenizer: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    position: int
+    extra: dict[str, Any] | None = None
+    reference: torch.nn.Module | None = None
+
+
 def save_checkpoint(
-    out_dir: Path,
-    step: int,
-    policy: torch.nn.Module,
-    tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    position: int,
-    info: DistInfo,
-    *,
-    last: bool = False,
-    extra: dict[str, Any] | None = None,
-    reference: torch.nn.Module | None = None,
+    out_dir: Path, state: CheckpointState, info: DistInfo, *, last: bool = False
 ) -> Path:
-    """Write ``step_NNNNNN`` atomically (a temp folder renamed by rank 0 after every rank is done).
+    """Write ``step_NNNNNN`` of `state` atomically (a temp folder renamed by rank 0 after every
+    rank is done).
 
     One process or DDP: the full layout, written by rank 0 (under DDP the full optimizer state is
     gathered to it through torch.distributed.checkpoint.state_dict). FSDP2: the sharded layout,
     each rank writing its own shards and RNG states; with `last` (the run's last step) rank 0 adds
-    the Hugging Face export of the full weights (module docstring). `extra`, when given, is the
-    trainer's own state (`llm.train.control`: the adaptive entropy coefficient, answer counts),
-    stored in ``trainer_state.pt`` and read back by `trainer_extra`. `reference`, when given (a
-    reset KL reference), is written to ``reference/`` (collective under FSDP2)."""
+    the Hugging Face export of the full weights (module docstring). The reference, when set, is
+    written to ``reference/`` (collective under FSDP2)."""
     root = out_dir / CHECKPOINTS
-    target = root / f"step_{step:06d}"
-    tmp = root / f".tmp_step_{step:06d}"
-    if info.enabled and _is_fsdp2(policy):
-        _save_sharded(
-            tmp, step, policy, tokenizer, optimizer, scheduler, position, info, last, extra
-        )
+    target = root / f"step_{state.step:06d}"
+    tmp = root / f".tmp_step_{state.step:06d}"
+    if info.enabled and _is_fsdp2(state.policy):
+        _save_sharded(tmp, state, info, last)
     else:
-        _save_full(tmp, step, policy, tokenizer, optimizer, scheduler, position, info, extra)
-    if reference is not None:
-        _save_reference(tmp, reference, info)
+        _save_full(tmp, state, info)
+    if state.reference is not None:
+        _save_reference(tmp, state.reference, info)
     if info.is_main:
         # A directory rename is atomic on POSIX: a checkpoint is either complete or absent.
         if target.exists():
@@ -322,53 +335,32 @@ def save_checkpoint(
     return target
 
 
-def _save_full(
-    tmp: Path,
-    step: int,
-    policy: torch.nn.Module,
-    tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    position: int,
-    info: DistInfo,
-    extra: dict[str, Any] | None = None,
-) -> None:
-    model_state, optim_state = None, optimizer.state_dict()
+def _save_full(tmp: Path, s: CheckpointState, info: DistInfo) -> None:
+    model_state, optim_state = None, s.optimizer.state_dict()
     if info.enabled:
-        model_state = _full_weights(policy)
+        model_state = _full_weights(s.policy)
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        optim_state = get_optimizer_state_dict(policy, optimizer, options=options)
+        optim_state = get_optimizer_state_dict(s.policy, s.optimizer, options=options)
     if info.is_main:
         tmp.parent.mkdir(parents=True, exist_ok=True)
         if tmp.exists():
             shutil.rmtree(tmp)
-        unwrap(policy).save_pretrained(tmp, state_dict=model_state)
-        tokenizer.save_pretrained(tmp)
+        unwrap(s.policy).save_pretrained(tmp, state_dict=model_state)
+        s.tokenizer.save_pretrained(tmp)
         state = {
-            "step": step,
-            "data_position": position,
+            "step": s.step,
+            "data_position": s.position,
             "world_size": info.world_size,
             "optimizer": optim_state,
-            "scheduler": scheduler.state_dict(),
+            "scheduler": s.scheduler.state_dict(),
             "rng": rng_state(),
         }
-        if extra is not None:
-            state["extra"] = extra
+        if s.extra is not None:
+            state["extra"] = s.extra
         torch.save(state, tmp / STATE_FILE)
 
 
-def _save_sharded(
-    tmp: Path,
-    step: int,
-    policy: torch.nn.Module,
-    tokenizer: Any,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    position: int,
-    info: DistInfo,
-    export: bool,
-    extra: dict[str, Any] | None = None,
-) -> None:
+def _save_sharded(tmp: Path, s: CheckpointState, info: DistInfo, export: bool) -> None:
 
     if info.is_main:
         if tmp.exists():
@@ -377,30 +369,30 @@ def _save_sharded(
     torch.distributed.barrier()  # the fresh temp folder exists before any rank writes into it
     # The default options give sharded state dicts (DTensors): each rank's dict holds its shards,
     # and DCP's FileSystemWriter writes each rank's into its own __<rank>_0.distcp.
-    model_state, optim_state = get_state_dict(policy, optimizer)
+    model_state, optim_state = get_state_dict(s.policy, s.optimizer)
     dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=tmp / SHARDED_DIR)
     torch.save(rng_state(), _rng_file(tmp, info.rank))
-    weights = _full_weights(policy) if export else None
+    weights = _full_weights(s.policy) if export else None
     if info.is_main:
-        inner = unwrap(policy)
+        inner = unwrap(s.policy)
         if weights is not None:
             inner.save_pretrained(tmp, state_dict=weights)
         else:
             inner.config.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        s.tokenizer.save_pretrained(tmp)
         state = {
-            "step": step,
-            "data_position": position,
+            "step": s.step,
+            "data_position": s.position,
             "world_size": info.world_size,
             "layout": _SHARDED,
-            "scheduler": scheduler.state_dict(),
+            "scheduler": s.scheduler.state_dict(),
         }
-        if extra is not None:
-            state["extra"] = extra
+        if s.extra is not None:
+            state["extra"] = s.extra
         torch.save(state, tmp / STATE_FILE)
     torch.distributed.barrier()  # every rank's shards and RNG file are written
     if info.is_main:
-        marker = {"layout": _SHARDED, "step": step, "world_size": info.world_size}
+        marker = {"layout": _SHARDED, "step": s.step, "world_size": info.world_size}
         (tmp / COMPLETE_FILE).write_text(json.dumps(marker), encoding="utf-8")
 
 

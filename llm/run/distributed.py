@@ -401,7 +401,7 @@ def generate_shared(
     share: int,
     seed_of: Callable[[int], int],
     group_size: int,
-    **sampling: Any,
+    sampling: Any,
 ) -> Any:
     """This rank's rollouts from `backend` (an `llm.rollout.base.RolloutBackend`), generated alone
     (``share = 1``) or by its group of `share` consecutive ranks together (vLLM tensor
@@ -410,6 +410,7 @@ def generate_shared(
 
     The group's prompts are all-gathered, sampled with the generator of the group's first rank
     (``seed_of(rank)``), and this rank keeps its own prompts' rows (`slice_rollout`).
+    `sampling` (an `llm.rollout.base.Sampling`) goes to the backend as it is.
 
     Raises:
         ValueError: the world size is not a multiple of `share`.
@@ -419,7 +420,7 @@ def generate_shared(
         # generator cannot feed torch.randint's CPU draw).
         gen = torch.Generator().manual_seed(seed_of(info.rank))
         with torch.no_grad():
-            return backend.generate(prompts, group_size, generator=gen, **sampling)
+            return backend.generate(prompts, group_size, sampling=sampling, generator=gen)
     if info.world_size % share:
         raise ValueError(
             f"vllm.tensor_parallel_size: {share} does not divide the {info.world_size} processes"
@@ -431,7 +432,7 @@ def generate_shared(
     gen = torch.Generator().manual_seed(seed_of(lead))
     with torch.no_grad():
         roll = backend.generate(
-            [p for part in group for p in part], group_size, generator=gen, **sampling
+            [p for part in group for p in part], group_size, sampling=sampling, generator=gen
         )
     start = sum(len(part) for part in group[: info.rank - lead])
     return slice_rollout(roll, start, start + len(prompts))

@@ -44,9 +44,10 @@ from llm.data import data_indices, drop_long_prompts, load_train_problems
 from llm.model.forward import PolicyOutputs, slice_outputs
 from llm.model.load import load_model_and_tokenizer, load_policy_and_reference
 from llm.model.stacked import StackedLM, check_stackable
-from llm.rollout.base import stop_token_ids
+from llm.rollout.base import Sampling, stop_token_ids
 from llm.rollout.stacked import left_pad, sample_groups
 from llm.run.checkpoint import (
+    CheckpointState,
     MetricsLogger,
     find_resume_checkpoint,
     restore_checkpoint,
@@ -469,6 +470,10 @@ def _train_batch(
     bar = tqdm(range(starts[0] + 1, last + 1), disable=not progress,
                desc=f"train {len(cfgs)} runs")  # fmt: skip
     b = cfg0.rollout.prompts_per_step
+    sampling = Sampling(
+        cfg0.rollout.max_new_tokens, temperature=cfg0.rollout.temperature,
+        top_p=cfg0.rollout.top_p, top_n=n_cand if sampler_stats else 0, want_entropy=sampler_stats,
+    )  # fmt: skip
     try:
         for step in bar:
             t0 = time.perf_counter()
@@ -481,10 +486,7 @@ def _train_batch(
             rolls = sample_groups(
                 lm, tokenizer, [[task.prompt(p, cfg0.template) for p in ps]
                                 for ps in batch_problems],
-                cfg0.rollout.group_size, generators=generators,
-                max_new_tokens=cfg0.rollout.max_new_tokens, stop_token_ids=stops,
-                temperature=cfg0.rollout.temperature, top_p=cfg0.rollout.top_p,
-                top_n=n_cand if sampler_stats else 0, want_entropy=sampler_stats,
+                cfg0.rollout.group_size, sampling, generators=generators, stop_token_ids=stops,
                 prompt_width=width,
             )  # fmt: skip
             t_roll = time.perf_counter()
@@ -522,9 +524,9 @@ def _train_batch(
                 if step % cfg.run.log_every == 0 or step == cfg.steps:
                     loggers[i].log(step, metrics)
                 if step == cfg.steps or (cfg.run.save_every and step % cfg.run.save_every == 0):
-                    save_checkpoint(outs[i], step, models[i], tokenizer, optimizers[i],
-                                    schedulers[i], positions[i], info,
-                                    last=step == cfg.steps)  # fmt: skip
+                    state = CheckpointState(step, models[i], tokenizer, optimizers[i],
+                                            schedulers[i], positions[i])  # fmt: skip
+                    save_checkpoint(outs[i], state, info, last=step == cfg.steps)
     finally:
         for logger in loggers:
             logger.close()

@@ -3,7 +3,7 @@ DAPO's dynamic sampling and overlong masking, Skywork-OR1's adaptive entropy coe
 outcome-based exploration bonuses on final answers, the KL penalty in the reward, the adaptive
 KL coefficient and ProRL's reference reset. First pure functions of tensors, answers and counts
 (and one in-place weight copy); then the same controls applied to a step's batch
-(`controller_state`, `explore_rewards`, `kl_control`, `mask_truncated`, `adapt_entropy`), which
+(`Controls`, `explore_rewards`, `kl_control`, `mask_truncated`, `adapt_entropy`), which
 `llm.train.trainer` calls; their state (the coefficients, the answer counts, the reference's
 step) travels in the checkpoint.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -32,6 +32,7 @@ from shaping.core import kl_penalty
 
 __all__ = [
     "AnswerCounts",
+    "Controls",
     "applied_entropy_coef",
     "batch_bonus",
     "concat_rollouts",
@@ -383,40 +384,59 @@ def reset_reference(reference: torch.nn.Module, policy: torch.nn.Module) -> None
 # Applied to a step's batch (`llm.train.trainer` calls these)
 
 
-def controller_state(
-    cfg: TrainConfig, saved: dict[str, Any] | None, ckpt: Path | None
-) -> dict[str, Any]:
-    """The trainer's own state: the adaptive entropy coefficient (``control.adaptive_entropy``,
-    starting at `entropy_coef`; with ``control.entropy_gate`` other than ``step`` also the
-    previous step's entropy ``last_entropy``, None before the first step), the answer counts ``N(x, a)`` (``explore.ucb_coef``), the
-    adaptive KL coefficients (``control.adaptive_kl``: ``kl_reward_coef`` with
-    ``control.kl_in_reward``, ``kl_coef`` when the in-loss ``kl_coef > 0``) and the step whose
-    policy the reference holds (``control.reference_reset_every``; 0 = the base model); empty
-    when none is on. A resumed run takes them from its checkpoint (`saved`).
+@dataclass(frozen=True, slots=True)
+class Controls:
+    """A run's own control state, saved in its checkpoints (``extra``, `state`): the adaptive
+    entropy coefficient (``control.adaptive_entropy``, starting at `entropy_coef`; with
+    ``control.entropy_gate`` other than ``step`` also the previous step's entropy
+    ``last_entropy``, None before the first step), the answer counts ``N(x, a)``
+    (``explore.ucb_coef``), the adaptive KL coefficients (``control.adaptive_kl``:
+    ``kl_reward_coef`` with ``control.kl_in_reward``, ``kl_coef`` when the in-loss ``kl_coef > 0``)
+    and the step whose policy the reference holds (``control.reference_reset_every``; 0 = the
+    base model). `keys` names the entries the config turns on, in the saved order; the others
+    stay None. A step returns a new `Controls` (`dataclasses.replace`); only the answer counts
+    are updated in place (`update_counts`)."""
 
-    Raises:
-        ValueError: the checkpoint lacks a state the config needs.
-    """
-    state: dict[str, Any] = {}
-    c = cfg.control
-    if c.adaptive_entropy:
-        state["entropy_coef"] = float(cfg.entropy_coef)
-        if c.entropy_gate != "step":  # the previous step's entropy gates this step's term
-            state["last_entropy"] = None
-    if cfg.explore.ucb_coef > 0:
-        state["answer_counts"] = {}
-    if c.adaptive_kl and c.kl_in_reward:
-        state["kl_reward_coef"] = float(c.kl_reward_coef)
-    if c.adaptive_kl and cfg.kl_coef > 0:
-        state["kl_coef"] = float(cfg.kl_coef)
-    if c.reference_reset_every:
-        state["reference_step"] = 0
-    if ckpt is not None and state:
-        missing = sorted(k for k in state if saved is None or k not in saved)
-        if missing:
-            raise ValueError(f"--resume: {ckpt} holds no trainer state {missing}")
-        state.update({k: saved[k] for k in state})
-    return state
+    keys: tuple[str, ...] = ()
+    entropy_coef: float | None = None
+    last_entropy: float | None = None
+    answer_counts: AnswerCounts | None = None
+    kl_reward_coef: float | None = None
+    kl_coef: float | None = None
+    reference_step: int | None = None
+
+    @classmethod
+    def start(cls, cfg: TrainConfig, saved: dict[str, Any] | None, ckpt: Path | None) -> Controls:
+        """The state a run starts with: the config's initial values, or, for a resumed run, its
+        checkpoint's (`saved`, what `state` wrote).
+
+        Raises:
+            ValueError: the checkpoint lacks a state the config needs.
+        """
+        state: dict[str, Any] = {}
+        c = cfg.control
+        if c.adaptive_entropy:
+            state["entropy_coef"] = float(cfg.entropy_coef)
+            if c.entropy_gate != "step":  # the previous step's entropy gates this step's term
+                state["last_entropy"] = None
+        if cfg.explore.ucb_coef > 0:
+            state["answer_counts"] = {}
+        if c.adaptive_kl and c.kl_in_reward:
+            state["kl_reward_coef"] = float(c.kl_reward_coef)
+        if c.adaptive_kl and cfg.kl_coef > 0:
+            state["kl_coef"] = float(cfg.kl_coef)
+        if c.reference_reset_every:
+            state["reference_step"] = 0
+        if ckpt is not None and state:
+            missing = sorted(k for k in state if saved is None or k not in saved)
+            if missing:
+                raise ValueError(f"--resume: {ckpt} holds no trainer state {missing}")
+            state.update({k: saved[k] for k in state})
+        return cls(keys=tuple(state), **state)
+
+    def state(self) -> dict[str, Any] | None:
+        """The checkpoint's ``extra``: the entries of `keys` in order, or None when none is on."""
+        return {k: getattr(self, k) for k in self.keys} or None
 
 
 def explore_rewards(
@@ -433,7 +453,7 @@ def explore_rewards(
     answers = [[task.answer_key(t, distinct=cfg.distinct) for t in texts] for texts in roll.texts]
     bonus = torch.zeros_like(rewards)
     if cfg.explore.ucb_coef > 0:
-        assert counts is not None  # controller_state holds them whenever ucb_coef > 0
+        assert counts is not None  # Controls.start holds them whenever ucb_coef > 0
         bonus += ucb_bonus(counts, roll.prompts, answers, cfg.explore.ucb_coef).to(bonus)
         update_counts(counts, roll.prompts, answers)
     if cfg.explore.batch_coef > 0:
@@ -471,21 +491,22 @@ def kl_control(
     hyper: Mapping[str, Any],
     cfg: TrainConfig,
     info: DistInfo,
-    ctl: dict[str, Any],
+    ctl: Controls,
     metrics: dict[str, float],
-) -> tuple[BehaviourBatch, Mapping[str, Any]]:
+) -> tuple[BehaviourBatch, Mapping[str, Any], Controls]:
     """The KL penalty in the reward and the adaptive KL coefficients of ``[control]``.
 
     With ``kl_in_reward`` the batch's rewards become ``r - beta sum_t kl_t`` (`
     kl_reward_penalty`: pi_old against the reference on the sampled tokens, over the response
     mask before any overlong masking), beta the step's coefficient. With ``adaptive_kl`` the
     step's measured KL (the mean over the global batch's responses of their per-token mean) moves
-    the coefficients for the next step (`next_kl_coef`, in `ctl`), and the
+    the coefficients for the next step (`next_kl_coef`, in the returned `Controls`), and the
     in-loss ``kl_coef`` of this step's hyper-parameters is the controller's. ``control/``
     metrics into `metrics`.
 
     Returns:
-        (the behaviour batch with the penalised rewards, this step's hyper-parameters).
+        (the behaviour batch with the penalised rewards, this step's hyper-parameters, the
+        controls for the next step).
     """
     c = cfg.control
     fixed = behaviour.fixed
@@ -500,7 +521,7 @@ def kl_control(
     metrics["control/kl"] = kl
     step_hyper = hyper
     if c.kl_in_reward:
-        beta = ctl.get("kl_reward_coef", c.kl_reward_coef)
+        beta = c.kl_reward_coef if ctl.kl_reward_coef is None else ctl.kl_reward_coef
         penalty = beta * kl_sum
         metrics["control/kl_reward_coef"] = beta
         metrics["control/kl_penalty"] = gather_batch({"p": penalty}, info)["p"].mean().item()
@@ -508,15 +529,15 @@ def kl_control(
     if c.adaptive_kl:
         n = full.numel()
         move = {"target": c.kl_target, "horizon": c.kl_horizon, "n_steps": n}
-        if "kl_reward_coef" in ctl:
-            ctl["kl_reward_coef"] = next_kl_coef(ctl["kl_reward_coef"], kl, **move)
-            metrics["control/next_kl_reward_coef"] = ctl["kl_reward_coef"]
-        if "kl_coef" in ctl:
-            metrics["control/kl_coef"] = ctl["kl_coef"]
-            step_hyper = MappingProxyType({**hyper, "kl_coef": ctl["kl_coef"]})
-            ctl["kl_coef"] = next_kl_coef(ctl["kl_coef"], kl, **move)
-            metrics["control/next_kl_coef"] = ctl["kl_coef"]
-    return behaviour, step_hyper
+        if ctl.kl_reward_coef is not None:
+            ctl = replace(ctl, kl_reward_coef=next_kl_coef(ctl.kl_reward_coef, kl, **move))
+            metrics["control/next_kl_reward_coef"] = ctl.kl_reward_coef
+        if ctl.kl_coef is not None:
+            metrics["control/kl_coef"] = ctl.kl_coef
+            step_hyper = MappingProxyType({**hyper, "kl_coef": ctl.kl_coef})
+            ctl = replace(ctl, kl_coef=next_kl_coef(ctl.kl_coef, kl, **move))
+            metrics["control/next_kl_coef"] = ctl.kl_coef
+    return behaviour, step_hyper, ctl
 
 
 def adapt_entropy(
@@ -524,30 +545,30 @@ def adapt_entropy(
     hyper: Mapping[str, Any],
     cfg: TrainConfig,
     info: DistInfo,
-    ctl: dict[str, Any],
+    ctl: Controls,
     metrics: dict[str, float],
-) -> Mapping[str, Any]:
+) -> tuple[Mapping[str, Any], Controls]:
     """This step's loss hyper-parameters with the adaptive entropy coefficient (Skywork-OR1:
     ``c_k 1[e <= target]``, `e_k` the batch's mean token entropy under pi_old over the loss
     mask, ``e = e_k`` or the previous step's by ``control.entropy_gate``:
-    `applied_entropy_coef`), and the coefficient moved for the next step in `ctl` (with `e_k`,
-    kept there for the next step's gate); ``control/`` metrics into `metrics`."""
+    `applied_entropy_coef`), and the controls with the coefficient moved for the next step (and
+    `e_k`, kept for the next step's gate); ``control/`` metrics into `metrics`."""
     b, g, t = batch.shape
     full = gather_batch(
         {"entropy": batch.old.entropy.reshape(b, g, t), "mask": batch.fixed["mask"]}, info
     )
     entropy = masked_mean(full["entropy"], full["mask"])
     c = cfg.control
-    coef = ctl["entropy_coef"]
+    coef = ctl.entropy_coef
     applied = applied_entropy_coef(coef, entropy, target=c.entropy_target, gate=c.entropy_gate,
-                                   previous=ctl.get("last_entropy"))  # fmt: skip
-    ctl["entropy_coef"] = next_entropy_coef(
+                                   previous=ctl.last_entropy)  # fmt: skip
+    ctl = replace(ctl, entropy_coef=next_entropy_coef(
         coef, entropy, target=c.entropy_target, delta=c.entropy_coef_delta,
         lo=c.entropy_coef_min, hi=c.entropy_coef_max, strict=c.entropy_gate == "skywork",
-    )  # fmt: skip
+    ))  # fmt: skip
     if c.entropy_gate != "step":
-        ctl["last_entropy"] = entropy
+        ctl = replace(ctl, last_entropy=entropy)
     metrics["control/entropy"] = entropy
     metrics["control/entropy_coef"] = applied
-    metrics["control/next_entropy_coef"] = ctl["entropy_coef"]
-    return MappingProxyType({**hyper, "entropy_coef": applied})
+    metrics["control/next_entropy_coef"] = ctl.entropy_coef
+    return MappingProxyType({**hyper, "entropy_coef": applied}), ctl

@@ -15,6 +15,7 @@ from llm.config import TrainConfig
 from llm.data import Problem, data_indices
 from llm.eval.diversity import diversity_scores
 from llm.rollout.backend import RolloutBackendLike
+from llm.rollout.base import Sampling
 from llm.run.distributed import DistInfo, generate_shared
 from llm.run.folder import NonFiniteError
 from llm.tasks import TASKS
@@ -45,10 +46,13 @@ def rollout(
             share=cfg.vllm.tensor_parallel_size if cfg.rollout.backend == "vllm" else 1,
             seed_of=lambda rank: step_seed(cfg.seed, step, rank, round_),
             group_size=cfg.rollout.group_size,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            temperature=cfg.rollout.temperature,
-            top_p=cfg.rollout.top_p,
-            **({"top_n": cfg.n_candidates, "want_entropy": True} if sampler_stats else {}),
+            sampling=Sampling(
+                cfg.rollout.max_new_tokens,
+                temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p,
+                top_n=cfg.n_candidates if sampler_stats else 0,
+                want_entropy=sampler_stats,
+            ),
         )
     except RuntimeError as e:  # torch.multinomial on NaN/inf probabilities: a diverged policy
         if "inf" not in str(e) and "nan" not in str(e):

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -49,6 +50,7 @@ from llm.rollout.backend import RolloutBackendLike, make_backend
 from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import (
     CONFIG_CHANGES,
+    CheckpointState,
     MetricsLogger,
     check_resume_config,
     find_resume_checkpoint,
@@ -226,7 +228,7 @@ def _train(
     optimizer, scheduler = make_optimizer(cfg, policy)
     # Loads a sharded (FSDP2) checkpoint's weights too, so the engine is synced after it.
     start, position = restore_checkpoint(ckpt, policy, optimizer, scheduler, info)
-    ctl = control.controller_state(cfg, saved, ckpt)
+    ctl = control.Controls.start(cfg, saved, ckpt)
     if ckpt is not None:
         backend.sync_weights(model)  # an engine with its own copy starts from cfg.model_path
 
@@ -282,7 +284,7 @@ def _train(
             if not cfg.rollout.dynamic_sampling:
                 rewards = rollout_step.score(roll, batch_problems, cfg, info.device)
             if cfg.explore.ucb_coef > 0 or cfg.explore.batch_coef > 0:
-                rewards = control.explore_rewards(roll, rewards, cfg, ctl["answer_counts"], extra)
+                rewards = control.explore_rewards(roll, rewards, cfg, ctl.answer_counts, extra)
             t_behaviour = time.perf_counter()
             diversity = rollout_step.diversity(roll, cfg, encoder) if "diversity" in needs else None
             behaviour = behaviour_batch(
@@ -295,14 +297,16 @@ def _train(
             # entropy coefficients.
             step_hyper: Mapping[str, Any] = hyper
             if cfg.control.kl_in_reward or cfg.control.adaptive_kl:
-                behaviour, step_hyper = control.kl_control(
+                behaviour, step_hyper, ctl = control.kl_control(
                     behaviour, ref_model, hyper, cfg, info, ctl, extra
                 )
             loss_batch = behaviour
             if cfg.rollout.mask_truncated:
                 loss_batch = control.mask_truncated(behaviour, cfg, stop_ids, info, extra)
             if cfg.control.adaptive_entropy:
-                step_hyper = control.adapt_entropy(loss_batch, step_hyper, cfg, info, ctl, extra)
+                step_hyper, ctl = control.adapt_entropy(
+                    loss_batch, step_hyper, cfg, info, ctl, extra
+                )
             update = update_policy(
                 policy, optimizer, scheduler, loss_batch, cfg=cfg, info=info, step=step,
                 hyper=step_hyper,
@@ -320,11 +324,11 @@ def _train(
             every = cfg.control.reference_reset_every
             if every and step % every == 0:  # ProRL: the reference becomes the policy
                 control.reset_reference(ref_model, policy)
-                ctl["reference_step"] = step
+                ctl = dataclasses.replace(ctl, reference_step=step)
                 if cfg.control.reset_optimizer:
                     optimizer.state.clear()
             if every:
-                metrics["control/reference_step"] = float(ctl["reference_step"])
+                metrics["control/reference_step"] = float(ctl.reference_step)
             t_end = time.perf_counter()
             metrics.update(
                 {
@@ -341,9 +345,10 @@ def _train(
                 logger.log(step, metrics)
             bar.set_postfix(reward=f"{metrics['charts/reward_mean']:.3f}")
             if step == cfg.steps or (cfg.run.save_every and step % cfg.run.save_every == 0):
-                state = (out, step, policy, tokenizer, optimizer, scheduler, position, info)
-                reset = ref_model if ctl.get("reference_step", 0) > 0 else None
-                save_checkpoint(*state, last=step == cfg.steps, extra=ctl or None, reference=reset)
+                reset = ref_model if (ctl.reference_step or 0) > 0 else None
+                state = CheckpointState(step, policy, tokenizer, optimizer, scheduler, position,
+                                        extra=ctl.state(), reference=reset)  # fmt: skip
+                save_checkpoint(out, state, info, last=step == cfg.steps)
     finally:
         if logger is not None:
             logger.close()

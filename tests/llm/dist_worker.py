@@ -21,7 +21,7 @@ import torch
 
 from llm.config import config_from_dict
 from llm.data import load_train_problems
-from llm.rollout.base import RolloutBatch
+from llm.rollout.base import RolloutBatch, Sampling
 from llm.run.distributed import close_distributed
 from llm.tasks import TASKS, compact_completion, solve
 from llm.train.trainer import train
@@ -37,7 +37,7 @@ class ScriptedBackend:
     def sync_weights(self, model) -> None:
         pass
 
-    def generate(self, prompts, group_size, *, max_new_tokens, generator=None, **_):
+    def generate(self, prompts, group_size, *, sampling, generator=None, **_):
         tok = self.tok
         eos, pad = tok.eos_token_id, tok.pad_token_id
         enc = tok(prompts, padding=True, return_tensors="pt")
@@ -50,7 +50,7 @@ class ScriptedBackend:
                     ids = tok(self.answers[prompt], add_special_tokens=False)["input_ids"]
                 else:
                     ids = rng.integers(4, tok.vocab_size, size=rng.integers(1, 6)).tolist()
-                group.append([*ids[: max_new_tokens - 1], eos])
+                group.append([*ids[: sampling.max_new_tokens - 1], eos])
             responses.append(group)
         t = max(len(r) for group in responses for r in group)
         ids = torch.full((len(prompts), group_size, t), pad, dtype=torch.long)
@@ -164,7 +164,7 @@ def _share(model: str, out: str, answers: dict[str, str]) -> None:
     backend = RecordingBackend(load_tokenizer(model), answers)
     roll = generate_shared(
         backend, mine, info, share=2, seed_of=lambda r: 1000 + r, group_size=3,
-        max_new_tokens=8,
+        sampling=Sampling(8),
     )  # fmt: skip
     record = {"mine": mine, "calls": backend.calls, "roll_prompts": roll.prompts,
               "rows": int(roll.response_ids.shape[0])}  # fmt: skip

@@ -112,7 +112,7 @@ class ParityPlantingBackend:
 
     def generate(self, prompts, group_size, **kw) -> RolloutBatch:
         roll = self.inner.generate(prompts, group_size, **kw)
-        t = kw["max_new_tokens"]
+        t = kw["sampling"].max_new_tokens
         ids = torch.nn.functional.pad(
             roll.response_ids, (0, t - roll.response_ids.shape[-1]), value=self.tok.pad_token_id
         )

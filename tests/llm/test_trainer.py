@@ -43,7 +43,7 @@ class PlantingBackend:
     def generate(self, prompts, group_size, **kw) -> RolloutBatch:
         roll = self.inner.generate(prompts, group_size, **kw)
         # Widen to max_new_tokens: the sampled responses may all be shorter than a solution.
-        t = kw["max_new_tokens"]
+        t = kw["sampling"].max_new_tokens
         extra = t - roll.response_ids.shape[-1]
         ids = torch.nn.functional.pad(roll.response_ids, (0, extra), value=self.tok.pad_token_id)
         logp = torch.nn.functional.pad(roll.logp, (0, extra))
