@@ -10,22 +10,27 @@ line: a hull point is a mixture of at most two of the points.
 
 The *lift* of a model is `ȳ_m − H(x̄_m)`: its gain in the measure minus the hull at its pass@1 gain,
 inside the hull's range `[min(0, min x̄_ref), max x̄_ref]` (status ``"inside"``). **Above** it
-(status ``"above"``: the model moved pass@1 further than any of GRPO's models) GRPO is credited
-with its value at the range's end, `H(x) = H(x_max)`: it is never charged for falling further.
-Where GRPO's measure already falls with pass@1 at its end (it sharpens), that favours GRPO; where
-it still rises, its end is its best measure, which a hull value never exceeds; where GRPO's end is
-a collapse onto one rule (a fixed point of its training), it is what GRPO would reach. So a lift
-above the range says "this much more of the measure than GRPO's highest-pass@1 trade-off, with
-more pass@1 besides" (lift v4; the SmolLM2 study, docs/gpu.md, had DS-GRPO's models there).
-**Below** it (less pass@1 than both the base and every GRPO model) there is no lift: the
-curve-free check (`experiment.inference.dominance`) decides. A hull value is a weighted mean of
-GRPO's own points, so a lift stays a difference of two means of the measure: inside `[−1, +1]`
-for pass@k (±100 points), whatever the noise.
+(status ``"above"``: the model moved pass@1 further than any of GRPO's models, by `d = x̄_m −
+x_max`) GRPO is credited with the hull's highest value on the window mirrored below the range's
+end, `H(x) = max H on [max(x_min, x_max − d), x_max]` (lift v6; `Hull.read_at`). Why: it equals
+the hull at the range's end (a model just above the range reads as one just inside it), it never
+credits GRPO with less than its end point (where GRPO sharpens, its end is its lowest measure
+near there), and it is continuous in GRPO's points: which of two GRPO models with nearly the same
+top pass@1 counts as the end does not move it once `d` exceeds their gap. The flat continuation
+from the end point alone (lift v4-v5) jumped by the two models' measure difference when noise
+swapped them (5.7 points of pass@16 in the strong study's regime, issue 56), and a lower end
+point lowered it (adding a GRPO model made GRPO worse). A positive lift above the range says the
+model has more of the measure than every GRPO model within `d` below the end, with more pass@1
+besides; far above the range the window holds GRPO's whole range and the lift compares with
+GRPO's best measure. **Below** the range (less pass@1 than both the base and every GRPO model)
+there is no lift: the curve-free check (`experiment.inference.dominance`) decides. A hull value
+is a weighted mean of GRPO's own points, so a lift stays a difference of two means of the
+measure: inside `[−1, +1]` for pass@k (±100 points), whatever the noise.
 
-Every table labels a model above the range (`range_label`): its lift compares it with GRPO's end
-point, so a positive one says it *dominates* that point (more pass@1 and more of the measure) and a
-negative one that it trades the measure for pass@1 past that point, not that GRPO's training beats
-it (GRPO trained one checkpoint longer along its last segment reads a negative lift; issue 56).
+Every table labels a model above the range (`range_label`): a positive lift says it *dominates*
+GRPO's models near its end, a negative one that it has less of the measure than they do with
+more pass@1, not that GRPO's training beats it (GRPO trained one checkpoint longer along its last
+segment reads a negative lift; issue 56).
 
 Sources: issue 37 (the estimand); the mixture argument is the one of randomized decision rules
 (a convex combination of two achievable risk points is achievable).
@@ -65,11 +70,27 @@ class Hull:
     def x_max(self) -> float:
         return float(self.vx[-1])
 
-    def __call__(self, x: object) -> np.ndarray:
-        """`H(x)` elementwise (any shape): the hull on `[x_min, x_max]`, its end value above
-        `x_max` (module docstring), NaN below `x_min`."""
+    @property
+    def x_peak(self) -> float:
+        """The pass@1 of the hull's highest vertex (the first, on a tie)."""
+        return float(self.vx[int(np.argmax(self.vy))])
+
+    def read_at(self, x: object) -> np.ndarray:
+        """The pass@1 at which GRPO is read for a model at `x` (any shape): `x` itself inside the
+        range; above it the point of the window `[max(x_min, 2·x_max − x), x_max]` (as far
+        below the range's end as `x` is above it) where the hull is highest, `clip(x_peak, ...)`
+        (the hull is concave); NaN below the range (module docstring)."""
         x = np.asarray(x, dtype=np.float64)
-        return np.where(x < self.vx[0], np.nan, np.interp(x, self.vx, self.vy))
+        low = np.maximum(self.x_min, 2.0 * self.x_max - x)
+        above = np.clip(self.x_peak, low, self.x_max)
+        return np.where(x < self.vx[0], np.nan, np.where(x > self.vx[-1], above, x))
+
+    def __call__(self, x: object) -> np.ndarray:
+        """`H(x)` elementwise (any shape): the hull on `[x_min, x_max]`, its highest value on the
+        mirrored window above `x_max` (`read_at`; module docstring), NaN below `x_min`."""
+        x = np.asarray(x, dtype=np.float64)
+        r = self.read_at(x)
+        return np.where(np.isnan(r), np.nan, np.interp(np.nan_to_num(r), self.vx, self.vy))
 
     def status(self, x: object) -> np.ndarray:
         """``"below"``, ``"inside"`` or ``"above"`` the hull's pass@1 range, elementwise."""
@@ -77,16 +98,15 @@ class Hull:
         return np.where(x < self.vx[0], "below", np.where(x > self.vx[-1], "above", "inside"))
 
     def facet(self, x: float) -> tuple[int, int, float]:
-        """The segment under `x` (inside the range or above it): the vertex positions `(i, j)` and
-        the weight `w` of `j` (`H(x) = (1 − w)·vy[i] + w·vy[j]`); `i == j`, `w = 0` on a single
-        vertex and above the range (the last vertex alone)."""
+        """The segment under the read point `read_at(x)` (inside the range or above it): the vertex
+        positions `(i, j)` and the weight `w` of `j` (`H(x) = (1 − w)·vy[i] + w·vy[j]`); `i == j`,
+        `w = 0` on a single-vertex hull."""
         if self.vx.size == 1:
             return 0, 0, 0.0
-        if x > self.vx[-1]:
-            return self.vx.size - 1, self.vx.size - 1, 0.0
-        j = int(np.clip(np.searchsorted(self.vx, x, side="left"), 1, self.vx.size - 1))
+        r = float(self.read_at(x))
+        j = int(np.clip(np.searchsorted(self.vx, r, side="left"), 1, self.vx.size - 1))
         i = j - 1
-        return i, j, float((x - self.vx[i]) / (self.vx[j] - self.vx[i]))
+        return i, j, float((r - self.vx[i]) / (self.vx[j] - self.vx[i]))
 
 
 ABOVE_RANGE = "above GRPO's pass@1 range"
@@ -95,10 +115,11 @@ ABOVE_RANGE = "above GRPO's pass@1 range"
 
 def range_label(status: str | None, sign: int, measure: str = "pass@k") -> str | None:
     """The tables' label of a model above the reference's pass@1 range (None for any other
-    `status`): `ABOVE_RANGE`, then ``": dominates GRPO's end point"`` where the lift is
+    `status`): `ABOVE_RANGE`, then ``": dominates GRPO near its end"`` where the lift is
     established > 0 (`sign` +1: more pass@1 than any of GRPO's models and more of the measure than
-    its end point) or ``": less <measure>, more pass@1 than GRPO's end point"`` where it is
-    established < 0 (`sign` −1: a trade-off past GRPO's end, not a loss to GRPO's training).
+    those near its end, module docstring) or ``": less <measure>, more pass@1 than GRPO near its
+    end"`` where it is established < 0 (`sign` −1: a trade-off past GRPO's end, not a loss to
+    GRPO's training).
     Who establishes the sign is the caller's (Holm in a confirmation, the interval in an
     exploratory table).
 
@@ -115,9 +136,9 @@ def range_label(status: str | None, sign: int, measure: str = "pass@k") -> str |
     if status != "above":
         return None
     if sign > 0:
-        return f"{ABOVE_RANGE}: dominates GRPO's end point"
+        return f"{ABOVE_RANGE}: dominates GRPO near its end"
     if sign < 0:
-        return f"{ABOVE_RANGE}: less {measure}, more pass@1 than GRPO's end point"
+        return f"{ABOVE_RANGE}: less {measure}, more pass@1 than GRPO near its end"
     return ABOVE_RANGE
 
 

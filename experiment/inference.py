@@ -22,7 +22,7 @@ through the estimand (`experiment.estimand`).
 
 A model below the hull's pass@1 range has no lift; `dominance` is the curve-free check that
 decides its claim (is one of GRPO's models better on both axes?). Above the range the hull is
-continued (`experiment.estimand`, lift v4): a lift there has the same inference. `holm` adjusts a
+continued (`experiment.estimand`, lift v6): a lift there has the same inference. `holm` adjusts a
 family.
 Calibrated by `experiment.calibration` (docs/statistics.md).
 """
@@ -50,12 +50,15 @@ __all__ = [
 ]
 
 PROCEDURE = (
-    "lift v5: concave hull of the reference, continued above its range, crossed-covariance "
-    "draws, bias-corrected; five claim words, supports and refutations Holm-adjusted"
+    "lift v6: concave hull of the reference, continued above its range by its best value on the "
+    "mirrored window, crossed-covariance draws, bias-corrected; five claim words, supports and "
+    "refutations Holm-adjusted"
 )
-"""The procedure's version, recorded in every results.json and study.json. v5 keeps v4's lifts
-and intervals and changes the verdicts: the five claim words of `experiment.study.claim_verdicts`
-(refutations, "lift >= claimed size" rejected, Holm-adjusted over a study's claims like supports)."""
+"""The procedure's version, recorded in every results.json and study.json. v6 changes v5's lifts
+above GRPO's pass@1 range only: GRPO is credited there with its hull's best value within the
+model's distance below the range's end, not with the end point's value alone
+(`experiment.estimand`: continuous in GRPO's points; issue 56). v5 kept v4's lifts and changed the
+verdicts to the five claim words of `experiment.study.claim_verdicts`."""
 
 NUM_DRAWS = 2000
 """Draws of the means per analysis (Monte Carlo error of a bias or standard error: ~2% of the
@@ -104,18 +107,38 @@ class LiftResult:
 
 
 def _gradient(hull: estimand.Hull, ref: np.ndarray, m: int, px: np.ndarray, n: int) -> np.ndarray:
-    """`(2n,)` the derivative of model `m`'s lift `ȳ_m − H(x̄_m)` with respect to every mean
-    (`x̄` first, then `ȳ`) on the hull's facet under `x̄_m` (the vertices held fixed)."""
+    """`(2n,)` the derivative of model `m`'s lift `ȳ_m − H(r)` with respect to every mean (`x̄`
+    first, then `ȳ`) on the hull's facet under the read point `r = hull.read_at(x̄_m)` (the
+    vertices held fixed): `r = x̄_m` inside the range; above it `r` is a vertex (its `ȳ` alone)
+    or the mirrored window's edge `2·x̄_end − x̄_m` (`experiment.estimand`)."""
     g = np.zeros(2 * n)
     g[n + m] += 1.0
-    i, j, w = hull.facet(float(px[m]))
-    slope = 0.0 if i == j else (hull.vy[j] - hull.vy[i]) / (hull.vx[j] - hull.vx[i])
-    g[m] -= slope
-    for pos, weight in ((i, 1.0 - w), (j, w)):
+    x = float(px[m])
+    r = float(hull.read_at(x))
+
+    def mean_of(pos: int) -> int | None:  # the reference mean behind a vertex (None: the origin)
         k = int(hull.index[pos])
-        if k != estimand.ORIGIN and weight != 0.0:  # the origin is fixed: the base's own gain
-            g[n + ref[k]] -= weight
-            g[ref[k]] += slope * weight
+        return None if k == estimand.ORIGIN else int(ref[k])
+
+    if x > hull.x_max and np.any(hull.vx == r):  # read on a vertex: its measure alone
+        k = mean_of(int(np.flatnonzero(hull.vx == r)[0]))
+        if k is not None:
+            g[n + k] -= 1.0
+        return g
+    i, j, w = hull.facet(x)
+    slope = 0.0 if i == j else (hull.vy[j] - hull.vy[i]) / (hull.vx[j] - hull.vx[i])
+    if x > hull.x_max:  # r = 2·x̄_end − x̄_m
+        g[m] += slope
+        end = mean_of(hull.vx.size - 1)
+        if end is not None:
+            g[end] -= 2.0 * slope
+    else:
+        g[m] -= slope
+    for pos, weight in ((i, 1.0 - w), (j, w)):
+        k = mean_of(pos)
+        if k is not None and weight != 0.0:  # the origin is fixed: the base's own gain
+            g[n + k] -= weight
+            g[k] += slope * weight
     return g
 
 

@@ -109,10 +109,10 @@ LIFT_METHOD = (
 """How the lifts of `lift_analysis` are computed, in words, for the tables' intros."""
 
 LIFT_STATUS = (
-    "(above GRPO's pass@1 range): the model's pass@1 lies above the reference's range, where its "
-    "hull is continued at its end point's value (`experiment.estimand`), so its lift compares it "
-    "with GRPO's end point: it dominates that point where the interval "
-    "lies above 0, and has less of the measure and more pass@1 where it lies below 0; n/a "
+    "(above GRPO's pass@1 range): the model's pass@1 lies above the reference's range by some "
+    "distance d, and GRPO is credited with its best value within d below the range's end "
+    "(`experiment.estimand`), so the model dominates GRPO's models near its end where the "
+    "interval lies above 0, and has less of the measure (with more pass@1) where it lies below 0; n/a "
     "(below): below the base's and every reference model's pass@1 (no lift); inside: the share "
     "of the draws of the means with a lift"
 )

@@ -230,9 +230,9 @@ def test_every_committed_study_renders_in_the_five_words(path, capsys):
 def test_the_range_label_and_its_tables():
     assert estimand.range_label("inside", 1) is None and estimand.range_label(None, 0) is None
     assert estimand.range_label("above", 0) == "above GRPO's pass@1 range"
-    assert estimand.range_label("above", 1).endswith(": dominates GRPO's end point")
+    assert estimand.range_label("above", 1).endswith(": dominates GRPO near its end")
     assert estimand.range_label("above", -1, "distinct correct").endswith(
-        ": less distinct correct, more pass@1 than GRPO's end point"
+        ": less distinct correct, more pass@1 than GRPO near its end"
     )
     with pytest.raises(ValueError, match="sign: expected -1, 0 or \\+1, got 2"):
         estimand.range_label("above", 2)
@@ -243,8 +243,8 @@ def test_the_range_label_and_its_tables():
     conf = S.confirm(section, ["a", "b"])
     picks = {"pass_at_k": {k: {"setting": "s", "step": 10, "lift": 0.0} for k in "ab"}}
     md = R.verdicts_markdown({"pass_at_k": conf}, picks, "intro")
-    assert "(above GRPO's pass@1 range: dominates GRPO's end point) |" in md
-    assert "(above GRPO's pass@1 range: less pass@k, more pass@1 than GRPO's end point) |" in md
+    assert "(above GRPO's pass@1 range: dominates GRPO near its end) |" in md
+    assert "(above GRPO's pass@1 range: less pass@k, more pass@1 than GRPO near its end) |" in md
     assert "| > 0 |" in md and "| < 0 |" in md
     # the claims table, from the rows
     rows = S.claim_rows("st", {"pass_at_k": {"casp": conf["a"], "unlikeliness": conf["b"]}},
@@ -252,7 +252,7 @@ def test_the_range_label_and_its_tables():
                         size_distinct=0.1)  # fmt: skip
     table = R.claims_table(rows)
     assert "**supported** +5.0 [+4.0, +6.0], MDE" in table
-    assert "(above GRPO's pass@1 range: dominates GRPO's end point) |" in table
+    assert "(above GRPO's pass@1 range: dominates GRPO near its end) |" in table
     assert "**below GRPO** -5.0 [-6.0, -4.0]" in table
     compact = R.claims_table(rows, compact=True)  # README's: the short label
     assert f"**supported** +5.0 ({estimand.ABOVE_RANGE}) |" in compact

@@ -23,13 +23,17 @@ from experiment import report
 
 def slow_hull(px: list[float], py: list[float], x: float) -> float:
     """`H(x)` from the definition: the best mixture of two of the points (the origin included)
-    with pass@1 exactly `x`; above their pass@1 range the value at its end; NaN below it."""
+    with pass@1 exactly `x`; above their pass@1 range its largest value on the mirrored window
+    `[2·x_max − x, x_max]` (a maximum of a piecewise-linear function: at the window's ends or at a
+    point's pass@1 inside it); NaN below it."""
     pts = [*zip(px, py, strict=True), (0.0, 0.0)]
-    x_max = max(p[0] for p in pts)
-    if x < min(p[0] for p in pts):
+    x_max, x_min = max(p[0] for p in pts), min(p[0] for p in pts)
+    if x < x_min:
         return math.nan
     if x > x_max:
-        return slow_hull(px, py, x_max)
+        low = max(x_min, 2 * x_max - x)
+        cands = [low, x_max, *(p[0] for p in pts if low <= p[0] <= x_max)]
+        return max(slow_hull(px, py, c) for c in cands)
     best = -math.inf
     for (x0, y0), (x1, y1) in itertools.product(pts, pts):
         if x0 == x == x1:
@@ -46,8 +50,9 @@ def test_hand_computed_hull():
     np.testing.assert_array_equal(h.vy, [0.0, 2.0, 2.5, 1.0])
     np.testing.assert_array_equal(h.index, [E.ORIGIN, 0, 1, 2])
     assert h(0.5) == pytest.approx(1.0) and h(2.5) == pytest.approx(1.75)
-    assert h(3.5) == pytest.approx(1.0) and np.isnan(h(-0.1))  # above: the end's value
-    assert h.facet(3.5) == (3, 3, 0.0)
+    # Above the range: the highest value on the window mirrored below the end (3).
+    assert h(3.2) == pytest.approx(1.3) and h(3.5) == pytest.approx(1.75) and h(9.0) == 2.5
+    assert np.isnan(h(-0.1)) and h.read_at(3.5) == 2.5 and h.facet(3.5) == (2, 3, 0.5)
     assert list(h.status([-1.0, 1.0, 4.0])) == ["below", "inside", "above"]
     # A point on a segment is not a vertex; a tie in pass@1 keeps the highest.
     h = E.upper_hull([1.0, 2.0, 2.0], [1.0, 2.0, 0.0])
@@ -173,29 +178,32 @@ def test_lift_inference_equals_a_plain_loop():
     rescaling to the crossed-design variance of the linearized lift (`crossed_variance`)."""
     rng = np.random.default_rng(3)
     s, p = 3, 10
-    means = [(0, 0), (0.02, -0.02), (0.04, -0.05), (0.06, -0.09), (0.03, -0.01), (0.05, -0.05)]
+    # GRPO's base and three checkpoints; two models inside its range, two above it.
+    means = [(0, 0), (0.02, -0.02), (0.04, -0.05), (0.06, -0.09), (0.03, -0.01), (0.05, -0.05),
+             (0.075, -0.06), (0.2, -0.03)]  # fmt: skip
+    n = len(means)
     x = np.stack([mx + 0.05 * rng.standard_normal((s, p)) for mx, _ in means])
     y = np.stack([my + 0.08 * rng.standard_normal((s, p)) for _, my in means])
     x[0], y[0] = 0.0, 0.0
-    models = F.Models(["grpo"] * 4 + ["m", "m"], ["base", "a", "a", "a", "b", "c"],
-                      [0, 1, 2, 3, 1, 1])  # fmt: skip
+    models = F.Models(["grpo"] * 4 + ["m"] * 4, ["base", "a", "a", "a", "b", "c", "d", "e"],
+                      [0, 1, 2, 3, 1, 1, 1, 1])  # fmt: skip
     res = I.lift_inference(x, y, models, num_draws=50, seed=5)
     drawn = slow_draws(x, y, [0, 1, 2, 3], 50, 5)
     px, py = x.mean((1, 2)), y.mean((1, 2))
-    for m in (4, 5):
+    assert list(res.status[4:]) == ["inside", "inside", "above", "above"]
+    for m in range(4, n):
         if res.status[m] == "below":
             continue
         raw = py[m] - slow_hull(list(px[:4]), list(py[:4]), px[m])
         ok = np.isfinite(drawn[:, m])
-        h = E.upper_hull(px[:4], py[:4])
-        i, j, wj = h.facet(px[m])
-        slope = (h.vy[j] - h.vy[i]) / (h.vx[j] - h.vx[i]) if i != j else 0.0
-        g = np.zeros(12)
-        g[6 + m], g[m] = 1.0, -slope
-        for pos, wt in ((i, 1 - wj), (j, wj)):
-            if h.index[pos] != E.ORIGIN:
-                g[6 + h.index[pos]] -= wt
-                g[h.index[pos]] += slope * wt
+        # The linearized lift: central differences of the slow reference in every mean.
+        means, g, eps = np.concatenate([px, py]), np.zeros(2 * n), 1e-7
+        for k in range(2 * n):
+            d = np.zeros(2 * n)
+            d[k] = eps
+            up, dn = means + d, means - d
+            g[k] = ((up[n + m] - slow_hull(list(up[:4]), list(up[n:n + 4]), up[m]))
+                    - (dn[n + m] - slow_hull(list(dn[:4]), list(dn[n:n + 4]), dn[m]))) / (2 * eps)  # fmt: skip
         v = np.concatenate([x, y])
         var, df = Cv.crossed_variance(np.einsum("k,ksp->sp", g, v))
         w, q = np.linalg.eigh(Cv.mean_covariance(v))
