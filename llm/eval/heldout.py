@@ -53,6 +53,7 @@ from llm.eval.diversity import embed
 from llm.eval.token_stats import token_entropy_kl
 from llm.model.stacked import StackedLM
 from llm.model.tokens import check_vocabulary
+from llm.rollout.base import Sampling
 from llm.rollout.stacked import sample_groups
 from llm.tasks import TASKS, Problem, Task
 from theory.measures import pass_at_k
@@ -281,36 +282,24 @@ def evaluate(
             vocabulary size.
         UnknownTaskError: `task` names no registered task.
     """
-    task = _task_with(task, template)
-    prompts = [task.prompt(p, template) for p in problems]
-    tokenizer = getattr(backend, "tokenizer", None)
-    if tokenizer is not None:
-        check_vocabulary(prompts, tokenizer, f"evaluation problems (task {task.name!r})")
-    stats = None
-    if token_entropy or reference is not None:
-        policy = policy if policy is not None else getattr(backend, "model", None)
+    if (token_entropy or reference is not None) and policy is None:
+        policy = getattr(backend, "model", None)
         if policy is None:
             raise ValueError("token_entropy: expected a policy model (the backend has no .model)")
-        stats = _TokenStats(
-            len(prompts), temperature=temperature, top_k=top_k, top_p=top_p, reference=reference
-        )
-    texts = _sample_texts(
-        backend,
-        prompts,
-        samples=samples,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        seed=seed,
-        prompts_per_batch=prompts_per_batch,
-        max_responses_per_call=max_responses_per_call,
-        on_batch=None if stats is None else lambda first, roll: stats.add(policy, first, roll),
-    )
-    result = measure(
-        task, problems, texts, samples=samples, distinct=distinct, bleu=bleu, encoder=encoder
-    )
-    return _with_token_stats(result, stats)
+    gen = torch.Generator().manual_seed(seed)
+    sampling = Sampling(max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                        want_logprobs=False)  # fmt: skip
+
+    def draw(prompts: list[str], n: int) -> list[Any]:
+        return [backend.generate(prompts, n, sampling=sampling, generator=gen)]
+
+    return _evaluate(
+        draw, [policy], task, problems, template=template,
+        tokenizer=getattr(backend, "tokenizer", None), samples=samples, sampling=sampling,
+        prompts_per_batch=prompts_per_batch, max_responses_per_call=max_responses_per_call,
+        distinct=distinct, bleu=bleu, encoder=encoder, token_entropy=token_entropy,
+        reference=reference,
+    )[0]  # fmt: skip
 
 
 def measure(
@@ -409,34 +398,71 @@ def evaluate_models(
     Raises:
         ValueError: as `evaluate`; models `llm.model.stacked.StackedLM` cannot stack.
     """
-    task = _task_with(task, template)
-    if not problems:
-        raise ValueError("problems: expected at least one problem")
-    if samples < 1 or prompts_per_batch < 1:
-        raise ValueError(
-            f"samples, prompts_per_batch: expected >= 1, got {samples} and {prompts_per_batch}"
-        )
-    prompts = [task.prompt(p, template) for p in problems]
-    check_vocabulary(prompts, tokenizer, f"evaluation problems (task {task.name!r})")
     lm = StackedLM(models, sampling=True)
     generators = [torch.Generator(device=lm.device).manual_seed(seed) for _ in models]
-    texts: list[list[list[str]]] = [[] for _ in models]
-    stats = [
-        _TokenStats(len(prompts), temperature=temperature, top_k=top_k, top_p=top_p,
-                    reference=reference)
-        for _ in models
-    ] if token_entropy or reference is not None else None  # fmt: skip
-    for start in range(0, len(prompts), prompts_per_batch):
-        chunk = prompts[start : start + prompts_per_batch]
-        rolls = sample_groups(
-            lm, tokenizer, [chunk] * len(models), samples, generators=generators,
-            max_new_tokens=max_new_tokens, stop_token_ids=stop_token_ids,
-            temperature=temperature, top_p=top_p, top_k=top_k, want_logprobs=False,
-        )  # fmt: skip
-        for m, (mine, roll) in enumerate(zip(texts, rolls, strict=True)):
-            mine.extend(roll.texts)
-            if stats is not None:
-                stats[m].add(models[m], start, roll)
+    sampling = Sampling(max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+                        want_logprobs=False)  # fmt: skip
+
+    def draw(prompts: list[str], n: int) -> list[Any]:
+        return sample_groups(lm, tokenizer, [prompts] * len(models), n, sampling,
+                             generators=generators, stop_token_ids=stop_token_ids)  # fmt: skip
+
+    return _evaluate(
+        draw, models, task, problems, template=template, tokenizer=tokenizer, samples=samples,
+        sampling=sampling, prompts_per_batch=prompts_per_batch,
+        # one call per chunk of prompts: every model's group in one stacked program
+        max_responses_per_call=samples * max(prompts_per_batch, 1), distinct=distinct,
+        bleu=bleu, encoder=encoder, token_entropy=token_entropy, reference=reference,
+    )  # fmt: skip
+
+
+def _evaluate(
+    draw: Callable[[list[str], int], Sequence[Any]],
+    policies: Sequence[torch.nn.Module | None],
+    task: Task | str,
+    problems: Sequence[Problem],
+    *,
+    template: str,
+    tokenizer: Any,
+    samples: int,
+    sampling: Sampling,
+    prompts_per_batch: int,
+    max_responses_per_call: int,
+    distinct: str,
+    bleu: bool,
+    encoder: Any | None,
+    token_entropy: bool,
+    reference: torch.nn.Module | None,
+) -> list[dict[str, Any]]:
+    """The evaluation of M models (`evaluate`'s Returns, one record per model): the prompts
+    checked against `tokenizer` (if any), `samples` texts per prompt of each model from
+    ``draw(prompts, n) -> M RolloutBatches`` (`_sample_texts`), with each model's token measures
+    (a forward of ``policies[m]`` over its samples) when asked, then `measure`.
+
+    Raises:
+        ValueError: as `evaluate`.
+    """
+    task = _task_with(task, template)
+    prompts = [task.prompt(p, template) for p in problems]
+    if tokenizer is not None:
+        check_vocabulary(prompts, tokenizer, f"evaluation problems (task {task.name!r})")
+    stats = None
+    if token_entropy or reference is not None:
+        stats = [
+            _TokenStats(len(prompts), temperature=sampling.temperature, top_k=sampling.top_k,
+                        top_p=sampling.top_p, reference=reference)
+            for _ in policies
+        ]  # fmt: skip
+
+    def on_batch(first: int, rolls: Sequence[Any]) -> None:
+        for m, roll in enumerate(rolls):
+            stats[m].add(policies[m], first, roll)
+
+    texts = _sample_texts(
+        draw, prompts, models=len(policies), samples=samples,
+        prompts_per_batch=prompts_per_batch, max_responses_per_call=max_responses_per_call,
+        on_batch=None if stats is None else on_batch,
+    )  # fmt: skip
     return [
         _with_token_stats(
             measure(
@@ -463,24 +489,21 @@ def _task_with(task: Task | str, template: str) -> Task:
 
 
 def _sample_texts(
-    backend: Any,
+    draw: Callable[[list[str], int], Sequence[Any]],
     prompts: Sequence[str],
     *,
+    models: int = 1,
     samples: int,
-    max_new_tokens: int,
-    temperature: float,
-    top_p: float,
-    top_k: int,
-    seed: int,
     prompts_per_batch: int,
     max_responses_per_call: int = 4096,
-    on_batch: Callable[[int, Any], None] | None = None,
-) -> list[list[str]]:
-    """`samples` sampled texts per prompt (P, samples): texts only (``want_logprobs=False``: the
-    engine builds no per-token log-probs), in calls of at most `prompts_per_batch` prompts and
-    `max_responses_per_call` responses (at least one prompt; a larger group in several calls of
-    at most `max_responses_per_call` responses each). `on_batch(first, roll)`, if given, sees each
-    call's `RolloutBatch` and the index of its first prompt (token measures, `_TokenStats`).
+    on_batch: Callable[[int, Sequence[Any]], None] | None = None,
+) -> list[list[list[str]]]:
+    """`samples` sampled texts per prompt of each of `models` models (M, P, samples), from
+    ``draw(chunk, n)`` (one `RolloutBatch` per model, texts only), in calls of at most
+    `prompts_per_batch` prompts and `max_responses_per_call` responses (at least one prompt; a
+    larger group in several calls of at most `max_responses_per_call` responses each).
+    `on_batch(first, rolls)`, if given, sees each call's batches and the index of its first
+    prompt (token measures, `_TokenStats`).
 
     Raises:
         ValueError: no prompts, `samples < 1`, `prompts_per_batch < 1` or
@@ -499,27 +522,19 @@ def _sample_texts(
     groups = [
         min(max_responses_per_call, samples - s) for s in range(0, samples, max_responses_per_call)
     ]
-    gen = torch.Generator().manual_seed(seed)
-    texts: list[list[str]] = []
+    texts: list[list[list[str]]] = [[] for _ in range(models)]
     for start in range(0, len(prompts), per_call):
         chunk = list(prompts[start : start + per_call])
-        chunk_texts: list[list[str]] = [[] for _ in chunk]
+        chunk_texts = [[[] for _ in chunk] for _ in range(models)]
         for group in groups:
-            roll = backend.generate(
-                chunk,
-                group,
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                top_k=top_k,
-                want_logprobs=False,
-                generator=gen,
-            )
+            rolls = draw(chunk, group)
             if on_batch is not None:
-                on_batch(start, roll)
-            for mine, new in zip(chunk_texts, roll.texts, strict=True):
-                mine.extend(new)
-        texts.extend(chunk_texts)
+                on_batch(start, rolls)
+            for mine, roll in zip(chunk_texts, rolls, strict=True):
+                for texts_of, new in zip(mine, roll.texts, strict=True):
+                    texts_of.extend(new)
+        for mine, new in zip(texts, chunk_texts, strict=True):
+            mine.extend(new)
     return texts
 
 

@@ -21,6 +21,7 @@ from llm.eval.heldout import (
     write_eval,
 )
 from llm.model.load import load_tokenizer
+from llm.rollout.base import Sampling
 from llm.tasks import generate_problems, write_problems_jsonl
 from tests.llm.test_trainer import MAX_NUMBER, PlantingBackend
 
@@ -107,9 +108,10 @@ class ScriptedMathBackend:
     def __init__(self, answers: dict[str, str], correct: int) -> None:
         self.answers, self.correct = answers, correct
 
-    def generate(self, prompts, n, **_):
+    def generate(self, prompts, n, *, sampling, **_):
         from types import SimpleNamespace
 
+        self.sampling = sampling
         texts = []
         for p in prompts:
             gold = self.answers[p]
@@ -127,6 +129,7 @@ def test_evaluate_math_closed_form():
     answers = {make_math_prompt(p, "plain"): p.answer for p in problems}
     backend = ScriptedMathBackend(answers, correct=2)
     res = evaluate(backend, "math", problems, samples=4, template="plain")
+    assert not backend.sampling.want_logprobs  # texts only
     assert MATH_KEYS <= res.keys()
     # c = 2 of n = 4: pass@1 = 1/2, pass@2 = 1 - C(2,2)/C(4,2) = 5/6, pass@4 = 1.
     assert res["pass_at_k"] == pytest.approx({"1": 0.5, "2": 5 / 6, "4": 1.0})
@@ -194,10 +197,10 @@ class RecordingBackend:
         self.calls: list[tuple[int, int, bool]] = []
         self.index: dict[str, int] = {}
 
-    def generate(self, prompts, group_size, *, want_logprobs=True, **_):
+    def generate(self, prompts, group_size, *, sampling, **_):
         from types import SimpleNamespace
 
-        self.calls.append((len(prompts), group_size, want_logprobs))
+        self.calls.append((len(prompts), group_size, sampling.want_logprobs))
         texts = []
         for p in prompts:
             start = self.index.get(p, 0)
@@ -220,16 +223,18 @@ def test_sample_texts_in_bounded_chunks_texts_only(n, cap, per_batch, calls):
 
     prompts = [f"p{b}" for b in range(5)]
     backend = RecordingBackend()
-    texts = _sample_texts(
-        backend, prompts, samples=n, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=0, seed=0,
-        prompts_per_batch=per_batch, max_responses_per_call=cap,
-    )  # fmt: skip
+    sampling = Sampling(4, want_logprobs=False)
+
+    def draw(chunk, group):
+        return [backend.generate(chunk, group, sampling=sampling)]
+
+    (texts,) = _sample_texts(
+        draw, prompts, samples=n, prompts_per_batch=per_batch, max_responses_per_call=cap
+    )
     assert texts == [[f"{p}-{i}" for i in range(n)] for p in prompts]
     assert [c[:2] for c in backend.calls] == calls
     assert all(size * group <= max(cap, group) for size, group, _ in backend.calls)
-    assert not any(want for _, _, want in backend.calls)  # texts only
     with pytest.raises(ValueError, match="max_responses_per_call"):
         _sample_texts(
-            backend, prompts, samples=n, max_new_tokens=4, temperature=1.0, top_p=1.0, top_k=0,
-            seed=0, prompts_per_batch=per_batch, max_responses_per_call=0,
-        )  # fmt: skip
+            draw, prompts, samples=n, prompts_per_batch=per_batch, max_responses_per_call=0
+        )
