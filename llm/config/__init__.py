@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import operator
 import os
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +41,7 @@ import shaping
 from experiment import schema
 from experiment.schema import option, require
 from experiment.spec import check_hyper, migrate_moved, refuse_moved, removed
-from experiment.store import config_error, write_text
+from experiment.store import config_error, read_toml, write_text
 from llm.config.tables import (
     DISTINCT,
     ENTROPY_GATES,
@@ -299,7 +299,7 @@ def load_config(
             its value came from: ``--set``, or the file and the field's line, `source_error`).
         FileNotFoundError: no such file.
     """
-    raw = {} if path is None else _read(Path(path))
+    raw = {} if path is None else read_toml(path)
     if path is not None:
         try:
             refuse_moved(raw, OLD_KEYS)
@@ -357,32 +357,12 @@ def load_saved_config(path: str | os.PathLike[str]) -> tuple[TrainConfig, dict[s
         FileNotFoundError: no such file.
     """
     path = Path(path)
-    raw = _read(path)
+    raw = read_toml(path)
     try:
         raw, moved = migrate_moved(raw, OLD_KEYS)
         return config_from_dict(raw), moved
     except ValueError as e:
         raise config_error(path, e) from None
-
-
-def _read(path: Path) -> dict[str, Any]:
-    """The parsed TOML file at `path`.
-
-    Raises:
-        ValueError: invalid TOML or not UTF-8 text (naming the file). FileNotFoundError,
-            IsADirectoryError: no such file.
-    """
-    if path.is_dir():
-        raise IsADirectoryError(f"config: {str(path)!r} is a folder, not a TOML file")
-    with path.open("rb") as f:
-        try:
-            return tomllib.load(f)
-        except tomllib.TOMLDecodeError as e:
-            raise ValueError(f"{path}: invalid TOML: {e}") from None
-        except UnicodeDecodeError as e:
-            raise ValueError(
-                f"{path}: not a UTF-8 text file (a TOML config is text; byte {e.start})"
-            ) from None
 
 
 def check_model_path(cfg: TrainConfig) -> None:
@@ -415,98 +395,55 @@ def validate(cfg: TrainConfig) -> None:
 
 
 def _cross_field_rules(c: TrainConfig) -> None:
-    """Every rule that involves more than one field (each field's own rules are its metadata)."""
+    """Every rule that involves more than one field (each field's own rules are its metadata):
+    ``(holds, key, expected)`` in order, the first that fails named with the key's value."""
     for key in _METHOD_WIDE:
         if key in c.hyper:
             raise ValueError(
                 f"hyper.{key} = {c.hyper[key]!r}: set the top-level {key} instead"
                 + (" (it also loads the reference)" if key == "kl_coef" else "")
             )
+    task, d, e, ctl = TASKS[c.task], c.data, c.eval, c.control
     per_step, per_update = c.rollout.prompts_per_step, c.optim.prompts_per_update
-    require(
-        per_update == 0 or per_step % per_update == 0,
-        "optim.prompts_per_update",
-        per_update,
-        f"0 or an integer dividing rollout.prompts_per_step ({per_step})",
+    vllm, kl_on = c.rollout.backend == "vllm", c.kl_coef > 0 or ctl.kl_in_reward
+    # fmt: off
+    rules = (
+        (per_update == 0 or per_step % per_update == 0, "optim.prompts_per_update",
+         f"0 or an integer dividing rollout.prompts_per_step ({per_step})"),
+        (c.template in task.templates, "template", f"one of {task.templates} ({c.task})"),
+        (not vllm or c.system.device.startswith("cuda"), "system.device",
+         "cuda with rollout.backend = vllm"),
+        (not vllm or e.sampler == "generate", "eval.sampler", "generate with rollout.backend = "
+         "vllm (the stacked sampler runs the transformers model)"),
+        (task.tiny_data or d.source != "tiny", "data.source", f"generate or file (task = {c.task})"),
+        (task.tiny_data or e.source != "tiny", "eval.source", f"generate or file (task = {c.task})"),
+        ((d.source == "file") == bool(d.path), "data.path", "set iff data.source = 'file'"),
+        (all(e.paths), "eval.paths", "a list of file paths (none empty)"),
+        ((e.source == "file") == bool(e.paths), "eval.paths", "set iff eval.source = 'file'"),
+        (d.max_number >= d.min_number, "data.max_number",
+         f"an integer >= data.min_number ({d.min_number})"),
+        (d.max_target >= d.min_target, "data.max_target",
+         f"an integer >= data.min_target ({d.min_target})"),
+        (not e.source == d.source == "generate" or e.seed != d.seed, "eval.seed",
+         f"a seed other than data.seed ({d.seed})"),
+        (ctl.entropy_coef_max >= ctl.entropy_coef_min, "control.entropy_coef_max",
+         f"a number >= control.entropy_coef_min ({ctl.entropy_coef_min})"),
+        (not ctl.adaptive_kl or kl_on, "control.adaptive_kl",
+         "false unless kl_coef > 0 or control.kl_in_reward (no KL coefficient to adapt)"),
+        (not (ctl.adaptive_kl and ctl.kl_in_reward) or ctl.kl_reward_coef > 0,
+         "control.kl_reward_coef",
+         "a number > 0 with control.adaptive_kl (the controller multiplies it: 0 stays 0)"),
+        (ctl.reference_reset_every == 0 or kl_on, "control.reference_reset_every",
+         "0 unless kl_coef > 0 or control.kl_in_reward (there is no reference to reset)"),
+        (not ctl.reset_optimizer or ctl.reference_reset_every > 0, "control.reset_optimizer",
+         "false unless control.reference_reset_every > 0 (it acts at the resets)"),
+        # The bonus must not lift a wrong answer over the correct-set threshold (rewards > 0.5).
+        (c.format_score + c.explore.ucb_coef < 0.5, "explore.ucb_coef",
+         f"a number below 0.5 - format_score ({c.format_score})"),
     )
-    task = TASKS[c.task]
-    require(
-        c.template in task.templates, "template", c.template, f"one of {task.templates} ({c.task})"
-    )
-    if c.rollout.backend == "vllm":
-        device = c.system.device
-        require(
-            device.startswith("cuda"), "system.device", device, "cuda with rollout.backend = vllm"
-        )
-    d, e = c.data, c.eval
-    require(
-        e.sampler == "generate" or c.rollout.backend == "transformers",
-        "eval.sampler", e.sampler, "generate with rollout.backend = vllm (the stacked sampler runs "
-        "the transformers model)",
-    )  # fmt: skip
-    if not task.tiny_data:
-        require(d.source != "tiny", "data.source", d.source, f"generate or file (task = {c.task})")
-        require(e.source != "tiny", "eval.source", e.source, f"generate or file (task = {c.task})")
-    require(
-        (d.source == "file") == bool(d.path), "data.path", d.path, "set iff data.source = 'file'"
-    )
-    require(all(e.paths), "eval.paths", e.paths, "a list of file paths (none empty)")
-    require(
-        (e.source == "file") == bool(e.paths), "eval.paths", e.paths, "set iff eval.source = 'file'"
-    )
-    require(
-        d.max_number >= d.min_number,
-        "data.max_number",
-        d.max_number,
-        f"an integer >= data.min_number ({d.min_number})",
-    )
-    require(
-        d.max_target >= d.min_target,
-        "data.max_target",
-        d.max_target,
-        f"an integer >= data.min_target ({d.min_target})",
-    )
-    if e.source == d.source == "generate":
-        require(e.seed != d.seed, "eval.seed", e.seed, f"a seed other than data.seed ({d.seed})")
-    ctl = c.control
-    require(
-        ctl.entropy_coef_max >= ctl.entropy_coef_min,
-        "control.entropy_coef_max",
-        ctl.entropy_coef_max,
-        f"a number >= control.entropy_coef_min ({ctl.entropy_coef_min})",
-    )
-    kl_on = c.kl_coef > 0 or ctl.kl_in_reward
-    require(
-        not ctl.adaptive_kl or kl_on,
-        "control.adaptive_kl",
-        ctl.adaptive_kl,
-        "false unless kl_coef > 0 or control.kl_in_reward (no KL coefficient to adapt)",
-    )
-    require(
-        not (ctl.adaptive_kl and ctl.kl_in_reward) or ctl.kl_reward_coef > 0,
-        "control.kl_reward_coef",
-        ctl.kl_reward_coef,
-        "a number > 0 with control.adaptive_kl (the controller multiplies it: 0 stays 0)",
-    )
-    require(
-        ctl.reference_reset_every == 0 or kl_on,
-        "control.reference_reset_every",
-        ctl.reference_reset_every,
-        "0 unless kl_coef > 0 or control.kl_in_reward (there is no reference to reset)",
-    )
-    require(
-        not ctl.reset_optimizer or ctl.reference_reset_every > 0,
-        "control.reset_optimizer",
-        ctl.reset_optimizer,
-        "false unless control.reference_reset_every > 0 (it acts at the resets)",
-    )
-    # The bonus must not lift a wrong answer over the correct-set threshold (rewards > 0.5).
-    require(
-        c.format_score + c.explore.ucb_coef < 0.5,
-        "explore.ucb_coef",
-        c.explore.ucb_coef,
-        f"a number below 0.5 - format_score ({c.format_score})",
-    )
+    # fmt: on
+    for holds, key, expect in rules:
+        require(holds, key, operator.attrgetter(key)(c), expect)
 
 
 def _validate_hyper(c: TrainConfig) -> None:
