@@ -111,7 +111,7 @@ import numerics  # noqa: F401  (first: pins the numeric code paths before numpy,
 import numpy as np
 import torch
 
-from llm.config import TrainConfig, load_config, validate
+from llm.config import TrainConfig, load_config
 from llm.data import data_indices, load_train_problems
 from llm.model.load import load_model_and_tokenizer
 from llm.rollout.backend import make_backend
@@ -229,9 +229,9 @@ def make_config(args: Args, model_path: str) -> TrainConfig:
     # TRL's colocated engine loads the model's own dtype.
     vllm = replace(cfg.vllm, dtype="auto") if args.vllm else cfg.vllm
     system = replace(cfg.system, num_threads=args.threads) if args.threads else cfg.system
+    # Validated by the replace (TrainConfig.__post_init__).
     cfg = replace(cfg, hyper={**cfg.hyper, "eps": TRL_REWARD_EPS}, rollout=rollout, vllm=vllm,
                   system=system)  # fmt: skip
-    validate(cfg)
     rows = cfg.rollout.prompts_per_step * cfg.rollout.group_size
     if rows % cfg.system.micro_batch_size:
         sys.exit(f"micro_batch_size ({cfg.system.micro_batch_size}) must divide B * G ({rows})")

@@ -4,9 +4,10 @@ fields, and the loss coefficients resolved once (`loss_hyper`).
 Each field is declared once: its default, choices and bounds with `experiment.schema.option` (or
 ``field(default_factory=..., metadata=meta(...))``), its help text as the docstring under it;
 `experiment.schema` (one validation loop, `describe`, the ``--set`` parser) reads them.
-`validate` is that loop plus the cross-field rules of `_cross_field_rules` and the method's
-``[hyper]`` check; `describe` (``python -m llm train --describe``) and the comments of the
-resolved config written to ``DIR/config.toml`` read the same metadata.
+`TrainConfig.__post_init__` is that loop plus the rules between fields and the method's
+``[hyper]`` check, so every `TrainConfig` (a `dataclasses.replace` too) is valid; `describe`
+(``python -m llm train --describe``) and the comments of the resolved config written to
+``DIR/config.toml`` read the same metadata.
 
 A config file holds a few top-level keys (task, model, method and its method-wide `kl_coef` /
 `entropy_coef`, steps, seed, prompt template and reward) and one-level tables by concern:
@@ -87,7 +88,6 @@ __all__ = [
     "refuse_old_key",
     "save_config",
     "source_error",
-    "validate",
 ]
 
 
@@ -156,6 +156,68 @@ class TrainConfig:
     """held-out evaluation"""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     """the vLLM engine's settings (with rollout.backend = vllm)"""
+
+    def __post_init__(self) -> None:
+        """Validation at construction (`config_from_dict`, a `dataclasses.replace`): every field
+        against its metadata (type, choices, bounds; `experiment.schema.check_fields`), then the
+        rules between fields, ``(holds, key, expected)`` in order, then the method's [hyper]
+        (`_validate_hyper`).
+
+        Raises:
+            ValueError: the first invalid field, named with its value.
+        """
+        c = self
+        schema.check_fields(c)
+        for key in _METHOD_WIDE:
+            if key in c.hyper:
+                raise ValueError(
+                    f"hyper.{key} = {c.hyper[key]!r}: set the top-level {key} instead"
+                    + (" (it also loads the reference)" if key == "kl_coef" else "")
+                )
+        task, d, e, ctl = TASKS[c.task], c.data, c.eval, c.control
+        per_step, per_update = c.rollout.prompts_per_step, c.optim.prompts_per_update
+        vllm, kl_on = c.rollout.backend == "vllm", c.kl_coef > 0 or ctl.kl_in_reward
+        # fmt: off
+        rules = (
+            (per_update == 0 or per_step % per_update == 0, "optim.prompts_per_update",
+             f"0 or an integer dividing rollout.prompts_per_step ({per_step})"),
+            (c.template in task.templates, "template", f"one of {task.templates} ({c.task})"),
+            (not vllm or c.system.device.startswith("cuda"), "system.device",
+             "cuda with rollout.backend = vllm"),
+            (not vllm or e.sampler == "generate", "eval.sampler", "generate with rollout.backend = "
+             "vllm (the stacked sampler runs the transformers model)"),
+            (task.tiny_data or d.source != "tiny", "data.source",
+             f"generate or file (task = {c.task})"),
+            (task.tiny_data or e.source != "tiny", "eval.source",
+             f"generate or file (task = {c.task})"),
+            ((d.source == "file") == bool(d.path), "data.path", "set iff data.source = 'file'"),
+            (all(e.paths), "eval.paths", "a list of file paths (none empty)"),
+            ((e.source == "file") == bool(e.paths), "eval.paths", "set iff eval.source = 'file'"),
+            (d.max_number >= d.min_number, "data.max_number",
+             f"an integer >= data.min_number ({d.min_number})"),
+            (d.max_target >= d.min_target, "data.max_target",
+             f"an integer >= data.min_target ({d.min_target})"),
+            (not e.source == d.source == "generate" or e.seed != d.seed, "eval.seed",
+             f"a seed other than data.seed ({d.seed})"),
+            (ctl.entropy_coef_max >= ctl.entropy_coef_min, "control.entropy_coef_max",
+             f"a number >= control.entropy_coef_min ({ctl.entropy_coef_min})"),
+            (not ctl.adaptive_kl or kl_on, "control.adaptive_kl",
+             "false unless kl_coef > 0 or control.kl_in_reward (no KL coefficient to adapt)"),
+            (not (ctl.adaptive_kl and ctl.kl_in_reward) or ctl.kl_reward_coef > 0,
+             "control.kl_reward_coef",
+             "a number > 0 with control.adaptive_kl (the controller multiplies it: 0 stays 0)"),
+            (ctl.reference_reset_every == 0 or kl_on, "control.reference_reset_every",
+             "0 unless kl_coef > 0 or control.kl_in_reward (there is no reference to reset)"),
+            (not ctl.reset_optimizer or ctl.reference_reset_every > 0, "control.reset_optimizer",
+             "false unless control.reference_reset_every > 0 (it acts at the resets)"),
+            # The bonus must not lift a wrong answer over the correct-set threshold (rewards > 0.5).
+            (c.format_score + c.explore.ucb_coef < 0.5, "explore.ucb_coef",
+             f"a number below 0.5 - format_score ({c.format_score})"),
+        )
+        # fmt: on
+        for holds, key, expect in rules:
+            require(holds, key, operator.attrgetter(key)(c), expect)
+        _validate_hyper(c)
 
     @property
     def loss_hyper(self) -> Mapping[str, Any]:
@@ -252,9 +314,7 @@ def config_from_dict(raw: Mapping[str, Any]) -> TrainConfig:
             invalid value (the message names the field).
     """
     refuse_moved(raw, OLD_KEYS)
-    cfg = schema.from_dict(TrainConfig, raw)
-    validate(cfg)
-    return cfg
+    return schema.from_dict(TrainConfig, raw)
 
 
 def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
@@ -379,71 +439,6 @@ def check_model_path(cfg: TrainConfig) -> None:
             f"model_path: {str(path)!r} {what}; it must be a local Hugging Face model folder "
             "(nothing is downloaded), or set build_base_model = true for the tiny model"
         )
-
-
-def validate(cfg: TrainConfig) -> None:
-    """Check every field of `cfg` and its tables against its metadata (type, choices, bounds; see
-    `experiment.schema.meta`), then the rules between fields (`_cross_field_rules`), then the
-    method's hyper-parameters (`_validate_hyper`).
-
-    Raises:
-        ValueError: the first invalid field, named with its value.
-    """
-    schema.check_fields(cfg)
-    _cross_field_rules(cfg)
-    _validate_hyper(cfg)
-
-
-def _cross_field_rules(c: TrainConfig) -> None:
-    """Every rule that involves more than one field (each field's own rules are its metadata):
-    ``(holds, key, expected)`` in order, the first that fails named with the key's value."""
-    for key in _METHOD_WIDE:
-        if key in c.hyper:
-            raise ValueError(
-                f"hyper.{key} = {c.hyper[key]!r}: set the top-level {key} instead"
-                + (" (it also loads the reference)" if key == "kl_coef" else "")
-            )
-    task, d, e, ctl = TASKS[c.task], c.data, c.eval, c.control
-    per_step, per_update = c.rollout.prompts_per_step, c.optim.prompts_per_update
-    vllm, kl_on = c.rollout.backend == "vllm", c.kl_coef > 0 or ctl.kl_in_reward
-    # fmt: off
-    rules = (
-        (per_update == 0 or per_step % per_update == 0, "optim.prompts_per_update",
-         f"0 or an integer dividing rollout.prompts_per_step ({per_step})"),
-        (c.template in task.templates, "template", f"one of {task.templates} ({c.task})"),
-        (not vllm or c.system.device.startswith("cuda"), "system.device",
-         "cuda with rollout.backend = vllm"),
-        (not vllm or e.sampler == "generate", "eval.sampler", "generate with rollout.backend = "
-         "vllm (the stacked sampler runs the transformers model)"),
-        (task.tiny_data or d.source != "tiny", "data.source", f"generate or file (task = {c.task})"),
-        (task.tiny_data or e.source != "tiny", "eval.source", f"generate or file (task = {c.task})"),
-        ((d.source == "file") == bool(d.path), "data.path", "set iff data.source = 'file'"),
-        (all(e.paths), "eval.paths", "a list of file paths (none empty)"),
-        ((e.source == "file") == bool(e.paths), "eval.paths", "set iff eval.source = 'file'"),
-        (d.max_number >= d.min_number, "data.max_number",
-         f"an integer >= data.min_number ({d.min_number})"),
-        (d.max_target >= d.min_target, "data.max_target",
-         f"an integer >= data.min_target ({d.min_target})"),
-        (not e.source == d.source == "generate" or e.seed != d.seed, "eval.seed",
-         f"a seed other than data.seed ({d.seed})"),
-        (ctl.entropy_coef_max >= ctl.entropy_coef_min, "control.entropy_coef_max",
-         f"a number >= control.entropy_coef_min ({ctl.entropy_coef_min})"),
-        (not ctl.adaptive_kl or kl_on, "control.adaptive_kl",
-         "false unless kl_coef > 0 or control.kl_in_reward (no KL coefficient to adapt)"),
-        (not (ctl.adaptive_kl and ctl.kl_in_reward) or ctl.kl_reward_coef > 0,
-         "control.kl_reward_coef",
-         "a number > 0 with control.adaptive_kl (the controller multiplies it: 0 stays 0)"),
-        (ctl.reference_reset_every == 0 or kl_on, "control.reference_reset_every",
-         "0 unless kl_coef > 0 or control.kl_in_reward (there is no reference to reset)"),
-        (not ctl.reset_optimizer or ctl.reference_reset_every > 0, "control.reset_optimizer",
-         "false unless control.reference_reset_every > 0 (it acts at the resets)"),
-        # The bonus must not lift a wrong answer over the correct-set threshold (rewards > 0.5).
-        (c.format_score + c.explore.ucb_coef < 0.5, "explore.ucb_coef",
-         f"a number below 0.5 - format_score ({c.format_score})"),
-    )
-    # fmt: on
-    for holds, key, expect in rules:
-        require(holds, key, operator.attrgetter(key)(c), expect)
 
 
 def _validate_hyper(c: TrainConfig) -> None:
