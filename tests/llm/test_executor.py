@@ -5,7 +5,6 @@ Ray instance up, gives a job that trains on CUDA a GPU; and the executor's error
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -18,6 +17,7 @@ from llm.orchestrate.executor import check_executor, map_jobs, ray_task_options
 from llm.orchestrate.jobs import Job
 from llm.orchestrate.sweep import run_sweep, unit_gpus
 from llm.orchestrate.sweep_spec import load_sweep
+from tests.llm import ray_jobs
 from tests.llm.test_sweep import _write
 
 # What differs between two identical sweeps run apart: wall-clock times and where they ran.
@@ -67,28 +67,14 @@ def test_ray_sweep_matches_local(tmp_path, tiny_model_path, ray_local):
     assert again["reused"] == {"runs": 2, "of": 2, "evals": 5, "evals_of": 5}
 
 
-def _square_after(job: tuple[int, float]) -> int:
-    """Module level: Ray's workers import it from this file."""
-    x, seconds = job
-    time.sleep(seconds)
-    return x * x
-
-
-def _fail_one(job: int) -> int:
-    if job == 1:
-        raise ValueError("job 1 failed")
-    time.sleep(60)
-    return job
-
-
 def test_ray_keeps_job_order_and_fails_fast(ray_local):
     jobs = [(0, 0.6), (1, 0.0), (2, 0.3), (3, 0.0)]  # finish out of order
-    out = map_jobs(_square_after, jobs, workers=2, progress=False, desc="", name=str,
+    out = map_jobs(ray_jobs.square_after, jobs, workers=2, progress=False, desc="", name=str,
                    executor="ray")  # fmt: skip
     assert out == [0, 1, 4, 9]
     start = time.perf_counter()
     with pytest.raises(ValueError, match="job 1 failed") as err:
-        map_jobs(_fail_one, [0, 1, 2, 3], workers=2, progress=False, desc="", name=str,
+        map_jobs(ray_jobs.fail_one, [0, 1, 2, 3], workers=2, progress=False, desc="", name=str,
                  executor="ray")  # fmt: skip
     assert type(err.value) is ValueError and str(err.value) == "job 1 failed"  # the job's own
     assert time.perf_counter() - start < 30  # the others were cancelled, not waited for
@@ -100,12 +86,6 @@ def _unit(device: str) -> list[Job]:
     return [Job(device, None, 0, cfg, "unused", "", [], [], {}, False)]
 
 
-def _gpus_seen(unit: list[Job]) -> tuple[str, list, str | None]:
-    import ray  # inside the Ray task: what the scheduler gave it
-
-    return unit[0].name, ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
-
-
 def test_ray_asks_a_gpu_for_a_job_that_trains_on_cuda(ray_local):
     units = [_unit("cuda"), _unit("cpu"), _unit("cuda:0")]
     assert [unit_gpus(u) for u in units] == [1.0, 0.0, 1.0]
@@ -113,8 +93,12 @@ def test_ray_asks_a_gpu_for_a_job_that_trains_on_cuda(ray_local):
     assert ray_task_options(units[1], 2, None) == {"num_cpus": 2, "num_gpus": 0.0}
     with pytest.raises(ValueError, match="expected >= 0"):
         ray_task_options(units[1], 1, lambda u: -1)
-    seen = map_jobs(_gpus_seen, units, workers=2, progress=False, desc="", name=str,
-                    executor="ray", gpus_per_job=unit_gpus)  # fmt: skip
+    # The jobs Ray runs are the units' names (a unit's module imports torch in every Ray worker);
+    # the GPUs asked for are the units' own (`unit_gpus`), as a sweep asks.
+    by_name = {u[0].name: u for u in units}
+    seen = map_jobs(ray_jobs.gpus_seen, list(by_name), workers=2, progress=False, desc="",
+                    name=str, executor="ray",
+                    gpus_per_job=lambda name: unit_gpus(by_name[name]))  # fmt: skip
     # The CUDA jobs got the instance's one GPU (one after the other), the CPU job none.
     assert [(n, len(ids)) for n, ids, _ in seen] == [("cuda", 1), ("cpu", 0), ("cuda:0", 1)]
     assert seen[0][2] == "0" and seen[2][2] == "0" and seen[1][2] in ("", None)
