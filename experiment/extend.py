@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from experiment import frontier, report, store
+from experiment import frontier, report, schema, store
 from experiment import study as S
 from experiment import study_report as R
 from experiment.reread import (
@@ -169,7 +169,7 @@ def read_methods(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, str]
             entries, an entry that is not a table, or an unknown ``claim``.
     """
     path = Path(path)
-    doc = store.read_toml(path)
+    doc = schema.read_toml(path)
     unknown = sorted(set(doc) - set(METHOD_FILE_KEYS))
     if unknown:
         raise ValueError(f"{path}: unknown key(s) {unknown}: a methods file holds [[methods]] "

@@ -10,7 +10,10 @@ On that metadata, one engine: `check_fields` (one validation loop, errors naming
 `describe` (every key with its default, help and accepted values), `from_dict` (a dataclass tree
 from a parsed TOML document, unknown keys named), `build` (one checked table of a file),
 `parse_value` and `apply_overrides` (the ``--set KEY=VALUE`` of a command line), `toml_value`
-(writing values back). Every error is a ``ValueError`` whose message names the key.
+(writing values back). Around it, the rest of reading a config file: `read_toml`, `config_error`
+(an error named with the file and the key's line), `removed`, `refuse_moved` and `migrate_moved`
+(removed spellings), and `check_hyper` (a shaping method's hyper-parameters, both legs). Every
+error is a ``ValueError`` whose message names the key.
 """
 
 from __future__ import annotations
@@ -23,13 +26,19 @@ import functools
 import inspect
 import itertools
 import math
+import os
 import re
 import textwrap
 import tomllib
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import field
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+import shaping
 
 __all__ = [
     "NOUNS",
@@ -37,20 +46,28 @@ __all__ = [
     "apply_pairs",
     "build",
     "check_fields",
+    "check_hyper",
+    "config_error",
     "default_of",
     "describe",
     "field_docs",
     "from_dict",
     "meta",
+    "migrate_moved",
     "option",
     "options",
     "parse_value",
+    "read_toml",
+    "refuse_moved",
+    "removed",
     "require",
     "rule_text",
     "tables",
     "toml_value",
     "value_ok",
 ]
+
+_PathLike = str | os.PathLike[str]
 
 
 def meta(
@@ -430,3 +447,172 @@ def toml_value(v: object) -> str:
     if isinstance(v, dict):
         return "{" + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + "}"
     raise ValueError(f"cannot write {type(v).__name__} {v!r} to TOML")
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a TOML file, naming a key's line; removed spellings; a method's [hyper]
+
+
+def read_toml(path: _PathLike) -> dict[str, Any]:
+    """The parsed TOML file.
+
+    Raises:
+        ValueError: invalid TOML, or a file that is not UTF-8 text (the message names the file
+            and the line).
+        OSError: the file cannot be read.
+    """
+    data = Path(path).read_bytes()
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}, line {line}: not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start}); "
+            "a TOML file is UTF-8"
+        ) from None
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{path}: invalid TOML: {e}") from None
+
+
+_KEY = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*")
+
+
+def _key_line(text: str, key: str) -> int | None:
+    """The line (1-based) of the TOML file `text` that sets the dotted `key` (``steps``,
+    ``optim.lr``; a table's own line or ``table.name = ...``), or None."""
+    *tables, name = key.split(".")
+    table, want = "", ".".join(tables)
+    for i, line in enumerate(text.splitlines(), 1):
+        head = line.split("#", 1)[0].strip()
+        if head.startswith("["):
+            table = head.strip("[] ")
+            continue
+        lhs = head.split("=", 1)[0].strip() if "=" in head else ""
+        full = f"{table}.{lhs}" if table else lhs
+        if lhs and (full == key or (table == want and lhs == name)):
+            return i
+    return None
+
+
+def config_error(path: _PathLike, err: Exception, given: Iterable[str] = ()) -> ValueError:
+    """`err`, a value error of the config file `path` whose message starts with the key
+    (``optim.lr: expected ...``), as a ValueError naming the file and, when the file sets that
+    key, its line: ``PATH, line N: optim.lr: expected ...``. A key in `given` (set by ``--set``,
+    not by the file) gets no line."""
+    text = str(err)
+    where = str(path)
+    m = _KEY.match(text)
+    if m is not None and m.group(0) not in set(given):
+        try:
+            line = _key_line(Path(path).read_text(encoding="utf-8"), m.group(0))
+        except (OSError, ValueError):
+            line = None
+        if line is not None:
+            where += f", line {line}"
+    return ValueError(f"{where}: {text}")
+
+
+def removed(old: str, new: str) -> NoReturn:
+    """The error for a key whose old spelling was removed (issue 42: accepted with a warning for
+    one release, then refused): one line that names the key replacing it.
+
+    Raises:
+        ValueError: always, ``OLD: removed; write NEW``.
+    """
+    raise ValueError(f"{old}: removed; write {new}")
+
+
+def refuse_moved(doc: Mapping[str, Any], moves: Mapping[str, str]) -> None:
+    """Refuse (`removed`) the first old key of `moves` present in `doc`: a top-level ``key`` or a
+    table's ``table.key`` (one level), each mapped to the key that replaced it.
+
+    Raises:
+        ValueError: ``OLD: removed; write NEW``.
+    """
+    for old, new in moves.items():
+        table, _, key = old.rpartition(".")
+        holder = doc.get(table) if table else doc
+        if isinstance(holder, Mapping) and key in holder:
+            removed(old, new)
+
+
+def migrate_moved(
+    doc: Mapping[str, Any], moves: Mapping[str, str]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """`doc` with every old key of `moves` present in it moved to the key that replaced it (a
+    top-level ``key`` or a table's ``table.key``, one level, as `refuse_moved` reads them), and
+    the moves made, ``{old: new}`` in `moves`' order. The value is moved as it is: a removed
+    spelling names the same setting as its replacement, so a document written before the rename
+    means what it meant then. `doc` is not changed.
+
+    For files written by the program before a rename (a run folder's saved config); a file a
+    person writes is refused instead (`refuse_moved`).
+
+    Raises:
+        ValueError: an old key and the key that replaced it both set (``OLD and NEW: both
+            set``), or a new key's table that is not a table.
+    """
+    out = copy.deepcopy(dict(doc))
+    made: dict[str, str] = {}
+    for old, new in moves.items():
+        table, _, key = old.rpartition(".")
+        holder = out.get(table) if table else out
+        if not (isinstance(holder, dict) and key in holder):
+            continue
+        new_table, _, new_key = new.rpartition(".")
+        target = out.setdefault(new_table, {}) if new_table else out
+        if not isinstance(target, dict):
+            raise ValueError(f"{new_table}: {target!r} is not a table; cannot move {old} to {new}")
+        if new_key in target:
+            raise ValueError(f"{old} and {new}: both set; keep one")
+        target[new_key] = holder.pop(key)
+        made[old] = new
+    return out, made
+
+
+def check_hyper(
+    method: str,
+    hyper: Mapping[str, Any],
+    *,
+    where: str,
+    group_size: int = 2,
+    num_candidates: int = 1,
+) -> None:
+    """Check the values `hyper` of the shaping method `method`'s hyper-parameters: each name is
+    one of its hyper-parameters, each value has the type of its default (a float default takes
+    any finite number, an int default an integer, ...), then the method runs once on a tiny batch
+    (B = 1, G = `group_size`, T = 2, `num_candidates` candidates per token) so that its own rules
+    apply: its declared bounds (``shaping.METHODS[method].bounds``: ``gamma_p >= 0``, ``kl_coef
+    >= 0``, ``alpha in [0, 1]``, ...), choices, integers (``top_n >= 1``) and ``k <= G``. The one
+    check of both drivers' settings (`llm.config.validate`, `toymdp.sweep_spec.parse_config`).
+
+    Args:
+        where: the settings' place, the prefix of every key in the errors (``hyper``,
+            ``methods[ds_grpo]``).
+
+    Raises:
+        ValueError: ``WHERE.KEY = VALUE: not a hyper-parameter ...``, ``WHERE.KEY: expected
+            TYPE ..., got VALUE``, or ``WHERE (METHOD): METHOD: KEY must be BOUND, got VALUE``
+            (the method's own rules).
+    """
+    m = shaping.METHODS[method]
+    for key, value in hyper.items():
+        if key not in m.defaults:
+            raise ValueError(
+                f"{where}.{key} = {value!r}: not a hyper-parameter of {method}; known: "
+                f"{sorted(m.defaults)}"
+            )
+        default = m.defaults[key]
+        if type(default) in NOUNS:
+            require(
+                value_ok(value, type(default), {}),
+                f"{where}.{key}",
+                value,
+                f"{rule_text(type(default), {})} (as {method}'s default {default!r})",
+            )
+    try:
+        needs = m.needs_for(**hyper)
+        batch = shaping.example_batch(needs, 1, group_size, 2, max(num_candidates, 1), np)
+        m.loss(batch, **hyper)
+    except ValueError as e:
+        raise ValueError(f"{where} ({method}): {e}") from None

@@ -40,12 +40,10 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
-
-import numpy as np
+from typing import Any
 
 import shaping
-from experiment.schema import NOUNS, apply_pairs, require, rule_text, value_ok
+from experiment.schema import apply_pairs, removed
 from experiment.schema import describe as describe_options
 
 __all__ = [
@@ -58,18 +56,14 @@ __all__ = [
     "apply_sets",
     "budget_difference",
     "check_budget",
-    "check_hyper",
     "confirmation_methods",
     "describe",
     "extend_checkpoints",
-    "migrate_moved",
     "parse_checkpoints",
     "parse_methods",
     "parse_reference",
     "parse_seeds",
     "parse_tune",
-    "refuse_moved",
-    "removed",
     "untune",
 ]
 
@@ -104,64 +98,6 @@ def describe(tables: Mapping[str, type], extra: Sequence[tuple[str, str]] = ()) 
     for name, cls in tables.items():
         lines += [f"{name}.{line}" for line in describe_options(cls).splitlines()]
     return "\n".join(lines)
-
-
-def removed(old: str, new: str) -> NoReturn:
-    """The error for a key whose old spelling was removed (issue 42: accepted with a warning for
-    one release, then refused): one line that names the key replacing it.
-
-    Raises:
-        ValueError: always, ``OLD: removed; write NEW``.
-    """
-    raise ValueError(f"{old}: removed; write {new}")
-
-
-def refuse_moved(doc: Mapping[str, Any], moves: Mapping[str, str]) -> None:
-    """Refuse (`removed`) the first old key of `moves` present in `doc`: a top-level ``key`` or a
-    table's ``table.key`` (one level), each mapped to the key that replaced it.
-
-    Raises:
-        ValueError: ``OLD: removed; write NEW``.
-    """
-    for old, new in moves.items():
-        table, _, key = old.rpartition(".")
-        holder = doc.get(table) if table else doc
-        if isinstance(holder, Mapping) and key in holder:
-            removed(old, new)
-
-
-def migrate_moved(
-    doc: Mapping[str, Any], moves: Mapping[str, str]
-) -> tuple[dict[str, Any], dict[str, str]]:
-    """`doc` with every old key of `moves` present in it moved to the key that replaced it (a
-    top-level ``key`` or a table's ``table.key``, one level, as `refuse_moved` reads them), and
-    the moves made, ``{old: new}`` in `moves`' order. The value is moved as it is: a removed
-    spelling names the same setting as its replacement, so a document written before the rename
-    means what it meant then. `doc` is not changed.
-
-    For files written by the program before a rename (a run folder's saved config); a file a
-    person writes is refused instead (`refuse_moved`).
-
-    Raises:
-        ValueError: an old key and the key that replaced it both set (``OLD and NEW: both
-            set``), or a new key's table that is not a table.
-    """
-    out = copy.deepcopy(dict(doc))
-    made: dict[str, str] = {}
-    for old, new in moves.items():
-        table, _, key = old.rpartition(".")
-        holder = out.get(table) if table else out
-        if not (isinstance(holder, dict) and key in holder):
-            continue
-        new_table, _, new_key = new.rpartition(".")
-        target = out.setdefault(new_table, {}) if new_table else out
-        if not isinstance(target, dict):
-            raise ValueError(f"{new_table}: {target!r} is not a table; cannot move {old} to {new}")
-        if new_key in target:
-            raise ValueError(f"{old} and {new}: both set; keep one")
-        target[new_key] = holder.pop(key)
-        made[old] = new
-    return out, made
 
 
 def _is_int(v: object) -> bool:
@@ -322,54 +258,6 @@ def parse_methods(
                 check_key(method, k, where)
         out.append(MethodEntry(method, label, fixed, tuple(points)))
     return tuple(out)
-
-
-def check_hyper(
-    method: str,
-    hyper: Mapping[str, Any],
-    *,
-    where: str,
-    group_size: int = 2,
-    num_candidates: int = 1,
-) -> None:
-    """Check the values `hyper` of the shaping method `method`'s hyper-parameters: each name is
-    one of its hyper-parameters, each value has the type of its default (a float default takes
-    any finite number, an int default an integer, ...), then the method runs once on a tiny batch
-    (B = 1, G = `group_size`, T = 2, `num_candidates` candidates per token) so that its own rules
-    apply: its declared bounds (``shaping.METHODS[method].bounds``: ``gamma_p >= 0``, ``kl_coef
-    >= 0``, ``alpha in [0, 1]``, ...), choices, integers (``top_n >= 1``) and ``k <= G``. The one
-    check of both drivers' settings (`llm.config.validate`, `toymdp.sweep_spec.parse_config`).
-
-    Args:
-        where: the settings' place, the prefix of every key in the errors (``hyper``,
-            ``methods[ds_grpo]``).
-
-    Raises:
-        ValueError: ``WHERE.KEY = VALUE: not a hyper-parameter ...``, ``WHERE.KEY: expected
-            TYPE ..., got VALUE``, or ``WHERE (METHOD): METHOD: KEY must be BOUND, got VALUE``
-            (the method's own rules).
-    """
-    m = shaping.METHODS[method]
-    for key, value in hyper.items():
-        if key not in m.defaults:
-            raise ValueError(
-                f"{where}.{key} = {value!r}: not a hyper-parameter of {method}; known: "
-                f"{sorted(m.defaults)}"
-            )
-        default = m.defaults[key]
-        if type(default) in NOUNS:
-            require(
-                value_ok(value, type(default), {}),
-                f"{where}.{key}",
-                value,
-                f"{rule_text(type(default), {})} (as {method}'s default {default!r})",
-            )
-    try:
-        needs = m.needs_for(**hyper)
-        batch = shaping.example_batch(needs, 1, group_size, 2, max(num_candidates, 1), np)
-        m.loss(batch, **hyper)
-    except ValueError as e:
-        raise ValueError(f"{where} ({method}): {e}") from None
 
 
 def parse_seeds(value: object) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from experiment import estimand, store
+from experiment import estimand, schema
 
 __all__ = [
     "CPU_FLAGS",
@@ -243,7 +243,7 @@ def provenance(config_path: str | Path, numerics_tag: str) -> dict[str, str]:
     """A study's provenance: the config file, the SHA-256 of its parsed content, the git commit,
     the CPU model and its `cpu_id`, and the numerics level (`numerics.tag()`, passed by the
     leg)."""
-    text = json.dumps(store.read_toml(config_path), sort_keys=True, default=str)
+    text = json.dumps(schema.read_toml(config_path), sort_keys=True, default=str)
     return {"config": str(config_path), "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "git_commit": git_commit(), "cpu": cpu_model(), "cpu_id": cpu_id(),
             "numerics": numerics_tag}  # fmt: skip

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import numerics
-from experiment import schema, store
+from experiment import schema
 from experiment import study as S
 from experiment import study_report as R
 from experiment.reread import write_study
@@ -72,7 +72,7 @@ def read_study(path: Path, spec_cls: type[C]) -> tuple[dict[str, Any], C]:
         ValueError: ``PATH: study.KEY ...`` for a bad ``[study]`` key or value; ``PATH: no
             [study] table`` for a file without one (a sweep file is not a study with defaults).
     """
-    doc = dict(store.read_toml(path))
+    doc = dict(schema.read_toml(path))
     if "study" not in doc:
         raise ValueError(f"{path}: no [study] table (a study file is a sweep file plus [study]; "
                          "a sweep alone runs with the sweep command)")  # fmt: skip

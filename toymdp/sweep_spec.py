@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import shaping
-from experiment import schema, spec, store
+from experiment import schema, spec
 from experiment.schema import meta, option
 from toymdp import train as T
 from toymdp.train import OPTIMIZERS
@@ -182,7 +182,7 @@ def _check_key(method: str, key: str, where: str) -> None:
 
 
 def _check_settings(entry: spec.MethodEntry, tr: TrainSpec, env: EnvSpec) -> None:
-    """Every setting of `entry` against its method's declared rules (`experiment.spec.check_hyper`,
+    """Every setting of `entry` against its method's declared rules (`experiment.schema.check_hyper`,
     the LLM sweep's check) and a swept ``lr`` against ``[train] lr``'s (``> 0``).
 
     Raises:
@@ -197,7 +197,7 @@ def _check_settings(entry: spec.MethodEntry, tr: TrainSpec, env: EnvSpec) -> Non
         # The candidates the toy computes (`toymdp.train.TrainConfig.num_candidates`).
         top_n = setting.get("top_n", default_n)
         n = min(top_n, env.num_actions) if schema.value_ok(top_n, int, {"ge": 1}) else 1
-        spec.check_hyper(
+        schema.check_hyper(
             entry.method, setting, where=where, group_size=tr.group_size, num_candidates=n
         )
 
@@ -217,7 +217,7 @@ def parse_config(doc: Mapping[str, Any], *, check_bounds: bool = True) -> SweepC
     unknown = sorted(set(doc) - set(TOP_KEYS))
     if unknown:
         raise ValueError(f"unknown key(s) {unknown}; known: {sorted(TOP_KEYS)}")
-    spec.refuse_moved(doc, {"train.seeds": "seeds", "train.eval_steps": "checkpoints",
+    schema.refuse_moved(doc, {"train.seeds": "seeds", "train.eval_steps": "checkpoints",
                             "frontier.reference": "reference"})  # fmt: skip
     env = parse_env(doc.get("env", {}))
     tr = parse_train(doc.get("train", {}))
@@ -247,7 +247,7 @@ def load_config(path: Path) -> SweepConfig:
     Raises:
         ValueError: naming the file and the bad key (TOML syntax errors included).
     """
-    doc = store.read_toml(path)
+    doc = schema.read_toml(path)
     try:
         return parse_config(doc)
     except ValueError as err:

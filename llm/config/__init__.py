@@ -40,9 +40,17 @@ from typing import Any
 
 import shaping
 from experiment import schema
-from experiment.schema import option, require
-from experiment.spec import check_hyper, migrate_moved, refuse_moved, removed
-from experiment.store import config_error, read_toml, write_text
+from experiment.schema import (
+    check_hyper,
+    config_error,
+    migrate_moved,
+    option,
+    read_toml,
+    refuse_moved,
+    removed,
+    require,
+)
+from experiment.store import write_text
 from llm.config.tables import (
     DISTINCT,
     ENTROPY_GATES,
@@ -270,7 +278,7 @@ OLD_KEYS: dict[str, str] = {
 count is ``samples`` from the TOML to the code (``eval.n_samples``). Each was accepted with a
 `FutureWarning` for one release; a config file, ``--set`` pair, keyword override or sweep setting
 that still spells one is refused with a one-line error naming the new key (`refuse_old_key`,
-`experiment.spec.removed`; issue 42). A run folder's saved ``config.toml``, written by the program,
+`experiment.schema.removed`; issue 42). A run folder's saved ``config.toml``, written by the program,
 is upgraded instead (`load_saved_config`, `llm.run.checkpoint.upgrade_run_config`: the value moves
 to the new key, the move is recorded in the folder; issue 53)."""
 
@@ -299,7 +307,7 @@ def refuse_old_key(key: str) -> str:
     """`key` (a ``KEY`` or ``TABLE.NAME``), unless it is a removed spelling of `OLD_KEYS`.
 
     Raises:
-        ValueError: ``OLD: removed; write NEW`` (`experiment.spec.removed`).
+        ValueError: ``OLD: removed; write NEW`` (`experiment.schema.removed`).
     """
     if key in OLD_KEYS:
         removed(key, OLD_KEYS[key])
@@ -394,7 +402,7 @@ def source_error(
     """`err`, a value error whose message starts with the key (``optim.lr: expected ...``), named
     by where the value came from: ``--set optim.lr: expected ...`` for a key of `sets` (the
     ``--set`` pairs' keys), else the config file `path` and the key's line
-    (`experiment.store.config_error`; a key of `given`, set otherwise than by the file, gets no
+    (`experiment.schema.config_error`; a key of `given`, set otherwise than by the file, gets no
     line), else `err`'s message alone (no file)."""
     text = str(err)
     key = text.split(":", 1)[0].strip()
@@ -406,7 +414,7 @@ def source_error(
 def load_saved_config(path: str | os.PathLike[str]) -> tuple[TrainConfig, dict[str, str]]:
     """A run folder's saved ``config.toml`` (written by the program, `save_config`), with every
     removed spelling of `OLD_KEYS` moved to the key that replaced it
-    (`experiment.spec.migrate_moved`: the value moves as it is, so the config means what it meant
+    (`experiment.schema.migrate_moved`: the value moves as it is, so the config means what it meant
     when it was saved), and the moves made, ``{old: new}`` (empty for a current file). What a
     person writes is refused instead (`load_config`); `llm.run.checkpoint.upgrade_run_config`
     rewrites the folder and records the moves.

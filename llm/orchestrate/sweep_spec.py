@@ -34,6 +34,7 @@ from typing import Any
 
 import shaping
 from experiment import schema
+from experiment.schema import read_toml, refuse_moved
 from experiment.spec import (
     COMMON_KEYS,
     Budget,
@@ -43,12 +44,10 @@ from experiment.spec import (
     parse_methods,
     parse_reference,
     parse_seeds,
-    refuse_moved,
 )
 from experiment.spec import (
     describe as describe_keys,
 )
-from experiment.store import read_toml
 from llm.config import (
     MAX_EVAL_SAMPLES,
     OLD_KEYS,

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from experiment.spec import migrate_moved
+from experiment.schema import migrate_moved
 from llm.config import OLD_KEYS, config_from_dict, config_to_toml, load_saved_config
 from llm.orchestrate import sweep as sweep_module
 from llm.orchestrate.jobs import RUN_MARKER, _prepare

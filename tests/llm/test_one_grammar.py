@@ -155,7 +155,7 @@ TRAIN_CONFIGS = sorted(
 def test_every_config_validates_through_the_schema(path):
     """Train configs through `llm.config` (declared with `experiment.schema` options), sweep files
     through their driver (the shared grammar plus `experiment.schema`-declared tables), with no
-    removed spelling (`experiment.spec.removed`)."""
+    removed spelling (`experiment.schema.removed`)."""
     if path in TRAIN_CONFIGS:
         load_config(path)
     elif path.parent.name == "toy":

@@ -1,5 +1,5 @@
 """Issue 40: the toy sweep refuses the values its methods forbid, through the LLM sweep's check
-(`experiment.spec.check_hyper`), and every toy error is one line naming its file."""
+(`experiment.schema.check_hyper`), and every toy error is one line naming its file."""
 
 from __future__ import annotations
 
