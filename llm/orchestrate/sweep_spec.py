@@ -236,14 +236,7 @@ def sweep_from_dict(doc: Mapping[str, Any], *, root: str | os.PathLike[str] = ".
 
     # The run config's removed [eval] spellings (eval.n_samples) are the sweep's too.
     refuse_moved(doc, {k: v for k, v in OLD_KEYS.items() if k.startswith("eval.")})
-    try:
-        ev = schema.from_dict(SweepEval, doc.get("eval", {}))
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"eval: {e}") from None
-    try:
-        schema.check_fields(ev)
-    except ValueError as e:
-        raise ValueError(f"eval.{e}") from None
+    ev = schema.build(SweepEval, "eval", doc.get("eval", {}))
     samples = ev.samples or base_cfg.eval.samples
     ks = ev.ks or k_values(samples)
     if max(ks) > samples:

@@ -402,3 +402,16 @@ def test_the_stacked_sampler_needs_the_transformers_backend():
         config_from_dict(raw)
     with pytest.raises(ValueError, match=r"eval\.sampler: expected one of"):
         config_from_dict({"eval": {"sampler": "vllm"}})
+
+
+def test_every_train_config_is_valid_a_replace_included():
+    """`TrainConfig.__post_init__` checks each construction: a `dataclasses.replace` that breaks a
+    field's rule or a rule between fields raises, naming the key, as a file would."""
+    cfg = config_from_dict({})
+    with pytest.raises(ValueError, match=r"^template: expected one of"):
+        dataclasses.replace(cfg, template="no-such-template")
+    with pytest.raises(ValueError, match=r"^control\.adaptive_kl: expected false unless kl_coef"):
+        dataclasses.replace(cfg, control=dataclasses.replace(cfg.control, adaptive_kl=True))
+    with pytest.raises(ValueError, match=r"^steps: expected an integer >= 1, got 0$"):
+        TrainConfig(steps=0)
+    assert dataclasses.replace(cfg, steps=3).steps == 3
