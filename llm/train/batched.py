@@ -1,4 +1,6 @@
-"""Batched runs (issue 22): R training runs of one base model as one program.
+"""Batched runs (issue 22): R training runs of one base model as one program, the stacked engine of
+the one training loop (`llm.train.loop.train_loop`: this module brings the sampling and the
+gradient pass).
 
 Each run keeps everything a run of `llm.train.trainer.train` has: its own model (a transformers
 `LlamaForCausalLM`), AdamW, schedule, data position, seed, run folder, metrics.jsonl and atomic
@@ -28,30 +30,30 @@ ProGRPO's prompt log-probs). Anything else trains alone in its own process (`llm
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 import shaping
 from llm.config import TrainConfig
-from llm.data import data_indices, drop_long_prompts, load_train_problems
+from llm.data import data_indices
+from llm.eval.diversity import load_encoder
 from llm.model.forward import PolicyOutputs, slice_outputs
-from llm.model.load import load_model_and_tokenizer, load_policy_and_reference
+from llm.model.load import load_model, load_model_and_tokenizer
 from llm.model.stacked import StackedLM, check_stackable
 from llm.rollout.base import Sampling, stop_token_ids
 from llm.rollout.stacked import left_pad, sample_groups
 from llm.run.checkpoint import (
-    CheckpointState,
     MetricsLogger,
     find_resume_checkpoint,
+    reference_folder,
     restore_checkpoint,
-    save_checkpoint,
+    trainer_extra,
     weights_folder,
 )
 from llm.run.distributed import DistInfo
@@ -63,10 +65,12 @@ from llm.run.folder import (
     claim_run_folder,
 )
 from llm.tasks import TASKS
-from llm.train.behaviour import BehaviourBatch, behaviour_batch, sampler_is_behaviour
+from llm.train.behaviour import BehaviourBatch, sampler_is_behaviour
+from llm.train.control import Controls
+from llm.train.loop import Engine, Rollout, Run, problems_of, train_loop
 from llm.train.rollout_step import score, step_seed
 from llm.train.trainer import start_run
-from llm.train.update import UpdateResult, leaf_gradients, make_optimizer, step_metrics
+from llm.train.update import UpdateResult, leaf_gradients, make_optimizer
 
 __all__ = [
     "PER_RUN",
@@ -264,10 +268,13 @@ def _update_runs(
     behaviours: Sequence[BehaviourBatch],
     cfgs: Sequence[TrainConfig],
     step: int,
+    hypers: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[UpdateResult]:
-    """`llm.train.update.update_policy` of every run, the gradient passes stacked."""
+    """`llm.train.update.update_policy` of every run, the gradient passes stacked; `hypers`
+    (default: each config's ``loss_hyper``) are the runs' hyper-parameters of this step."""
     cfg0 = cfgs[0]
-    needs = [shaping.METHODS[c.method].needs_for(**c.loss_hyper) for c in cfgs]
+    hypers = [c.loss_hyper for c in cfgs] if hypers is None else hypers
+    needs = [shaping.METHODS[c.method].needs_for(**h) for c, h in zip(cfgs, hypers, strict=True)]
     want_entropy = any("entropy" in n for n in needs)
     cand_n = max((c.n_candidates for c, n in zip(cfgs, needs, strict=True)
                   if "cand_logp" in n), default=0)  # fmt: skip
@@ -296,7 +303,7 @@ def _update_runs(
                 optimizers[i].zero_grad(set_to_none=True)
                 fixed = {k: v[start:stop] for k, v in beh.fixed.items()}
                 loss, metrics, _, leaves = leaf_gradients(
-                    fixed, currents[i], method=cfg.method, hyper=cfg.loss_hyper
+                    fixed, currents[i], method=cfg.method, hyper=hypers[i]
                 )
                 losses.append((loss, metrics))
                 leaf_grads.append(leaves)
@@ -429,105 +436,85 @@ def _train_batch(
     cfg0 = cfgs[0]
     for cfg, out in zip(cfgs, outs, strict=True):
         start_run(cfg, out, resume=resume, info=info)
-    models, optimizers, schedulers, starts, positions = [], [], [], [], []
-    ref_model = None
-    if any(c.kl_coef > 0 for c in cfgs):
-        ref_model, _ = load_model_and_tokenizer(cfg0.model_path, "cpu")
-        ref_model.requires_grad_(False)
-    tokenizer = None
+    base_ref = None  # the base model, the KL reference of every run that has not reset its own
+    if any(c.uses_reference for c in cfgs):
+        base_ref, _ = load_model_and_tokenizer(cfg0.model_path, "cpu")
+        base_ref.requires_grad_(False)
+    encoder = load_encoder("cpu") if any(_needs(c) & {"diversity"} for c in cfgs) else None
+    runs, starts = [], []
     for cfg, out in zip(cfgs, outs, strict=True):
         ckpt = find_resume_checkpoint(out, cfg.steps) if resume else None
-        model, tokenizer, _ = load_policy_and_reference(
-            dataclasses.replace(cfg, kl_coef=0.0), weights_folder(ckpt, cfg.model_path), "cpu"
-        )
+        saved = trainer_extra(ckpt)
+        model, tokenizer = load_model_and_tokenizer(weights_folder(ckpt, cfg.model_path), "cpu")
         optimizer, scheduler = make_optimizer(cfg, model)
         start, position = restore_checkpoint(ckpt, model, optimizer, scheduler, info)
-        models.append(model)
-        optimizers.append(optimizer)
-        schedulers.append(scheduler)
+        ref = base_ref if cfg.uses_reference else None
+        if ref is not None and cfg.control.reference_reset_every:  # its own, reset in place
+            folder = reference_folder(ckpt, saved)
+            ref = copy.deepcopy(base_ref) if folder is None else load_model(folder, "cpu")
+            ref.requires_grad_(False)
+        runs.append(Run(cfg, out, model, tokenizer, optimizer, scheduler, position,
+                        Controls.start(cfg, saved, ckpt), _needs(cfg), ref, encoder))  # fmt: skip
         starts.append(start)
-        positions.append(position)
     if len(set(starts)) != 1:
         raise ValueError(f"resume: the runs stopped at different steps {starts}; resume them "
                          "one by one (or in batches of equal steps)")  # fmt: skip
+    models = [run.policy for run in runs]
     check_stackable(models)
     lm = StackedLM(models)
-    problems = load_train_problems(cfg0, tokenizer)
-    if cfg0.rollout.max_prompt_tokens > 0:
-        problems = drop_long_prompts(problems, cfg0, tokenizer)
+    problems = problems_of(cfg0, tokenizer)
     task = TASKS[cfg0.task]
     # The prompts' width is fixed by the problem set, so a run's arithmetic does not depend on
     # which other runs share its batch.
     width = left_pad(tokenizer, [task.prompt(p, cfg0.template) for p in problems])[0].shape[1]
     stops = stop_token_ids(tokenizer, cfg0.model_path)
-    needs = [shaping.METHODS[c.method].needs_for(**c.loss_hyper) for c in cfgs]
-    sampler_stats = sampler_is_behaviour(cfg0, needs[0])
+    for run in runs:
+        run.stop_ids = stops
+        run.logger = MetricsLogger(run.out, tensorboard=run.cfg.run.tensorboard,
+                                   start_step=starts[0])  # fmt: skip
+    # The sampler's statistics serve the runs whose behaviour they are; the others (ProGRPO's
+    # prompt log-probs) take the behaviour pass, so no run depends on its batch-mates.
+    sampler_stats = any(sampler_is_behaviour(r.cfg, r.needs) for r in runs)
     n_cand = max(c.n_candidates for c in cfgs)
-    loggers = [MetricsLogger(out, tensorboard=c.run.tensorboard, start_step=starts[0])
-               for c, out in zip(cfgs, outs, strict=True)]  # fmt: skip
-    histories: list[list[dict[str, float]]] = [[] for _ in cfgs]
-    last = cfg0.steps if stop_after is None else min(cfg0.steps, stop_after)
-    bar = tqdm(range(starts[0] + 1, last + 1), disable=not progress,
-               desc=f"train {len(cfgs)} runs")  # fmt: skip
     b = cfg0.rollout.prompts_per_step
     sampling = Sampling(
         cfg0.rollout.max_new_tokens, temperature=cfg0.rollout.temperature,
         top_p=cfg0.rollout.top_p, top_n=n_cand if sampler_stats else 0, want_entropy=sampler_stats,
     )  # fmt: skip
-    try:
-        for step in bar:
-            t0 = time.perf_counter()
-            batch_problems = []
-            for i, cfg in enumerate(cfgs):
-                idx = data_indices(positions[i], b, len(problems), cfg.data.seed)
-                positions[i] += b
-                batch_problems.append([problems[j] for j in idx])
-            generators = [torch.Generator().manual_seed(step_seed(c.seed, step)) for c in cfgs]
-            rolls = sample_groups(
-                lm, tokenizer, [[task.prompt(p, cfg0.template) for p in ps]
-                                for ps in batch_problems],
-                cfg0.rollout.group_size, sampling, generators=generators, stop_token_ids=stops,
-                prompt_width=width,
-            )  # fmt: skip
-            t_roll = time.perf_counter()
-            behaviours = []
-            for i, cfg in enumerate(cfgs):
-                roll = rolls[i]
-                if roll.cand_ids is not None and cfg.n_candidates < n_cand:
-                    roll = dataclasses.replace(
-                        roll, cand_ids=roll.cand_ids[..., : cfg.n_candidates],
-                        cand_logp=roll.cand_logp[..., : cfg.n_candidates],
-                    )  # fmt: skip
-                rewards = score(roll, batch_problems[i], cfg, "cpu")
-                behaviours.append(behaviour_batch(
-                    models[i], ref_model if cfg.kl_coef > 0 else None, roll, rewards, cfg=cfg,
-                    needs=needs[i],
-                ))  # fmt: skip
-            t_old = time.perf_counter()
-            updates = _update_runs(lm, optimizers, schedulers, behaviours, cfgs, step)
-            t_end = time.perf_counter()
-            for i, cfg in enumerate(cfgs):
-                lr = schedulers[i].get_last_lr()[0]
-                metrics = step_metrics(
-                    behaviours[i], updates[i], cfg=cfg, hyper=cfg.loss_hyper, lr=lr, info=info
-                )
-                metrics.update({
-                    "time/rollout": t_roll - t0,
-                    "time/logprob": t_old - t_roll,
-                    "time/optim": t_end - t_old,
-                    "time/update": t_end - t_roll,
-                    "time/step": t_end - t0,
-                    "time/batch_runs": float(len(cfgs)),
-                    "charts/prompts_seen": float(positions[i]),
-                })  # fmt: skip
-                histories[i].append({"step": step, **metrics})
-                if step % cfg.run.log_every == 0 or step == cfg.steps:
-                    loggers[i].log(step, metrics)
-                if step == cfg.steps or (cfg.run.save_every and step % cfg.run.save_every == 0):
-                    state = CheckpointState(step, models[i], tokenizer, optimizers[i],
-                                            schedulers[i], positions[i])  # fmt: skip
-                    save_checkpoint(outs[i], state, info, last=step == cfg.steps)
-    finally:
-        for logger in loggers:
-            logger.close()
-    return histories
+
+    def sample(step: int, runs: Sequence[Run]) -> list[Rollout]:
+        """Every run's next B prompts, sampled in one stacked program (run r from its own
+        generator seeded by its seed and the step), and their rewards."""
+        batch_problems = []
+        for run in runs:
+            idx = data_indices(run.position, b, len(problems), run.cfg.data.seed)
+            run.position += b
+            batch_problems.append([problems[j] for j in idx])
+        generators = [torch.Generator().manual_seed(step_seed(r.cfg.seed, step)) for r in runs]
+        rolls = sample_groups(
+            lm, tokenizer, [[task.prompt(p, cfg0.template) for p in ps] for ps in batch_problems],
+            cfg0.rollout.group_size, sampling, generators=generators, stop_token_ids=stops,
+            prompt_width=width,
+        )  # fmt: skip
+        out = []
+        for run, ps, roll in zip(runs, batch_problems, rolls, strict=True):
+            n = run.cfg.n_candidates
+            if roll.cand_ids is not None and n < n_cand:
+                roll = dataclasses.replace(roll, cand_ids=roll.cand_ids[..., :n],
+                                           cand_logp=roll.cand_logp[..., :n])  # fmt: skip
+            out.append(Rollout(ps, roll, score(roll, ps, run.cfg, "cpu")))
+        return out
+
+    def update(step: int, runs: Sequence[Run], batches: Sequence[BehaviourBatch],
+               hypers: Sequence[Mapping[str, Any]]) -> list[UpdateResult]:  # fmt: skip
+        return _update_runs(lm, [r.optimizer for r in runs], [r.scheduler for r in runs],
+                            batches, cfgs, step, hypers)  # fmt: skip
+
+    engine = Engine(sample, update, metrics={"time/batch_runs": float(len(cfgs))})
+    last = cfg0.steps if stop_after is None else min(cfg0.steps, stop_after)
+    return train_loop(runs, engine, info=info, start=starts[0], last=last, progress=progress,
+                      desc=f"train {len(cfgs)} runs")  # fmt: skip
+
+
+def _needs(cfg: TrainConfig) -> frozenset[str]:
+    return frozenset(shaping.METHODS[cfg.method].needs_for(**cfg.loss_hyper))

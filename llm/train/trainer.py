@@ -1,6 +1,8 @@
 """GRPO-family trainer on torch + transformers, driven by `shaping.METHODS` (issue 5).
 
-`train` is one CleanRL-style loop; each block of a step lives in its own module:
+`train` is the process engine of the one training loop (`llm.train.loop.train_loop`): one run, in
+one process or a torchrun world, sampling through a rollout backend. Each block of a step lives in
+its own module:
 
 1. **rollout**: B prompts in a deterministic order (a permutation per data epoch seeded by
    ``(seed, epoch)``; prompts consumed = the resumable data position), G responses each with a
@@ -24,39 +26,33 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import random
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 import shaping
 from llm.config import TrainConfig, save_config
-from llm.data import data_indices, drop_long_prompts, load_train_problems, tiny_config
+from llm.data import data_indices, tiny_config
 from llm.eval.diversity import load_encoder
-from llm.model.load import (
-    load_policy_and_reference,
-)
+from llm.model.load import load_policy_and_reference
 from llm.model.tiny import BUILD_FILE, ensure_base_model
 from llm.rollout.backend import RolloutBackendLike, make_backend
 from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import (
     CONFIG_CHANGES,
-    CheckpointState,
     MetricsLogger,
     check_resume_config,
     find_resume_checkpoint,
     reference_folder,
     restore_checkpoint,
-    save_checkpoint,
     trainer_extra,
     weights_folder,
 )
@@ -78,15 +74,9 @@ from llm.run.folder import (
     snapshot_files,
 )
 from llm.train import control, rollout_step
-from llm.train.behaviour import (
-    behaviour_batch,
-    sampler_is_behaviour,
-)
-from llm.train.update import (
-    make_optimizer,
-    step_metrics,
-    update_policy,
-)
+from llm.train.behaviour import BehaviourBatch, sampler_is_behaviour
+from llm.train.loop import Engine, Rollout, Run, problems_of, train_loop
+from llm.train.update import UpdateResult, make_optimizer, update_policy
 
 # The names other modules, tests and benchmarks import from here stay importable from here.
 __all__ = ["start_run", "train"]
@@ -228,15 +218,12 @@ def _train(
     optimizer, scheduler = make_optimizer(cfg, policy)
     # Loads a sharded (FSDP2) checkpoint's weights too, so the engine is synced after it.
     start, position = restore_checkpoint(ckpt, policy, optimizer, scheduler, info)
-    ctl = control.Controls.start(cfg, saved, ckpt)
+    controls = control.Controls.start(cfg, saved, ckpt)
     if ckpt is not None:
         backend.sync_weights(model)  # an engine with its own copy starts from cfg.model_path
 
-    problems = load_train_problems(cfg, tokenizer)
-    if cfg.rollout.max_prompt_tokens > 0:
-        problems = drop_long_prompts(problems, cfg, tokenizer)
-    hyper = cfg.loss_hyper
-    needs = shaping.METHODS[cfg.method].needs_for(**hyper)
+    problems = problems_of(cfg, tokenizer)
+    needs = shaping.METHODS[cfg.method].needs_for(**cfg.loss_hyper)
     encoder = None
     if "diversity" in needs:  # the sentence encoder loads only for DSDR
         encoder = load_encoder(info.device)
@@ -249,110 +236,41 @@ def _train(
         stop_ids = getattr(backend, "stop_token_ids", None) or stop_token_ids(
             tokenizer, cfg.model_path
         )
-
     logger = (
         MetricsLogger(out, tensorboard=cfg.run.tensorboard, start_step=start)
         if info.is_main
         else None
     )
-    history: list[dict[str, float]] = []
+    run = Run(cfg, out, policy, tokenizer, optimizer, scheduler, position, controls, needs,
+              ref_model, encoder, stop_ids, logger)  # fmt: skip
+
+    def sample(step: int, runs: Sequence[Run]) -> list[Rollout]:
+        """This rank's share of the step's prompts, G responses each, and their rewards."""
+        if cfg.rollout.dynamic_sampling:  # DAPO: rounds of prompts until B mixed groups
+            batch_problems, roll, rewards, run.position, extra = rollout_step.dynamic_rollout(
+                backend, problems, run.position, cfg, info, step, sampler_stats,
+                tokenizer.pad_token_id,
+            )  # fmt: skip
+            return [Rollout(batch_problems, roll, rewards, extra)]
+        idx = data_indices(run.position, cfg.rollout.prompts_per_step, len(problems), cfg.data.seed)
+        run.position += cfg.rollout.prompts_per_step
+        batch_problems = [problems[i] for i in rank_share(idx, info, per_update)]
+        roll = rollout_step.rollout(backend, batch_problems, cfg, info, step, sampler_stats)
+        return [Rollout(batch_problems, roll, rollout_step.score(roll, batch_problems, cfg,
+                                                                 info.device))]  # fmt: skip
+
+    def update(step: int, runs: Sequence[Run], batches: Sequence[BehaviourBatch],
+               hypers: Sequence[Mapping[str, Any]]) -> list[UpdateResult]:  # fmt: skip
+        """mu passes over the mini-batches, one optimizer step each."""
+        return [update_policy(policy, optimizer, scheduler, batches[0], cfg=cfg, info=info,
+                              step=step, hyper=hypers[0])]  # fmt: skip
+
+    engine = Engine(sample, update, sync=lambda run: backend.sync_weights(model))
     last = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
-    steps = range(start + 1, last + 1)
-    bar = tqdm(steps, disable=not (progress and info.is_main), desc=f"train {cfg.method}")
     if started is not None:
         started["loop"] = True  # start-up checks passed: from here on the folder holds a run
-    try:
-        for step in bar:
-            # Rollout: this rank's share of the step's prompts, G responses each.
-            t0 = time.perf_counter()
-            extra: dict[str, float] = {}
-            if cfg.rollout.dynamic_sampling:  # DAPO: rounds of prompts until B mixed groups
-                batch_problems, roll, rewards, position, extra = rollout_step.dynamic_rollout(
-                    backend, problems, position, cfg, info, step, sampler_stats,
-                    tokenizer.pad_token_id,
-                )  # fmt: skip
-            else:
-                idx = data_indices(
-                    position, cfg.rollout.prompts_per_step, len(problems), cfg.data.seed
-                )
-                position += cfg.rollout.prompts_per_step
-                batch_problems = [problems[i] for i in rank_share(idx, info, per_update)]
-                roll = rollout_step.rollout(backend, batch_problems, cfg, info, step, sampler_stats)
-            t_roll = time.perf_counter()
-
-            # Score, then the behaviour batch: pi_old's view of the rollout, keys by the method.
-            if not cfg.rollout.dynamic_sampling:
-                rewards = rollout_step.score(roll, batch_problems, cfg, info.device)
-            if cfg.explore.ucb_coef > 0 or cfg.explore.batch_coef > 0:
-                rewards = control.explore_rewards(roll, rewards, cfg, ctl.answer_counts, extra)
-            t_behaviour = time.perf_counter()
-            diversity = rollout_step.diversity(roll, cfg, encoder) if "diversity" in needs else None
-            behaviour = behaviour_batch(
-                policy, ref_model, roll, rewards, cfg=cfg, needs=needs, diversity=diversity
-            )
-            t_old = time.perf_counter()
-
-            # Update: mu passes over the mini-batches, one optimizer step each, on the loss batch
-            # (KL penalty in the reward, overlong responses masked) with this step's KL and
-            # entropy coefficients.
-            step_hyper: Mapping[str, Any] = hyper
-            if cfg.control.kl_in_reward or cfg.control.adaptive_kl:
-                behaviour, step_hyper, ctl = control.kl_control(
-                    behaviour, ref_model, hyper, cfg, info, ctl, extra
-                )
-            loss_batch = behaviour
-            if cfg.rollout.mask_truncated:
-                loss_batch = control.mask_truncated(behaviour, cfg, stop_ids, info, extra)
-            if cfg.control.adaptive_entropy:
-                step_hyper, ctl = control.adapt_entropy(
-                    loss_batch, step_hyper, cfg, info, ctl, extra
-                )
-            update = update_policy(
-                policy, optimizer, scheduler, loss_batch, cfg=cfg, info=info, step=step,
-                hyper=step_hyper,
-            )  # fmt: skip
-            t_upd = time.perf_counter()
-
-            # Log and checkpoint.
-            lr = scheduler.get_last_lr()[0]
-            metrics = step_metrics(
-                behaviour, update, cfg=cfg, hyper=step_hyper, lr=lr, info=info,
-                chart_rewards=rewards if cfg.control.kl_in_reward else None,
-            )  # fmt: skip
-            metrics.update(extra)
-            backend.sync_weights(model)
-            every = cfg.control.reference_reset_every
-            if every and step % every == 0:  # ProRL: the reference becomes the policy
-                control.reset_reference(ref_model, policy)
-                ctl = dataclasses.replace(ctl, reference_step=step)
-                if cfg.control.reset_optimizer:
-                    optimizer.state.clear()
-            if every:
-                metrics["control/reference_step"] = float(ctl.reference_step)
-            t_end = time.perf_counter()
-            metrics.update(
-                {
-                    "time/logprob": t_old - t_behaviour,
-                    "time/optim": t_upd - t_old,
-                    "time/rollout": t_roll - t0,
-                    "time/update": t_end - t_roll,
-                    "time/step": t_end - t0,
-                    "charts/prompts_seen": float(position),
-                }
-            )
-            history.append({"step": step, **metrics})
-            if logger is not None and (step % cfg.run.log_every == 0 or step == cfg.steps):
-                logger.log(step, metrics)
-            bar.set_postfix(reward=f"{metrics['charts/reward_mean']:.3f}")
-            if step == cfg.steps or (cfg.run.save_every and step % cfg.run.save_every == 0):
-                reset = ref_model if (ctl.reference_step or 0) > 0 else None
-                state = CheckpointState(step, policy, tokenizer, optimizer, scheduler, position,
-                                        extra=ctl.state(), reference=reset)  # fmt: skip
-                save_checkpoint(out, state, info, last=step == cfg.steps)
-    finally:
-        if logger is not None:
-            logger.close()
-    return history
+    return train_loop([run], engine, info=info, start=start, last=last, progress=progress,
+                      desc=f"train {cfg.method}")[0]  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

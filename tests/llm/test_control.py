@@ -428,10 +428,10 @@ def _kl_config(model_path, **over):
 def _spy_steps(monkeypatch):
     """Record, per step, the behaviour batch the trainer built (rewards before any control) and
     the batch the update trained on."""
-    from llm.train import trainer
+    from llm.train import loop, trainer
 
     seen: list[dict] = []
-    build, update = trainer.behaviour_batch, trainer.update_policy
+    build, update = loop.behaviour_batch, trainer.update_policy
 
     def spy_build(*args, **kw):
         batch = build(*args, **kw)
@@ -442,7 +442,7 @@ def _spy_steps(monkeypatch):
         seen[-1]["trained"] = batch
         return update(policy, optimizer, scheduler, batch, **kw)
 
-    monkeypatch.setattr(trainer, "behaviour_batch", spy_build)
+    monkeypatch.setattr(loop, "behaviour_batch", spy_build)
     monkeypatch.setattr(trainer, "update_policy", spy_update)
     return seen
 
