@@ -648,19 +648,15 @@ def load_config(
         except ValueError as e:  # a removed spelling in the file: the file and its line
             raise config_error(path, e) from None
     raw = apply_overrides(raw, sets)
-    for key, value in overrides.items():
-        if value is None:
-            continue
+    by_set = [pair.split("=", 1)[0].strip() for pair in sets]
+    given = list(by_set)  # keys set otherwise than by the file
+    for key, value in ((k, v) for k, v in overrides.items() if v is not None):
+        given += [f"{key}.{k}" for k in value] if isinstance(value, dict) else [key]
         table, _, name = refuse_old_key(key).rpartition(".")
         target = raw.setdefault(table, {}) if table else raw
         if isinstance(value, dict) and isinstance(target.get(name), dict):
             value = {**target[name], **value}  # a table is merged, as by --set
         target[name] = value
-    by_set = [pair.split("=", 1)[0].strip() for pair in sets]
-    given = list(by_set)
-    for key, value in overrides.items():
-        if value is not None:
-            given += [f"{key}.{k}" for k in value] if isinstance(value, dict) else [key]
     try:
         return config_from_dict(raw)
     except ValueError as e:  # the file and the key's line, or --set for a key it gave
