@@ -23,9 +23,11 @@ same procedure; sweeps record which engine trained a run (``engine`` in ``sweep_
 
 Which runs can share a batch (`batch_key`): equal configs up to `PER_RUN` (seed, method,
 coefficients, KL, optimizer settings); which configs can be batched at all (`batchable`): the
-transformers backend on CPU in float32 without parallelism, a `StackedLM` architecture, and a
-method whose batch keys the batched path produces (not DSDR's sentence embeddings, not
-ProGRPO's prompt log-probs). Anything else trains alone in its own process (`llm.orchestrate.jobs`).
+transformers backend on CPU in float32 without parallelism or activation checkpointing, a
+`StackedLM` architecture, and no dynamic sampling (its resampling rounds differ between runs).
+Every method and every other control (`llm.train.loop`) trains in a batch as alone, to the bit
+(tests/llm/test_batched.py). Anything else trains alone in its own process
+(`llm.orchestrate.jobs`).
 """
 
 from __future__ import annotations
@@ -116,7 +118,6 @@ def batch_key(cfg: TrainConfig) -> str:
 
 def batchable(cfg: TrainConfig) -> str | None:
     """None when `cfg` can train in a batch, else the reason it cannot (module docstring)."""
-    needs = shaping.METHODS[cfg.method].needs_for(**cfg.loss_hyper)
     if cfg.rollout.backend != "transformers":
         return f"rollout.backend {cfg.rollout.backend!r} (transformers only)"
     if cfg.system.device != "cpu":
@@ -127,20 +128,8 @@ def batchable(cfg: TrainConfig) -> str | None:
         return f"system.parallel {cfg.system.parallel!r}"
     if cfg.system.gradient_checkpointing:
         return "system.gradient_checkpointing"
-    if "diversity" in needs:
-        return f"method {cfg.method!r} needs sentence-embedding diversity"
-    if "prompt_logp" in needs:
-        return f"method {cfg.method!r} needs prompt log-probs"
-    if cfg.rollout.dynamic_sampling or cfg.rollout.mask_truncated:
-        return "rollout.dynamic_sampling / rollout.mask_truncated (the process trainer's)"
-    if cfg.control.adaptive_entropy:
-        return "control.adaptive_entropy (the process trainer's)"
-    if cfg.control.kl_in_reward or cfg.control.adaptive_kl:
-        return "control.kl_in_reward / control.adaptive_kl (the process trainer's)"
-    if cfg.control.reference_reset_every:
-        return "control.reference_reset_every (the process trainer's)"
-    if cfg.explore.ucb_coef > 0 or cfg.explore.batch_coef > 0:
-        return "explore bonuses (the process trainer's)"
+    if cfg.rollout.dynamic_sampling:
+        return "rollout.dynamic_sampling (the process trainer's: rounds differ between runs)"
     return None
 
 

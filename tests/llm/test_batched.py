@@ -25,7 +25,7 @@ from llm.rollout.base import stop_token_ids
 from llm.rollout.hf import sequence_logp
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.rollout.stacked import filter_logits, left_pad, sample_groups
-from llm.run.checkpoint import latest_checkpoint
+from llm.run.checkpoint import latest_checkpoint, trainer_extra
 from llm.run.distributed import DistInfo
 from llm.tasks import generate_problems
 from llm.train.batched import (
@@ -311,6 +311,78 @@ def test_a_run_of_a_batch_is_the_run_alone_to_the_bit(tmp_path):
     assert min(lengths) < 12  # responses ended early, at lengths that differ between runs
 
 
+_CONTROLS = {
+    "entropy_mask_explore": {"control": {"adaptive_entropy": True, "entropy_gate": "trl"},
+                             "explore": {"ucb_coef": 0.2, "batch_coef": 0.1},
+                             "rollout.mask_truncated": True},
+    "kl_in_reward_reset": {"kl_coef": 0.01, "control": {"kl_in_reward": True, "adaptive_kl": True,
+                                                        "reference_reset_every": 2}},
+}  # fmt: skip
+
+
+def _with_tables(model_path, over):
+    """`tests.llm.test_trainer`'s config with whole ``control`` and ``explore`` tables set."""
+    tables = {k: over.pop(k) for k in ("control", "explore") if k in over}
+    cfg = trainer_config(model_path, **over)
+    return dataclasses.replace(
+        cfg, **{t: dataclasses.replace(getattr(cfg, t), **kv) for t, kv in tables.items()}
+    )
+
+
+@pytest.mark.parametrize("controls", sorted(_CONTROLS))
+def test_controls_of_a_batch_run_as_alone_to_the_bit(controls, tiny_model_path, tmp_path):
+    """The loop's controls (`llm.train.loop`: exploration bonuses, overlong masking, the adaptive
+    entropy and KL coefficients, the KL penalty in the reward, the reference reset) act on each
+    run of a batch as on the run alone: metrics, weights, control state and reset reference equal
+    to the bit; and a killed batch resumes as if uninterrupted."""
+    over = {"steps": 3, "save_every": 2, "max_new_tokens": 8}
+    cfgs = [
+        _with_tables(tiny_model_path, {"method": "grpo", "seed": 0, **over,
+                                       **copy.deepcopy(_CONTROLS[controls])}),
+        _with_tables(tiny_model_path, {"method": "ds_grpo", "seed": 1, **over,
+                                       **copy.deepcopy(_CONTROLS[controls])}),
+    ]  # fmt: skip
+    assert all(batchable(c) is None for c in cfgs)
+    train_batch(cfgs, [tmp_path / "b0", tmp_path / "b1"])
+    for i, cfg in enumerate(cfgs):
+        train_batch([cfg], [tmp_path / f"a{i}"])
+        _assert_same_run(tmp_path / f"b{i}", tmp_path / f"a{i}")
+    assert any(k.startswith("control/") for k in _metrics(tmp_path / "b0")[-1])
+    killed = [tmp_path / "k0", tmp_path / "k1"]
+    train_batch(cfgs, killed, stop_after=2)
+    train_batch(cfgs, killed, resume=True)
+    for i in range(2):
+        _assert_same_run(tmp_path / f"b{i}", killed[i])
+
+
+@pytest.mark.parametrize("method", ["dsdr", "progrpo"])
+def test_methods_with_their_own_batch_keys_run_in_a_batch_as_alone(method, tiny_model_path,
+                                                                   tmp_path):  # fmt: skip
+    """DSDR (sentence-embedding diversity) and ProGRPO (prompt log-probs: its behaviour pass is
+    a forward, its batch-mate's the sampler's statistics) in a batch with GRPO: each run equals
+    itself alone, to the bit."""
+    over = {"steps": 3, "save_every": 2, "max_new_tokens": 8}
+    cfgs = [trainer_config(tiny_model_path, method, seed=0, **over),
+            trainer_config(tiny_model_path, "grpo", seed=1, **over)]  # fmt: skip
+    train_batch(cfgs, [tmp_path / "b0", tmp_path / "b1"])
+    for i, cfg in enumerate(cfgs):
+        train_batch([cfg], [tmp_path / f"a{i}"])
+        _assert_same_run(tmp_path / f"b{i}", tmp_path / f"a{i}")
+
+
+def _assert_same_run(batched, alone):
+    assert _metrics(batched) == _metrics(alone)
+    cb, ca = latest_checkpoint(batched), latest_checkpoint(alone)
+    assert cb.name == ca.name
+    wb, wa = (AutoModelForCausalLM.from_pretrained(c) for c in (cb, ca))
+    assert all(torch.equal(p, q) for p, q in zip(wb.parameters(), wa.parameters(), strict=True))
+    assert trainer_extra(cb) == trainer_extra(ca)
+    if (cb / "reference").is_dir():
+        rb, ra = (AutoModelForCausalLM.from_pretrained(c / "reference") for c in (cb, ca))
+        assert all(torch.equal(p, q) for p, q in zip(rb.parameters(), ra.parameters(),
+                                                     strict=True))  # fmt: skip
+
+
 def test_a_stacked_evaluation_samples_each_model_as_alone(tmp_path):
     """Three models evaluated in one stack, over several chunks of prompts, give each model's
     records of its evaluation alone, to the bit: a model's generator draws only while one of its
@@ -399,10 +471,10 @@ def test_batch_errors_name_the_field(tiny_model_path, tmp_path):
     assert batch_key(a) == batch_key(_config(tiny_model_path, "ds_grpo", seed=4))
     with pytest.raises(ValueError, match="cfgs\\[1\\]: differs"):
         train_batch([a, b], [tmp_path / "x", tmp_path / "y"])
-    dsdr = _config(tiny_model_path, "dsdr")
-    assert "diversity" in batchable(dsdr)
+    dynamic = _config(tiny_model_path, "grpo", **{"rollout.dynamic_sampling": True})
+    assert "dynamic_sampling" in batchable(dynamic)
     with pytest.raises(ValueError, match="cannot train in a batch"):
-        train_batch([dsdr], [tmp_path / "z"])
+        train_batch([dynamic], [tmp_path / "z"])
     with pytest.raises(ValueError, match="own folder"):
         train_batch([a, a], [tmp_path / "w", tmp_path / "w"])
 
