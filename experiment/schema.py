@@ -584,7 +584,7 @@ def check_hyper(
     (B = 1, G = `group_size`, T = 2, `num_candidates` candidates per token) so that its own rules
     apply: its declared bounds (``shaping.METHODS[method].bounds``: ``gamma_p >= 0``, ``kl_coef
     >= 0``, ``alpha in [0, 1]``, ...), choices, integers (``top_n >= 1``) and ``k <= G``. The one
-    check of both drivers' settings (`llm.config.validate`, `toymdp.sweep_spec.parse_config`).
+    check of both drivers' settings (`llm.config.TrainConfig`, `toymdp.sweep_spec.parse_config`).
 
     Args:
         where: the settings' place, the prefix of every key in the errors (``hyper``,
