@@ -8,9 +8,9 @@ run's result."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from llm.__main__ import main as llm_main
 from llm.config import load_config
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.folder import NonFiniteError, RunFolderError, RunLock
@@ -187,7 +188,20 @@ def _cli(model: str, out: Path, steps: int, resume: bool) -> list[str]:
     return [*argv, "--resume"] if resume else argv
 
 
+def _train_in_child(argv: list[str]) -> None:
+    """A forked child: ``python -m llm ARGV`` in this already-imported interpreter (a fresh
+    process would spend most of its life importing torch), its output discarded."""
+    os.chdir(ROOT)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 1)
+        os.dup2(null.fileno(), 2)
+    os._exit(llm_main(argv))
+
+
 def test_kill_at_random_moments_then_resume_equals_uninterrupted(tiny100, tmp_path) -> None:
+    """The uninterrupted run and the last resume are real ``python -m llm train`` processes; the
+    processes killed in between are forks of this one running the same command (a SIGKILL at a
+    random moment after a new checkpoint appeared)."""
     steps, kills = 10, 5
     ref, out = tmp_path / "ref", tmp_path / "run"
     env = {
@@ -197,20 +211,21 @@ def test_kill_at_random_moments_then_resume_equals_uninterrupted(tiny100, tmp_pa
     subprocess.run(_cli(tiny100, ref, steps, False), cwd=ROOT, env=env, check=True,
                    capture_output=True, timeout=300)  # fmt: skip
     rng = random.Random(13)
+    fork = multiprocessing.get_context("fork")
     done = 0
     for i in range(kills):
-        proc = subprocess.Popen(_cli(tiny100, out, steps, i > 0), cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = fork.Process(target=_train_in_child, args=(_cli(tiny100, out, steps, i > 0)[3:],))
+        proc.start()
         # Kill once training has begun (a new checkpoint appeared), at a random moment after it.
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and proc.poll() is None:
+        while time.monotonic() < deadline and proc.exitcode is None:
             ckpt = latest_checkpoint(out)
             if ckpt is not None and int(ckpt.name.split("_")[1]) > done:
                 break
             time.sleep(0.02)
         time.sleep(rng.uniform(0.0, 0.3))
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        proc.kill()
+        proc.join()
         ckpt = latest_checkpoint(out)
         done = int(ckpt.name.split("_")[1]) if ckpt is not None else 0
 
