@@ -69,7 +69,8 @@ def read_study(path: Path, spec_cls: type[C]) -> tuple[dict[str, Any], C]:
     ``[study]`` table as `spec_cls` (`experiment.schema.build`). The leg checks the rest.
 
     Raises:
-        ValueError: ``PATH: study.KEY ...`` for a bad ``[study]`` key or value; ``PATH: no
+        ValueError: ``PATH, line N: study.KEY ...`` for a bad ``[study]`` key or value (the
+            line that sets it, `experiment.schema.config_error`); ``PATH: no
             [study] table`` for a file without one (a sweep file is not a study with defaults).
     """
     doc = dict(schema.read_toml(path))
@@ -79,7 +80,7 @@ def read_study(path: Path, spec_cls: type[C]) -> tuple[dict[str, Any], C]:
     try:
         return doc, schema.build(spec_cls, "study", doc.pop("study", {}))
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise schema.config_error(path, err) from None
 
 
 def study_budget(

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from experiment import two_stage
-from experiment.schema import meta, option
+from experiment.schema import config_error, meta, option
 from experiment.spec import confirmation_methods, untune
 from toymdp.sweep import budgets
 from toymdp.sweep_spec import SweepConfig, parse_config
@@ -56,7 +56,7 @@ def load_study(path: Path) -> tuple[SweepConfig, StudySpec]:
     try:
         cfg = parse_config(doc)
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise config_error(path, err) from None
     reused = sorted(set(spec.confirm_draws) & set(cfg.env.draws))
     if reused:
         raise ValueError(f"{path}: study.confirm_draws: {reused} are exploratory draws (env.draws)")

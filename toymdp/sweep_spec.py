@@ -245,10 +245,11 @@ def load_config(path: Path) -> SweepConfig:
     """Read and validate a sweep TOML file.
 
     Raises:
-        ValueError: naming the file and the bad key (TOML syntax errors included).
+        ValueError: naming the file, the line that sets the bad key
+            (`experiment.schema.config_error`) and the key (TOML syntax errors included).
     """
     doc = schema.read_toml(path)
     try:
         return parse_config(doc)
     except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise schema.config_error(path, err) from None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from experiment import two_stage
-from experiment.schema import meta, option
+from experiment.schema import config_error, meta, option
 from experiment.spec import confirmation_methods, untune
 from llm.orchestrate.sweep_spec import (
     MAX_EVAL_STREAM,
@@ -67,7 +67,7 @@ def load_study(path: str | Path) -> tuple[SweepSpec, StudySpec]:
     try:
         sweep = sweep_from_dict(doc, root=path.parent)
     except (TypeError, ValueError) as err:
-        raise ValueError(f"{path}: {err}") from None
+        raise config_error(path, err) from None
     sweep.source = str(path)
     reused = sorted(set(spec.confirm_seeds) & set(sweep.seeds))
     if reused:

@@ -10,6 +10,7 @@ import pytest
 
 from experiment.spec import parse_methods
 from toymdp import environments as E
+from toymdp import study_spec as TSS
 from toymdp import sweep as S
 from toymdp import sweep_spec as D
 from toymdp.__main__ import main
@@ -172,3 +173,16 @@ def test_single_prompt_tilts_to_the_base_correctness():
     p = np.exp(env.base_log_probs()[0])
     assert p[env.correct[0]].sum() == pytest.approx(0.05)
     assert env.correct[0].sum() == 2
+
+
+def test_a_sweep_or_study_error_names_the_file_and_the_keys_line(tmp_path):
+    """A bad value of a toy sweep or study file is named with the file, the line that sets it and
+    the key (`experiment.schema.config_error`)."""
+    path = _write(tmp_path, TINY.replace("per_size = 2", "per_size = 0"))
+    line = 1 + path.read_text().splitlines().index("per_size = 0")
+    with pytest.raises(ValueError, match=rf"^{path}, line {line}: env\.per_size: expected"):
+        D.load_config(path)
+    study = _write(tmp_path, TINY + "\n[study]\nalpha = 2.0\n", "study.toml")
+    line = 1 + study.read_text().splitlines().index("alpha = 2.0")
+    with pytest.raises(ValueError, match=rf"^{study}, line {line}: study\.alpha: expected"):
+        TSS.load_study(study)
