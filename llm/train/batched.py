@@ -59,20 +59,14 @@ from llm.run.checkpoint import (
     weights_folder,
 )
 from llm.run.distributed import DistInfo
-from llm.run.folder import (
-    NON_FINITE_ADVICE,
-    NonFiniteError,
-    RunLock,
-    check_finite,
-    claim_run_folder,
-)
+from llm.run.folder import RunLock, claim_run_folder
 from llm.tasks import TASKS
 from llm.train.behaviour import BehaviourBatch, sampler_is_behaviour
 from llm.train.control import Controls
 from llm.train.loop import Engine, Rollout, Run, problems_of, train_loop
 from llm.train.rollout_step import score, step_seed
 from llm.train.trainer import start_run
-from llm.train.update import UpdateResult, leaf_gradients, make_optimizer
+from llm.train.update import UpdateResult, leaf_gradients, make_optimizer, optimizer_step
 
 __all__ = [
     "PER_RUN",
@@ -303,22 +297,9 @@ def _update_runs(
             surrogate = _surrogate(out, leaf_grads, rows_per_run, widths)
             surrogate.backward()
             for i, cfg in enumerate(cfgs):
-                model = lm.models[i]
-                clip = cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else float("inf")
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
                 loss, metrics = losses[i]
-                check_finite(step, loss=float(loss), grad_norm=grad_norm)
-                results[i].grad_norms.append(grad_norm)
-                optimizers[i].step()
-                schedulers[i].step()
-                if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
-                    raise NonFiniteError(
-                        f"step {step}: the optimizer step made parameters non-finite (lr "
-                        f"{schedulers[i].get_last_lr()[0]:g}); {NON_FINITE_ADVICE}"
-                    )
-                optimizers[i].zero_grad(set_to_none=True)
-                results[i].losses.append(loss)
-                results[i].loss_metrics.append({k: v for k, v in metrics.items() if v.numel() == 1})
+                optimizer_step(lm.models[i], optimizers[i], schedulers[i], loss, metrics, cfg=cfg,
+                               step=step, result=results[i])  # fmt: skip
     return results
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "make_optimizer",
     "make_scheduler",
     "masked_mean",
+    "optimizer_step",
     "stats",
     "step_metrics",
     "update_policy",
@@ -229,7 +230,6 @@ def update_policy(
     b, g, _ = behaviour.shape
     rows, old, fixed = behaviour.rows, behaviour.old, behaviour.fixed
     per_update = (cfg.optim.prompts_per_update or cfg.rollout.prompts_per_step) // info.world_size
-    clip = cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else float("inf")
     result = UpdateResult()
     for epoch in range(cfg.optim.inner_epochs):
         for start in range(0, b, per_update):
@@ -260,23 +260,48 @@ def update_policy(
                 precision=autocast_precision(policy, cfg.system.precision),
                 info=info,
             )
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
-            # Stop before a non-finite update reaches the weights (issue 13): the newest
-            # checkpoint stays the last good state.
-            check_finite(step, loss=float(loss), grad_norm=grad_norm)
-            result.grad_norms.append(grad_norm)
-            optimizer.step()
-            scheduler.step()
-            if not all(bool(torch.isfinite(p).all()) for p in _local_params(policy)):
-                raise NonFiniteError(
-                    f"step {step}: the optimizer step made parameters non-finite (lr "
-                    f"{scheduler.get_last_lr()[0]:g}); {NON_FINITE_ADVICE}"
-                )
-            # Free the gradients now: the rollout engine wakes up before the next zero_grad.
-            optimizer.zero_grad(set_to_none=True)
-            result.losses.append(loss)
-            result.loss_metrics.append({k: v for k, v in loss_metrics.items() if v.numel() == 1})
+            optimizer_step(policy, optimizer, scheduler, loss, loss_metrics, cfg=cfg, step=step,
+                           result=result)  # fmt: skip
     return result
+
+
+def optimizer_step(
+    policy: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    loss: Tensor,
+    loss_metrics: dict[str, Tensor],
+    *,
+    cfg: TrainConfig,
+    step: int,
+    result: UpdateResult,
+) -> None:
+    """One optimizer step on the gradients in ``.grad``: the norm clipped to
+    ``optim.max_grad_norm`` (0: not clipped), AdamW and the schedule stepped, the gradients freed;
+    the loss, its scalar metrics and the norm before clipping appended to `result` (both engines'
+    updates, `update_policy` and `llm.train.batched`).
+
+    Raises:
+        llm.run.folder.NonFiniteError: the loss, the gradient norm or, after the step, a parameter
+            is NaN/inf (`step` names the training step in the message).
+    """
+    clip = cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else float("inf")
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
+    # Stop before a non-finite update reaches the weights (issue 13): the newest checkpoint stays
+    # the last good state.
+    check_finite(step, loss=float(loss), grad_norm=grad_norm)
+    result.grad_norms.append(grad_norm)
+    optimizer.step()
+    scheduler.step()
+    if not all(bool(torch.isfinite(p).all()) for p in _local_params(policy)):
+        raise NonFiniteError(
+            f"step {step}: the optimizer step made parameters non-finite (lr "
+            f"{scheduler.get_last_lr()[0]:g}); {NON_FINITE_ADVICE}"
+        )
+    # Free the gradients now: the rollout engine wakes up before the next zero_grad.
+    optimizer.zero_grad(set_to_none=True)
+    result.losses.append(loss)
+    result.loss_metrics.append({k: v for k, v in loss_metrics.items() if v.numel() == 1})
 
 
 def _local_params(policy: torch.nn.Module) -> list[Tensor]:
