@@ -1,7 +1,9 @@
 """One training step of a fixed global batch, for the multi-process equality test.
 
 Run as ``python dist_worker.py MODEL OUT PARALLEL METHOD [PER_UPDATE [STEPS [MODE]]]`` (one process) or under
-``torchrun --nproc_per_node 2`` (DDP or FSDP2 over gloo). The rollouts are scripted, a pure
+``torchrun --nproc_per_node 2`` (DDP or FSDP2 over gloo); ``dist_worker.py --each "ARGS" "ARGS" ...``
+runs several such runs one after the other in one launch (one process group: a launch's
+processes spend most of their time importing torch). The rollouts are scripted, a pure
 function of the prompt text (half of each group the solver's correct answer, half random words,
 fixed "sampler" log-probs), so every launch trains on the same global batch whatever rank samples
 which prompt; the checkpoint written at step 1 is what the test compares.
@@ -172,5 +174,9 @@ def _share(model: str, out: str, answers: dict[str, str]) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    if sys.argv[1] == "--each":
+        for run in sys.argv[2:]:
+            main(*run.split())
+    else:
+        main(*sys.argv[1:])
     exit_launched_rank()

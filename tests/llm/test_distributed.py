@@ -46,49 +46,45 @@ def _loss(out: Path) -> float:
     return json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["losses/loss"]
 
 
+# The runs compared, by data-parallel kind: (method, prompts per update[, steps]). A method ending
+# in ``+kl`` turns on the KL controls (`dist_worker.main`).
+KL = ("grpo+kl", "0", "2")
+CASES = {
+    "ddp": [("grpo", "0"), ("entropy_bonus", "0"), KL],
+    "fsdp2": [("grpo", "0"), ("grpo", "2"), KL],
+}
+
+
+def _launch_each(runs: dict[tuple[str, ...], Path], model: str, parallel: str, world: int) -> None:
+    """Every run of `runs` (case -> its output folder) in one launch of `world` processes."""
+    each = [" ".join([model, str(out), parallel, *case]) for case, out in runs.items()]
+    _run(["--each", *each], world=world)
+
+
 @pytest.fixture(scope="module")
-def single(tiny_model_path, tmp_path_factory):
-    """The single-process reference run, one per worker setting (shared by DDP and FSDP2)."""
-    runs = {}
-
-    def get(method: str, per_update: str, *more: str) -> Path:
-        key = (method, per_update, *more)
-        if key not in runs:
-            out = tmp_path_factory.mktemp(f"single_{method}")
-            _run([tiny_model_path, str(out), "auto", method, per_update, *more], world=1)
-            runs[key] = out
-        return runs[key]
-
-    return get
+def single(tiny_model_path, tmp_path_factory) -> dict[tuple[str, ...], Path]:
+    """The single-process reference runs of every case (shared by DDP and FSDP2), in one
+    process."""
+    cases = sorted({case for cases in CASES.values() for case in cases})
+    runs = {case: tmp_path_factory.mktemp("single_" + "_".join(case)) for case in cases}
+    _launch_each(runs, tiny_model_path, "auto", world=1)
+    return runs
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("parallel", "method", "per_update"),
-    [("ddp", "grpo", "0"), ("fsdp2", "grpo", "0"), ("ddp", "entropy_bonus", "0"),
-     ("fsdp2", "grpo", "2")],
-)  # fmt: skip
-def test_two_processes_equal_one(parallel, method, per_update, single, tiny_model_path, tmp_path):
-    ref = single(method, per_update)
-    _run([tiny_model_path, str(tmp_path), parallel, method, per_update], world=2)
-    want, got = _params(ref), _params(tmp_path)
-    base = load_file(Path(tiny_model_path) / "model.safetensors")
+def _assert_one_step_equal(ref: Path, out: Path, base: dict[str, torch.Tensor]) -> None:
+    want, got = _params(ref), _params(out)
     assert want.keys() == got.keys()
     moved = max((want[k] - base[k]).abs().max().item() for k in want)
     assert moved > 1e-4, "the step did not change the parameters: the test would be vacuous"
     for k in want:
         assert_close(got[k], want[k], dtype="float32", n=DATA_PARALLEL_N, elementwise=True)
-    assert_close(_loss(tmp_path), _loss(ref), dtype="float32", n=DATA_PARALLEL_N)
+    assert_close(_loss(out), _loss(ref), dtype="float32", n=DATA_PARALLEL_N)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
-def test_kl_controls_under_two_processes_equal_one(parallel, single, tiny_model_path, tmp_path):
+def _assert_kl_controls_equal(ref: Path, out: Path) -> None:
     """The KL in the reward, the adaptive coefficients and a reference reset after every step
     (docs/formulas.md §2.35-§2.37): the sharded reference is reset from the sharded policy, and
     its gathered copy in the checkpoint is the policy of the reset step."""
-    ref, out = single("grpo+kl", "0", "2"), tmp_path / "two"
-    _run([tiny_model_path, str(out), parallel, "grpo+kl", "0", "2"], world=2)
     want, got = _params(ref, 2), _params(out, 2)
     for k in want:
         assert_close(got[k], want[k], dtype="float32", n=DATA_PARALLEL_N, elementwise=True)
@@ -107,6 +103,25 @@ def test_kl_controls_under_two_processes_equal_one(parallel, single, tiny_model_
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["control/reference_step"] for r in rows] == [1.0, 2.0]
     assert rows[1]["control/kl"] == 0.0  # step 2 samples from the reference itself
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp2"])
+def test_two_processes_equal_one(parallel, single, tiny_model_path, tmp_path):
+    """Every case of `CASES` (one launch of 2 processes runs them all): one update step (and a
+    gradient accumulation over 2 prompts per update) gives the single-process parameters and
+    loss; with the KL controls, two steps give its parameters and references."""
+    runs = {case: tmp_path / "_".join(case) for case in CASES[parallel]}
+    _launch_each(runs, tiny_model_path, parallel, world=2)
+    base = load_file(Path(tiny_model_path) / "model.safetensors")
+    for case, out in runs.items():
+        try:
+            if case == KL:
+                _assert_kl_controls_equal(single[case], out)
+            else:
+                _assert_one_step_equal(single[case], out, base)
+        except AssertionError as e:
+            raise AssertionError(f"{parallel} {' '.join(case)}: {e}") from e
 
 
 def test_generate_shared_gives_a_group_the_same_requests(tiny_model_path, tmp_path):
