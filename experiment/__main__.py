@@ -3,6 +3,8 @@ the whole study pipeline (explore, pick, confirm, Holm, the claim rule) checked 
 a known truth in every design of `experiment.calibration.DESIGNS`: the exploratory lifts' range
 and coverage, the probability of picking the best setting, the confirmed lifts' bias and
 coverage, family-wise false verdicts with Holm, power and the rate of each claim word.
+``python -m experiment calibrate --summary docs/calibration.json``: the one table of every design
+docs/statistics.md shows, from a saved ``--json`` output (nothing simulated).
 
 ``python -m experiment fit-design RESULTS.json [--label grpo] [--steps 40,80,120]``: a calibration
 design fitted to a sweep's per-problem counts (`experiment.fit`), printed as JSON: the fields of
@@ -79,6 +81,44 @@ def _table(name: str, out: dict) -> str:
     return "\n".join(lines)
 
 
+SHORT_WORDS = {"supported": "sup", "smaller than claimed": "smaller", "not better than GRPO":
+               "not better", "below GRPO": "below", "not resolved": "n.r."}  # fmt: skip
+"""The claim words as the summary table abbreviates them (`experiment.study.claim_verdicts`)."""
+
+
+def summary_table(doc: dict) -> str:
+    """The markdown table of every design of a saved ``calibrate --json`` output `doc` (one row
+    per simulated method, the design's exploration and family-wise figures on its first row),
+    as docs/statistics.md shows it.
+
+    Raises:
+        ValueError: `doc` is not a ``calibrate --json`` output (naming the missing key).
+    """
+    lines = [
+        "| design | exploration: largest \\|lift\\|, coverage | best setting picked | Holm false "
+        "'above' / 'below' (nulls) | method: pick's true lift | bias (points) | coverage | "
+        "> 0 after Holm | words |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, out in doc.items():
+        try:
+            e, fw, confirm = out["explore"], out["familywise"], out["confirm"]
+            head = (f"| {name} | {e['max_abs_lift']:.1f}, {e['coverage']:.3f} | "
+                    f"{e['best_picked']:.2f} | {fw['above']:.3f} / {fw['below']:.3f} "
+                    f"({len(fw['nulls'])}) |")  # fmt: skip
+            for i, (label, r) in enumerate(confirm.items()):
+                words = ", ".join(f"{SHORT_WORDS.get(w, w)} {v:.2f}"
+                                  for w, v in sorted(r["words"].items()))  # fmt: skip
+                lines.append(
+                    (head if i == 0 else "| | | | |")
+                    + f" {label}: {r['truth']:+.2f} | {r['bias']:+.2f} ± {r['bias_se']:.2f} | "
+                    f"{r['coverage']:.3f} | {r['supported']:.2f} | {words} |"
+                )
+        except (KeyError, TypeError, AttributeError) as err:
+            raise ValueError(f"design {name!r}: not a calibrate --json output (missing {err})") from None
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; returns the exit status: an error prints one line and returns 2
     (`experiment.cli.run`)."""
@@ -97,6 +137,9 @@ def _main(argv: list[str]) -> int:
                      help="design(s) to simulate (default: every design of "
                           "`experiment.calibration.DESIGNS`)")  # fmt: skip
     cal.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    cal.add_argument("--summary", metavar="JSON",
+                     help="print the one table of every design from a saved --json output "
+                          "(docs/calibration.json); nothing is simulated")  # fmt: skip
     cl = sub.add_parser("claims", help="the claims table of committed studies (study.json files)")
     cl.add_argument("studies", nargs="+", help="study.json files (python -m toymdp study)")
     cl.add_argument("--readme", help="write the compact table into this file between the markers")
@@ -130,6 +173,12 @@ def _main(argv: list[str]) -> int:
         return _claims(args.studies, args.readme, args.results, args.compact)
     if args.command == "fit-design":
         return _fit_design(args.results, args.label, args.steps)
+    if args.summary is not None:
+        doc = store.read_json(args.summary)
+        if not isinstance(doc, dict):
+            raise ValueError(f"--summary: {args.summary} is not a calibrate --json output")
+        print(summary_table(doc), end="")
+        return 0
     if args.replicates < 2 or args.draws < 20:
         parser.error("--replicates must be >= 2 and --draws >= 20")
     report = {design: C.calibrate(C.DESIGNS[design], replicates=args.replicates,
@@ -179,7 +228,9 @@ def _claims(paths: list[str], readme: str | None, results: str | None = None,
         if not isinstance(doc, dict) or "claims" not in doc:
             raise ValueError(f"{path}: not a study.json (python -m toymdp study writes one)")
         try:
-            claims = S.translate(doc)  # the five words, whatever words it was written with
+            # the five words, whatever words it was written with; its picks left pending by a
+            # re-read (not trained in its confirmation) as such
+            claims = S.translate(doc) + S.pending_rows(doc)
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise ValueError(f"{path}: claims: {e}") from None
         if "procedure" not in doc:  # read by lift v2, before equal budgets (issue 37)

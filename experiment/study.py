@@ -189,8 +189,8 @@ def select(
     `lift_analysis`'s section) with the largest score of `rule` among models with a lift (inside
     the reference's pass@1 range or above it; ties: the first). The default, the largest
     estimate, is chosen by the calibration over all its designs together (docs/statistics.md):
-    its picks' mean true lift is +2.68 points over the 16 (method, design) cells with a better
-    setting, against +2.54 for the largest t and +2.45 for shrinkage (a model's standard error
+    its picks' mean true lift is +2.65 points over the 16 (method, design) cells with a better
+    setting, against +2.53 for the largest t and +2.47 for shrinkage (a model's standard error
     grows with how far it moved, and so does a good setting's lift, so shrinkage picks
     less-moved models whose true lift is smaller); a lower bound prefers models whose position
     gives a small standard error, not a large lift (issue 37: the best of three settings picked
@@ -534,6 +534,21 @@ def spread_row(name: str, spread: Mapping[str, Mapping[str, Any]]) -> dict[str, 
             "lift": 100 * best["lift"], "lo": 100 * best["lo"], "hi": 100 * best["hi"],
             "mde": None, "size": 0.0, "unit": "points",
             "where": f"{best['setting']}, step {best['step']}"}  # fmt: skip
+
+
+PENDING = "pending"
+"""The claims table's word for a claim whose pick the confirmation did not train (a re-read's
+``pending``: `experiment.reread`): no verdict until the study is re-run."""
+
+
+def pending_rows(doc: Mapping[str, Any], claims: Sequence[Sequence[str]] = CLAIMS) -> list[dict]:
+    """One record per claim of `claims` whose method label a study.json `doc` lists under
+    ``pending`` (`experiment.reread`): ``{study, claim, text, verdict: PENDING, lift: None,
+    status: "pending"}``, for `experiment.study_report.claims_table`."""
+    pending = doc.get("pending") or {}
+    return [{"study": doc.get("study"), "claim": cid, "text": text, "verdict": PENDING,
+             "lift": None, "status": "pending"}
+            for cid, label, _, text in claims if label in pending]  # fmt: skip
 
 
 def claim_rows(

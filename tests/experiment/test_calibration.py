@@ -110,10 +110,9 @@ def test_the_pipeline_is_calibrated(name, replicates):
 # and by how much): family-wise rates and the best-setting share as estimated, coverage and bias
 # within two Monte Carlo errors; every other design holds every target.
 MISSES = {
-    "smooth": {"coverage"},  # plus2 0.990: conservative
-    "narrow": {"familywise", "coverage", "bias"},  # the nulls above GRPO's range
-    "narrow_seed": {"familywise", "best", "coverage", "bias"},
+    "narrow_seed": {"best", "coverage"},  # seed shifts: 3 exploration seeds; null_tie 0.881
     "rule": {"best", "coverage", "bias"},
+    "real": {"bias"},  # grpo_more -0.45 +- 0.06, past GRPO's ceiling
 }
 
 
@@ -186,3 +185,16 @@ def test_claims_command_writes_the_table_between_the_markers(tmp_path, capsys):
     )
     assert main(["claims", str(tmp_path / "missing.json")]) == 2
     assert "not a study.json" in capsys.readouterr().err
+
+
+def test_the_statistics_page_shows_the_committed_calibration(capsys):
+    """docs/statistics.md's calibration table is `calibrate --summary docs/calibration.json`,
+    line for line; a file that is not a calibration output is refused by name."""
+    from experiment.__main__ import main
+
+    root = Path(__file__).parents[2]
+    assert main(["calibrate", "--summary", str(root / "docs" / "calibration.json")]) == 0
+    table = capsys.readouterr().out
+    assert table in (root / "docs" / "statistics.md").read_text()
+    with pytest.raises(ValueError, match="design 'x': not a calibrate --json output"):
+        __import__("experiment.__main__", fromlist=["summary_table"]).summary_table({"x": {}})

@@ -206,13 +206,15 @@ STUDIES = sorted([*(ROOT / "figures").glob("*/study.json"),
 @pytest.mark.parametrize("path", STUDIES, ids=lambda p: p.parent.name)
 def test_every_committed_study_renders_in_the_five_words(path, capsys):
     """`python -m experiment claims` on each committed study.json (not re-read): only the five
-    words (and GRPO sharpens' three), none contradicting its interval, and every claim above
-    GRPO's pass@1 range labelled."""
+    words (and GRPO sharpens' three, and *pending* for a pick the confirmation did not train),
+    none contradicting its interval, and every claim above GRPO's pass@1 range labelled."""
     assert main(["claims", str(path)]) == 0
     table = capsys.readouterr().out
     assert "refuted" not in table and "tuned GRPO" not in table
-    assert set(re.findall(r"\*\*([^*]+)\*\*", table)) <= set(S.VERDICTS + S.SHARPENING_VERDICTS)
+    words = set(re.findall(r"\*\*([^*]+)\*\*", table))
+    assert words <= {*S.VERDICTS, *S.SHARPENING_VERDICTS, S.PENDING}
     doc = json.loads(path.read_text())
+    assert (S.PENDING in words) == bool(S.pending_rows(doc))
     for r in S.translate(doc):
         word, hi, lo = r["verdict"], r.get("hi"), r.get("lo")
         if r["claim"] in ("grpo_sharpens", "grpo_spread"):

@@ -60,15 +60,19 @@ class Replay:
         return {"replayed": str(self.study.name)}
 
 
-@pytest.mark.parametrize("name", ["toy_study_fig6", "llm_study_countdown_mild"])
+@pytest.mark.parametrize("name", ["toy_study_sharpening", "llm_study_countdown_mild"])
 def test_a_replayed_study_gets_its_committed_verdicts(tmp_path, name):
+    """A study whose every pick the committed confirmation trained (a pick the procedure in force
+    moved to an untrained setting is `pending` in the re-read and leaves its Holm family, which a
+    replay cannot do: fig6 and rule have one since lift v6)."""
     leg = Replay(FIGURES / name)
+    assert not leg.doc.get("pending"), name
     got = two_stage.run(leg, tmp_path, FIGURES.parent / "pyproject.toml")
     want = leg.doc
-    assert set(leg.asked) == set(want["picks"]["pass_at_k"])  # the pass@k picks, per label
+    picks = want["picks"]["pass_at_k"]
+    assert set(leg.asked) == set(picks)  # the pass@k picks, per label
     for label, p in leg.asked.items():
-        assert (p["setting"], p["step"]) == (want["picks"]["pass_at_k"][label]["setting"],
-                                             want["picks"]["pass_at_k"][label]["step"])  # fmt: skip
+        assert (p["setting"], p["step"]) == (picks[label]["setting"], picks[label]["step"])
     assert got["claims"] == want["claims"]
     assert got["confirmed"] == want["confirmed"]
     assert got["design"]["budget"] == want["design"]["budget"]
