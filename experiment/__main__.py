@@ -115,7 +115,9 @@ def summary_table(doc: dict) -> str:
                     f"{r['coverage']:.3f} | {r['supported']:.2f} | {words} |"
                 )
         except (KeyError, TypeError, AttributeError) as err:
-            raise ValueError(f"design {name!r}: not a calibrate --json output (missing {err})") from None
+            raise ValueError(
+                f"design {name!r}: not a calibrate --json output (missing {err})"
+            ) from None
     return "\n".join(lines) + "\n"
 
 
