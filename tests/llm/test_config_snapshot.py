@@ -17,6 +17,7 @@ import pytest
 from llm import config
 from llm.orchestrate import study_spec as llm_study
 from llm.orchestrate import sweep_spec as llm_sweep
+from shaping import methods as shaping_methods
 from toymdp import study_spec as toy_study
 from toymdp import sweep_spec as toy_sweep
 
@@ -74,6 +75,21 @@ def test_config_file_loads_as_recorded(rel, recorded):
     assert load(rel) == recorded["files"][rel]
 
 
+@pytest.fixture
+def package_methods():
+    """The method registry with the package's own methods alone for the test (`describe` lists
+    every registered method's defaults, and another test in this worker may have registered a
+    user's), restored after it."""
+    saved = dict(shaping_methods._REGISTRY)
+    for name, m in saved.items():
+        if getattr(m.function, "__module__", None) != "shaping.methods":
+            del shaping_methods._REGISTRY[name]
+    yield
+    shaping_methods._REGISTRY.clear()
+    shaping_methods._REGISTRY.update(saved)
+
+
+@pytest.mark.usefixtures("package_methods")
 def test_describe_texts_as_recorded(recorded):
     assert describes() == recorded["describe"]
 
