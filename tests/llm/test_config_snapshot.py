@@ -17,6 +17,7 @@ import pytest
 from llm import config
 from llm.orchestrate import study_spec as llm_study
 from llm.orchestrate import sweep_spec as llm_sweep
+from llm.tasks import TASKS
 from shaping import methods as shaping_methods
 from toymdp import study_spec as toy_study
 from toymdp import sweep_spec as toy_sweep
@@ -77,16 +78,22 @@ def test_config_file_loads_as_recorded(rel, recorded):
 
 @pytest.fixture
 def package_methods():
-    """The method registry with the package's own methods alone for the test (`describe` lists
-    every registered method's defaults, and another test in this worker may have registered a
-    user's), restored after it."""
-    saved = dict(shaping_methods._REGISTRY)
-    for name, m in saved.items():
+    """The method and task registries with the package's own entries alone for the test
+    (`describe` lists every registered method's defaults and every task; another test module of
+    this worker may have registered its own: `tests/llm/parity_task.py` registers a task when
+    imported), restored after it."""
+    methods, tasks = dict(shaping_methods._REGISTRY), dict(TASKS._tasks)
+    for name, m in methods.items():
         if getattr(m.function, "__module__", None) != "shaping.methods":
             del shaping_methods._REGISTRY[name]
+    for name, t in tasks.items():
+        if not getattr(t.prompt, "__module__", "").startswith("llm.tasks."):
+            del TASKS._tasks[name]
     yield
     shaping_methods._REGISTRY.clear()
-    shaping_methods._REGISTRY.update(saved)
+    shaping_methods._REGISTRY.update(methods)
+    TASKS._tasks.clear()
+    TASKS._tasks.update(tasks)
 
 
 @pytest.mark.usefixtures("package_methods")
