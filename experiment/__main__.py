@@ -1,8 +1,11 @@
-"""``python -m experiment calibrate [--replicates R] [--draws B] [--seed S] [--design D] [--json]``:
+"""``python -m experiment calibrate [--replicates R] [--draws B] [--seed S] [--design D]
+[--set FIELD=VALUE] [--json]``:
 the whole study pipeline (explore, pick, confirm, Holm, the claim rule) checked by simulation with
 a known truth in every design of `experiment.calibration.DESIGNS`: the exploratory lifts' range
 and coverage, the probability of picking the best setting, the confirmed lifts' bias and
-coverage, family-wise false verdicts with Holm, power and the rate of each claim word.
+coverage, family-wise false verdicts with Holm, power and the rate of each claim word;
+``--set explore_seeds=6`` calibrates a copy of each design with that field changed (what a
+design needs to reach a target).
 ``python -m experiment calibrate --summary docs/calibration.json``: the one table of every design
 docs/statistics.md shows, from a saved ``--json`` output (nothing simulated).
 
@@ -138,6 +141,9 @@ def _main(argv: list[str]) -> int:
     cal.add_argument("--design", choices=sorted(C.DESIGNS), action="append",
                      help="design(s) to simulate (default: every design of "
                           "`experiment.calibration.DESIGNS`)")  # fmt: skip
+    cal.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                     help="change a field of every simulated design, e.g. explore_seeds=6 "
+                          "(`experiment.calibration.override`; repeatable)")  # fmt: skip
     cal.add_argument("--json", action="store_true", help="print JSON instead of tables")
     cal.add_argument("--summary", metavar="JSON",
                      help="print the one table of every design from a saved --json output "
@@ -183,9 +189,9 @@ def _main(argv: list[str]) -> int:
         return 0
     if args.replicates < 2 or args.draws < 20:
         parser.error("--replicates must be >= 2 and --draws >= 20")
-    report = {design: C.calibrate(C.DESIGNS[design], replicates=args.replicates,
-                                  seed=args.seed, draws=args.draws)
-              for design in args.design or C.DESIGNS}  # fmt: skip
+    designs = {name: C.override(C.DESIGNS[name], args.set) for name in args.design or C.DESIGNS}
+    report = {name: C.calibrate(d, replicates=args.replicates, seed=args.seed, draws=args.draws)
+              for name, d in designs.items()}  # fmt: skip
     if args.json:
         print(json.dumps(report, indent=2))
     else:

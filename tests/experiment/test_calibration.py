@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -152,6 +153,28 @@ def test_cli_smoke_prints_json_for_each_design(capsys):
     assert set(out["smooth"]["confirm"]) == set(C.methods_of(C.DESIGNS["smooth"]))
     assert main(["calibrate", "--replicates", "2", "--draws", "20", "--design", "smooth"]) == 0
     assert "best setting picked" in capsys.readouterr().out
+    assert main(["calibrate", "--replicates", "2", "--draws", "20", "--json", "--design", "smooth",
+                 "--set", "explore_seeds=4", "--set", "confirm_problems=96"]) == 0  # fmt: skip
+    design = json.loads(capsys.readouterr().out)["smooth"]["design"]
+    assert design["explore_seeds"] == 4 and design["confirm_problems"] == 96
+    assert main(["calibrate", "--design", "smooth", "--set", "explore_seed=4"]) == 2
+    assert "'explore_seed' is not a field of Design" in capsys.readouterr().err
+
+
+def test_a_design_is_changed_field_by_field_with_each_fields_type():
+    d = C.DESIGNS["smooth"]
+    got = C.override(d, ["explore_seeds=6", "sigma_seed=0.05", "checkpoints=1,2,4", "noisy=TRUE",
+                         "ref_settings=(0.03,0.1),(0.02,0.12)", "mu=-2"])  # fmt: skip
+    assert got == replace(d, explore_seeds=6, sigma_seed=0.05, checkpoints=(1.0, 2.0, 4.0),
+                          noisy=True, ref_settings=((0.03, 0.1), (0.02, 0.12)), mu=-2.0)  # fmt: skip
+    assert C.override(d, []) == d
+    for bad, match in [("explore_seeds", "expected FIELD=VALUE"), ("seeds=3", "not a field"),
+                       ("explore_seeds=2.5", "explore_seeds='2.5': expected an integer"),
+                       ("noisy=yes", "noisy='yes': expected true or false"), ("explore_seeds=1", ">= 2"),
+                       ("sigma_off=-0.1", ">= 0"), ("k=32", "k=32 is more than samples=16"),
+                       ("checkpoints=a", "checkpoints='a': expected a comma-separated")]:  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            C.override(d, [bad])
 
 
 def test_claims_command_writes_the_table_between_the_markers(tmp_path, capsys):
