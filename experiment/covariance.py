@@ -17,8 +17,10 @@ Casella & McCulloch 1992, ch. 4); Satterthwaite (1946); the power formula with t
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 __all__ = [
     "POOL_LEVEL",
@@ -46,6 +48,13 @@ POOL_LEVEL = 0.25
 """The level of the preliminary F tests that decide whether a seed or problem effect is kept in
 `crossed_variance` ("sometimes pool"; a liberal level, as Bozivich, Bancroft & Hartley 1956
 advise). The statistics' one tuned constant."""
+
+
+@functools.lru_cache(maxsize=256)
+def _pool_critical(df_effect: int, df_error: int) -> float:
+    """The pooling F test's critical value at `POOL_LEVEL` (cached: a study's analysis asks for the
+    same few thousands of times, and scipy's wrapper costs a quarter of a re-read)."""
+    return float(stats.f.ppf(1 - POOL_LEVEL, df_effect, df_error))
 
 
 def crossed_variance(v: object) -> tuple[np.ndarray, np.ndarray]:
@@ -77,8 +86,8 @@ def crossed_variance(v: object) -> tuple[np.ndarray, np.ndarray]:
     a, b, e = _mean_squares(v)
     df_a, df_b, df_e = s - 1, p - 1, (s - 1) * (p - 1)
     safe = np.where(e > 0, e, 1.0)
-    keep_a = (e > 0) & (a / safe > stats.f.ppf(1 - POOL_LEVEL, df_a, df_e))
-    keep_b = (e > 0) & (b / safe > stats.f.ppf(1 - POOL_LEVEL, df_b, df_e))
+    keep_a = (e > 0) & (a / safe > _pool_critical(df_a, df_e))
+    keep_b = (e > 0) & (b / safe > _pool_critical(df_b, df_e))
     both = (a + b - e) / (s * p)
     terms = (a**2 / df_a + b**2 / df_b + e**2 / df_e) / (s * p) ** 2
     df_both = both**2 / np.where(terms > 0, terms, 1.0)
@@ -174,7 +183,9 @@ def minimum_detectable(
     se, df = np.asarray(se, dtype=np.float64), np.asarray(df, dtype=np.float64)
     ok = np.isfinite(se) & np.isfinite(df) & (df > 0)
     d = np.where(ok, df, 1.0)
-    return np.where(ok, (stats.t.ppf(1 - alpha / 2, d) + stats.t.ppf(power, d)) * se, np.nan)
+    # scipy.special's t quantile: stats.t.ppf's own kernel, without its per-call wrapper
+    quantiles = special.stdtrit(d, 1 - alpha / 2) + special.stdtrit(d, power)
+    return np.where(ok, quantiles * se, np.nan)
 
 
 def design_mde(
