@@ -42,7 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ABOVE_RANGE", "ORIGIN", "Hull", "lifts", "range_label", "upper_hull"]
+__all__ = ["ABOVE_RANGE", "ORIGIN", "Hull", "hull_values", "lifts", "range_label", "upper_hull"]
 
 ORIGIN = -1
 """The vertex index of the base model's point `(0, 0)`, which every reference hull includes."""
@@ -173,6 +173,67 @@ def upper_hull(px: object, py: object) -> Hull:
         hy.append(float(y))
         hi.append(int(idx[k]))
     return Hull(np.array(hx), np.array(hy), np.array(hi, dtype=np.int64))
+
+
+def hull_values(px: np.ndarray, py: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """`H_b(x[b])` for many point sets at once: `upper_hull(px[b], py[b])(x[b])` for every row `b`,
+    equal to it bit for bit (the same comparisons build each hull, and each value is `np.interp`'s
+    arithmetic on it); what `experiment.inference` reads every draw of the means with.
+
+    Args:
+        px, py: `(B, R)` the reference points of each of `B` sets (finite).
+        x: `(B, T)` where each set's hull is read.
+
+    Returns:
+        `(B, T)`: the hull's value (the continuation above its range, `Hull.read_at`), NaN below it.
+    """
+    px, py, x = (np.asarray(a, dtype=np.float64) for a in (px, py, x))
+    n_sets, n_points = px.shape
+    xs = np.concatenate([px, np.zeros((n_sets, 1))], axis=1)
+    ys = np.concatenate([py, np.zeros((n_sets, 1))], axis=1)
+    order = np.lexsort((-ys, xs), axis=1)  # per set: by pass@1, the highest measure first on ties
+    xs, ys = np.take_along_axis(xs, order, 1), np.take_along_axis(ys, order, 1)
+    rows = np.arange(n_sets)
+    hx = np.full((n_sets, n_points + 1), np.inf)  # each set's chain, padded with +inf
+    hy = np.zeros((n_sets, n_points + 1))
+    size = np.zeros(n_sets, dtype=np.int64)
+    for k in range(n_points + 1):  # Andrew's monotone chain, every set in step (`upper_hull`)
+        cx, cy = xs[:, k], ys[:, k]
+        fresh = (size == 0) | (cx != hx[rows, np.maximum(size - 1, 0)])  # a tie keeps the first
+        while True:
+            two = fresh & (size >= 2)
+            i1, i2 = np.maximum(size - 1, 0), np.maximum(size - 2, 0)
+            x1, y1, x2, y2 = hx[rows, i1], hy[rows, i1], hx[rows, i2], hy[rows, i2]
+            with np.errstate(invalid="ignore"):  # the +inf padding of a set with < 2 vertices
+                pop = two & ((x1 - x2) * (cy - y2) >= (y1 - y2) * (cx - x2))
+            if not pop.any():
+                break
+            hx[rows[pop], size[pop] - 1] = np.inf
+            size = size - pop
+        hx[rows[fresh], size[fresh]] = cx[fresh]
+        hy[rows[fresh], size[fresh]] = cy[fresh]
+        size = size + fresh
+    x_min, last = hx[:, 0], size - 1
+    x_max = hx[rows, last]
+    top = np.where(np.arange(n_points + 1) < size[:, None], hy, -np.inf)
+    x_peak = hx[rows, np.argmax(top, axis=1)]  # the highest vertex, the first on a tie
+    # `Hull.read_at`, row by row
+    low = np.maximum(x_min[:, None], 2.0 * x_max[:, None] - x)
+    above = np.clip(x_peak[:, None], low, x_max[:, None])
+    r = np.where(x < x_min[:, None], np.nan, np.where(x > x_max[:, None], above, x))
+    # `np.interp(r, vx, vy)` on each set's vertices: r lies in [x_min, x_max] (or is NaN)
+    j = (hx[:, None, :] <= r[:, :, None]).sum(-1) - 1  # vx[j] <= r < vx[j + 1]
+    j = np.clip(j, 0, last[:, None])
+    j1 = np.minimum(j + 1, last[:, None])
+    xj, yj = np.take_along_axis(hx, j, 1), np.take_along_axis(hy, j, 1)
+    xk, yk = np.take_along_axis(hx, j1, 1), np.take_along_axis(hy, j1, 1)
+    exact = (j == last[:, None]) | (xj == r)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = (yk - yj) / (xk - xj)
+        value = slope * (r - xj) + yj
+        again = slope * (r - xk) + yk  # numpy's fallback where the first form is not a number
+    value = np.where(np.isnan(value), np.where(np.isnan(again) & (yj == yk), yj, again), value)
+    return np.where(np.isnan(r), np.nan, np.where(exact, yj, value))
 
 
 def lifts(px: object, py: object, ref: object) -> tuple[np.ndarray, np.ndarray, Hull]:

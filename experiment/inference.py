@@ -229,8 +229,9 @@ def _over_hull(
     status = np.where(np.isin(np.arange(n), targets), status, "-")
     inside = (status == "inside") | (status == "above")  # a lift is defined (lift v4)
     drawn = np.full((num_draws, n), np.nan)
-    for b, (dx, dy) in enumerate(zip(draws[:, :n], draws[:, n:], strict=True)):
-        drawn[b, targets] = dy[targets] - estimand.upper_hull(dx[ref], dy[ref])(dx[targets])
+    dx, dy = draws[:, :n], draws[:, n:]
+    drawn[:, targets] = dy[:, targets] - estimand.hull_values(dx[:, ref], dy[:, ref],
+                                                              dx[:, targets])  # fmt: skip
     fin = np.isfinite(drawn)
     count = fin.sum(0)
     mean_draw = np.where(fin, drawn, 0.0).sum(0) / np.maximum(count, 1)
@@ -242,14 +243,19 @@ def _over_hull(
     df = np.full(n, np.nan)
     comp = np.full((n, 3), np.nan)
     scale = np.full(n, np.nan)
-    for m in np.flatnonzero(inside & (count >= 2)):
-        g = _gradient(hull, ref, int(m), px, n)
-        nz = np.flatnonzero(g)  # at most 6 means enter a lift
-        c = np.einsum("k,ksp->sp", g[nz], v[nz])
-        var, df[m] = covariance.crossed_variance(c)
-        comp[m] = covariance.variance_components(c)
-        lin = float(np.sum((g @ root) ** 2))
-        scale[m] = np.sqrt(var / lin) if lin > 0 else 0.0
+    read = np.flatnonzero(inside & (count >= 2))
+    chunk = max(1, _CELLS // max(v.shape[1] * v.shape[2], 1))
+    for start in range(0, read.size, chunk):  # a few models' contributions at a time
+        ms = read[start : start + chunk]
+        grads = [_gradient(hull, ref, int(m), px, n) for m in ms]
+        # at most 6 means enter a lift
+        c = np.stack([np.einsum("k,ksp->sp", g[np.flatnonzero(g)], v[np.flatnonzero(g)])
+                      for g in grads])  # fmt: skip
+        var, df[ms] = covariance.crossed_variance(c)
+        comp[ms] = covariance.variance_components(c)
+        for k, (m, g) in enumerate(zip(ms, grads, strict=True)):
+            lin = float(np.sum((g @ root) ** 2))
+            scale[m] = np.sqrt(var[k] / lin) if lin > 0 else 0.0
     bias = np.where(inside, (mean_draw - raw) * scale, np.nan)
     se = np.where(inside, sd * scale, np.nan)
     # The corrected hull value stays inside the range of the reference's means (and the base's).
@@ -312,13 +318,23 @@ def dominance(x: object, y: object, models: Models, reference: str | Sequence[st
         raise ValueError(f"reference: no model has method {reference!r}")
     index = np.full(x.shape[0], -1)
     dx, dy, p = (np.full(x.shape[0], np.nan) for _ in range(3))
-    for m in np.setdiff1d(np.arange(x.shape[0]), ref):
-        ddx, ddy = x[ref] - x[m], y[ref] - y[m]  # (R, S, P): each reference model minus m
-        pr = np.maximum(_one_sided_p(ddx), _one_sided_p(ddy))
-        b = int(np.argmin(pr))  # the first of equals: the lowest index
-        index[m], dx[m], dy[m] = ref[b], ddx[b].mean(), ddy[b].mean()
-        p[m] = min(1.0, ref.size * float(pr[b]))
+    others = np.setdiff1d(np.arange(x.shape[0]), ref)
+    # A few models at a time: (chunk, R, S, P) differences, each reference model minus the model.
+    chunk = max(1, _CELLS // max(ref.size * x.shape[1] * x.shape[2], 1))
+    for start in range(0, others.size, chunk):
+        ms = others[start : start + chunk]
+        ddx, ddy = x[ref][None] - x[ms][:, None], y[ref][None] - y[ms][:, None]
+        pr = np.maximum(_one_sided_p(ddx), _one_sided_p(ddy))  # (chunk, R)
+        for k, m in enumerate(ms):
+            b = int(np.argmin(pr[k]))  # the first of equals: the lowest index
+            index[m], dx[m], dy[m] = ref[b], ddx[k, b].mean(), ddy[k, b].mean()
+            p[m] = min(1.0, ref.size * float(pr[k, b]))
     return Dominance(index, dx, dy, p)
+
+
+_CELLS = 2_000_000
+"""How many (model, seed, problem) values `dominance` and the lifts' variances hold at once (16 MB
+per array)."""
 
 
 def holm(p: object) -> np.ndarray:

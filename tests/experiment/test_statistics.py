@@ -59,6 +59,30 @@ def test_hand_computed_hull():
     np.testing.assert_array_equal(h.vx, [0.0, 2.0])
 
 
+# Coordinates on a coarse grid, so that ties in pass@1, points on a segment and reads at a vertex
+# happen (each a branch of the chain or of np.interp), and wide values besides.
+_coord = st.one_of(st.integers(-4, 8).map(lambda v: v / 4),
+                   st.floats(-3.0, 5.0, allow_nan=False, allow_subnormal=False))  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.integers(1, 4), st.data())
+def test_hull_values_is_every_sets_hull_bit_for_bit(n_sets, n_points, n_reads, data):
+    """The batched hull (`estimand.hull_values`, what every draw of the means is read with) equals
+    `upper_hull(px[b], py[b])(x[b])` for each set, to the bit: inside, above and below the range,
+    at vertices, with ties and collinear points."""
+    px, py = (np.array(data.draw(st.lists(st.lists(_coord, min_size=n_points, max_size=n_points),
+                                          min_size=n_sets, max_size=n_sets)))
+              for _ in range(2))  # fmt: skip
+    reads = data.draw(st.lists(st.lists(_coord, min_size=n_reads, max_size=n_reads),
+                               min_size=n_sets, max_size=n_sets))  # fmt: skip
+    x = np.array(reads)
+    x[:, 0] = px[:, 0]  # one read at a point of the set
+    got = E.hull_values(px, py, x)
+    want = np.stack([E.upper_hull(px[b], py[b])(x[b]) for b in range(n_sets)])
+    np.testing.assert_array_equal(got, want)
+
+
 def test_bad_input_names_the_field():
     with pytest.raises(ValueError, match="px and py"):
         E.upper_hull([1.0], [1.0, 2.0])
