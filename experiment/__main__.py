@@ -182,6 +182,8 @@ def _main(argv: list[str]) -> int:
     if args.command == "fit-design":
         return _fit_design(args.results, args.label, args.steps)
     if args.summary is not None:
+        if args.set:
+            parser.error("--set changes a simulated design; --summary simulates nothing")
         doc = store.read_json(args.summary)
         if not isinstance(doc, dict):
             raise ValueError(f"--summary: {args.summary} is not a calibrate --json output")

@@ -159,6 +159,9 @@ def test_cli_smoke_prints_json_for_each_design(capsys):
     assert design["explore_seeds"] == 4 and design["confirm_problems"] == 96
     assert main(["calibrate", "--design", "smooth", "--set", "explore_seed=4"]) == 2
     assert "'explore_seed' is not a field of Design" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--summary", "docs/calibration.json", "--set", "explore_seeds=4"])
+    assert "--summary simulates nothing" in capsys.readouterr().err
 
 
 def test_a_design_is_changed_field_by_field_with_each_fields_type():
