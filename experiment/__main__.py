@@ -192,7 +192,8 @@ def _main(argv: list[str]) -> int:
     if args.replicates < 2 or args.draws < 20:
         parser.error("--replicates must be >= 2 and --draws >= 20")
     designs = {name: C.override(C.DESIGNS[name], args.set) for name in args.design or C.DESIGNS}
-    report = {name: C.calibrate(d, replicates=args.replicates, seed=args.seed, draws=args.draws)
+    report = {name: C.calibrate(d, replicates=args.replicates, seed=args.seed, draws=args.draws,
+                                progress=name)
               for name, d in designs.items()}  # fmt: skip
     if args.json:
         print(json.dumps(report, indent=2))

@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 from scipy import optimize, special
 from scipy.special import ndtri
+from tqdm.auto import tqdm
 
 from experiment import estimand, frontier, report
 from experiment import study as S
@@ -517,10 +518,12 @@ def _rate(v: list[bool]) -> tuple[float, float]:
 
 
 def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1000,
-              alpha: float = 0.05, rule: str | None = None) -> dict:  # fmt: skip
+              alpha: float = 0.05, rule: str | None = None,
+              progress: str | None = None) -> dict:  # fmt: skip
     """Run the whole pipeline (module docstring) on `replicates` simulated studies of design `d`,
     the picks by `rule` (`experiment.study.select`; default its `PICK_RULE`), every rule of
-    `experiment.study.PICK_RULES` scored on the same explorations.
+    `experiment.study.PICK_RULES` scored on the same explorations; with `progress` (a label), a
+    progress bar of the studies on standard error.
 
     Returns:
         ``{"design", "replicates", "explore": {"max_abs_lift" (points), "coverage",
@@ -545,7 +548,8 @@ def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1
     rec: dict[str, list[tuple[float, ...]]] = {name: [] for name in methods}
     words: dict[str, list[str]] = {name: [] for name in methods}
     fw_above, fw_below = [], []
-    for r in range(replicates):
+    for r in tqdm(range(replicates), desc=progress, disable=progress is None, unit="study",
+                  leave=False):  # fmt: skip
         x, y, models = simulate(d, ref_paths + paths, rng, seeds=d.explore_seeds,
                                 problems=d.problems)  # fmt: skip
         explore = _section(x, y, models, draws, r)
