@@ -363,10 +363,12 @@ def true_lifts(d: Design, a: float, b: object, noise: float = 1.0) -> np.ndarray
     return y - true_hull(d)(x)
 
 
-def _lifts(d: Design, a: float, b: object, where: str, noise: float = 1.0) -> np.ndarray:
+def _lifts(d: Design, a: float, b: object, where: str, noise: float = 1.0,
+           points: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:  # fmt: skip
     """`true_lifts`, NaN above GRPO's range too when ``where == "inside"`` (a method whose every
-    checkpoint stays inside the range, as under lift v3: `METHODS`' paths are the same)."""
-    x, y = true_points(d, a, b, d.checkpoints, noise)
+    checkpoint stays inside the range, as under lift v3: `METHODS`' paths are the same); `points`:
+    the paths' `true_points` at the checkpoints, when already computed."""
+    x, y = true_points(d, a, b, d.checkpoints, noise) if points is None else points
     hull = true_hull(d)
     t = y - hull(x)  # `true_lifts`, with the points computed once
     return np.where(x > hull.x_max, np.nan, t) if where == "inside" else t
@@ -384,10 +386,18 @@ def _sharpenings(d: Design) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=1024)
+def _scan_points(d: Design, a: float, noise: float) -> tuple[np.ndarray, np.ndarray]:
+    """`true_points` of the paths `(a, b)` over `_sharpenings(d)` at the checkpoints, `(161, C)`
+    each: once per push for both of `_scan`'s readings."""
+    return true_points(d, a, _sharpenings(d), d.checkpoints, noise)
+
+
+@functools.lru_cache(maxsize=1024)
 def _scan(d: Design, a: float, where: str = "inside", noise: float = 1.0) -> np.ndarray:
     """`(161,)` the largest true lift of the paths `(a, b)` over `_sharpenings(d)` (NaN where a
     checkpoint leaves GRPO's range): computed once per push for every lift `method_path` solves."""
-    return _best(_lifts(d, a, _sharpenings(d), where, noise))
+    points = _scan_points(d, a, noise)
+    return _best(_lifts(d, a, _sharpenings(d), where, noise, points))
 
 
 def method_path(d: Design, lift: float, where: str = "inside",
