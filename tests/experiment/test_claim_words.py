@@ -266,11 +266,14 @@ def test_the_range_label_and_its_tables():
     assert md.count("above GRPO's pass@1 range: less pass@k") == 1
 
 
-def test_the_reread_command_prints_the_word_each_claim_replaces(tmp_path, capsys):
-    """A re-read prints the old word beside a changed one (``reread.claims_were``)."""
+def test_the_reread_command_prints_the_word_each_claim_replaces(tmp_path, capsys, monkeypatch):
+    """A re-read prints the old word beside a changed one (``reread.claims_were``). (The frontier
+    figures, most of a re-read's time, are not drawn: tests/experiment/test_reread.py checks
+    they are asked for.)"""
     src = ROOT / "figures" / "toy_study_sharpening"
     if not (src / "explore_lift_inputs.npz").is_file():
         pytest.skip("no committed lift inputs")
+    monkeypatch.setattr(report, "plot_frontier", lambda found, path, **kw: None)
     assert main(["reread", str(src), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     doc = json.loads((tmp_path / "study.json").read_text())
