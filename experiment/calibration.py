@@ -650,9 +650,9 @@ def override(d: Design, assignments: list[str]) -> Design:
     """A copy of design `d` with fields set by ``FIELD=VALUE`` strings (``python -m experiment
     calibrate --set``), each value read as the field's type: ``explore_seeds=6``,
     ``sigma_seed=0.05``, ``checkpoints=1,2,4``, ``ref_settings=(0.03,0.1),(0.02,0.12)``,
-    ``noisy=true`` (seeds, problems, samples and k at least 2, k at most samples, the
-    standard deviations at least 0). What a design needs to reach a target (e.g. how many exploration seeds pick
-    the best setting in 80% of studies) is read by calibrating copies of it.
+    ``noisy=true`` (seeds, problems, samples and k at least 2, k at most samples, the standard
+    deviations at least 0). What a design needs to reach a target (e.g. how many exploration
+    seeds pick the best setting in 80% of studies) is read by calibrating copies of it.
 
     Raises:
         ValueError: an assignment without ``=``, an unknown field, or a value that is not the

@@ -80,10 +80,7 @@ class Hull:
         range; above it the point of the window `[max(x_min, 2·x_max − x), x_max]` (as far
         below the range's end as `x` is above it) where the hull is highest, `clip(x_peak, ...)`
         (the hull is concave); NaN below the range (module docstring)."""
-        x = np.asarray(x, dtype=np.float64)
-        low = np.maximum(self.x_min, 2.0 * self.x_max - x)
-        above = np.clip(self.x_peak, low, self.x_max)
-        return np.where(x < self.vx[0], np.nan, np.where(x > self.vx[-1], above, x))
+        return _read_point(np.asarray(x, dtype=np.float64), self.x_min, self.x_max, self.x_peak)
 
     def __call__(self, x: object) -> np.ndarray:
         """`H(x)` elementwise (any shape): the hull on `[x_min, x_max]`, its highest value on the
@@ -107,6 +104,15 @@ class Hull:
         j = int(np.clip(np.searchsorted(self.vx, r, side="left"), 1, self.vx.size - 1))
         i = j - 1
         return i, j, float((r - self.vx[i]) / (self.vx[j] - self.vx[i]))
+
+
+def _read_point(x: np.ndarray, x_min: object, x_max: object, x_peak: object) -> np.ndarray:
+    """`Hull.read_at`'s rule for hulls given by their range and highest vertex (scalars, or columns
+    broadcast against `x`): `x` inside `[x_min, x_max]`, `clip(x_peak, max(x_min, 2·x_max − x),
+    x_max)` above it, NaN below."""
+    low = np.maximum(x_min, 2.0 * x_max - x)
+    above = np.clip(x_peak, low, x_max)
+    return np.where(x < x_min, np.nan, np.where(x > x_max, above, x))
 
 
 ABOVE_RANGE = "above GRPO's pass@1 range"
@@ -217,10 +223,7 @@ def hull_values(px: np.ndarray, py: np.ndarray, x: np.ndarray) -> np.ndarray:
     x_max = hx[rows, last]
     top = np.where(np.arange(n_points + 1) < size[:, None], hy, -np.inf)
     x_peak = hx[rows, np.argmax(top, axis=1)]  # the highest vertex, the first on a tie
-    # `Hull.read_at`, row by row
-    low = np.maximum(x_min[:, None], 2.0 * x_max[:, None] - x)
-    above = np.clip(x_peak[:, None], low, x_max[:, None])
-    r = np.where(x < x_min[:, None], np.nan, np.where(x > x_max[:, None], above, x))
+    r = _read_point(x, x_min[:, None], x_max[:, None], x_peak[:, None])  # `Hull.read_at`, per row
     # `np.interp(r, vx, vy)` on each set's vertices: r lies in [x_min, x_max] (or is NaN)
     j = (hx[:, None, :] <= r[:, :, None]).sum(-1) - 1  # vx[j] <= r < vx[j + 1]
     j = np.clip(j, 0, last[:, None])

@@ -64,6 +64,10 @@ NUM_DRAWS = 2000
 """Draws of the means per analysis (Monte Carlo error of a bias or standard error: ~2% of the
 standard error)."""
 
+_CELLS = 2_000_000
+"""How many (model, seed, problem) values `dominance` and the lifts' variances hold at once (16 MB
+per array)."""
+
 SE_FLOOR = 1e-6
 """A lift whose standard error is at most this (in the measure's units) is not tested (`p` NaN):
 its model never left the base, up to float32 rounding (the toy's metrics)."""
@@ -248,9 +252,10 @@ def _over_hull(
     for start in range(0, read.size, chunk):  # a few models' contributions at a time
         ms = read[start : start + chunk]
         grads = [_gradient(hull, ref, int(m), px, n) for m in ms]
-        # at most 6 means enter a lift
-        c = np.stack([np.einsum("k,ksp->sp", g[np.flatnonzero(g)], v[np.flatnonzero(g)])
-                      for g in grads])  # fmt: skip
+        nzs = [np.flatnonzero(g) for g in grads]  # at most 6 means enter a lift
+        c = np.stack(
+            [np.einsum("k,ksp->sp", g[nz], v[nz]) for g, nz in zip(grads, nzs, strict=True)]
+        )
         var, df[ms] = covariance.crossed_variance(c)
         comp[ms] = covariance.variance_components(c)
         for k, (m, g) in enumerate(zip(ms, grads, strict=True)):
@@ -330,11 +335,6 @@ def dominance(x: object, y: object, models: Models, reference: str | Sequence[st
             index[m], dx[m], dy[m] = ref[b], ddx[k, b].mean(), ddy[k, b].mean()
             p[m] = min(1.0, ref.size * float(pr[k, b]))
     return Dominance(index, dx, dy, p)
-
-
-_CELLS = 2_000_000
-"""How many (model, seed, problem) values `dominance` and the lifts' variances hold at once (16 MB
-per array)."""
 
 
 def holm(p: object) -> np.ndarray:
