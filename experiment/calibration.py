@@ -650,13 +650,14 @@ def override(d: Design, assignments: list[str]) -> Design:
     """A copy of design `d` with fields set by ``FIELD=VALUE`` strings (``python -m experiment
     calibrate --set``), each value read as the field's type: ``explore_seeds=6``,
     ``sigma_seed=0.05``, ``checkpoints=1,2,4``, ``ref_settings=(0.03,0.1),(0.02,0.12)``,
-    ``noisy=true`` (seeds, problems, samples and k at least 2, k at most samples, the standard
-    deviations at least 0). What a design needs to reach a target (e.g. how many exploration
+    ``noisy=true`` (seeds, problems, samples and k at least 2, k at most samples, every number
+    finite, the standard deviations at least 0, `tau` above 0, checkpoints positive and
+    increasing, `sharpenings` an interval, `ref_settings` pairs). What a design needs to reach a target (e.g. how many exploration
     seeds pick the best setting in 80% of studies) is read by calibrating copies of it.
 
     Raises:
         ValueError: an assignment without ``=``, an unknown field, or a value that is not the
-            field's type (naming the field and the value).
+            field's type or breaks its rule (naming the field and the value).
     """
     fields = asdict(d)
     changes: dict[str, object] = {}
@@ -686,15 +687,41 @@ def override(d: Design, assignments: list[str]) -> Design:
                 type(old), "a comma-separated list"
             )
             raise ValueError(f"--set: {name}={text!r}: expected {kind}, like {old!r}") from None
-        if type(value) is int and value < 2:  # seeds, problems, samples, k
-            raise ValueError(f"--set: {name}={text!r} must be >= 2")
-        if (name.startswith("sigma") or name == "tau") and value < 0:
-            raise ValueError(f"--set: {name}={text!r} must be >= 0")
+        _check_value(name, text, value)
         changes[name] = value
     out = replace(d, **changes)
     if out.k > out.samples:
         raise ValueError(f"--set: k={out.k} is more than samples={out.samples}")
     return out
+
+
+def _check_value(name: str, text: str, value: object) -> None:
+    """`override`'s rules for a parsed value of field `name` (`text` as given).
+
+    Raises:
+        ValueError: naming the field and the value.
+    """
+
+    def bad(rule: str) -> ValueError:
+        return ValueError(f"--set: {name}={text!r} {rule}")
+
+    if type(value) is int and value < 2:  # seeds, problems, samples, k
+        raise bad("must be >= 2")
+    numbers = np.ravel(np.asarray(value, dtype=np.float64)) if isinstance(value, tuple) else [value]
+    if not isinstance(value, bool) and not np.all(np.isfinite(numbers)):
+        raise bad("must be finite")
+    if name.startswith("sigma") and value < 0:
+        raise bad("must be >= 0")
+    if name == "tau" and value <= 0:
+        raise bad("must be > 0 (the problems' spread of logits)")
+    if isinstance(value, tuple) and not value:
+        raise bad("must hold at least one value")
+    if name == "checkpoints" and (min(value) <= 0 or np.any(np.diff(value) <= 0)):
+        raise bad("must be positive training amounts in increasing order")
+    if name == "sharpenings" and (len(value) != 2 or value[0] >= value[1]):
+        raise bad("must be two values, the smaller first")
+    if name == "ref_settings" and any(len(p) != 2 for p in value):
+        raise bad("must be (a, b) pairs, one per reference setting")
 
 
 def quick(d: Design) -> Design:

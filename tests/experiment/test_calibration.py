@@ -175,7 +175,13 @@ def test_a_design_is_changed_field_by_field_with_each_fields_type():
                        ("explore_seeds=2.5", "explore_seeds='2.5': expected an integer"),
                        ("noisy=yes", "noisy='yes': expected true or false"), ("explore_seeds=1", ">= 2"),
                        ("sigma_off=-0.1", ">= 0"), ("k=32", "k=32 is more than samples=16"),
-                       ("checkpoints=a", "checkpoints='a': expected a comma-separated")]:  # fmt: skip
+                       ("checkpoints=a", "checkpoints='a': expected a comma-separated"),
+                       ("mu=nan", "mu='nan' must be finite"), ("sigma_along=inf", "finite"),
+                       ("tau=0", "tau='0' must be > 0"), ("checkpoints=0", "positive"),
+                       ("checkpoints=3,2,1", "increasing"), ("checkpoints=1,1", "increasing"),
+                       ("sharpenings=2,-2", "the smaller first"), ("sharpenings=1", "two values"),
+                       ("ref_settings=(0.1,0.2,0.3)", "pairs"), ("pushes=", "comma-separated"),
+                       ("checkpoints=1,1e400", "finite")]:  # fmt: skip
         with pytest.raises(ValueError, match=match):
             C.override(d, [bad])
 
