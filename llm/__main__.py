@@ -85,7 +85,7 @@ from llm.rollout.base import stop_token_ids
 from llm.run.checkpoint import latest_checkpoint
 from llm.run.distributed import check_device, close_distributed, set_matmul_precision
 from llm.tasks import TASKS
-from llm.tasks.prepare import PREPARE_TASKS, prepare_problems, write_problems
+from llm.tasks.prepare import PREPARE_TASKS, check_output, prepare_problems, write_problems
 from llm.train.trainer import train
 from numerics.emulate import run_emulated
 
@@ -261,11 +261,13 @@ def _import_gguf(args: argparse.Namespace) -> int:
 
 
 def _prepare_data(args: argparse.Namespace) -> int:
+    check_output(args.out, args.input)  # before the inputs are read
     problems = prepare_problems(
         args.task, args.input, skip=args.skip, rows=args.rows, dedupe=args.dedupe,
         drop_cjk=args.drop_cjk, levels=args.levels or (),
     )  # fmt: skip
-    print(f"{write_problems(problems, args.out)}: {len(problems)} {args.task} problems")
+    out = write_problems(problems, args.out, inputs=args.input)
+    print(f"{out}: {len(problems)} {args.task} problems")
     return 0
 
 

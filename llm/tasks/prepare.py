@@ -104,18 +104,39 @@ def prepare_problems(
     return problems
 
 
-def write_problems(problems: Sequence[Problem], path: str | os.PathLike[str]) -> Path:
-    """Write `problems` (one task's) as `.jsonl` or `.parquet` in the loader's layout
-    (`to_row`), atomically: a temporary file beside `path`, renamed once complete.
+def check_output(
+    path: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str]] = ()
+) -> Path:
+    """`path` as the output of `write_problems`, checked before anything is read or written.
 
     Raises:
-        ValueError: `path`'s suffix is neither `.jsonl` nor `.parquet`, or `problems` is empty.
+        ValueError: `path`'s suffix is neither `.jsonl` nor `.parquet`, or `path` is one of
+            `inputs` (an input is never overwritten).
     """
     path = Path(path)
     if path.suffix not in OUTPUT_SUFFIXES:
         raise ValueError(
             f"out: expected a path ending in {' or '.join(OUTPUT_SUFFIXES)}, got {path}"
         )
+    if any(path.resolve() == Path(p).resolve() for p in inputs):
+        raise ValueError(f"out: {path} is one of the inputs; write the prepared file elsewhere")
+    return path
+
+
+def write_problems(
+    problems: Sequence[Problem],
+    path: str | os.PathLike[str],
+    *,
+    inputs: Iterable[str | os.PathLike[str]] = (),
+) -> Path:
+    """Write `problems` (one task's) as `.jsonl` or `.parquet` in the loader's layout
+    (`to_row`), atomically: a temporary file beside `path`, renamed once complete.
+
+    Raises:
+        ValueError: as `check_output` (with `inputs`, the files the problems were read from),
+            or `problems` is empty.
+    """
+    path = check_output(path, inputs)
     if not problems:
         raise ValueError(f"{path}: no problems to write")
     rows = [p.to_row() for p in problems]

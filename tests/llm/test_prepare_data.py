@@ -159,6 +159,24 @@ def test_output_suffix_is_checked_and_nothing_written(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+def test_an_input_is_never_overwritten(tmp_path, capsys):
+    """``--out`` naming one of the inputs (with a slice it would replace the downloaded file by a
+    part of it) is refused before anything is read or written, by the command and the writer."""
+    from llm.__main__ import main
+
+    src = tmp_path / "in.jsonl"
+    text = '{"target": 6, "nums": [1, 2, 3]}\n{"target": 9, "nums": [4, 5]}\n'
+    src.write_text(text)
+    argv = ["prepare-data", "--task", "countdown", "--input", str(src), "--rows", "1"]
+    assert main([*argv, "--out", str(tmp_path / "." / "in.jsonl")]) != 0
+    assert "is one of the inputs" in capsys.readouterr().err
+    assert src.read_text() == text
+    with pytest.raises(ValueError, match="is one of the inputs"):
+        write_problems([CountdownProblem((1,), 1)], src, inputs=[src])
+    assert main([*argv, "--out", str(tmp_path / "out.jsonl")]) == 0
+    assert (tmp_path / "out.jsonl").read_text() == text.splitlines(keepends=True)[0]
+
+
 @pytest.mark.parametrize("path", sorted((ROOT / "configs" / "smoke").glob("*.toml")), ids=str)
 def test_smoke_configs_are_their_paper_configs_with_the_named_overrides(path):
     """Each smoke config parses, and is exactly its paper config with the overrides its header
