@@ -427,8 +427,9 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
     each stage's lift table and frontier figure, and (into another folder) both stages' lift
     inputs into `out` (default: `study_dir`), so that `out` re-reads again; returns the new
     study.json's dict. Its ``reread`` records the procedure read before, the commit and the claims'
-    words before (``claims_were``: ``[{claim, verdict}]`` as the study.json had them). Nothing is
-    written before every check has passed.
+    words before (``claims_were``: ``[{claim, verdict}]`` as the study.json had them); re-reading a
+    re-read study keeps the records before (``earlier``, oldest first), so a re-read in place
+    loses no verdict's history. Nothing is written before every check has passed.
 
     Raises:
         ValueError: naming the file: study.json missing, without ``reading`` (written before
@@ -476,6 +477,9 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
                         "git_commit": R.git_commit(),
                         "claims_were": [{"claim": r.get("claim"), "verdict": r.get("verdict")}
                                         for r in doc.get("claims", []) if r.get("verdict")]}  # fmt: skip
+    if "reread" in doc:  # a re-read of a re-read keeps the records before it, oldest first
+        before = dict(doc["reread"])
+        result["reread"]["earlier"] = [*before.pop("earlier", []), before]
     out.mkdir(parents=True, exist_ok=True)
     if elsewhere:  # the inputs travel with the reading: `out` re-reads on its own
         for stage, file in files.items():

@@ -196,9 +196,15 @@ def test_publishing_a_published_study_copies_what_a_reread_needs(tmp_path, capsy
     capsys.readouterr()
     assert main(["reread", str(tmp_path / "D"), "--out", str(tmp_path / "E")]) == 0
     assert (tmp_path / "E" / "verdicts.md").read_bytes() == (gpu / "verdicts.md").read_bytes()
-    # The re-read's folder carries its inputs: it re-reads on its own, in place.
+    # The re-read's folder carries its inputs: it re-reads on its own, in place, keeping the
+    # record of the re-reads before (the committed study's own, then the first one here).
+    first = json.loads((tmp_path / "E" / "study.json").read_text())["reread"]
     assert main(["reread", str(tmp_path / "E")]) == 0
     assert (tmp_path / "E" / "verdicts.md").read_bytes() == (gpu / "verdicts.md").read_bytes()
+    record = json.loads((tmp_path / "E" / "study.json").read_text())["reread"]
+    committed = json.loads((gpu / "study.json").read_text())["reread"]  # re-read when published
+    assert first["earlier"] == [committed] and record["from"] == first["procedure"]
+    assert record["earlier"] == [committed, {k: v for k, v in first.items() if k != "earlier"}]
 
 
 def test_a_study_without_the_digest_is_upgraded_once(tmp_path, capsys):
