@@ -35,7 +35,7 @@ import numpy as np
 from scipy import optimize, special
 
 from experiment import calibration as C
-from experiment import reread
+from experiment import cli, reread
 from theory.measures import pass_at_k_fast
 
 __all__ = ["counts_from_results", "fit_base", "fit_design", "fit_seed_shift", "seed_moments"]
@@ -297,9 +297,14 @@ def fit_seed_shift(d: C.Design, target: Mapping[str, float], *, replicates: int 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m experiment.fit SEED_INPUTS.npz ... [--design NAME]``: the `seed_moments` of
-    GRPO's models in each stage's lift inputs, printed as JSON; with ``--design``, that design of
-    `experiment.calibration.DESIGNS` with `fit_seed_shift` to the first file's moments."""
+    """``python -m experiment.fit SEED_INPUTS.npz ... [--design NAME] [--debug]``: the
+    `seed_moments` of GRPO's models in each stage's lift inputs, printed as JSON; with
+    ``--design``, that design of `experiment.calibration.DESIGNS` with `fit_seed_shift` to the
+    first file's moments. Errors as every command's (`experiment.cli.run`)."""
+    return cli.run(_main, None if argv is None else list(argv))
+
+
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiment.fit")
     parser.add_argument("inputs", nargs="+", help="lift inputs (figures/*/confirm_lift_inputs.npz)")
     parser.add_argument("--design", choices=sorted(C.DESIGNS), help="fit this design's seeds")

@@ -148,3 +148,12 @@ def test_a_seed_shift_moves_pass_at_1_and_pass_at_k_together():
                        np.random.default_rng(1), seeds=16, problems=1280)  # fmt: skip
     assert fit.seed_moments(along[0][1:], along[1][1:])["corr"] < -0.5
     assert fit.seed_moments(shift[0][1:], shift[1][1:])["corr"] > 0.5
+
+
+def test_the_fit_command_names_a_bad_file_in_one_line(tmp_path, capsys):
+    """``python -m experiment.fit`` follows every command's error convention (`experiment.cli`)."""
+    bad = tmp_path / "x.npz"
+    bad.write_text("not an npz")
+    assert fit.main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: lift inputs: ") and str(bad) in err and len(err.splitlines()) == 1
