@@ -129,21 +129,29 @@ def check_config(provenance: Mapping[str, Any], where: str | Path) -> Path:
     return path
 
 
-def load_committed(study_dir: str | Path) -> Committed:
+def load_committed(study_dir: str | Path, unit: str | None = None) -> Committed:
     """Read a committed study folder: study.json with its ``reading``, ``picks`` and
     ``provenance``, both stages' lift inputs (published ``<stage>_lift_inputs.npz`` or the
-    stage folder's ``lift_inputs.npz``) and its config (`check_config`).
+    stage folder's ``lift_inputs.npz``) and its config (`check_config`); with `unit` (the leg's
+    `ExtensionLeg.unit`), a study of another leg is refused before its config is parsed.
 
     Raises:
         ValueError: study.json missing, unreadable or without a key (`experiment.reread.
-            check_study`), lift inputs that are corrupt or not the ones study.json records
-            (`experiment.reread.check_inputs`), stages that disagree on the reference, or a
-            changed config; each naming the file.
+            check_study`), a study of another leg, lift inputs that are corrupt or not the ones
+            study.json records (`experiment.reread.check_inputs`), stages that disagree on the
+            reference, or a changed config; each naming the file.
         FileNotFoundError: a stage's lift inputs or the config are missing.
     """
     src = Path(study_dir)
     path = src / "study.json"
     doc = check_study(store.read_json(path), path)
+    theirs = doc["reading"].get("unit")
+    if unit is not None and theirs != unit:
+        raise ValueError(
+            f"--extend: {src} is a study of the other leg (its problem unit {theirs!r}, this "
+            f"command's {unit!r}): a toy study extends with `python -m toymdp study --extend`, "
+            "an LLM study with `python -m llm study --extend`"
+        )
     files = input_files(src)
     stages = {stage: load_inputs(file) for stage, file in files.items()}
     check_inputs(doc, files, path)  # the lift inputs are this study's

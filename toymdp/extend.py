@@ -138,7 +138,7 @@ def extend_study(
             `retrain`), or an `out` in the committed folder.
         experiment.lock.RunFolderError: another live study or extension holds `out`.
     """
-    committed = E.load_committed(study_dir)
+    committed = E.load_committed(study_dir, unit=ToyExtension.unit)
     methods, claims = E.read_methods(methods_path)
     out = Path(out) if out is not None else Path("runs/toy_extend") / Path(study_dir).name
     leg = ToyExtension(committed, methods, claims, out, Path(methods_path), use_cache, progress)

@@ -148,7 +148,7 @@ def extend_study(
         llm.run.folder.RunFolderError: another live study or extension holds `out`.
     """
     check_executor(executor, address)
-    committed = E.load_committed(study_dir)
+    committed = E.load_committed(study_dir, unit=LLMExtension.unit)
     methods, claims = E.read_methods(methods_path)
     out = Path(out) if out is not None else Path("runs/llm_extend") / Path(study_dir).name
     options = {"workers": workers, "progress": progress, "num_resamples": num_resamples,

@@ -246,3 +246,19 @@ def test_merge_keeps_the_committed_reference_and_the_new_models():
     np.testing.assert_array_equal(out["x"], np.concatenate([x[:2], nx[1:]]))
     with pytest.raises(ValueError, match="differ from the committed"):
         E.merge(committed, {"pass_at_k": {**new["pass_at_k"], "x": nx[:, :1]}}, ["grpo"])
+
+
+def test_a_study_of_the_other_leg_is_named_with_the_command_that_extends_it(tmp_path, capsys):
+    """Each leg's ``--extend`` refuses the other leg's committed study before parsing its config
+    (whose keys the leg does not know), saying which command extends it."""
+    from llm.__main__ import main as llm_main
+
+    root = Path(__file__).parents[2] / "figures"
+    methods = Path(__file__).parents[2] / "examples" / "my_methods.toml"
+    for command, folder in ((main, "llm_study_countdown_rule"), (llm_main, "toy_study_sharpening")):
+        argv = ["study", "--extend", str(root / folder), "--methods", str(methods), "--out",
+                str(tmp_path / folder)]  # fmt: skip
+        assert command(argv) == 2
+        err = capsys.readouterr().err
+        assert "is a study of the other leg" in err and "python -m toymdp study --extend" in err
+        assert not (tmp_path / folder).exists()
