@@ -41,6 +41,18 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def at_least_one(text: str) -> int:
+    """An argparse ``type``: an integer >= 1 (e.g. ``--workers``); anything else is refused by
+    argparse, naming the flag and the value."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
 def extend_arguments(parser: argparse.ArgumentParser, example: str, default_out: str) -> None:
     """A study command's extension flags (`experiment.extend`): ``--extend DIR``, ``--methods
     FILE``, ``--import MODULE`` (repeatable) and ``--retrain-reference``."""

@@ -535,9 +535,15 @@ def _main(argv: list[str]) -> int:
     rp.add_argument("--methods", nargs="+", metavar="M", help="shaping methods to train")
     rp.add_argument("--seeds", nargs="+", metavar="S", help="training seeds (default: the sweep's)")
     rp.add_argument("--steps", type=int, help="override the config's steps")
-    rp.add_argument("--eval-problems", type=int, help="held-out problems (the sweep's: 128)")
-    rp.add_argument("--eval-samples", type=int, help="samples per problem (the sweep's: 16)")
-    rp.add_argument("--jobs", type=int, default=2, help="runs side by side, 1 thread each (2)")
+    rp.add_argument(
+        "--eval-problems", type=cli.at_least_one, help="held-out problems (the sweep's: 128)"
+    )
+    rp.add_argument(
+        "--eval-samples", type=cli.at_least_one, help="samples per problem (the sweep's: 16)"
+    )
+    rp.add_argument(
+        "--jobs", type=cli.at_least_one, default=2, help="runs side by side, 1 thread each (2)"
+    )
     rp.add_argument("--semantic", action="store_true", help="also the MiniLM cosine (dsdr)")
     rp.add_argument("--quick", action="store_true", help="smoke-test budget, in RUNS/quick/")
     rp.add_argument(
@@ -553,7 +559,9 @@ def _main(argv: list[str]) -> int:
     add_set_argument(
         sw, "override sweep keys: seeds=[0] train.steps=20 eval.problems=8 (TOML literals)"
     )
-    sw.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    sw.add_argument(
+        "--workers", type=cli.at_least_one, help="worker processes (default: one per core)"
+    )
     sw.add_argument("--out", help="output folder (default runs/sweeps/<config stem>)")
     _add_engine(sw)
     _add_executor(sw)
@@ -564,7 +572,9 @@ def _main(argv: list[str]) -> int:
     st.add_argument("--config", help="study TOML: a sweep plus [study] "
                                      "(configs/study_*.toml)")  # fmt: skip
     cli.extend_arguments(st, "figures/llm_study_countdown_rule", "runs/llm_extend/<study folder>")
-    st.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    st.add_argument(
+        "--workers", type=cli.at_least_one, help="worker processes (default: one per core)"
+    )
     st.add_argument("--out", help="output folder (default runs/llm_study/<config stem>, or "
                                   "runs/llm_extend/<study folder> with --extend)")  # fmt: skip
     _add_engine(st)
@@ -577,7 +587,9 @@ def _main(argv: list[str]) -> int:
     sc.add_argument("--runs", type=int, default=1, help="runs drawn (default 1), each re-trained "
                     "alone, with the base model's evaluation")  # fmt: skip
     sc.add_argument("--seed", type=int, default=0, help="which runs: the draw's seed (default 0)")
-    sc.add_argument("--workers", type=int, help="worker processes (default: one per core)")
+    sc.add_argument(
+        "--workers", type=cli.at_least_one, help="worker processes (default: one per core)"
+    )
     sc.add_argument("--out", help="output folder (default runs/llm_spot_check/<config stem>)")
     sc.add_argument("--emulate", metavar="CPU", help="run on an emulated CPU, qemu-x86_64 -cpu CPU "
                     "(e.g. max: AVX2 and FMA, no AVX-512), in one process (~9x slower under numerics "

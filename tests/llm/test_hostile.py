@@ -387,3 +387,22 @@ def test_the_help_shows_set_examples_that_are_accepted(command, capsys) -> None:
     assert "optim.lr=3e-4" in examples and "lr=3e-4" not in examples
     cfg = load_config(TINY, sets=examples)
     assert cfg.optim.lr == 3e-4 and cfg.data.seed == 3 and cfg.eval.samples == 64
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["sweep", "--config", "configs/sweep_countdown_quick.toml", "--workers", "0"],
+     ["study", "--config", "configs/study_countdown_mild.toml", "--workers", "-2"],
+     ["spot-check", "figures/gpu/study.json", "--workers", "0"],
+     ["reproduce", "--quick", "--jobs", "0"], ["reproduce", "--quick", "--eval-problems", "0"],
+     ["reproduce", "--quick", "--eval-samples", "-1"]],
+)  # fmt: skip
+def test_counts_below_one_are_refused_by_name(argv, capsys):
+    """A worker, job, problem or sample count below 1 is refused before anything runs (``--workers
+    0`` ran every run inline and ``--eval-problems 0`` fell back to the default)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert f"argument {argv[-2]}: expected an integer >= 1, got {int(argv[-1])}" in (
+        capsys.readouterr().err
+    )
