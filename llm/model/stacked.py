@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 __all__ = [
     "KVCache",
@@ -152,10 +153,21 @@ class StackedLM:
     Args:
         models: the R runs' models (`check_stackable`); used, not copied: a later update of a
             model's parameters is seen by the next call (stack once per call, `stack`).
+        checkpointing: activation checkpointing (``system.gradient_checkpointing``): with grad
+            enabled and no decoding cache, each decoder layer keeps its input alone and runs again
+            in the backward pass (`torch.utils.checkpoint`, non-reentrant), as transformers'
+            ``gradient_checkpointing_enable`` does per layer; the values are the same.
     """
 
-    def __init__(self, models: Sequence[torch.nn.Module], *, sampling: bool = False) -> None:
+    def __init__(
+        self,
+        models: Sequence[torch.nn.Module],
+        *,
+        sampling: bool = False,
+        checkpointing: bool = False,
+    ) -> None:
         check_stackable(models, sampling=sampling)
+        self.checkpointing = checkpointing
         self.models = list(models)
         first = next(self.models[0].parameters())
         self.dtype, self.device = first.dtype, first.device
@@ -365,30 +377,16 @@ class StackedLM:
             mask = torch.cat([pm, mask], dim=-1)
         kept_k: list[Tensor] = []
         kept_v: list[Tensor] = []
+        again = self.checkpointing and cache is None and torch.is_grad_enabled()
         for layer in range(self.n_layers):
-            pre = f"model.layers.{layer}."
-            x = _rms_norm(h, p[pre + "input_layernorm.weight"], self.eps)
-            q, k, v = self._qkv(x, p, pre, n, length, cos, sin)
+            args = (h, layer, p, n, length, cos, sin, mask, prefix, group, cache)
+            if again:
+                h, k, v = checkpoint(self._layer, *args, use_reentrant=False)
+            else:
+                h, k, v = self._layer(*args)
             if keep_kv:
                 kept_k.append(k)
                 kept_v.append(v)
-            shared = None
-            if cache is not None:
-                at = cache.length
-                cache.keys[layer][:, :, at : at + length] = k
-                cache.values[layer][:, :, at : at + length] = v
-                k = cache.keys[layer][:, :, : at + length]
-                v = cache.values[layer][:, :, : at + length]
-                if cache.prefix is not None:
-                    shared = (cache.prefix.keys[layer], cache.prefix.values[layer], cache.group)
-            if prefix is not None:
-                k = torch.cat([prefix.keys[layer].repeat_interleave(group, dim=0), k], dim=2)
-                v = torch.cat([prefix.values[layer].repeat_interleave(group, dim=0), v], dim=2)
-            h = h + self._attend(q, k, v, mask, p, pre, n, length, shared)
-            x = _rms_norm(h, p[pre + "post_attention_layernorm.weight"], self.eps)
-            gate = _linear(x, p, pre + "mlp.gate_proj")
-            up = _linear(x, p, pre + "mlp.up_proj")
-            h = h + _linear(F.silu(gate) * up, p, pre + "mlp.down_proj")
         if cache is not None:
             cache.length += length
         h = h.reshape(r, n, length, -1)
@@ -399,6 +397,45 @@ class StackedLM:
         head = embed if self.tied else p["lm_head.weight"]  # (R, V, H)
         logits = torch.bmm(h, head.transpose(1, 2)).float()  # (R, N*kept, V), as generate reads
         return logits.reshape(rn, kept, -1), ((kept_k, kept_v) if keep_kv else None)
+
+    def _layer(
+        self,
+        h: Tensor,
+        layer: int,
+        p: dict[str, Tensor],
+        n: int,
+        length: int,
+        cos: Tensor,
+        sin: Tensor,
+        mask: Tensor,
+        prefix: Prefix | None,
+        group: int,
+        cache: KVCache | None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Decoder layer `layer` (`LlamaDecoderLayer`) on the hidden states `h` (R, N*L, H): the
+        new hidden states and this call's keys and values (R*N, nkv, L, D), written into `cache`
+        when given."""
+        pre = f"model.layers.{layer}."
+        x = _rms_norm(h, p[pre + "input_layernorm.weight"], self.eps)
+        q, k, v = self._qkv(x, p, pre, n, length, cos, sin)
+        new_k, new_v = k, v
+        shared = None
+        if cache is not None:
+            at = cache.length
+            cache.keys[layer][:, :, at : at + length] = k
+            cache.values[layer][:, :, at : at + length] = v
+            k = cache.keys[layer][:, :, : at + length]
+            v = cache.values[layer][:, :, : at + length]
+            if cache.prefix is not None:
+                shared = (cache.prefix.keys[layer], cache.prefix.values[layer], cache.group)
+        if prefix is not None:
+            k = torch.cat([prefix.keys[layer].repeat_interleave(group, dim=0), k], dim=2)
+            v = torch.cat([prefix.values[layer].repeat_interleave(group, dim=0), v], dim=2)
+        h = h + self._attend(q, k, v, mask, p, pre, n, length, shared)
+        x = _rms_norm(h, p[pre + "post_attention_layernorm.weight"], self.eps)
+        gate = _linear(x, p, pre + "mlp.gate_proj")
+        up = _linear(x, p, pre + "mlp.up_proj")
+        return h + _linear(F.silu(gate) * up, p, pre + "mlp.down_proj"), new_k, new_v
 
     def _rope(self, position_ids: Tensor) -> tuple[Tensor, Tensor]:
         # LlamaRotaryEmbedding.forward (attention_scaling 1 for the default rope)

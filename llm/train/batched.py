@@ -23,8 +23,8 @@ same procedure; sweeps record which engine trained a run (``engine`` in ``sweep_
 
 Which runs can share a batch (`batch_key`): equal configs up to `PER_RUN` (seed, method,
 coefficients, KL, optimizer settings); which configs can be batched at all (`batchable`): the
-transformers backend on CPU in float32 without parallelism or activation checkpointing, a
-`StackedLM` architecture, and no dynamic sampling (its resampling rounds differ between runs).
+transformers backend on CPU in float32 without parallelism, a `StackedLM` architecture (activation
+checkpointing included: `StackedLM(checkpointing=True)`), and no dynamic sampling (its resampling rounds differ between runs).
 Every method and every other control (`llm.train.loop`) trains in a batch as alone, to the bit
 (tests/llm/test_batched.py). Anything else trains alone in its own process
 (`llm.orchestrate.jobs`).
@@ -120,8 +120,6 @@ def batchable(cfg: TrainConfig) -> str | None:
         return f"system.precision {cfg.system.precision!r} (fp32 only)"
     if cfg.system.parallel not in ("none", "auto"):
         return f"system.parallel {cfg.system.parallel!r}"
-    if cfg.system.gradient_checkpointing:
-        return "system.gradient_checkpointing"
     if cfg.rollout.dynamic_sampling:
         return "rollout.dynamic_sampling (the process trainer's: rounds differ between runs)"
     return None
@@ -431,7 +429,7 @@ def _train_batch(
                          "one by one (or in batches of equal steps)")  # fmt: skip
     models = [run.policy for run in runs]
     check_stackable(models)
-    lm = StackedLM(models)
+    lm = StackedLM(models, checkpointing=cfg0.system.gradient_checkpointing)
     problems = problems_of(cfg0, tokenizer)
     task = TASKS[cfg0.task]
     # The prompts' width is fixed by the problem set, so a run's arithmetic does not depend on

@@ -464,6 +464,39 @@ def test_batched_resume_after_kill_matches_uninterrupted(tiny_model_path, tmp_pa
         assert _metrics(f) == _metrics(k)  # bit-identical: same kernels, same order
 
 
+def test_activation_checkpointing_trains_in_a_batch_as_alone(tiny_model_path, tmp_path,
+                                                             monkeypatch):  # fmt: skip
+    """``system.gradient_checkpointing`` in the batched engine (`StackedLM(checkpointing=True)`:
+    each decoder layer of the update runs again in the backward pass): each run of a batch is the
+    run alone to the bit, and without checkpointing the same run samples the same completions and
+    ends at the same weights up to float32 rounding."""
+    calls = []
+    real = stacked_model.checkpoint
+    monkeypatch.setattr(stacked_model, "checkpoint",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))  # fmt: skip
+    over = {"steps": 3, "save_every": 2, "max_new_tokens": 8, "gradient_checkpointing": True}
+    cfgs = [trainer_config(tiny_model_path, "grpo", seed=0, **over),
+            trainer_config(tiny_model_path, "ds_grpo", seed=1, **over)]  # fmt: skip
+    assert all(batchable(c) is None for c in cfgs)
+    train_batch(cfgs, [tmp_path / "b0", tmp_path / "b1"])
+    assert calls  # the update's layers were checkpointed
+    for i, cfg in enumerate(cfgs):
+        train_batch([cfg], [tmp_path / f"a{i}"])
+        _assert_same_run(tmp_path / f"b{i}", tmp_path / f"a{i}")
+        plain = dataclasses.replace(
+            cfg, system=dataclasses.replace(cfg.system, gradient_checkpointing=False)
+        )
+        train_batch([plain], [tmp_path / f"p{i}"])
+        on, off = _metrics(tmp_path / f"a{i}"), _metrics(tmp_path / f"p{i}")
+        for ra, rp in zip(on, off, strict=True):
+            for key in ("charts/reward_mean", "charts/response_len", "charts/pass_rate"):
+                assert ra[key] == rp[key], (i, key)
+        wa, wp = (AutoModelForCausalLM.from_pretrained(latest_checkpoint(tmp_path / f"{x}{i}"))
+                  for x in ("a", "p"))  # fmt: skip
+        for pa, pp in zip(wa.parameters(), wp.parameters(), strict=True):
+            assert_close(pa, pp, dtype="float32", n=_n_cfg(), elementwise=True)
+
+
 def test_batch_errors_name_the_field(tiny_model_path, tmp_path):
     a = _config(tiny_model_path, "grpo")
     b = _config(tiny_model_path, "grpo", **{"rollout.group_size": 2})
