@@ -53,6 +53,15 @@ def at_least_one(text: str) -> int:
     return value
 
 
+def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
+    """The ``--set KEY=VALUE ...`` option of every command that takes config overrides (into
+    ``args.sets``, in order; parsed by `llm.config.apply_overrides` or a sweep loader's `experiment.spec.apply_sets`)."""
+    parser.add_argument(
+        "--set", dest="sets", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
+        help=help,
+    )  # fmt: skip
+
+
 def extend_arguments(parser: argparse.ArgumentParser, example: str, default_out: str) -> None:
     """A study command's extension flags (`experiment.extend`): ``--extend DIR``, ``--methods
     FILE``, ``--import MODULE`` (repeatable) and ``--retrain-reference``."""

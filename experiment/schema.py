@@ -512,6 +512,24 @@ def config_error(path: _PathLike, err: Exception, given: Iterable[str] = ()) -> 
     return ValueError(f"{where}: {text}")
 
 
+def source_error(
+    path: _PathLike | None,
+    err: Exception,
+    sets: Iterable[str],
+    given: Iterable[str] = (),
+) -> ValueError:
+    """`err`, a value error whose message starts with the key (``optim.lr: expected ...``), named
+    by where the value came from: ``--set optim.lr: expected ...`` for a key of `sets` (the
+    ``--set`` pairs' keys), else the config file `path` and the key's line
+    (`config_error`; a key of `given`, set otherwise than by the file, gets no
+    line), else `err`'s message alone (no file)."""
+    text = str(err)
+    key = text.split(":", 1)[0].strip()
+    if key in set(sets):
+        return ValueError(f"--set {text}")
+    return ValueError(text) if path is None else config_error(path, err, given)
+
+
 def removed(old: str, new: str) -> NoReturn:
     """The error for a key whose old spelling was removed (issue 42: accepted with a warning for
     one release, then refused): one line that names the key replacing it.

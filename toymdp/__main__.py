@@ -1,11 +1,12 @@
 """`python -m toymdp figures [--out DIR] [--quick] [--seed S] [--only NAME ...] [--no-cache]` and
-`python -m toymdp sweep --config FILE [--out DIR] [--no-cache]`.
+`python -m toymdp sweep --config FILE [--out DIR] [--no-cache] [--set KEY=VALUE ...]`.
 
 `figures` regenerates every toy and theory figure into DIR (default `figures/`) as PNG and PDF,
 and writes `DIR/summary.json` with each experiment's headline numbers (mean and spread over seeds).
 `sweep` runs a hyper-parameter sweep from a TOML file (`toymdp.sweep`, examples in
 `configs/toy/`) and writes `results.json`, `frontier.png` and `lifts.md` into DIR (default
-`runs/toy_sweep/<config stem>`).
+`runs/toy_sweep/<config stem>`); `--set` overrides the file's keys (``seeds=[0] train.lr=0.05``,
+TOML literals), as `python -m llm sweep --set` does.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ def _main(argv: list[str]) -> int:
     sw.add_argument(
         "--no-cache", action="store_true", help="recompute even if cached results exist"
     )
+    cli.add_set_argument(sw, "override sweep keys: seeds=[0] train.lr=0.05 (TOML literals)")
     st = sub.add_parser("study", help="two-stage study: explore, pick, confirm, verdicts")
     st.add_argument("--config", type=Path,
                     help="study TOML: a sweep file plus [study] (configs/toy/study_*.toml)")  # fmt: skip
@@ -121,7 +123,8 @@ def _sweep(args: argparse.Namespace) -> int:
         raise ValueError("sweep: --config FILE is required (see --describe)")
     if not args.config.is_file():
         raise FileNotFoundError(f"--config: no such file {str(args.config)!r}")
-    result = sweep(args.config, args.out, use_cache=not args.no_cache, progress=sys.stderr.isatty())
+    result = sweep(args.config, args.out, use_cache=not args.no_cache,
+                   progress=sys.stderr.isatty(), sets=args.sets)  # fmt: skip
     runs = len(result["doc"]["runs"])
     how = "loaded from cache" if result["cached"] else "trained"
     print(

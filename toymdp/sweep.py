@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -285,18 +285,25 @@ def _design(cfg: SweepConfig) -> str:
 
 
 def sweep(
-    config_path: Path, out: Path | None = None, *, use_cache: bool = True, progress: bool = True
+    config_path: Path,
+    out: Path | None = None,
+    *,
+    use_cache: bool = True,
+    progress: bool = True,
+    sets: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """Run (or load from the cache) a sweep, then write `results.json`, `frontier.png`, `lifts.md`.
+    """Run (or load from the cache) a sweep, then write `results.json`, `frontier.png`, `lifts.md`;
+    `sets`: ``KEY=VALUE`` overrides of the file (`toymdp.sweep_spec.load_config`; results.json's
+    ``config`` is the document they give).
 
     Returns:
         ``{"out": Path, "cached": bool, "run_s": float, "doc": results.json's dict}``.
 
     Raises:
-        ValueError: naming the file and key of a bad configuration.
+        ValueError: naming the file and key (or the ``--set`` pair) of a bad configuration.
         experiment.lock.RunFolderError: another live sweep or study holds `out` (its PID named).
     """
-    cfg = load_config(config_path)
+    cfg = load_config(config_path, sets)
     out = Path(out) if out is not None else Path("runs/toy_sweep") / Path(config_path).stem
     return sweep_config(cfg, out, use_cache=use_cache, progress=progress)
 

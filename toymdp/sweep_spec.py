@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,15 +241,18 @@ def describe() -> str:
     return spec.describe(TABLES)
 
 
-def load_config(path: Path) -> SweepConfig:
-    """Read and validate a sweep TOML file.
+def load_config(path: Path, sets: Iterable[str] = ()) -> SweepConfig:
+    """Read a sweep TOML file, apply ``--set`` pairs (`experiment.spec.apply_sets`: ``seeds=[0]``,
+    ``train.lr=0.05``; TOML literals) and validate it.
 
     Raises:
-        ValueError: naming the file, the line that sets the bad key
-            (`experiment.schema.config_error`) and the key (TOML syntax errors included).
+        ValueError: naming where the bad value came from (`experiment.schema.source_error`):
+            ``--set KEY`` for a key a pair gave, else the file, the line that sets the key and the
+            key (TOML syntax errors included); a bad pair or an unknown key names the pair.
     """
-    doc = schema.read_toml(path)
+    doc = spec.apply_sets(schema.read_toml(path), sets, TOP_KEYS)
     try:
         return parse_config(doc)
     except ValueError as err:
-        raise schema.config_error(path, err) from None
+        given = [pair.split("=", 1)[0].strip() for pair in sets]
+        raise schema.source_error(path, err, given, given) from None

@@ -28,7 +28,6 @@ coefficient, the KL penalty in the reward, the adaptive KL coefficient, referenc
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import operator
 import os
@@ -40,6 +39,7 @@ from typing import Any
 
 import shaping
 from experiment import schema
+from experiment.cli import add_set_argument
 from experiment.schema import (
     check_hyper,
     config_error,
@@ -50,6 +50,7 @@ from experiment.schema import (
     refuse_moved,
     removed,
     require,
+    source_error,
 )
 from experiment.store import write_text
 from llm.tasks import TASKS
@@ -599,15 +600,6 @@ def config_from_dict(raw: Mapping[str, Any]) -> TrainConfig:
     return schema.from_dict(TrainConfig, raw)
 
 
-def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
-    """The ``--set KEY=VALUE ...`` option of every command that takes config overrides (into
-    ``args.sets``, in order; parsed by `apply_overrides` or the sweep's own)."""
-    parser.add_argument(
-        "--set", dest="sets", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-        help=help,
-    )  # fmt: skip
-
-
 def apply_overrides(raw: Mapping[str, Any], pairs: Iterable[str]) -> dict[str, Any]:
     """A copy of the parsed config `raw` with each ``KEY=VALUE`` of `pairs` applied in order
     (`experiment.schema.apply_overrides` over `TrainConfig`).
@@ -661,24 +653,6 @@ def load_config(
         return config_from_dict(raw)
     except ValueError as e:  # the file and the key's line, or --set for a key it gave
         raise source_error(path, e, by_set, given) from None
-
-
-def source_error(
-    path: str | os.PathLike[str] | None,
-    err: Exception,
-    sets: Iterable[str],
-    given: Iterable[str] = (),
-) -> ValueError:
-    """`err`, a value error whose message starts with the key (``optim.lr: expected ...``), named
-    by where the value came from: ``--set optim.lr: expected ...`` for a key of `sets` (the
-    ``--set`` pairs' keys), else the config file `path` and the key's line
-    (`experiment.schema.config_error`; a key of `given`, set otherwise than by the file, gets no
-    line), else `err`'s message alone (no file)."""
-    text = str(err)
-    key = text.split(":", 1)[0].strip()
-    if key in set(sets):
-        return ValueError(f"--set {text}")
-    return ValueError(text) if path is None else config_error(path, err, given)
 
 
 def load_saved_config(path: str | os.PathLike[str]) -> tuple[TrainConfig, dict[str, str]]:

@@ -83,6 +83,25 @@ def test_two_run_sweep_writes_results_frontier_and_lifts(tmp_path, capsys):
     assert (out / "results.json").read_bytes() == first
 
 
+def test_set_overrides_the_file_and_names_its_own_errors(tmp_path, capsys):
+    """``sweep --set KEY=VALUE`` as ``llm sweep --set``: the run uses (and results.json records)
+    the overridden document; a bad value is named as ``--set KEY``, an unknown key by its pair."""
+    cfg, out = _write(tmp_path, TINY), tmp_path / "out"
+    assert main(["sweep", "--config", str(cfg), "--out", str(out), "--set", "seeds=[3]",
+                 "train.lr=0.05"]) == 0  # fmt: skip
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["axes"]["seeds"] == [3] and doc["config"]["seeds"] == [3]
+    assert doc["config"]["train"]["lr"] == 0.05 and "seeds = [0, 1]" in cfg.read_text()
+    for pair, message in [
+        ("train.lr=nan", "error: --set train.lr: expected a finite number"),
+        ("nosuch=1", "error: --set 'nosuch=1': unknown sweep key 'nosuch'"),
+    ]:
+        assert main(["sweep", "--config", str(cfg), "--out", str(tmp_path / "x"),
+                     "--set", pair]) == 2  # fmt: skip
+        assert capsys.readouterr().err.startswith(message)
+    assert not (tmp_path / "x").exists()
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
