@@ -652,8 +652,9 @@ def override(d: Design, assignments: list[str]) -> Design:
     ``sigma_seed=0.05``, ``checkpoints=1,2,4``, ``ref_settings=(0.03,0.1),(0.02,0.12)``,
     ``noisy=true`` (seeds, problems, samples and k at least 2, k at most samples, every number
     finite, the standard deviations at least 0, `tau` above 0, checkpoints positive and
-    increasing, `sharpenings` an interval, `ref_settings` pairs). What a design needs to reach a target (e.g. how many exploration
-    seeds pick the best setting in 80% of studies) is read by calibrating copies of it.
+    increasing, `sharpenings` an interval, `ref_settings` pairs; `_check_value`). What a design
+    needs to reach a target (e.g. how many exploration seeds pick the best setting in 80% of
+    studies) is read by calibrating copies of it.
 
     Raises:
         ValueError: an assignment without ``=``, an unknown field, or a value that is not the

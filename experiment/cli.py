@@ -55,7 +55,8 @@ def at_least_one(text: str) -> int:
 
 def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
     """The ``--set KEY=VALUE ...`` option of every command that takes config overrides (into
-    ``args.sets``, in order; parsed by `llm.config.apply_overrides` or a sweep loader's `experiment.spec.apply_sets`)."""
+    ``args.sets``, in order; parsed by `llm.config.apply_overrides` or a sweep loader's
+    `experiment.spec.apply_sets`)."""
     parser.add_argument(
         "--set", dest="sets", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
         help=help,

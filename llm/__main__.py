@@ -266,8 +266,7 @@ def _prepare_data(args: argparse.Namespace) -> int:
         args.task, args.input, skip=args.skip, rows=args.rows, dedupe=args.dedupe,
         drop_cjk=args.drop_cjk, levels=args.levels or (),
     )  # fmt: skip
-    out = write_problems(problems, args.out, inputs=args.input)
-    print(f"{out}: {len(problems)} {args.task} problems")
+    print(f"{write_problems(problems, args.out)}: {len(problems)} {args.task} problems")
     return 0
 
 
