@@ -24,7 +24,8 @@ same procedure; sweeps record which engine trained a run (``engine`` in ``sweep_
 Which runs can share a batch (`batch_key`): equal configs up to `PER_RUN` (seed, method,
 coefficients, KL, optimizer settings); which configs can be batched at all (`batchable`): the
 transformers backend on CPU in float32 without parallelism, a `StackedLM` architecture (activation
-checkpointing included: `StackedLM(checkpointing=True)`), and no dynamic sampling (its resampling rounds differ between runs).
+checkpointing included: `StackedLM(checkpointing=True)`), and no dynamic sampling (its resampling
+rounds differ between runs).
 Every method and every other control (`llm.train.loop`) trains in a batch as alone, to the bit
 (tests/llm/test_batched.py). Anything else trains alone in its own process
 (`llm.orchestrate.jobs`).
