@@ -283,9 +283,12 @@ def _map_ray(
                     bar.set_postfix_str(name(jobs[i]))
                     bar.update(1)
         except BaseException:
-            # Fail fast: drop the queued tasks, interrupt the running ones.
+            # Fail fast: drop the queued tasks and end the running ones. `force=True`: without
+            # it Ray 2.60 leaves a running task to finish (a `time.sleep` or a training step is
+            # not interrupted), holding its CPUs and GPUs on a cluster that stays up. A run's
+            # files are written atomically, so a killed job loses no more than its own progress.
             for ref in pending:
-                ray.cancel(ref)
+                ray.cancel(ref, force=True)
             raise
         return results
     finally:
