@@ -264,7 +264,7 @@ _WARM = """
 import hashlib, dataclasses
 import numerics
 from llm.model import tiny as T
-cfg = dataclasses.replace(T.TinyConfig(), epochs=1, num_train_problems=96)
+cfg = dataclasses.replace(T.TinyConfig(), epochs=1, num_train_problems=16)
 tok = T.build_tokenizer(cfg.max_target)
 model = T.build_tiny_model(tok, seed=cfg.model_seed, hidden_size=cfg.hidden_size,
     num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
