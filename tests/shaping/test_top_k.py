@@ -31,7 +31,9 @@ def _rows(seed: int, t: int, dtype=np.float64) -> np.ndarray:
     return x.astype(dtype)
 
 
-def _top_k_on(backend: str, x: np.ndarray, k: int, largest: bool) -> np.ndarray:
+def _top_k_on(backend: str, x: np.ndarray, ks: list[int], largest: bool) -> list[np.ndarray]:
+    """``top_k(x, k)`` for each k of `ks` on `backend` (under ``jax.jit``: one compiled function
+    returning every k's result, each a static ``k`` as in a call of its own)."""
     requires(backend)
     if backend.startswith("jax"):
         import jax
@@ -39,15 +41,15 @@ def _top_k_on(backend: str, x: np.ndarray, k: int, largest: bool) -> np.ndarray:
         with jax.enable_x64(True):
             xj = jax.numpy.asarray(x)
             if backend == "jax.jit":
-                out = jax.jit(lambda a: top_k(a, k, largest=largest))(xj)
+                out = jax.jit(lambda a: [top_k(a, k, largest=largest) for k in ks])(xj)
             else:
-                out = top_k(xj, k, largest=largest)
-            return np.asarray(out)
+                out = [top_k(xj, k, largest=largest) for k in ks]
+            return [np.asarray(o) for o in out]
     if backend == "torch":
         import torch
 
-        return top_k(torch.from_numpy(x), k, largest=largest).numpy()
-    return np.asarray(top_k(x, k, largest=largest))
+        return [top_k(torch.from_numpy(x), k, largest=largest).numpy() for k in ks]
+    return [np.asarray(top_k(x, k, largest=largest)) for k in ks]
 
 
 @pytest.mark.parametrize("backend", _TOPK_BACKENDS)
@@ -58,8 +60,8 @@ def test_top_k_equals_a_slice_of_np_sort(backend, largest, t):
     want_all = np.sort(x, axis=-1)
     if largest:
         want_all = want_all[..., ::-1]
-    for k in sorted({0, 1, t // 5 + 2, t // 2, t - 1, t} & set(range(t + 1))):
-        got = _top_k_on(backend, x, k, largest)
+    ks = sorted({0, 1, t // 5 + 2, t // 2, t - 1, t} & set(range(t + 1)))
+    for k, got in zip(ks, _top_k_on(backend, x, ks, largest), strict=True):
         assert got.shape == (*x.shape[:-1], k), (backend, k, got.shape)
         assert got.dtype == x.dtype
         np.testing.assert_array_equal(got, want_all[..., :k], err_msg=f"{backend} k={k}")
@@ -68,7 +70,7 @@ def test_top_k_equals_a_slice_of_np_sort(backend, largest, t):
 @pytest.mark.parametrize("backend", _TOPK_BACKENDS)
 def test_top_k_float32_and_other_namespace_fallback(backend):
     x = _rows(seed=3, t=16, dtype=np.float32)
-    got = _top_k_on(backend, x, 5, largest=True)
+    (got,) = _top_k_on(backend, x, [5], largest=True)
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, np.sort(x, axis=-1)[..., ::-1][..., :5])
 
@@ -124,26 +126,38 @@ def _masked_rows(seed: int, t: int, dtype) -> tuple[np.ndarray, np.ndarray]:
     return x.astype(dtype), mask
 
 
-def _both_paths(fn, backend: str, x: np.ndarray, mask: np.ndarray, p: float):
-    """(fast path with a Python float, full-sort path with a traced / 0-d array parameter)."""
+def _both_paths(fn, backend: str, x: np.ndarray, mask: np.ndarray, ps: tuple[float, ...]):
+    """For each p of `ps`: (fast path with a Python float, full-sort path with a traced / 0-d
+    array parameter).
+
+    Under JAX every fast path is traced with its own Python-float p, all of them in one
+    ``jax.jit`` (one compile, not one per p); the full-sort path is one ``jax.jit`` with p traced,
+    compiled once and called with each p."""
     requires(backend)
     if backend.startswith("jax"):
         import jax
 
         with jax.enable_x64(True):
             xj, mj = jax.numpy.asarray(x), jax.numpy.asarray(mask)
-            fast = jax.jit(lambda a, m: fn(a, m, p))(xj, mj)
-            pj = jax.numpy.asarray(p, dtype=xj.dtype)
-            full = jax.jit(fn)(xj, mj, pj)  # p is a tracer: full sort
-            return np.asarray(fast), np.asarray(full)
+            fast = jax.jit(lambda a, m: [fn(a, m, p) for p in ps])(xj, mj)
+            full = [
+                jax.jit(fn)(xj, mj, jax.numpy.asarray(p, dtype=xj.dtype))  # p a tracer: full sort
+                for p in ps
+            ]
+            return [(np.asarray(a), np.asarray(b)) for a, b in zip(fast, full, strict=True)]
     if backend == "torch":
         import torch
 
         xt, mt = torch.from_numpy(x), torch.from_numpy(mask)
-        fast = fn(xt, mt, p)
-        full = fn(xt, mt, torch.tensor(p, dtype=xt.dtype))  # 0-d tensor: not a static number
-        return fast.numpy(), full.numpy()
-    return np.asarray(fn(x, mask, p)), np.asarray(fn(x, mask, np.asarray(p, dtype=x.dtype)))
+        return [
+            # a 0-d tensor is not a static number: full sort
+            (fn(xt, mt, p).numpy(), fn(xt, mt, torch.tensor(p, dtype=xt.dtype)).numpy())
+            for p in ps
+        ]
+    return [
+        (np.asarray(fn(x, mask, p)), np.asarray(fn(x, mask, np.asarray(p, dtype=x.dtype))))
+        for p in ps
+    ]
 
 
 def _quantile(x, mask, q):
@@ -159,8 +173,8 @@ def _confidence(x, mask, low_frac):
 @pytest.mark.parametrize("t", [3, 12, 50])
 def test_masked_quantile_fast_path_equals_full_sort(backend, dtype, t):
     x, mask = _masked_rows(seed=t, t=t, dtype=dtype)
-    for q in (0.0, 0.05, 0.2, 1 / 3, 0.5, 0.7, 0.8, 0.8 + 1e-9, 0.9, 0.97, 1.0):
-        fast, full = _both_paths(_quantile, backend, x, mask, q)
+    qs = (0.0, 0.05, 0.2, 1 / 3, 0.5, 0.7, 0.8, 0.8 + 1e-9, 0.9, 0.97, 1.0)
+    for q, (fast, full) in zip(qs, _both_paths(_quantile, backend, x, mask, qs), strict=True):
         assert np.all(np.isfinite(fast)), (q, fast)
         # The same two sorted values and the same interpolation: bit-for-bit equal.
         np.testing.assert_array_equal(fast, full, err_msg=f"{backend} T={t} q={q}")
@@ -172,6 +186,7 @@ def test_masked_quantile_fast_path_equals_full_sort(backend, dtype, t):
 def test_low_prob_confidence_fast_path_equals_full_sort(backend, dtype, t):
     x, mask = _masked_rows(seed=t + 100, t=t, dtype=dtype)
     tol = 1e-12 if dtype == np.float64 else 1e-6  # the same values, summed over K or T slots
-    for low_frac in (0.0, 0.05, 0.2, 0.25, 1 / 3, 0.5, 0.9, 1.0):
-        fast, full = _both_paths(_confidence, backend, x, mask, low_frac)
+    fracs = (0.0, 0.05, 0.2, 0.25, 1 / 3, 0.5, 0.9, 1.0)
+    paths = _both_paths(_confidence, backend, x, mask, fracs)
+    for low_frac, (fast, full) in zip(fracs, paths, strict=True):
         assert_close(fast, full, rtol=tol, atol=0.0, what=f"{backend} T={t} low_frac={low_frac}")

@@ -218,26 +218,38 @@ def test_population_objective_is_theory_objective() -> None:
 # ---- the off-policy regime: several optimizer steps per batch (issue 38 item 2) ---------------
 
 
-def _regime(method: str, epochs: int) -> dict:
-    cfg = T.TrainConfig(
-        E.casp_env(), method=method, group_size=4, num_updates=4, num_epochs=epochs,
-        learning_rate=0.3, record_policy=True,
-    )  # fmt: skip
-    out = T.jit_train(T.make_train(cfg), fast_compile=True)(
-        T.default_settings(cfg), jax.random.key(3)
-    )
-    return jax.tree.map(np.asarray, {"exact": out["exact"], "train": out["train"]})
+def _regimes(cases: tuple[tuple[str, int], ...]) -> dict[tuple[str, int], dict]:
+    """`(method, epochs)` -> that run's metrics, every run compiled into one program (one compile,
+    not one per run; see `test_every_method_runs_without_nan`)."""
+    configs = {}
+    for method, epochs in cases:
+        configs[method, epochs] = T.TrainConfig(
+            E.casp_env(), method=method, group_size=4, num_updates=4, num_epochs=epochs,
+            learning_rate=0.3, record_policy=True,
+        )  # fmt: skip
+    trains = [T.make_train(configs[case]) for case in cases]
+
+    def run(settings: list, key: jax.Array) -> list:
+        return [train(s, key) for train, s in zip(trains, settings, strict=True)]
+
+    settings = [T.default_settings(configs[case]) for case in cases]
+    outs = jax.jit(run, compiler_options=T.FAST_COMPILE)(settings, jax.random.key(3))
+    return {
+        case: jax.tree.map(np.asarray, {"exact": out["exact"], "train": out["train"]})
+        for case, out in zip(cases, outs, strict=True)
+    }
 
 
 def test_one_step_per_batch_is_on_policy_and_several_make_clipping_act() -> None:
     """One optimizer step per batch: every ratio is 1, nothing is clipped, and the methods that
     differ from GRPO only off-policy (`shaping.OFF_POLICY_ONLY`) train GRPO's policy bit for bit.
     Three steps per batch: the ratio moves, clipping acts, and they part from GRPO."""
-    on = {m: _regime(m, 1) for m in ("grpo", "dual_clip", "cispo")}
+    runs = _regimes((("grpo", 1), ("dual_clip", 1), ("cispo", 1), ("grpo", 3), ("cispo", 3)))
+    on = {m: runs[m, 1] for m in ("grpo", "dual_clip", "cispo")}
     assert np.all(on["grpo"]["train"]["clip_frac"] == 0)
     for m in ("dual_clip", "cispo"):
         for key, value in on["grpo"]["exact"].items():
             np.testing.assert_array_equal(on[m]["exact"][key], value, err_msg=f"{m} {key}")
-    off = {m: _regime(m, 3) for m in ("grpo", "cispo")}
+    off = {m: runs[m, 3] for m in ("grpo", "cispo")}
     assert np.any(off["grpo"]["train"]["clip_frac"] > 0)
     assert not np.array_equal(off["grpo"]["exact"]["traj_logp"], off["cispo"]["exact"]["traj_logp"])
