@@ -2,8 +2,8 @@
 default) or ``ray`` tasks on a Ray instance, local or a cluster's (the ``ray`` extra).
 
 Both keep the results in job order, show a tqdm bar over finished jobs and fail fast: the first
-job to raise stops the others (queued ones are dropped; Ray interrupts the running ones too) and
-its error propagates; local workers die with their driver (`die_with_parent`). Ray runs one task
+job to raise stops the others (queued ones are dropped; Ray ends the running ones too, and
+`map_jobs` waits until they have ended) and its error propagates; local workers die with their driver (`die_with_parent`). Ray runs one task
 per job, each asking `cpus_per_job` CPUs of the scheduler (a job sets its own torch threads,
 `llm.orchestrate.jobs.run_job`) and ``gpus_per_job(job)`` GPUs (a job that trains on CUDA asks for
 one, `llm.orchestrate.sweep.unit_gpus`; Ray then sets its ``CUDA_VISIBLE_DEVICES``), as
@@ -237,6 +237,28 @@ def ray_task_options(
     return {"num_cpus": cpus_per_job, "num_gpus": gpus}
 
 
+CANCEL_PATIENCE = 120.0
+"""Seconds `map_jobs` (Ray) waits, after a job failed, for the other jobs' tasks to end."""
+
+
+def _end_tasks(ray: Any, refs: Sequence[Any], patience: float = CANCEL_PATIENCE) -> None:
+    """End the Ray tasks `refs` and wait until each has (at most `patience` seconds): dropped if
+    queued, its worker killed if running, so that no CPU or GPU of a cluster that stays up is held
+    by a job whose sweep has failed. A run's files are written atomically, so a killed job loses
+    no more than its own progress.
+
+    `ray.cancel(ref, force=True)`: without `force` Ray 2.60 leaves a running task to finish (a
+    `time.sleep` or a training step is not interrupted). The cancel is asked again each second
+    until the task has ended: under load one in a few cancels of a task that was just starting
+    was lost, and the task ran to its end (`tests/llm/test_executor.py`)."""
+    deadline = time.monotonic() + patience
+    pending = list(refs)
+    while pending and time.monotonic() < deadline:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=1.0)
+
+
 def _map_ray(
     fn: Callable[[Any], Any],
     jobs: Sequence[Any],
@@ -283,12 +305,7 @@ def _map_ray(
                     bar.set_postfix_str(name(jobs[i]))
                     bar.update(1)
         except BaseException:
-            # Fail fast: drop the queued tasks and end the running ones. `force=True`: without
-            # it Ray 2.60 leaves a running task to finish (a `time.sleep` or a training step is
-            # not interrupted), holding its CPUs and GPUs on a cluster that stays up. A run's
-            # files are written atomically, so a killed job loses no more than its own progress.
-            for ref in pending:
-                ray.cancel(ref, force=True)
+            _end_tasks(ray, pending)  # fail fast: the others are ended before the error goes up
             raise
         return results
     finally:
