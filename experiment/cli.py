@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from shaping import import_methods
 
@@ -65,7 +66,7 @@ def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
 
 def extend_arguments(parser: argparse.ArgumentParser, example: str, default_out: str) -> None:
     """A study command's extension flags (`experiment.extend`): ``--extend DIR``, ``--methods
-    FILE``, ``--import MODULE`` (repeatable) and ``--retrain-reference``."""
+    FILE``, ``--import MODULE`` (repeatable), ``--retrain-reference`` and ``--complete DIR``."""
     parser.add_argument("--extend", type=Path, metavar="STUDY_DIR",
                         help=f"extend a committed study (e.g. {example}) by --methods, GRPO's "
                              f"reference not re-trained; output in --out (default {default_out})")  # fmt: skip
@@ -77,6 +78,34 @@ def extend_arguments(parser: argparse.ArgumentParser, example: str, default_out:
     parser.add_argument("--retrain-reference", action="store_true",
                         help="with --extend: re-train GRPO's reference in full instead of "
                              "reusing the committed one")  # fmt: skip
+    parser.add_argument("--complete", type=Path, metavar="STUDY_DIR",
+                        help="train the confirmation of a committed study's pending picks (a "
+                             "re-read by a later procedure picked settings its confirmation did "
+                             "not train) and read the whole study again; output in --out")  # fmt: skip
+
+
+def completing(args: argparse.Namespace) -> bool:
+    """Whether a study command completes a committed study's pending confirmations
+    (``--complete DIR``, `experiment.extend.complete`), after importing ``--import``'s modules.
+
+    Raises:
+        ValueError: ``--complete`` with ``--config``, ``--extend``, ``--methods`` or
+            ``--retrain-reference``.
+        FileNotFoundError: no such folder (named).
+    """
+    if args.complete is None:
+        return False
+    given = [flag for flag, on in (("--config", args.config is not None),
+                                   ("--extend", args.extend is not None),
+                                   ("--methods", args.methods is not None),
+                                   ("--retrain-reference", args.retrain_reference)) if on]  # fmt: skip
+    if given:
+        raise ValueError(f"--complete: the committed study names its config and methods; drop "
+                         f"{', '.join(given)}")  # fmt: skip
+    import_methods(args.imports)
+    if not args.complete.is_dir():
+        raise FileNotFoundError(f"--complete: no such folder {str(args.complete)!r}")
+    return True
 
 
 def extending(args: argparse.Namespace) -> bool:
@@ -105,3 +134,11 @@ def extending(args: argparse.Namespace) -> bool:
     if not args.methods.is_file():
         raise FileNotFoundError(f"--methods: no such file {str(args.methods)!r}")
     return True
+
+
+def print_claims(result: Mapping[str, Any]) -> None:
+    """A study's claims (study.json's ``claims``), one line each: its verdict word (or, for the
+    spread row, which has none, its lift in points) and the claim's text."""
+    for row in result["claims"]:
+        head = row["verdict"] or f"{row['lift']:+.1f} points"  # the spread row: no verdict
+        print(f"{head:>13}: {row['text']}")

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from experiment import frontier, report, schema, store
+from experiment import frontier, inference, report, schema, store
 from experiment import study as S
 from experiment import study_report as R
 from experiment.reread import (
@@ -48,11 +48,13 @@ from experiment.reread import (
     STAGES,
     check_inputs,
     check_study,
+    conclude_again,
     frontier_notes,
     input_files,
     load_inputs,
     save_inputs,
     sections,
+    write_reading,
     write_study,
 )
 from experiment.two_stage import how
@@ -64,13 +66,16 @@ __all__ = [
     "check_out",
     "check_trust",
     "claims_for",
+    "complete",
     "describe",
     "extension_doc",
     "gains_fingerprint",
     "load_committed",
     "merge",
+    "pending_picks",
     "read_methods",
     "run",
+    "study_entries",
 ]
 
 CLAIM_MEASURES = ("pass_at_k", "distinct_correct")
@@ -256,11 +261,12 @@ def merge(
     *,
     reuse: bool = True,
     where: str = "stage",
+    keep: Sequence[str] = (),
 ) -> dict[str, Any]:
     """One stage's lift inputs: the committed stage's reference models (`reuse`; else the new
-    inputs' own) and the new inputs' other models, in `experiment.reread.load_inputs`' layout
-    with the committed stage's draws, seed, level, paragraph and title (so that the reading is
-    the committed study's).
+    inputs' own) and its models of the labels `keep` (`complete`), then the new inputs' other
+    models, in `experiment.reread.load_inputs`' layout with the committed stage's draws, seed,
+    level, paragraph and title (so that the reading is the committed study's).
 
     Args:
         committed: a loaded stage (`experiment.reread.load_inputs`).
@@ -293,7 +299,8 @@ def merge(
                              f"{np.shape(a['x'])[1:]}")  # fmt: skip
         if b["k"] != a["k"]:
             raise ValueError(f"{where}: {measure}: k {b['k']} differs from the committed {a['k']}")
-        keep_a = [i for i, m in enumerate(a["models"].method) if m in ref] if reuse else []
+        kept = (ref if reuse else set()) | set(keep)
+        keep_a = [i for i, m in enumerate(a["models"].method) if m in kept]
         keep_b = [i for i, m in enumerate(b["models"].method) if reuse is False or m not in ref]
         parts = [(a, keep_a), (b, keep_b)]
         x = np.concatenate([np.asarray(s["x"], dtype=np.float64)[i] for s, i in parts])
@@ -363,10 +370,16 @@ class ExtensionLeg(Protocol):
         ...
 
     def confirm(
-        self, picks: Mapping[str, Mapping[str, Any]], retrain: bool
+        self,
+        picks: Mapping[str, Mapping[str, Any]],
+        retrain: bool,
+        every_checkpoint: bool = False,
     ) -> Mapping[str, Mapping[str, Any]]:
         """Train and evaluate the pass@k `picks` (per new label) on the confirmation's seeds and
-        problems (and, with `retrain`, the reference's confirmation runs); their lift inputs."""
+        problems (and, with `retrain`, the reference's confirmation runs); their lift inputs. A
+        leg may evaluate a pick at its picked checkpoint alone, unless `every_checkpoint`
+        (`complete`: as the full study's confirmation, so that a later re-read may move the pick
+        to another checkpoint of its setting)."""
         ...
 
     def stages(self) -> tuple[str, str]:
@@ -459,6 +472,112 @@ def run(
     text = f"{how(explored, confirmed, unequal)} {_family(leg.labels, doc['study'], not retrain)}"
     reading["claims"] = [list(c) for c in claims]
     write_study(out, result, reading=reading, how=text, unit=reading.get("unit", leg.unit))
+    return result
+
+
+def pending_picks(committed: Committed) -> dict[str, dict[str, Any]]:
+    """The committed study's pending picks (study.json ``pending``: picks of a later procedure
+    whose setting its confirmation did not train, `experiment.reread`), as the procedure in force
+    picks them from the committed exploration (`experiment.study.pick`).
+
+    Raises:
+        ValueError: naming the folder: nothing pending, or a pending pick that is not the
+            procedure in force's (the study was re-read by another procedure: re-read it first).
+    """
+    pending = committed.doc.get("pending") or {}
+    if not pending:
+        raise ValueError(f"{committed.dir}: no pending pick (study.json has no 'pending': its "
+                         "confirmation trained every pick's setting); nothing to complete")  # fmt: skip
+    picks = S.pick(sections(committed.stages["explore"]))["pass_at_k"]
+    for label, p in pending.items():
+        now = picks.get(label, {})
+        if (now.get("setting"), now.get("step")) != (p.get("setting"), p.get("step")):
+            raise ValueError(
+                f"{committed.dir}: pending pick {label!r} ({p.get('setting')}, step "
+                f"{p.get('step')}) is not the procedure in force's ({now.get('setting')}, step "
+                f"{now.get('step')}); re-read the study first (python -m experiment reread)"
+            )
+    return {label: picks[label] for label in pending}
+
+
+def study_entries(committed: Committed, labels: Sequence[str]) -> list[dict[str, Any]]:
+    """The ``[[methods]]`` entries of the committed study's own file (its checked config) whose
+    label (``label``, else ``method``) is one of `labels`: the entries `complete`'s leg trains.
+
+    Raises:
+        ValueError: a label no entry has, naming the config.
+    """
+    entries = schema.read_toml(committed.config).get("methods", [])
+    found = [m for m in entries if m.get("label", m.get("method")) in set(labels)]
+    missing = sorted(set(labels) - {m.get("label", m.get("method")) for m in found})
+    if missing:
+        raise ValueError(f"{committed.config}: no [[methods]] entry for the pending {missing}")
+    return found
+
+
+def complete(
+    leg: ExtensionLeg, committed: Committed, out: str | Path, *, numerics_tag: str
+) -> dict[str, Any]:
+    """Train the confirmation of the committed study's pending picks (`pending_picks`) and read the
+    whole study again into `out`; returns its study.json dict.
+
+    A study re-read by a later procedure (`experiment.reread`) may pick a setting its
+    confirmation did not train: the pick is pending, with no verdict. A run is a function of its
+    inputs alone, so the committed confirmation's models stand for a re-run: `leg` (an
+    `ExtensionLeg` over the study's own entries of the pending labels, `study_entries`) re-trains
+    one committed reference run (the trust check, as an extension's), then trains each pending
+    pick on the confirmation's seeds and problems and evaluates it at every checkpoint, as the
+    full study's confirmation would. Its models replace the pending labels' committed ones (the
+    settings the procedure no longer picks); the study is then concluded as a re-read
+    (`experiment.reread.conclude_again`: the study's claims, Holm over all its picks). The lifts
+    of the other picks move by the draws of the bias correction alone, which follow the model
+    set. study.json records ``completed`` (the picks trained, the trust check, the procedure
+    and commit) and keeps the records of earlier re-reads.
+
+    Raises:
+        ValueError: `out` in the committed folder (`check_out`); nothing pending or a stale
+            pending pick (`pending_picks`); the trust check failed (`check_trust`); as `merge`.
+    """
+    out = Path(out)
+    check_out(out, committed)
+    doc, reference = committed.doc, committed.reference
+    pending = pending_picks(committed)
+    trust = leg.trust()
+    out.mkdir(parents=True, exist_ok=True)
+    store.write_json(out / "trust.json", {"retrain_reference": False, "runs": trust}, indent=1)
+    check_trust(trust, committed.dir)
+    new = leg.confirm(pending, False, every_checkpoint=True)
+    labels = dict.fromkeys(next(iter(committed.stages["confirm"]["measures"].values()))
+                           ["models"].method)  # fmt: skip
+    stages = {"explore": committed.stages["explore"],
+              "confirm": merge(committed.stages["confirm"], new, reference, where="confirm",
+                               keep=[label for label in labels if label not in pending])}  # fmt: skip
+    found = {stage: sections(data) for stage, data in stages.items()}
+    trained = {**doc["picks"]["pass_at_k"], **pending}
+    result, picks = conclude_again(doc, found, trained)
+    extras = leg.extras()
+    if "measures" in result and "measures" in extras:  # the pending labels' rows replaced
+        result["measures"] = [r for r in result["measures"] if r["label"] not in pending] + [
+            r for r in extras["measures"] if r["label"] in pending]  # fmt: skip
+    if isinstance(result.get("fingerprints"), dict):
+        for stage, prints in extras.get("fingerprints", {}).items():
+            result["fingerprints"] = {**result["fingerprints"],
+                                      stage: {**result["fingerprints"].get(stage, {}), **prints}}  # fmt: skip
+    result["completed"] = {
+        "picks": {label: {k: p.get(k) for k in S.PICK_KEYS} for label, p in pending.items()},
+        "procedure": inference.PROCEDURE, "git_commit": R.git_commit(), "numerics": numerics_tag,
+        "trust": trust,
+    }  # fmt: skip
+    if "reread" in doc:
+        result["reread"] = doc["reread"]
+    files = input_files(committed.dir)
+    store.write_bytes(out / f"explore_{INPUTS}", files["explore"].read_bytes())
+    data = stages["confirm"]
+    save_inputs(out / f"confirm_{INPUTS}", data["measures"], num_resamples=data["num_resamples"],
+                seed=data["seed"], level=data["level"], intro=data["intro"],
+                labels=data["labels"], title=data["title"])  # fmt: skip
+    write_reading(out, doc, result, {"explore": stages["explore"], "confirm": load_inputs(
+        out / f"confirm_{INPUTS}")}, found, picks)  # fmt: skip
     return result
 
 

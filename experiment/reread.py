@@ -47,6 +47,7 @@ __all__ = [
     "check_inputs",
     "check_study",
     "claim_folder",
+    "conclude_again",
     "identity",
     "input_files",
     "inputs_sha256",
@@ -56,6 +57,7 @@ __all__ = [
     "save_inputs",
     "sections",
     "upgrade",
+    "write_reading",
     "write_study",
 ]
 
@@ -443,7 +445,6 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
     out = Path(out) if out is not None else src
     path = src / "study.json"
     doc = check_study(store.read_json(path), path)
-    reading = doc["reading"]
     files = input_files(src)
     stages = {stage: load_inputs(file) for stage, file in files.items()}
     check_inputs(doc, files, path)
@@ -451,8 +452,36 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
     if elsewhere:
         claim_folder(out, doc, src=src)
     found = {stage: sections(data) for stage, data in stages.items()}
+    result, picks = conclude_again(doc, found, doc["picks"]["pass_at_k"])
+    result["reread"] = {"from": doc.get("procedure"), "procedure": inference.PROCEDURE,
+                        "git_commit": R.git_commit(),
+                        "claims_were": [{"claim": r.get("claim"), "verdict": r.get("verdict")}
+                                        for r in doc.get("claims", []) if r.get("verdict")]}  # fmt: skip
+    if "reread" in doc:  # a re-read of a re-read keeps the records before it, oldest first
+        before = dict(doc["reread"])
+        result["reread"]["earlier"] = [*before.pop("earlier", []), before]
+    out.mkdir(parents=True, exist_ok=True)
+    if elsewhere:  # the inputs travel with the reading: `out` re-reads on its own
+        for stage, file in files.items():
+            store.write_bytes(out / f"{stage}_{INPUTS}", file.read_bytes())
+    write_reading(out, doc, result, stages, found, picks)
+    return result
+
+
+def conclude_again(
+    doc: Mapping[str, Any],
+    found: Mapping[str, Mapping[str, Any]],
+    trained: Mapping[str, Mapping[str, Any]],
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A committed study concluded again from its stages' lift sections `found` (`sections`) by
+    the procedure in force: the exploration's picks made again (`experiment.study.pick`), each
+    pick whose setting is not among `trained` (``{label: {"setting": ...}}``, the settings the
+    confirmation trained at every checkpoint) listed under ``pending`` with no verdict, the others
+    read on the confirmation (`experiment.study.conclude`, `doc`'s design, claims and reading);
+    `doc`'s ``measures``, ``fingerprints`` and ``extends`` kept. Returns (study.json's new dict,
+    the picks)."""
+    reading = doc["reading"]
     picks = S.pick(found["explore"])
-    trained = doc["picks"]["pass_at_k"]  # the settings the confirmation trained, every checkpoint
     pending = {label: p for label, p in picks["pass_at_k"].items()
                if label not in trained or p["setting"] != trained[label]["setting"]}  # fmt: skip
     kept = {measure: {label: p for label, p in ps.items() if label not in pending}
@@ -473,17 +502,22 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
     for key in ("measures", "fingerprints", "extends"):  # of the trained models: unchanged
         if key in doc:
             result[key] = doc[key]
-    result["reread"] = {"from": doc.get("procedure"), "procedure": inference.PROCEDURE,
-                        "git_commit": R.git_commit(),
-                        "claims_were": [{"claim": r.get("claim"), "verdict": r.get("verdict")}
-                                        for r in doc.get("claims", []) if r.get("verdict")]}  # fmt: skip
-    if "reread" in doc:  # a re-read of a re-read keeps the records before it, oldest first
-        before = dict(doc["reread"])
-        result["reread"]["earlier"] = [*before.pop("earlier", []), before]
-    out.mkdir(parents=True, exist_ok=True)
-    if elsewhere:  # the inputs travel with the reading: `out` re-reads on its own
-        for stage, file in files.items():
-            store.write_bytes(out / f"{stage}_{INPUTS}", file.read_bytes())
+    return result, picks
+
+
+def write_reading(
+    out: Path,
+    doc: Mapping[str, Any],
+    result: dict[str, Any],
+    stages: Mapping[str, Mapping[str, Any]],
+    found: Mapping[str, Mapping[str, Any]],
+    picks: Mapping[str, Any],
+) -> None:
+    """Write a study read again (`conclude_again`'s `result` and `picks`) into `out`, whose lift
+    inputs are already there: each stage's lift table and frontier figure (`stages` loaded by
+    `load_inputs`, `found` their sections), then study.json and verdicts.md (`write_study`, with
+    `doc`'s reading)."""
+    reading = doc["reading"]
     notes = frontier_notes(result, picks, reading.get("claims", S.CLAIMS))
     for stage, data in stages.items():
         intro = (
@@ -494,7 +528,6 @@ def reread(study_dir: str | Path, out: str | Path | None = None) -> dict[str, An
                              reference=next(iter(data["measures"].values()))["reference"],
                              title=data["title"], notes=notes[stage])  # fmt: skip
     write_study(out, result, reading=reading, how=reading["how"], unit=reading["unit"])
-    return result
 
 
 PUBLISHED = {

@@ -22,6 +22,9 @@
     python -m llm study --extend STUDY_DIR --methods FILE [--import MODULE ...] [--out DIR]
                         [--retrain-reference] [--workers N]
                         # new methods against a committed study's reference (GRPO not re-trained)
+    python -m llm study --complete STUDY_DIR [--out DIR] [--workers N]
+                        # train the pending picks' confirmation (a re-read picked settings the
+                        # confirmation did not train) and read the whole study again
     python -m llm spot-check STUDY.json [--runs 1] [--seed 0] [--out DIR] [--workers N]
                         [--emulate CPU]
                         # re-train a few confirmation runs here (or on a CPU QEMU emulates):
@@ -66,7 +69,7 @@ from llm.model.gguf import find_package_gguf, import_gguf
 from llm.model.load import load_model_and_tokenizer
 from llm.model.tiny import tiny_problems
 from llm.orchestrate.executor import EXECUTORS, check_executor
-from llm.orchestrate.extend import extend_study
+from llm.orchestrate.extend import complete_study, extend_study
 from llm.orchestrate.reproduce import (
     DEFAULT_CONFIG,
     DEFAULT_METHODS,
@@ -340,6 +343,18 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _study(args: argparse.Namespace) -> int:
+    if cli.completing(args):
+        out = args.out or str(Path("runs") / "llm_complete" / Path(args.complete).name)
+        if args.engine != "process":
+            raise ValueError("--engine: a completion runs on the committed study's engine "
+                             "(study.json's design.engine); drop --engine")  # fmt: skip
+        result = complete_study(
+            args.complete, out, workers=args.workers, progress=sys.stderr.isatty(),
+            log=not sys.stderr.isatty(), executor=args.executor, address=args.address,
+        )  # fmt: skip
+        cli.print_claims(result)
+        print(f"wrote {out}/study.json and {out}/verdicts.md")
+        return 0
     if cli.extending(args):
         out = args.out or str(Path("runs") / "llm_extend" / Path(args.extend).name)
         if args.engine != "process":
@@ -364,9 +379,7 @@ def _study(args: argparse.Namespace) -> int:
         address=args.address,
         engine=args.engine,
     )
-    for row in result["claims"]:
-        head = row["verdict"] or f"{row['lift']:+.1f} points"  # the spread row: no verdict
-        print(f"{head:>13}: {row['text']}")
+    cli.print_claims(result)
     print(f"wrote {out}/study.json and {out}/verdicts.md")
     return 0
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from experiment import cli
 from experiment.extend import describe as describe_extension
 from toymdp.experiments import EXPERIMENTS, _plot
-from toymdp.extend import extend_study
+from toymdp.extend import complete_study, extend_study
 from toymdp.figures import make_figures
 from toymdp.study import run_study
 from toymdp.sweep import sweep
@@ -94,6 +94,13 @@ def _main(argv: list[str]) -> int:
 
 
 def _study(args: argparse.Namespace) -> int:
+    if cli.completing(args):
+        result = complete_study(args.complete, args.out, use_cache=not args.no_cache,
+                                progress=sys.stderr.isatty())  # fmt: skip
+        cli.print_claims(result)
+        out = args.out or Path("runs/toy_complete") / args.complete.name
+        print(f"wrote study.json and verdicts.md to {out}/")
+        return 0
     if cli.extending(args):
         result = extend_study(args.extend, args.methods, args.out, retrain=args.retrain_reference,
                               use_cache=not args.no_cache, progress=sys.stderr.isatty(),
@@ -107,9 +114,7 @@ def _study(args: argparse.Namespace) -> int:
     result = run_study(
         args.config, args.out, use_cache=not args.no_cache, progress=sys.stderr.isatty()
     )
-    for row in result["claims"]:
-        head = row["verdict"] or f"{row['lift']:+.1f} points"  # the spread row: no verdict
-        print(f"{head:>13}: {row['text']}")
+    cli.print_claims(result)
     out = args.out or Path("runs/toy_study") / args.config.stem
     print(f"wrote study.json and verdicts.md to {out}/")
     return 0

@@ -31,7 +31,7 @@ from toymdp import sweep as SW
 from toymdp.study_spec import StudySpec, confirmation_doc, load_study
 from toymdp.sweep_spec import SweepConfig, parse_config
 
-__all__ = ["ToyExtension", "extend_study"]
+__all__ = ["ToyExtension", "complete_study", "extend_study"]
 
 
 def _only(cfg: SweepConfig, labels: Sequence[str]) -> SweepConfig:
@@ -100,8 +100,12 @@ class ToyExtension:
         return self._inputs(_only(self.ext, labels), "explore")
 
     def confirm(
-        self, picks: Mapping[str, Mapping[str, Any]], retrain: bool
+        self,
+        picks: Mapping[str, Mapping[str, Any]],
+        retrain: bool,
+        every_checkpoint: bool = False,
     ) -> dict[str, dict[str, Any]]:
+        del every_checkpoint  # a toy run is read at every checkpoint: one compiled program
         cfg = parse_config(confirmation_doc(self.ext, self.spec, picks))
         labels = [*cfg.reference, *picks] if retrain else list(picks)
         return self._inputs(_only(cfg, labels), "confirm")
@@ -146,3 +150,30 @@ def extend_study(
     with RunLock(out):  # one study or extension per folder
         return E.run(leg, committed, out, methods_path=methods_path,
                      numerics_tag=numerics.tag(), retrain=retrain, imports=imports)  # fmt: skip
+
+
+def complete_study(
+    study_dir: str | Path,
+    out: str | Path | None = None,
+    *,
+    use_cache: bool = True,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train the confirmation of the committed toy study's pending picks and read the whole study
+    again (`experiment.extend.complete` of a `ToyExtension` over the study's own entries of the
+    pending labels); returns the new study.json dict. Output in `out` (default
+    ``runs/toy_complete/<study folder name>``).
+
+    Raises:
+        ValueError: nothing pending, a stale pending pick, a committed study whose config changed,
+            a re-trained reference whose fingerprint differs, or an `out` in the committed folder.
+        experiment.lock.RunFolderError: another live study or extension holds `out`.
+    """
+    committed = E.load_committed(study_dir, unit=ToyExtension.unit)
+    pending = E.pending_picks(committed)
+    out = Path(out) if out is not None else Path("runs/toy_complete") / Path(study_dir).name
+    leg = ToyExtension(committed, E.study_entries(committed, list(pending)), {}, out,
+                       committed.config, use_cache, progress)  # fmt: skip
+    E.check_out(out, committed)  # before the lock writes into it
+    with RunLock(out):
+        return E.complete(leg, committed, out, numerics_tag=numerics.tag())

@@ -29,14 +29,14 @@ from typing import Any
 import numerics
 from experiment import extend as E
 from experiment import two_stage
-from llm.eval.frontier import frontier_inputs
+from llm.eval.frontier import confirmed_measures, frontier_inputs
 from llm.orchestrate.executor import check_executor
 from llm.orchestrate.study_spec import confirmation, load_study
 from llm.orchestrate.sweep import check_engine, rerun_runs, run_sweep, sweep_jobs
 from llm.orchestrate.sweep_spec import SweepSpec, budgets, sweep_from_dict
 from llm.run.folder import RunLock
 
-__all__ = ["LLMExtension", "extend_study"]
+__all__ = ["LLMExtension", "complete_study", "extend_study"]
 
 
 @dataclass
@@ -66,6 +66,7 @@ class LLMExtension:
         self.engine = str(self.committed.doc["design"].get("engine", "process"))
         check_engine(self.ext, self.engine)
         self.prints: dict[str, dict[str, str]] = {}
+        self.measured: list[dict[str, Any]] | None = None
 
     def _options(self) -> dict[str, Any]:
         return {k: v for k, v in self.run_options.items() if k in ("workers", "progress", "log")}
@@ -96,6 +97,8 @@ class LLMExtension:
         results = run_sweep(spec, self.out / stage, engine=self.engine, labels=list(labels),
                             steps=steps, **self.run_options)  # fmt: skip
         self.prints[stage] = dict(results["fingerprints"])
+        if stage == "confirm":
+            self.measured = confirmed_measures(results)
         return frontier_inputs(results)
 
     def explore(self, retrain: bool) -> dict[str, dict[str, Any]]:
@@ -103,11 +106,15 @@ class LLMExtension:
         return self._stage(self.ext, "explore", labels, None)
 
     def confirm(
-        self, picks: Mapping[str, Mapping[str, Any]], retrain: bool
+        self,
+        picks: Mapping[str, Mapping[str, Any]],
+        retrain: bool,
+        every_checkpoint: bool = False,
     ) -> dict[str, dict[str, Any]]:
         spec = confirmation(self.ext, self.spec, picks)
         labels = [*spec.reference, *picks] if retrain else list(picks)
-        return self._stage(spec, "confirm", labels, {k: [p["step"]] for k, p in picks.items()})
+        steps = None if every_checkpoint else {k: [p["step"]] for k, p in picks.items()}
+        return self._stage(spec, "confirm", labels, steps)
 
     def stages(self) -> tuple[str, str]:
         sw, s = self.sweep, self.spec
@@ -120,7 +127,10 @@ class LLMExtension:
                 f"confirmation problems (from {s.confirm_offset or explored} on)")  # fmt: skip
 
     def extras(self) -> dict[str, Any]:
-        return {"fingerprints": self.prints}
+        extra: dict[str, Any] = {"fingerprints": self.prints}
+        if self.measured is not None:  # the confirmed models' means (`confirmed_measures`)
+            extra["measures"] = self.measured
+        return extra
 
 
 def extend_study(
@@ -158,3 +168,39 @@ def extend_study(
     with RunLock(out):
         return E.run(leg, committed, out, methods_path=methods_path, numerics_tag=numerics.tag(),
                      retrain=retrain, imports=imports)  # fmt: skip
+
+
+def complete_study(
+    study_dir: str | Path,
+    out: str | Path | None = None,
+    *,
+    workers: int | None = None,
+    progress: bool = True,
+    num_resamples: int = 200,
+    executor: str = "local",
+    address: str | None = None,
+    log: bool = False,
+) -> dict[str, Any]:
+    """Train the confirmation of the committed LLM study's pending picks and read the whole study
+    again (`experiment.extend.complete` of an `LLMExtension` over the study's own entries of the
+    pending labels); returns the new study.json dict. Output in `out` (default
+    ``runs/llm_complete/<study folder name>``), resumable run by run; `workers`, `executor`,
+    `address` and `log` go to `llm.orchestrate.sweep.run_sweep`.
+
+    Raises:
+        ValueError: nothing pending, a stale pending pick, a committed study whose config changed,
+            a re-trained reference run whose fingerprint differs, an `out` that is the committed
+            folder, or a bad executor (each named).
+        llm.run.folder.RunFolderError: another live study or extension holds `out`.
+    """
+    check_executor(executor, address)
+    committed = E.load_committed(study_dir, unit=LLMExtension.unit)
+    pending = E.pending_picks(committed)
+    out = Path(out) if out is not None else Path("runs/llm_complete") / Path(study_dir).name
+    options = {"workers": workers, "progress": progress, "num_resamples": num_resamples,
+               "executor": executor, "address": address, "log": log}  # fmt: skip
+    leg = LLMExtension(committed, E.study_entries(committed, list(pending)), {}, out,
+                       committed.config, options)  # fmt: skip
+    E.check_out(out, committed)  # before the lock writes into it
+    with RunLock(out):
+        return E.complete(leg, committed, out, numerics_tag=numerics.tag())

@@ -15,6 +15,7 @@ import pytest
 
 from experiment import extend as E
 from experiment import study as S
+from experiment.reread import load_inputs, reread
 from llm.__main__ import main
 from llm.eval.frontier import frontier_inputs
 from llm.orchestrate.extend import LLMExtension
@@ -154,3 +155,55 @@ def test_a_picks_confirmation_at_its_step_alone_has_the_full_confirmations_bytes
         leg.prints["confirm"]["w_reinforce_lam=0.3_seed5"]
         != every["fingerprints"]["w_reinforce_lam=0.3_seed5"]
     )  # one checkpoint's records, not two: another fingerprint
+
+
+def _forced(real, eta: float):
+    """`experiment.study.pick` with the entropy bonus's pass@k pick forced to `eta` at step 2 (a
+    procedure that picks it there)."""
+
+    def pick(found):
+        picks = real(found)
+        p = {"setting": f"eta={eta}", "step": 2, "params": {"eta": eta}, "lift": 0.0,
+             "lift_lo": 0.0, "lift_hi": 0.0}  # fmt: skip
+        return {**picks, "pass_at_k": {**picks["pass_at_k"], "entropy_bonus": p}}
+
+    return pick
+
+
+def test_a_pending_pick_is_confirmed_at_every_checkpoint(studies, tmp_path, monkeypatch, capsys):
+    """``--complete``: the confirmation trained the entropy bonus at eta 0.1; the procedure in
+    force picks eta 0.3 (pending after a re-read). The completion trains eta 0.3 on the
+    confirmation's seeds, evaluates it at every checkpoint as the study would, replaces eta 0.1's
+    models, confirmed measures and verdict, and keeps everything else."""
+    real = S.pick
+    config = Path(
+        json.loads((studies["without"] / "study.json").read_text())["provenance"]["config"]
+    )
+    stale = tmp_path / "stale"
+    with monkeypatch.context() as m:
+        m.setattr(S, "pick", _forced(real, 0.1))
+        assert main(["study", "--config", str(config), "--out", str(stale), "--workers", "1"]) == 0
+    monkeypatch.setattr(S, "pick", _forced(real, 0.3))
+    doc = reread(stale)
+    assert doc["pending"]["entropy_bonus"]["setting"] == "eta=0.3"
+    capsys.readouterr()
+    out = tmp_path / "completed"
+    assert main(["study", "--complete", str(stale), "--out", str(out), "--workers", "1"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    done = json.loads((out / "study.json").read_text())
+    assert "pending" not in done and set(done["completed"]["picks"]) == {"entropy_bonus"}
+    assert all(r["committed"] == r["here"] for r in done["completed"]["trust"])
+    a = load_inputs(out / "confirm_lift_inputs.npz")["measures"]["pass_at_k"]
+    ours = {(s, t) for m, s, t in zip(a["models"].method, a["models"].setting, a["models"].step,
+                                      strict=True) if m == "entropy_bonus"}  # fmt: skip
+    assert ours == {("eta=0.3", 1), ("eta=0.3", 2)}  # every checkpoint, eta 0.1's gone
+    b = load_inputs(stale / "confirm" / "lift_inputs.npz")["measures"]["pass_at_k"]
+    for i in b["models"].select("grpo"):  # the committed reference, bit for bit
+        j = next(j for j in a["models"].select("grpo") if a["rows"][j] == b["rows"][i])
+        np.testing.assert_array_equal(a["x"][j], b["x"][i])
+    rows = [r for r in done["measures"] if r["label"] == "entropy_bonus"]
+    assert {(r["setting"], r["step"]) for r in rows} == ours
+    assert any(k.startswith("entropy_bonus_eta=0.3_seed5") for k in done["fingerprints"]["confirm"])
+    row = next(r for r in done["claims"] if r["claim"] == "entropy_bonus")
+    assert row["verdict"] in S.VERDICTS
+    assert "Picks not confirmed" not in (out / "verdicts.md").read_text()

@@ -262,3 +262,63 @@ def test_a_study_of_the_other_leg_is_named_with_the_command_that_extends_it(tmp_
         err = capsys.readouterr().err
         assert "is a study of the other leg" in err and "python -m toymdp study --extend" in err
         assert not (tmp_path / folder).exists()
+
+
+def test_a_pending_pick_is_confirmed_and_the_study_reads_as_the_full_one(
+    studies, tmp_path, monkeypatch, capsys
+):
+    """``--complete``: a study whose confirmation trained a setting of W-REINFORCE that the
+    procedure in force no longer picks (as after a re-read by a later procedure) gets the pick's
+    confirmation and reads as the study run in full by that procedure: the same models, lifts,
+    Holm-adjusted p-values and words."""
+    full = json.loads((studies["full"] / "study.json").read_text())
+    best = full["picks"]["pass_at_k"]["w_reinforce"]
+    lam = best["params"]["lam"]
+    other = 1.0 if lam == 0.1 else 0.1
+    real_pick = S.pick
+
+    def earlier(found):  # an earlier procedure's pick: W-REINFORCE's other setting
+        picks = real_pick(found)
+        p = dict(picks["pass_at_k"]["w_reinforce"])
+        p["params"] = {**p["params"], "lam": other}
+        p["setting"] = p["setting"].replace(f"lam={lam:g}", f"lam={other:g}")
+        return {**picks, "pass_at_k": {**picks["pass_at_k"], "w_reinforce": p}}
+
+    stale = tmp_path / "stale"
+    config = Path(full["provenance"]["config"])
+    with monkeypatch.context() as m:
+        m.setattr(S, "pick", earlier)
+        assert main(["study", "--config", str(config), "--out", str(stale)]) == 0
+    doc = reread.reread(stale)  # by the procedure in force: W-REINFORCE's pick is pending
+    assert set(doc["pending"]) == {"w_reinforce"}
+    assert not any(r["verdict"] for r in doc["claims"] if r["claim"] == "w_reinforce")
+    capsys.readouterr()
+    before = _tree(stale)
+    out = tmp_path / "completed"
+    assert main(["study", "--complete", str(stale), "--out", str(out)]) == 0
+    assert "wrote study.json" in capsys.readouterr().out
+    assert _tree(stale) == before  # the committed folder is never written
+    done = json.loads((out / "study.json").read_text())
+    assert "pending" not in done and set(done["completed"]["picks"]) == {"w_reinforce"}
+    assert done["reread"]["from"] == doc["reread"]["from"]  # the re-reads' history kept
+    # The pick's confirmation has the full study's bytes; the stale setting's models are gone.
+    mine = reread.load_inputs(out / "confirm_lift_inputs.npz")
+    theirs = reread.load_inputs(studies["full"] / "confirm" / reread.INPUTS)
+    for measure, a in mine["measures"].items():
+        b = theirs["measures"][measure]
+        assert list(a["models"].method) == list(b["models"].method)
+        assert list(a["models"].step) == list(b["models"].step)
+        np.testing.assert_array_equal(a["x"], b["x"])
+        np.testing.assert_array_equal(a["y"], b["y"])
+    for key in ("picks", "confirmed", "claims"):
+        assert done[key] == full[key], key
+    # A completed study re-reads as itself, with nothing pending.
+    again = reread.reread(out, tmp_path / "again")
+    assert "pending" not in again and again["claims"] == done["claims"]
+    # Nothing pending, or flags that do not go with --complete: one line each.
+    assert main(["study", "--complete", str(out), "--out", str(tmp_path / "none")]) == 2
+    assert "no pending pick" in capsys.readouterr().err
+    assert main(["study", "--complete", str(stale), "--config", str(config)]) == 2
+    assert "drop --config" in capsys.readouterr().err
+    assert main(["study", "--complete", str(stale), "--out", str(stale / "x")]) == 2
+    assert "is in the committed study's folder" in capsys.readouterr().err
