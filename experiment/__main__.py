@@ -23,8 +23,8 @@ output folder) with the procedure in force, from its lift inputs, nothing re-tra
 (`experiment.reread`): picks again, concludes again, rewrites study.json, verdicts.md and the lift
 tables and figures in STUDY_DIR (or DIR, with the lift inputs: DIR re-reads on its own; a DIR that
 holds another study is refused); prints each claim's word, and the word it replaces where it
-changed; a pick whose setting the confirmation did not train is listed as pending (re-run the
-study to confirm it). Lift inputs that are not the ones study.json records
+changed; a pick whose setting the confirmation did not train is listed as pending (``python -m
+llm study --complete STUDY_DIR``, or the toy's, trains it and reads the study again). Lift inputs that are not the ones study.json records
 (their digest, ``inputs_sha256``) are refused by name.
 
 ``python -m experiment upgrade STUDY_DIR ...``: record the lift inputs' digest in a study.json

@@ -18,9 +18,10 @@ existed is given it once (`upgrade`, ``python -m experiment upgrade STUDY_DIR``)
 
 A pick whose setting the confirmation did not train cannot be confirmed by a re-read (its
 confirmation models do not exist): it is listed under ``pending`` with its exploratory lift and
-gets no verdict until the confirmation is re-run (`python -m llm study` / `python -m toymdp study`
-on the same config trains just those runs). A pick that moves to another checkpoint of a trained
-setting is read there: the confirmation evaluated every checkpoint.
+gets no verdict until its confirmation is trained: ``python -m llm study --complete STUDY_DIR``
+(``python -m toymdp study --complete`` for a toy study; `experiment.extend.complete`) trains just
+those runs, at every checkpoint, and reads the whole study again. A pick that moves to another
+checkpoint of a trained setting is read there: the confirmation evaluated every checkpoint.
 """
 
 from __future__ import annotations
@@ -416,7 +417,8 @@ def write_study(
         text += "\n## Picks not confirmed\n\n" + "\n".join(
             f"- `{label}`: {p['setting']} at step {p['step']} (exploratory lift "
             f"{100 * p['lift']:+.1f} points): the confirmation did not train this setting; "
-            "re-run the study's confirmation to judge it."
+            "`study --complete STUDY_DIR` (`python -m llm` or `python -m toymdp`) trains it and "
+            "reads the study again."
             for label, p in result["pending"].items()
         ) + "\n"  # fmt: skip
     store.write_json(out / "study.json", result, indent=1)

@@ -118,8 +118,8 @@ def dominance_markdown(
 
 _WHY_NO_LIFT = {
     "se 0": "never left the base",
-    "pending": "the procedure in force picks a setting the confirmation did not train: re-run the "
-    "study to confirm it",
+    "pending": "the procedure in force picks a setting the confirmation did not train: `study "
+    "--complete` trains it",
     None: "below GRPO's range",
 }
 """Why a claim's confirmed model has no lift, by its status (any other: below the range)."""
