@@ -529,10 +529,12 @@ def complete(
     pick on the confirmation's seeds and problems and evaluates it at every checkpoint, as the
     full study's confirmation would. Its models replace the pending labels' committed ones (the
     settings the procedure no longer picks); the study is then concluded as a re-read
-    (`experiment.reread.conclude_again`: the study's claims, Holm over all its picks). The lifts
-    of the other picks move by the draws of the bias correction alone, which follow the model
-    set. study.json records ``completed`` (the picks trained, the trust check, the procedure
-    and commit) and keeps the records of earlier re-reads.
+    (`experiment.reread.conclude_again`: the study's claims, Holm over all its picks). Where the
+    confirmation's models come in the full study's order (the toy's), the reading is the full
+    study's to the bit; otherwise the other picks' lifts move by the draws of the bias correction
+    alone, which follow the model set. study.json records ``completed`` (the picks trained, the trust check, the procedure
+    and commit; an earlier completion's record under ``earlier``) and keeps the records of earlier
+    re-reads.
 
     Raises:
         ValueError: `out` in the committed folder (`check_out`); nothing pending or a stale
@@ -563,11 +565,15 @@ def complete(
         for stage, prints in extras.get("fingerprints", {}).items():
             result["fingerprints"] = {**result["fingerprints"],
                                       stage: {**result["fingerprints"].get(stage, {}), **prints}}  # fmt: skip
-    result["completed"] = {
+    record = {
         "picks": {label: {k: p.get(k) for k in S.PICK_KEYS} for label, p in pending.items()},
         "procedure": inference.PROCEDURE, "git_commit": R.git_commit(), "numerics": numerics_tag,
         "trust": trust,
     }  # fmt: skip
+    if "completed" in doc:  # a completion of a completed study keeps the one before, oldest first
+        before = dict(doc["completed"])
+        record["earlier"] = [*before.pop("earlier", []), before]
+    result["completed"] = record
     if "reread" in doc:
         result["reread"] = doc["reread"]
     files = input_files(committed.dir)

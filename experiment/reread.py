@@ -480,7 +480,7 @@ def conclude_again(
     pick whose setting is not among `trained` (``{label: {"setting": ...}}``, the settings the
     confirmation trained at every checkpoint) listed under ``pending`` with no verdict, the others
     read on the confirmation (`experiment.study.conclude`, `doc`'s design, claims and reading);
-    `doc`'s ``measures``, ``fingerprints`` and ``extends`` kept. Returns (study.json's new dict,
+    `doc`'s ``measures``, ``fingerprints``, ``extends`` and ``completed`` kept. Returns (study.json's new dict,
     the picks)."""
     reading = doc["reading"]
     picks = S.pick(found["explore"])
@@ -501,7 +501,7 @@ def conclude_again(
     if pending:
         result["pending"] = {label: {k: p.get(k) for k in S.PICK_KEYS}
                              for label, p in pending.items()}  # fmt: skip
-    for key in ("measures", "fingerprints", "extends"):  # of the trained models: unchanged
+    for key in ("measures", "fingerprints", "extends", "completed"):  # trained: unchanged
         if key in doc:
             result[key] = doc[key]
     return result, picks

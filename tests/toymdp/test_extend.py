@@ -315,6 +315,7 @@ def test_a_pending_pick_is_confirmed_and_the_study_reads_as_the_full_one(
     # A completed study re-reads as itself, with nothing pending.
     again = reread.reread(out, tmp_path / "again")
     assert "pending" not in again and again["claims"] == done["claims"]
+    assert again["completed"] == done["completed"]
     # Nothing pending, or flags that do not go with --complete: one line each.
     assert main(["study", "--complete", str(out), "--out", str(tmp_path / "none")]) == 2
     assert "no pending pick" in capsys.readouterr().err
