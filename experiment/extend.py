@@ -28,6 +28,12 @@ Outputs in a new folder (never the committed one): study.json (with ``extends``:
 study's folder, name, provenance and the SHA-256 of its study.json and lift inputs), verdicts.md,
 each stage's lift table, frontier figure and merged lift inputs (so ``python -m experiment reread``
 re-reads an extension as a study), ``trust.json``.
+
+The same machinery completes a committed study (``study --complete DIR``, `complete`): a re-read by
+a later procedure may pick settings the confirmation did not train (``pending``); after the trust
+check, those picks alone are trained on the confirmation's seeds and problems, their models take
+the place of the settings no longer picked, and the whole study is read again, its own claims and
+family.
 """
 
 from __future__ import annotations
