@@ -81,7 +81,8 @@ def extend_arguments(parser: argparse.ArgumentParser, example: str, default_out:
     parser.add_argument("--complete", type=Path, metavar="STUDY_DIR",
                         help="train the confirmation of a committed study's pending picks (a "
                              "re-read by a later procedure picked settings its confirmation did "
-                             "not train) and read the whole study again; output in --out")  # fmt: skip
+                             "not train) and read the whole study again; output in --out "
+                             "(default runs/<toy|llm>_complete/<study folder>)")  # fmt: skip
 
 
 def completing(args: argparse.Namespace) -> bool:
@@ -121,9 +122,8 @@ def extending(args: argparse.Namespace) -> bool:
         if args.methods is not None or args.retrain_reference:
             raise ValueError("--methods, --retrain-reference: only with --extend STUDY_DIR")
         if args.config is None:
-            raise ValueError(
-                "study: --config FILE or --extend STUDY_DIR --methods FILE is required"
-            )
+            raise ValueError("study: --config FILE, --extend STUDY_DIR --methods FILE or "
+                             "--complete STUDY_DIR is required")  # fmt: skip
         return False
     if args.config is not None:
         raise ValueError("--extend: the committed study names its own config; drop --config")
