@@ -78,6 +78,7 @@ __all__ = [
     "gains_fingerprint",
     "load_committed",
     "merge",
+    "pending_labels",
     "pending_picks",
     "read_methods",
     "run",
@@ -481,20 +482,33 @@ def run(
     return result
 
 
-def pending_picks(committed: Committed) -> dict[str, dict[str, Any]]:
-    """The committed study's pending picks (study.json ``pending``: picks of a later procedure
-    whose setting its confirmation did not train, `experiment.reread`), as the procedure in force
-    picks them from the committed exploration (`experiment.study.pick`).
+def pending_labels(committed: Committed) -> list[str]:
+    """The labels of the committed study's pending picks (study.json ``pending``: picks of a later
+    procedure whose setting its confirmation did not train, `experiment.reread`).
 
     Raises:
-        ValueError: naming the folder: nothing pending, or a pending pick that is not the
-            procedure in force's (the study was re-read by another procedure: re-read it first).
+        ValueError: nothing pending, naming the folder.
     """
     pending = committed.doc.get("pending") or {}
     if not pending:
         raise ValueError(f"{committed.dir}: no pending pick (study.json has no 'pending': its "
                          "confirmation trained every pick's setting); nothing to complete")  # fmt: skip
-    picks = S.pick(sections(committed.stages["explore"]))["pass_at_k"]
+    return list(pending)
+
+
+def pending_picks(
+    committed: Committed, explore: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The committed study's pending picks (`pending_labels`) as the procedure in force picks them
+    from the exploration's lift sections `explore` (`experiment.reread.sections`,
+    `experiment.study.pick`).
+
+    Raises:
+        ValueError: naming the folder: nothing pending, or a pending pick that is not the
+            procedure in force's (the study was re-read by another procedure: re-read it first).
+    """
+    pending = {label: committed.doc["pending"][label] for label in pending_labels(committed)}
+    picks = S.pick(explore)["pass_at_k"]
     for label, p in pending.items():
         now = picks.get(label, {})
         if (now.get("setting"), now.get("step")) != (p.get("setting"), p.get("step")):
@@ -549,7 +563,8 @@ def complete(
     out = Path(out)
     check_out(out, committed)
     doc, reference = committed.doc, committed.reference
-    pending = pending_picks(committed)
+    explore = sections(committed.stages["explore"])  # the exploration read once
+    pending = pending_picks(committed, explore)
     trust = leg.trust()
     out.mkdir(parents=True, exist_ok=True)
     store.write_json(out / "trust.json", {"retrain_reference": False, "runs": trust}, indent=1)
@@ -560,7 +575,7 @@ def complete(
     stages = {"explore": committed.stages["explore"],
               "confirm": merge(committed.stages["confirm"], new, reference, where="confirm",
                                keep=[label for label in labels if label not in pending])}  # fmt: skip
-    found = {stage: sections(data) for stage, data in stages.items()}
+    found = {"explore": explore, "confirm": sections(stages["confirm"])}
     trained = {**doc["picks"]["pass_at_k"], **pending}
     result, picks = conclude_again(doc, found, trained)
     extras = leg.extras()

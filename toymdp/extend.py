@@ -170,9 +170,9 @@ def complete_study(
         experiment.lock.RunFolderError: another live study or extension holds `out`.
     """
     committed = E.load_committed(study_dir, unit=ToyExtension.unit)
-    pending = E.pending_picks(committed)
+    pending = E.pending_labels(committed)
     out = Path(out) if out is not None else Path("runs/toy_complete") / Path(study_dir).name
-    leg = ToyExtension(committed, E.study_entries(committed, list(pending)), {}, out,
+    leg = ToyExtension(committed, E.study_entries(committed, pending), {}, out,
                        committed.config, use_cache, progress)  # fmt: skip
     E.check_out(out, committed)  # before the lock writes into it
     with RunLock(out):

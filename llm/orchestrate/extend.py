@@ -195,11 +195,11 @@ def complete_study(
     """
     check_executor(executor, address)
     committed = E.load_committed(study_dir, unit=LLMExtension.unit)
-    pending = E.pending_picks(committed)
+    pending = E.pending_labels(committed)
     out = Path(out) if out is not None else Path("runs/llm_complete") / Path(study_dir).name
     options = {"workers": workers, "progress": progress, "num_resamples": num_resamples,
                "executor": executor, "address": address, "log": log}  # fmt: skip
-    leg = LLMExtension(committed, E.study_entries(committed, list(pending)), {}, out,
+    leg = LLMExtension(committed, E.study_entries(committed, pending), {}, out,
                        committed.config, options)  # fmt: skip
     E.check_out(out, committed)  # before the lock writes into it
     with RunLock(out):
