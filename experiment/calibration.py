@@ -279,8 +279,10 @@ def _power(base: np.ndarray, k: int) -> np.ndarray:
     k >>= 1
     while k:
         np.multiply(base, base, out=base)
-        if k & 1:
-            out = base.copy() if out is None else np.multiply(out, base, out=out)
+        if k & 1 and out is None:
+            out = base if k == 1 else base.copy()  # the last squaring: `base` is the power of two
+        elif k & 1:
+            np.multiply(out, base, out=out)
         k >>= 1
     return out
 
@@ -291,10 +293,14 @@ def _pass_at_k_prob(q: np.ndarray, k: int) -> np.ndarray:
     return 1.0 - _power(np.array(1.0 - np.asarray(q, dtype=np.float64)), k)
 
 
+@functools.cache
 def _gauss(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """`n` Gauss-Hermite nodes and weights of the standard normal distribution."""
+    """`n` Gauss-Hermite nodes and weights of the standard normal distribution (read-only:
+    computed once per `n`)."""
     x, w = np.polynomial.hermite_e.hermegauss(n)
-    return x, w / w.sum()
+    w = w / w.sum()
+    x.flags.writeable = w.flags.writeable = False
+    return x, w
 
 
 def _base(d: Design) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
