@@ -20,8 +20,6 @@ from experiment import study as S
 from toymdp.__main__ import main
 
 ROOT = Path(__file__).parents[2]
-# No `fast_compile = true`: the default `toymdp.engine.COMPILE_OPTIONS` (the same fast-compile
-# level, plus the classic CPU code generator) compiles these programs about twice as fast.
 HEAD = """
 seeds = [0, 1]
 checkpoints = [4, 8, 12]
