@@ -111,7 +111,8 @@ class TrainSpec:
     distinct_k: int = option(16, ge=1)
     """K of the expected distinct correct responses"""
     fast_compile: bool = False
-    """XLA's fast compile options (smoke tests)"""
+    """XLA's optimization level 0 alone (`toymdp.train.FAST_COMPILE`); the default compiles a
+    sweep faster (`toymdp.engine.COMPILE_OPTIONS`: the same level and the classic code generator)"""
 
 
 def parse_train(table: object) -> TrainSpec:
