@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 __all__ = [
     "POOL_LEVEL",
@@ -54,7 +54,7 @@ advise). The statistics' one tuned constant."""
 def _pool_critical(df_effect: int, df_error: int) -> float:
     """The pooling F test's critical value at `POOL_LEVEL` (cached: a study's analysis asks for the
     same few thousands of times, and scipy's wrapper costs a quarter of a re-read)."""
-    return float(stats.f.ppf(1 - POOL_LEVEL, df_effect, df_error))
+    return float(special.fdtri(df_effect, df_error, 1 - POOL_LEVEL))  # stats.f.ppf's kernel
 
 
 def crossed_variance(v: object) -> tuple[np.ndarray, np.ndarray]:
@@ -105,7 +105,8 @@ def mean_interval(v: object, level: float = 0.95) -> tuple[np.ndarray, np.ndarra
     v = np.asarray(v, dtype=np.float64)
     var, df = crossed_variance(v)
     mean = v.mean((-2, -1))
-    half = stats.t.ppf(0.5 + level / 2, np.where(np.isfinite(df), df, 1.0)) * np.sqrt(var)
+    # stats.t.ppf's kernel (its wrapper differs only at a quantile of 0 or 1)
+    half = special.stdtrit(np.where(np.isfinite(df), df, 1.0), 0.5 + level / 2) * np.sqrt(var)
     return mean, mean - half, mean + half
 
 

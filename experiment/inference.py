@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import special, stats
+from scipy import special
 
 from experiment import covariance, estimand
 from experiment.frontier import Models, check_values, points
@@ -268,13 +268,14 @@ def _over_hull(
     lift = np.where(inside, np.clip(raw - np.nan_to_num(bias), py - high, py - low), np.nan)
     ok = inside & (se > SE_FLOOR) & np.isfinite(df)
     dfs = np.where(ok, df, 1.0)
-    half = np.where(ok, stats.t.ppf(0.5 + level / 2, dfs) * np.where(ok, se, 0.0), 0.0)
+    # stats.t's ppf and sf by their kernels (the wrappers differ only at a quantile of 0 or 1)
+    half = np.where(ok, special.stdtrit(dfs, 0.5 + level / 2) * np.where(ok, se, 0.0), 0.0)
     return {
         "lift": lift, "status": status, "se": se, "bias": bias, "comp": comp, "hull": hull,
         "lo": np.where(inside, np.clip(lift - half, -span, span), np.nan),
         "hi": np.where(inside, np.clip(lift + half, -span, span), np.nan),
         "df": np.where(ok, df, np.nan), "frac": count / num_draws,
-        "p": np.where(ok, 2 * stats.t.sf(np.abs(lift) / np.where(ok, se, 1.0), dfs), np.nan),
+        "p": np.where(ok, 2 * special.stdtr(dfs, -np.abs(lift) / np.where(ok, se, 1.0)), np.nan),
     }  # fmt: skip
 
 
