@@ -64,7 +64,8 @@ from llm.config import (
 from llm.config import describe as describe_config
 from llm.data import check_data_file, load_eval_sets, tiny_config
 from llm.eval.diversity import load_encoder
-from llm.eval.heldout import evaluate, evaluate_models, write_eval
+from llm.eval.heldout import evaluate, evaluate_models
+from llm.eval.written import write_eval
 from llm.model.gguf import find_package_gguf, import_gguf
 from llm.model.load import load_model_and_tokenizer
 from llm.model.tiny import tiny_problems

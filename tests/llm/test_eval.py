@@ -18,8 +18,8 @@ from llm.eval.heldout import (
     k_values,
     self_bleu,
     self_bleu_reference,
-    write_eval,
 )
+from llm.eval.written import write_eval
 from llm.model.load import load_tokenizer
 from llm.rollout.base import Sampling
 from llm.tasks import generate_problems, write_problems_jsonl
