@@ -1,7 +1,7 @@
 """What ``python -m llm eval`` writes: `write_eval` merges one label's results
 (`llm.eval.heldout.evaluate`) into ``DIR/eval.json`` and redraws ``DIR/passk.png``
-(`plot_pass_at_k`). Apart from the evaluation itself, so that a training or evaluation worker does
-not import matplotlib's pyplot."""
+(`plot_pass_at_k`). Kept out of `llm.eval.heldout`, so that a worker that imports the evaluation
+does not import matplotlib's pyplot."""
 
 from __future__ import annotations
 
