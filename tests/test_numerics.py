@@ -47,6 +47,12 @@ def _two_levels(name: str, mode: str, tmp_path: Path) -> tuple[bytes, bytes]:
     return out[0], out[1]
 
 
+def other_vendor_cpu() -> str:
+    """QEMU's CPU model of the vendor this machine is not: Intel's ``Haswell`` on an AMD host,
+    else QEMU's AMD ``max`` (MKL picks kernels by vendor: docs/numerics.md)."""
+    return "Haswell" if R.cpu_id().startswith("AuthenticAMD") else "max"
+
+
 needs_pin = pytest.mark.skipif(
     not numerics.is_pinned(), reason=f"numeric paths not pinned here: {numerics.tag()}"
 )
@@ -212,7 +218,7 @@ def test_torch_kernels_are_the_same_on_an_emulated_cpu_of_the_other_vendor():
     emulation test runs a whole training run on that CPU too: tests/llm/test_study.py.)"""
     env = emulate.piece_env()
     env[numerics.OPT_OUT_ENV] = "pinned"
-    other = "Haswell" if R.cpu_id().startswith("AuthenticAMD") else "max"
+    other = other_vendor_cpu()
     runs = {}
     for cpu in (None, other):
         prefix = [emulate.QEMU, "-cpu", cpu] if cpu else []

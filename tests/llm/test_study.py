@@ -20,6 +20,7 @@ from llm.orchestrate.sweep import run_sweep
 from llm.orchestrate.sweep_spec import budgets
 from numerics import emulate
 from tests.llm.test_sweep import BASE, SWEEP
+from tests.test_numerics import other_vendor_cpu
 
 STUDY = """
 [study]
@@ -134,7 +135,7 @@ def test_a_spot_check_on_an_emulated_cpu_gives_the_same_bytes(
     report names the emulator (its /proc/cpuinfo is the host's). The emulated CPU is of the other
     vendor (an Intel ``Haswell`` on an AMD host, else QEMU's AMD ``max``): MKL picks kernels by
     vendor, which numerics pin version 2 makes irrelevant (docs/numerics.md)."""
-    cpu = "Haswell" if R.cpu_id().startswith("AuthenticAMD") else "max"
+    cpu = other_vendor_cpu()
     config = _write(tmp_path, tiny_model_path, STUDY.replace("[5]", "[5, 6]"))
     monkeypatch.chdir(tmp_path.parent)
     config = config.relative_to(tmp_path.parent)
