@@ -6,10 +6,10 @@ ranks) serves every test: the resumed run ends where the uninterrupted one does;
 holds a full optimizer state and no file holds one; the last step's Hugging Face export is what
 ``eval`` loads; a torn sharded checkpoint is skipped on resume.
 
-Each run's processes are forks of this one (`_launch`), given the environment torchrun gives its
-ranks: a fresh interpreter would spend most of its life importing torch (torchrun launches of
-FSDP2 are tests/llm/test_distributed.py's). No launch trains in this process, so each starts from
-its state as it was before any of them, and the resumed ranks know of the killed ones only what
+Each run's processes are spawned by this one (`_launch`), given the environment torchrun gives
+its ranks (torchrun launches of FSDP2 are tests/llm/test_distributed.py's). Spawned, not forked: a
+rank forked from a pytest worker whose earlier tests left threads behind can hang before its first
+line. No launch trains in this process, and the resumed ranks know of the killed ones only what
 they read from disk.
 """
 
@@ -53,7 +53,7 @@ _RANK_ENV = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 def _rank(
     target: Callable[..., None], args: tuple, rank: int, world: int, port: int, log: Path
 ) -> None:
-    """A forked rank: `target(*args)` with torchrun's environment for `rank` of `world` (none for
+    """A spawned rank: `target(*args)` with torchrun's environment for `rank` of `world` (none for
     one process), its output written to `log`; it ends as a torchrun rank's script does
     (`dist_worker.exit_launched_rank`), or with exit code 1 and the traceback in `log`."""
     with open(log, "w") as sink:
@@ -73,16 +73,17 @@ def _rank(
 
 
 def _launch(target: Callable[..., None], args: tuple, world: int, logs: Path) -> None:
-    """`target(*args)` in `world` forked processes, the ranks of one gloo process group; asserts
+    """`target(*args)` in `world` spawned processes, the ranks of one gloo process group; asserts
     that every rank exits with 0 (a failed rank's peers are killed: they would wait in a
     collective), showing the ranks' output otherwise."""
     with socket.socket() as s:  # a free port for rank 0's store
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     logs.mkdir(parents=True)
-    fork = multiprocessing.get_context("fork")
+    # spawn, not fork (module docstring): a fresh-clone make test lost 300 s to a hung fork
+    spawn = multiprocessing.get_context("spawn")
     procs = [
-        fork.Process(target=_rank, args=(target, args, r, world, port, logs / f"rank{r}.log"))
+        spawn.Process(target=_rank, args=(target, args, r, world, port, logs / f"rank{r}.log"))
         for r in range(world)
     ]
     for proc in procs:
