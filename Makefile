@@ -1,5 +1,6 @@
-# Two entry points: `make reproduce` (the main job) and `make test` (the test suite).
-# Both create .venv on a fresh machine and install what they need first.
+# Two entry points: `make reproduce` (the main job) and `make test` (the test suite without the
+# tests marked `slow`; `make test-slow` runs those, and CI runs both). Both create .venv on a fresh
+# machine and install what they need first.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -39,7 +40,7 @@ GPU_IMAGE_TESTS := tests/llm/test_trainer.py tests/llm/test_rollout.py tests/llm
 	tests/llm/test_weight_sync_fsdp.py tests/llm/test_vllm_backend.py tests/llm/test_smollm2.py \
 	tests/llm/test_old_run_folders.py tests/llm/test_gpu_lease.py
 
-.PHONY: reproduce test test-vllm install lint bench docs clean
+.PHONY: reproduce test test-slow test-vllm install lint bench docs clean
 
 $(VENV)/.stamp-core: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,10 +71,16 @@ reproduce: $(VENV)/.stamp-core $(VENV)/.stamp-llm
 	$(PY) -m llm reproduce --out-runs runs --figures figures
 	$(PY) -m numerics.compare figures
 
+# `slow` (pyproject.toml's markers): the end-to-end tests (other processes, QEMU, the real model,
+# whole studies, sweeps, figure experiments and calibration designs). `make test` leaves them out;
+# `make test-slow` runs only them; .ci/run runs both, so CI checks every test.
 test: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q --durations=15
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q --durations=15 -m "not slow"
+
+test-slow: $(VENV)/.stamp-test
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q --durations=15 -m slow
 
 # pytest and hypothesis (tests/conftest.py) only: the `test` extra's ruff and xdist are not needed.
 $(VLLM_VENV)/.stamp: pyproject.toml

@@ -10,6 +10,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ENGINE_PROCESS_ENV, REPO_ROOT, in_engine_process
 
 CHILD_TESTS = """
@@ -61,6 +63,7 @@ def test_param(x, request):  # parametrized: isolated from the body, as test_one
 """
 
 
+@pytest.mark.slow
 def test_own_process_runs_each_body_elsewhere_and_reports_it(tmp_path):
     assert not in_engine_process()
     log = tmp_path / "log.txt"

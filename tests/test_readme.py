@@ -71,3 +71,18 @@ def test_docs_are_reference_pages() -> None:
             f"{page.name} links into docs/superseded/ (the archive is linked from CHANGELOG.md)"
         )
     assert "docs/superseded/" in (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+
+
+def test_ci_runs_both_tiers_of_the_readmes_test_commands() -> None:
+    """`make test` deselects the tests marked slow, `make test-slow` runs only them, and `.ci/run`
+    calls both, so CI runs every test."""
+    prose = _prose(README.read_text(encoding="utf-8"))
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    for command in ("make test", "make test-slow"):
+        assert f"\n{command} " in prose, f"README lost {command!r}"
+        assert command in ci, f".ci/run does not call {command!r}"
+    recipes = (ROOT / "Makefile").read_text(encoding="utf-8").split("\n\n")
+    test = next(r for r in recipes if "\ntest: " in f"\n{r}")
+    slow = next(r for r in recipes if "\ntest-slow: " in f"\n{r}")
+    assert '-m "not slow"' in test and "-m slow" in slow
+    assert "pytest" in test and "pytest" in slow

@@ -22,6 +22,7 @@ def test_no_training_is_the_base_point():
     assert x[0] == pytest.approx(0.0, abs=1e-12) and y[0] == pytest.approx(0.0, abs=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(C.DESIGNS))
 def test_every_design_has_its_methods_and_grpo_sharpens(name):
     """In every design GRPO's last checkpoint gains pass@1 and loses pass@k, and every simulated
@@ -84,6 +85,7 @@ def _binomial_se(p: float, n: int) -> float:
     return math.sqrt(p * (1 - p) / max(n, 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "replicates"), [("smooth", 40), ("narrow", 30)])
 def test_the_pipeline_is_calibrated(name, replicates):
     """Explore, pick, confirm, Holm, the claim words, each check allowing three Monte Carlo

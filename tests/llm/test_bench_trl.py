@@ -67,6 +67,7 @@ def test_bench_trl_rejects_other_methods(random_tiny: str, tmp_path: Path) -> No
         bench.make_config(bench.Args(config=str(cfg)), random_tiny)
 
 
+@pytest.mark.slow
 def test_call_in_own_process_returns_and_reports_errors(monkeypatch, random_tiny):
     """`--vllm` runs each trainer in a fresh spawned process (one vLLM engine per process): the
     result comes back, a failure names the child's exception, a child that dies its exit code."""

@@ -215,6 +215,7 @@ def _peak_mb(*chunks: int) -> dict[int, dict[str, float]]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads Linux's VmHWM")
 def test_chunked_peak_memory_at_150k_vocabulary():
     """One 128-token row at a 150,000-token vocabulary: one float32 copy of its logits is 77 MB.

@@ -124,6 +124,7 @@ def test_two_processes_equal_one(parallel, single, tiny_model_path, tmp_path):
             raise AssertionError(f"{parallel} {' '.join(case)}: {e}") from e
 
 
+@pytest.mark.slow
 def test_generate_shared_gives_a_group_the_same_requests(tiny_model_path, tmp_path):
     """vLLM tensor parallelism: both ranks of a group submit the group's prompts with the first
     rank's seed, and each keeps its own prompts' rollouts."""

@@ -45,6 +45,7 @@ def ray_local():
     ray.shutdown()
 
 
+@pytest.mark.slow
 def test_ray_sweep_matches_local(tmp_path, tiny_model_path, ray_local):
     config = _write(tmp_path, tiny_model_path)
     spec = load_sweep(config)
@@ -67,6 +68,7 @@ def test_ray_sweep_matches_local(tmp_path, tiny_model_path, ray_local):
     assert again["reused"] == {"runs": 2, "of": 2, "evals": 5, "evals_of": 5}
 
 
+@pytest.mark.slow
 def test_ray_keeps_job_order_and_fails_fast(ray_local):
     jobs = [(0, 0.6), (1, 0.0), (2, 0.3), (3, 0.0)]  # finish out of order
     out = map_jobs(ray_jobs.square_after, jobs, workers=2, progress=False, desc="", name=str,
@@ -91,6 +93,7 @@ def _unit(device: str) -> list[Job]:
     return [Job(device, None, 0, cfg, "unused", "", [], [], {}, False)]
 
 
+@pytest.mark.slow
 def test_ray_asks_a_gpu_for_a_job_that_trains_on_cuda(ray_local):
     units = [_unit("cuda"), _unit("cpu"), _unit("cuda:0")]
     assert [unit_gpus(u) for u in units] == [1.0, 0.0, 1.0]
@@ -136,6 +139,7 @@ def test_executor_errors(monkeypatch, capsys):
     assert "sharpening[ray]" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ray_runs_the_batched_engine_as_the_local_one(tmp_path, tiny_model_path, ray_local):
     """`--engine batched --executor ray`: batches are Ray tasks; one local worker packs one batch,
     two Ray workers two: the same results."""

@@ -23,6 +23,9 @@ from llm.orchestrate.study_spec import confirmation
 from llm.orchestrate.sweep import run_sweep
 from tests.llm.test_sweep import BASE
 
+# Each test starts from two whole studies (the `studies` fixture).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).parents[2]
 HEAD = """
 base = "base.toml"

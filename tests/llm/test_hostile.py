@@ -199,6 +199,7 @@ def _run_steps(out: Path) -> dict[str, list[int]]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_second_sweep_is_refused_and_workers_die_with_their_driver(
     tiny_model_path, tmp_path

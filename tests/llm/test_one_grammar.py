@@ -75,6 +75,7 @@ def _split(text: str) -> tuple[str, str]:
     return head, "[" + tables if tables else ""
 
 
+@pytest.mark.slow
 def test_one_methods_block_feeds_both_sweeps_and_one_schema(tmp_path, tiny_model_path):
     common, methods = _split(METHODS)
     toy_cfg = tmp_path / "toy.toml"

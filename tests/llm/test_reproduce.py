@@ -35,6 +35,7 @@ def quick_run(tmp_path_factory):
     return root, argv
 
 
+@pytest.mark.slow
 def test_quick_writes_figures_tables_and_json(quick_run):
     root, _ = quick_run
     fig = root / "figures"
@@ -69,6 +70,7 @@ def test_quick_writes_figures_tables_and_json(quick_run):
     assert results_table(summary).count("\n") == 2 + len(SETTINGS)  # header, rule, base, rows
 
 
+@pytest.mark.slow
 def test_quick_runs_and_results_json(quick_run):
     root, _ = quick_run
     sweep = root / "runs" / "quick" / "sweep"  # --quick keeps its runs apart from the real ones
@@ -81,6 +83,7 @@ def test_quick_runs_and_results_json(quick_run):
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_000002"]
 
 
+@pytest.mark.slow
 def test_second_call_reuses_runs_and_evals(quick_run):
     root, argv = quick_run
     sweep = root / "runs" / "quick" / "sweep"

@@ -70,6 +70,7 @@ def _steps(out: Path) -> list[int]:
     return [json.loads(x)["step"] for x in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_move_aside_never_touches_a_live_run(tiny100, tmp_path) -> None:
     """Two real processes: the second, with --move-aside, is refused while the first runs."""
     live = tmp_path / "live"

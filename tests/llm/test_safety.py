@@ -198,6 +198,7 @@ def _train_in_child(argv: list[str], log: str = os.devnull) -> None:
     os._exit(llm_main(argv))
 
 
+@pytest.mark.slow
 def test_kill_at_random_moments_then_resume_equals_uninterrupted(tiny100, tmp_path) -> None:
     """The last resume is a real ``python -m llm train`` process; the uninterrupted run and the
     processes killed in between are forks of this one running the same command (a SIGKILL at a

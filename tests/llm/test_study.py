@@ -37,6 +37,7 @@ def _write(folder: Path, model: str, study: str = STUDY) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
     tmp_path, tiny_model_path, monkeypatch, capsys
 ):
@@ -126,6 +127,7 @@ def test_the_study_confirms_the_pick_on_fresh_seeds_and_problems(
         spot_check(out / "study.json")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which(emulate.QEMU) is None, reason="QEMU's user-mode emulator absent")
 def test_a_spot_check_on_an_emulated_cpu_gives_the_same_bytes(
     tmp_path, tiny_model_path, monkeypatch

@@ -383,6 +383,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(swept):
         )
 
 
+@pytest.mark.slow
 def test_batched_engine_packs_runs_records_the_engine_and_reuses(tmp_path, tiny_model_path):
     """`--engine batched`: the runs train as one batch (issue 22), results hold every model,
     markers and evaluation keys record the engine, and a second call reuses everything."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from toymdp.__main__ import main
 from toymdp.experiments import EXPERIMENTS
 
@@ -16,6 +18,7 @@ def test_all_seven_figures_are_registered_in_order():
     )
 
 
+@pytest.mark.slow
 def test_quick_figures_are_written_and_bit_identical_on_recompute(tmp_path, capsys):
     out = tmp_path / "figs"
     assert main(["figures", "--quick", "--out", str(out), "--only", *FAST]) == 0

@@ -10,6 +10,9 @@ import pytest
 
 from toymdp.experiments import bias
 
+# The module runs a whole figure experiment.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, np.ndarray]:

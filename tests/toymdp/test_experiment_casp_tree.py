@@ -17,6 +17,9 @@ from toymdp.env import casp_env
 from toymdp.experiments import casp_tree as C
 from toymdp.experiments._registry import EXPERIMENTS
 
+# The module runs a whole figure experiment.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, np.ndarray]:

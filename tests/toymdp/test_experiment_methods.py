@@ -11,6 +11,9 @@ import pytest
 
 from toymdp.experiments import methods
 
+# The module runs a whole figure experiment.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, np.ndarray]:

@@ -13,6 +13,9 @@ import pytest
 import shaping
 from toymdp.experiments import multiplicity, passk
 
+# The module runs a whole figure experiment.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, np.ndarray]:

@@ -16,6 +16,9 @@ from theory import trees
 from toymdp import sweep, sweep_spec
 from toymdp.experiments import passk
 
+# The module runs a whole figure experiment.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def results() -> dict[str, np.ndarray]:

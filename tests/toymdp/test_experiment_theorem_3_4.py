@@ -11,6 +11,9 @@ import pytest
 
 from toymdp.experiments import theorem_3_4 as E
 
+# The module runs a whole figure experiment.
+pytestmark = pytest.mark.slow
+
 PREFIXES = ("tree", "pin")
 
 

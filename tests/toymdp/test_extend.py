@@ -19,6 +19,9 @@ from experiment import reread
 from experiment import study as S
 from toymdp.__main__ import main
 
+# Each test starts from two whole studies (the `studies` fixture).
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).parents[2]
 HEAD = """
 seeds = [0, 1]

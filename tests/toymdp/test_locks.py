@@ -58,6 +58,7 @@ def _wait_for_lock(out: Path, proc: subprocess.Popen) -> None:  # type: ignore[t
     pytest.fail("the first command took no lock in 120 s")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["sweep", "study"])
 def test_a_second_toy_command_on_a_live_folder_is_refused(tmp_path, capsys, command):
     """Two real commands into one --out: the second is refused with the first's PID named,

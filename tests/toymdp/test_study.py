@@ -33,6 +33,7 @@ def study_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_the_study_confirms_the_picks_on_fresh_draws_and_keys(
     study_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
