@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.model), args.device, EVAL_PRECISION[args.dtype]
     )
     backend = make_backend(cfg, model, tokenizer)
-    stacked = StackedLM([model], sampling=True)
+    stacked = StackedLM([model])
     stops = stop_token_ids(tokenizer, args.model)
     task = TASKS[cfg.task]
     problems = task.generate(max(p for p, _ in shapes), 4321, cfg.data)

@@ -390,7 +390,7 @@ def evaluate_models(
     Raises:
         ValueError: as `evaluate`; models `llm.model.stacked.StackedLM` cannot stack.
     """
-    lm = StackedLM(models, sampling=True)
+    lm = StackedLM(models)
     generators = [torch.Generator(device=lm.device).manual_seed(seed) for _ in models]
     sampling = Sampling(max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
                         want_logprobs=False)  # fmt: skip

@@ -27,6 +27,7 @@ __all__ = [
     "chunks",
     "forward_all",
     "policy_forward",
+    "precision_autocast",
     "sampled_rank",
     "slice_outputs",
 ]
@@ -156,7 +157,7 @@ def policy_forward(
     # Only the positions that predict response tokens need logits (a (P, V) float block per row
     # is gigabytes at a 150k vocabulary); ProGRPO's prompt log-probs need them all.
     keep = {} if want_prompt else {"logits_to_keep": t + 1}
-    with _autocast(rows.input_ids.device, precision):
+    with precision_autocast(rows.input_ids.device, precision):
         out = model(
             input_ids=rows.input_ids,
             attention_mask=rows.attention_mask,
@@ -281,7 +282,7 @@ def _chunked_forward(
     )
     head.forward = chunked  # an instance attribute shadows nn.Linear.forward for this call
     try:
-        with _autocast(rows.input_ids.device, precision):
+        with precision_autocast(rows.input_ids.device, precision):
             out = model(
                 input_ids=rows.input_ids,
                 attention_mask=rows.attention_mask,
@@ -302,7 +303,9 @@ def _chunked_forward(
     return res
 
 
-def _autocast(device: torch.device, precision: str) -> Any:
+def precision_autocast(device: torch.device, precision: str) -> Any:
+    """The context a forward pass of ``system.precision`` `precision` runs in: bfloat16 autocast
+    on `device` for ``"bf16-mixed"`` (float32 weights, bfloat16 compute), none otherwise."""
     if precision != "bf16-mixed":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)

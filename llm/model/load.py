@@ -19,6 +19,7 @@ __all__ = [
     "load_model_and_tokenizer",
     "load_policy_and_reference",
     "load_tokenizer",
+    "reference_precision",
 ]
 
 
@@ -88,11 +89,15 @@ def load_policy_and_reference(
         enable_gradient_checkpointing(model)
     ref_model = None
     if cfg.uses_reference:
-        # Frozen: no fp32 master copy needed, bf16 unless the run is fp32 throughout.
-        ref_precision = "fp32" if cfg.system.precision == "fp32" else "bf16"
-        ref_model = load_model(ref_path or cfg.model_path, device, ref_precision)
+        ref_model = load_model(ref_path or cfg.model_path, device, reference_precision(cfg))
         ref_model.requires_grad_(False)
     return model, tokenizer, ref_model
+
+
+def reference_precision(cfg: TrainConfig) -> str:
+    """The precision the frozen KL reference loads in: ``"fp32"`` when the run is float32
+    throughout, else ``"bf16"`` (frozen: no float32 master copy is needed)."""
+    return "fp32" if cfg.system.precision == "fp32" else "bf16"
 
 
 def enable_gradient_checkpointing(model: Any) -> None:

@@ -16,9 +16,9 @@ belong to run r.
 
 What it supports (`check_stackable`): `LlamaForCausalLM` (the tiny model of `llm.model.tiny`, or
 any Llama folder) with the default rope, SiLU MLP, as many key-value heads as heads or fewer
-(grouped-query attention), tied or untied output head, float32 weights (bfloat16 too for
-sampling, ``StackedLM(models, sampling=True)``: norms and softmax in float32 as transformers'
-Llama, logits returned in float32). Anything else is refused with a message; the sweep engine then
+(grouped-query attention), tied or untied output head, float32 or bfloat16 weights (bfloat16:
+norms and softmax in float32 as transformers' Llama, logits returned in float32; gradients in the
+weights' dtype, as the transformers model's). Anything else is refused with a message; the sweep engine then
 trains the run alone in its own process. A decoding step reads each key-value head once (no
 grouped-query copies) from a cache of fixed size, on the models' device.
 
@@ -48,21 +48,18 @@ __all__ = [
 Tensor = torch.Tensor
 
 
-def check_stackable(models: Sequence[torch.nn.Module], *, sampling: bool = False) -> None:
+def check_stackable(models: Sequence[torch.nn.Module]) -> None:
     """Raise `ValueError` unless `models` can run as one `StackedLM` (module docstring).
-
-    Args:
-        sampling: the models only sample (no update): bfloat16 weights are accepted too.
 
     Raises:
         ValueError: no models, a model that is not a `LlamaForCausalLM` with the default rope and
-            SiLU MLP, weights other than float32 (or bfloat16 when `sampling`), or models whose
-            configs or dtypes differ.
+            SiLU MLP, weights other than float32 or bfloat16, or models whose configs or dtypes
+            differ.
     """
     if not models:
         raise ValueError("models: expected at least one model")
     first = models[0].config
-    dtypes = (torch.float32, torch.bfloat16) if sampling else (torch.float32,)
+    dtypes = (torch.float32, torch.bfloat16)
     dtype = next(models[0].parameters()).dtype
     for i, m in enumerate(models):
         cfg = m.config
@@ -163,10 +160,9 @@ class StackedLM:
         self,
         models: Sequence[torch.nn.Module],
         *,
-        sampling: bool = False,
         checkpointing: bool = False,
     ) -> None:
-        check_stackable(models, sampling=sampling)
+        check_stackable(models)
         self.checkpointing = checkpointing
         self.models = list(models)
         first = next(self.models[0].parameters())

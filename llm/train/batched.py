@@ -23,9 +23,10 @@ same procedure; sweeps record which engine trained a run (``engine`` in ``sweep_
 
 Which runs can share a batch (`batch_key`): equal configs up to `PER_RUN` (seed, method,
 coefficients, KL, optimizer settings); which configs can be batched at all (`batchable`): the
-transformers backend on CPU in float32 without parallelism, a `StackedLM` architecture (activation
-checkpointing included: `StackedLM(checkpointing=True)`), and no dynamic sampling (its resampling
-rounds differ between runs).
+transformers backend on CPU without parallelism, in any ``system.precision`` (``bf16``: bfloat16
+weights; ``bf16-mixed``: the gradient passes under bfloat16 autocast, as the process engine's), a
+`StackedLM` architecture (activation checkpointing included: `StackedLM(checkpointing=True)`), and
+no dynamic sampling (its resampling rounds differ between runs).
 Every method and every other control (`llm.train.loop`) trains in a batch as alone, to the bit
 (tests/llm/test_batched.py). Anything else trains alone in its own process
 (`llm.orchestrate.jobs`).
@@ -46,8 +47,8 @@ import shaping
 from llm.config import TrainConfig
 from llm.data import data_indices
 from llm.eval.diversity import load_encoder
-from llm.model.forward import PolicyOutputs, slice_outputs
-from llm.model.load import load_model, load_model_and_tokenizer
+from llm.model.forward import PolicyOutputs, precision_autocast, slice_outputs
+from llm.model.load import load_model, load_model_and_tokenizer, reference_precision
 from llm.model.stacked import StackedLM, check_stackable
 from llm.rollout.base import Sampling, stop_token_ids
 from llm.rollout.stacked import left_pad, sample_groups
@@ -117,8 +118,6 @@ def batchable(cfg: TrainConfig) -> str | None:
         return f"rollout.backend {cfg.rollout.backend!r} (transformers only)"
     if cfg.system.device != "cpu":
         return f"system.device {cfg.system.device!r} (cpu only)"
-    if cfg.system.precision != "fp32":
-        return f"system.precision {cfg.system.precision!r} (fp32 only)"
     if cfg.system.parallel not in ("none", "auto"):
         return f"system.parallel {cfg.system.parallel!r}"
     if cfg.rollout.dynamic_sampling:
@@ -141,6 +140,7 @@ def stacked_policy_forward(
     want_entropy: bool,
     cand_ids: Tensor | None,
     params: dict[str, Tensor] | None = None,
+    precision: str = "fp32",
 ) -> PolicyOutputs:
     """`llm.model.forward.policy_forward`'s quantities for all runs' rows at once, each prompt
     run once for its group (`StackedLM.encode_prefix` + `forward_suffix`).
@@ -149,6 +149,8 @@ def stacked_policy_forward(
         prompt_ids, prompt_mask: (R * B, P) left-padded prompts, run-major.
         response_ids, response_mask: (R * B, G, T) responses, right-padded.
         cand_ids: (R * B * G, T, N) candidate ids at which to read log-probs, or None.
+        precision: ``system.precision``; ``"bf16-mixed"`` runs the model under bfloat16 autocast
+            (`llm.model.forward.precision_autocast`); the log-softmax is in float32 always.
 
     Returns:
         `PolicyOutputs` over the R * B * G rows: ``logp (rows, T)``, ``entropy`` (with
@@ -158,17 +160,18 @@ def stacked_policy_forward(
     rb, g, t = response_ids.shape
     prompt_mask = prompt_mask.long()
     pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    prefix = lm.encode_prefix(prompt_ids, prompt_mask, pos, params=params)
-    first = prefix.last_logits.repeat_interleave(g, dim=0)[:, None]  # (rows, 1, V)
-    if t > 1:
-        ids = response_ids.reshape(rb * g, t)[:, :-1]
-        mask = response_mask.reshape(rb * g, t)[:, :-1].long()
-        start = prompt_mask.sum(-1).repeat_interleave(g)[:, None]
-        r_pos = start + torch.arange(t - 1)[None, :]
-        rest = lm.forward_suffix(ids, mask, r_pos, prefix, group=g, params=params)
-        logits = torch.cat([first, rest], dim=1)  # (rows, T, V)
-    else:
-        logits = first
+    with precision_autocast(lm.device, precision):
+        prefix = lm.encode_prefix(prompt_ids, prompt_mask, pos, params=params)
+        first = prefix.last_logits.repeat_interleave(g, dim=0)[:, None]  # (rows, 1, V)
+        if t > 1:
+            ids = response_ids.reshape(rb * g, t)[:, :-1]
+            mask = response_mask.reshape(rb * g, t)[:, :-1].long()
+            start = prompt_mask.sum(-1).repeat_interleave(g)[:, None]
+            r_pos = start + torch.arange(t - 1)[None, :]
+            rest = lm.forward_suffix(ids, mask, r_pos, prefix, group=g, params=params)
+            logits = torch.cat([first, rest], dim=1)  # (rows, T, V)
+        else:
+            logits = first
     logits = logits.float() / temperature
     logprobs = torch.log_softmax(logits, dim=-1)
     targets = response_ids.reshape(rb * g, t)
@@ -263,7 +266,7 @@ def _update_runs(
     b, g, _ = behaviours[0].shape
     per_update = cfg0.optim.prompts_per_update or cfg0.rollout.prompts_per_step
     results = [UpdateResult() for _ in cfgs]
-    temperature = cfg0.rollout.temperature
+    temperature, precision = cfg0.rollout.temperature, cfg0.system.precision
     for epoch in range(cfg0.optim.inner_epochs):
         for start in range(0, b, per_update):
             stop = min(start + per_update, b)
@@ -276,7 +279,7 @@ def _update_runs(
                 with torch.no_grad():
                     now = stacked_policy_forward(
                         lm, p_ids, p_mask, r_ids, r_mask, temperature=temperature,
-                        want_entropy=want_entropy, cand_ids=cands,
+                        want_entropy=want_entropy, cand_ids=cands, precision=precision,
                     )  # fmt: skip
                 currents = [_run_outputs(now, i, rows_per_run, widths[i], cfgs[i].n_candidates)
                             for i in range(len(cfgs))]  # fmt: skip
@@ -291,7 +294,7 @@ def _update_runs(
                 leaf_grads.append(leaves)
             out = stacked_policy_forward(
                 lm, p_ids, p_mask, r_ids, r_mask, temperature=temperature,
-                want_entropy=want_entropy, cand_ids=cands,
+                want_entropy=want_entropy, cand_ids=cands, precision=precision,
             )  # fmt: skip
             surrogate = _surrogate(out, leaf_grads, rows_per_run, widths)
             surrogate.backward()
@@ -407,20 +410,22 @@ def _train_batch(
         start_run(cfg, out, resume=resume, info=info)
     base_ref = None  # the base model, the KL reference of every run that has not reset its own
     if any(c.uses_reference for c in cfgs):
-        base_ref, _ = load_model_and_tokenizer(cfg0.model_path, "cpu")
+        base_ref = load_model(cfg0.model_path, "cpu", reference_precision(cfg0))
         base_ref.requires_grad_(False)
     encoder = load_encoder("cpu") if any(_needs(c) & {"diversity"} for c in cfgs) else None
     runs, starts = [], []
     for cfg, out in zip(cfgs, outs, strict=True):
         ckpt = find_resume_checkpoint(out, cfg.steps) if resume else None
         saved = trainer_extra(ckpt)
-        model, tokenizer = load_model_and_tokenizer(weights_folder(ckpt, cfg.model_path), "cpu")
+        model, tokenizer = load_model_and_tokenizer(weights_folder(ckpt, cfg.model_path), "cpu",
+                                                    cfg.system.precision)  # fmt: skip
         optimizer, scheduler = make_optimizer(cfg, model)
         start, position = restore_checkpoint(ckpt, model, optimizer, scheduler, info)
         ref = base_ref if cfg.uses_reference else None
         if ref is not None and cfg.control.reference_reset_every:  # its own, reset in place
             folder = reference_folder(ckpt, saved)
-            ref = copy.deepcopy(base_ref) if folder is None else load_model(folder, "cpu")
+            ref = (copy.deepcopy(base_ref) if folder is None
+                   else load_model(folder, "cpu", reference_precision(cfg)))  # fmt: skip
             ref.requires_grad_(False)
         runs.append(Run(cfg, out, model, tokenizer, optimizer, scheduler, position,
                         Controls.start(cfg, saved, ckpt), _needs(cfg), ref, encoder))  # fmt: skip

@@ -192,7 +192,7 @@ def test_the_sampler_draws_from_the_models_distribution_under_grouped_query_atte
     tiny_model_path, dtype, matmul, monkeypatch
 ):
     """Grouped-query attention (each key-value head read once per decoding step, not copied per
-    query head) and bfloat16 weights (evaluation only): at every sampled position the sampler's
+    query head) and bfloat16 weights: at every sampled position the sampler's
     log-prob is the transformers model's own, recomputed by a forward of the whole sequence.
     float32: within the chained reductions' bound. bfloat16, whose bound at these lengths exceeds
     the log-probs themselves: nearer the model's own than the same responses' log-probs after the
@@ -203,9 +203,9 @@ def test_the_sampler_draws_from_the_models_distribution_under_grouped_query_atte
     tok = load_tokenizer(tiny_model_path)
     torch_dtype = getattr(torch, dtype)
     models = _gqa_models(tok, 2, torch_dtype)
-    with pytest.raises(ValueError, match="bfloat16 weights; expected float32"):
-        StackedLM(_gqa_models(tok, 1, torch.bfloat16))  # bfloat16 samples, never trains
-    lm = StackedLM(models, sampling=True)
+    with pytest.raises(ValueError, match="expected float32 or bfloat16, one for all models"):
+        StackedLM([*_gqa_models(tok, 1, torch.float32), *_gqa_models(tok, 1, torch.bfloat16)])
+    lm = StackedLM(models)
     gens = [torch.Generator().manual_seed(7 + r) for r in range(2)]
     rolls = sample_groups(lm, tok, [PROMPTS[:2], PROMPTS[2:]], 3, generators=gens,
                           max_new_tokens=6, stop_token_ids=stop_token_ids(tok, None),
@@ -495,6 +495,35 @@ def test_activation_checkpointing_trains_in_a_batch_as_alone(tiny_model_path, tm
                   for x in ("b", "p"))  # fmt: skip
         for pb, pp in zip(wb.parameters(), wp.parameters(), strict=True):
             assert_close(pb, pp, dtype="float32", n=_n_cfg(), elementwise=True)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "bf16-mixed"])
+def test_a_run_of_a_batch_is_the_run_alone_in_every_precision(precision, tiny_model_path,
+                                                               tmp_path):  # fmt: skip
+    """``system.precision`` in the batched engine: ``bf16`` trains bfloat16 weights (the KL
+    reference bfloat16 too), ``bf16-mixed`` float32 weights with the gradient passes under
+    bfloat16 autocast. Each run of a batch is the run alone to the bit, and the weights move
+    away from the float32 run's by more than float32 rounding (the precision acts)."""
+    over = {"steps": 2, "save_every": 2, "max_new_tokens": 8, "precision": precision}
+    cfgs = [trainer_config(tiny_model_path, "grpo", seed=0, **over),
+            trainer_config(tiny_model_path, "ds_grpo", seed=1, kl_coef=0.05,
+                           hyper={"gamma_p": 0.3, "gamma_n": 0.1}, **over)]  # fmt: skip
+    assert all(batchable(c) is None for c in cfgs)
+    train_batch(cfgs, [tmp_path / "b0", tmp_path / "b1"])
+    for i, cfg in enumerate(cfgs):
+        train_batch([cfg], [tmp_path / f"a{i}"])
+        _assert_same_run(tmp_path / f"b{i}", tmp_path / f"a{i}")
+    fp32 = dataclasses.replace(
+        cfgs[0], system=dataclasses.replace(cfgs[0].system, precision="fp32")
+    )
+    train_batch([fp32], [tmp_path / "f0"])
+    got, want = (AutoModelForCausalLM.from_pretrained(latest_checkpoint(tmp_path / x))
+                 for x in ("b0", "f0"))  # fmt: skip
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    assert next(got.parameters()).dtype == dtype
+    gap = max((p.float() - q).abs().max().item()
+              for p, q in zip(got.parameters(), want.parameters(), strict=True))  # fmt: skip
+    assert gap > 1e-4, gap
 
 
 def test_batch_errors_name_the_field(tiny_model_path, tmp_path):
