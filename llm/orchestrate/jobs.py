@@ -438,7 +438,7 @@ def _evaluate_stacked(
 ) -> list[dict[str, Any]]:
     """`evaluate_model` of the model folders `paths` in one stacked program
     (`llm.eval.heldout.evaluate_models`), on ``system.device``: the batched engine's evaluations
-    (on the CPU) and a process engine's with ``eval.sampler = "stacked"``."""
+    and a process engine's with ``eval.sampler = "stacked"``."""
     device = cfg.system.device
     models, tokenizer = [], None
     for path in paths:

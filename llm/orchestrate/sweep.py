@@ -150,15 +150,15 @@ def check_engine(spec: SweepSpec, engine: str) -> None:
 
     Raises:
         ValueError: an unknown engine, or ``batched`` with ``eval.dtype`` other than float32 (the
-            batched engine trains and samples float32 weights together on the CPU).
+            batched engine evaluates in float32).
     """
     if engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
     dtype = spec.base_config.eval.dtype
     if engine == "batched" and dtype != "float32":
         raise ValueError(f"eval.dtype: {dtype!r} needs the process engine (the batched engine "
-                         "trains and samples float32 weights together; the process engine samples "
-                         "in bfloat16 through either eval.sampler)")  # fmt: skip
+                         "evaluates in float32; the process engine samples in bfloat16 through "
+                         "either eval.sampler)")  # fmt: skip
 
 
 def run_sweep(

@@ -14,19 +14,21 @@ of the stacked surrogate ``sum_r sum_k <d loss_r / d q_k, q_k>`` puts into each 
 ``.grad`` exactly the gradient of its own loss (the runs' parameters are disjoint). Each run then
 takes its own clipped AdamW step.
 
-Per-run randomness: run r samples step s with ``torch.Generator().manual_seed(step_seed(seed_r,
-s))``, so a run trained in a batch equals the same run trained alone by this function
-(`tests/llm/test_batched.py`: equal completions, parameters equal to the last bit where the
-batched kernels allow it). The stream differs from `train`'s (transformers' `generate` draws from
+Per-run randomness: run r samples step s with a generator on the models' device seeded with
+``step_seed(seed_r, s)``, so a run trained in a batch equals the same run trained alone by this
+function (`tests/llm/test_batched.py`, on the CPU: equal completions and parameters, to the bit;
+on a GPU the kernels' choice may depend on the batch, and the GPU path has a `-m gpu` test that
+has not run yet). The stream differs from `train`'s (transformers' `generate` draws from
 the global RNG), so a batched run and a `train` run of one config are different samples of the
 same procedure; sweeps record which engine trained a run (``engine`` in ``sweep_run.json``).
 
 Which runs can share a batch (`batch_key`): equal configs up to `PER_RUN` (seed, method,
 coefficients, KL, optimizer settings); which configs can be batched at all (`batchable`): the
-transformers backend on CPU without parallelism, in any ``system.precision`` (``bf16``: bfloat16
-weights; ``bf16-mixed``: the gradient passes under bfloat16 autocast, as the process engine's), a
-`StackedLM` architecture (activation checkpointing included: `StackedLM(checkpointing=True)`), and
-no dynamic sampling (its resampling rounds differ between runs).
+transformers backend without parallelism, on any ``system.device`` and in any
+``system.precision`` (``bf16``: bfloat16 weights; ``bf16-mixed``: the gradient passes under
+bfloat16 autocast, as the process engine's), a `StackedLM` architecture (activation
+checkpointing included: `StackedLM(checkpointing=True)`), and no dynamic sampling (its
+resampling rounds differ between runs).
 Every method and every other control (`llm.train.loop`) trains in a batch as alone, to the bit
 (tests/llm/test_batched.py). Anything else trains alone in its own process
 (`llm.orchestrate.jobs`).
@@ -60,7 +62,7 @@ from llm.run.checkpoint import (
     trainer_extra,
     weights_folder,
 )
-from llm.run.distributed import DistInfo
+from llm.run.distributed import DistInfo, check_device
 from llm.run.folder import RunLock, claim_run_folder
 from llm.tasks import TASKS
 from llm.train.behaviour import BehaviourBatch, sampler_is_behaviour
@@ -116,8 +118,6 @@ def batchable(cfg: TrainConfig) -> str | None:
     """None when `cfg` can train in a batch, else the reason it cannot (module docstring)."""
     if cfg.rollout.backend != "transformers":
         return f"rollout.backend {cfg.rollout.backend!r} (transformers only)"
-    if cfg.system.device != "cpu":
-        return f"system.device {cfg.system.device!r} (cpu only)"
     if cfg.system.parallel not in ("none", "auto"):
         return f"system.parallel {cfg.system.parallel!r}"
     if cfg.rollout.dynamic_sampling:
@@ -167,7 +167,7 @@ def stacked_policy_forward(
             ids = response_ids.reshape(rb * g, t)[:, :-1]
             mask = response_mask.reshape(rb * g, t)[:, :-1].long()
             start = prompt_mask.sum(-1).repeat_interleave(g)[:, None]
-            r_pos = start + torch.arange(t - 1)[None, :]
+            r_pos = start + torch.arange(t - 1, device=start.device)[None, :]
             rest = lm.forward_suffix(ids, mask, r_pos, prefix, group=g, params=params)
             logits = torch.cat([first, rest], dim=1)  # (rows, T, V)
         else:
@@ -191,14 +191,16 @@ def _pad_right(x: Tensor, width: int, value: float | int) -> Tensor:
         return x
     shape = list(x.shape)
     shape[2] = extra
-    return torch.cat([x, torch.full(shape, value, dtype=x.dtype)], dim=2)
+    return torch.cat([x, torch.full(shape, value, dtype=x.dtype, device=x.device)], dim=2)
 
 
 def _pad_left(x: Tensor, width: int, value: float | int) -> Tensor:
     extra = width - x.shape[1]
     if extra <= 0:
         return x
-    return torch.cat([torch.full((x.shape[0], extra), value, dtype=x.dtype), x], dim=1)
+    return torch.cat(
+        [torch.full((x.shape[0], extra), value, dtype=x.dtype, device=x.device), x], dim=1
+    )
 
 
 def _batch_tensors(
@@ -228,12 +230,15 @@ def _batch_tensors(
         r_mask.append(_pad_right(rows.response_mask.reshape(-1, g, t), t_max, 0.0))
         if cand_n:
             c = beh.old.cand_ids
-            c = torch.zeros(len(rows), t, cand_n, dtype=torch.long) if c is None else c[
+            dev = rows.input_ids.device
+            c = torch.zeros(len(rows), t, cand_n, dtype=torch.long, device=dev) if c is None else c[
                 start * g : stop * g, :, :cand_n]  # fmt: skip
-            c = torch.cat([c, torch.zeros(c.shape[0], t_max - t, c.shape[2], dtype=c.dtype)], 1)
+            c = torch.cat([c, torch.zeros(c.shape[0], t_max - t, c.shape[2], dtype=c.dtype,
+                                          device=dev)], 1)  # fmt: skip
             if c.shape[2] < cand_n:
                 c = torch.cat(
-                    [c, torch.zeros(*c.shape[:2], cand_n - c.shape[2], dtype=c.dtype)], dim=2
+                    [c, torch.zeros(*c.shape[:2], cand_n - c.shape[2], dtype=c.dtype, device=dev)],
+                    dim=2,
                 )
             cands.append(c)
     return (
@@ -364,8 +369,9 @@ def train_batch(
 
     Raises:
         ValueError: no runs, as many folders as configs not given, a config that cannot be
-            batched (`batchable`) or differs from the first outside `PER_RUN`, or resumed runs
-            at different steps.
+            batched (`batchable`) or differs from the first outside `PER_RUN`, a
+            ``system.device`` that cannot run here (`llm.run.distributed.check_device`; before
+            any folder is touched), or resumed runs at different steps.
         llm.run.folder.RunFolderError: a folder in use, or holding another run (without `resume`).
         llm.run.folder.NonFiniteError: a run's loss, gradient norm or parameters became
             non-finite (every run stops; each newest checkpoint is a good state).
@@ -382,6 +388,7 @@ def train_batch(
             raise ValueError(
                 f"cfgs[{i}]: differs from cfgs[0] outside the per-run keys {', '.join(PER_RUN)}"
             )
+    check_device(cfgs[0].system.device)
     folders = [Path(o) for o in outs]
     if len(set(folders)) != len(folders):
         raise ValueError("outs: every run needs its own folder")
@@ -404,20 +411,21 @@ def _train_batch(
     progress: bool,
     stop_after: int | None,
 ) -> list[list[dict[str, float]]]:
-    info = DistInfo()
     cfg0 = cfgs[0]
+    info = DistInfo(device=cfg0.system.device)
+    device = info.device
     for cfg, out in zip(cfgs, outs, strict=True):
         start_run(cfg, out, resume=resume, info=info)
     base_ref = None  # the base model, the KL reference of every run that has not reset its own
     if any(c.uses_reference for c in cfgs):
-        base_ref = load_model(cfg0.model_path, "cpu", reference_precision(cfg0))
+        base_ref = load_model(cfg0.model_path, device, reference_precision(cfg0))
         base_ref.requires_grad_(False)
-    encoder = load_encoder("cpu") if any(_needs(c) & {"diversity"} for c in cfgs) else None
+    encoder = load_encoder(device) if any(_needs(c) & {"diversity"} for c in cfgs) else None
     runs, starts = [], []
     for cfg, out in zip(cfgs, outs, strict=True):
         ckpt = find_resume_checkpoint(out, cfg.steps) if resume else None
         saved = trainer_extra(ckpt)
-        model, tokenizer = load_model_and_tokenizer(weights_folder(ckpt, cfg.model_path), "cpu",
+        model, tokenizer = load_model_and_tokenizer(weights_folder(ckpt, cfg.model_path), device,
                                                     cfg.system.precision)  # fmt: skip
         optimizer, scheduler = make_optimizer(cfg, model)
         start, position = restore_checkpoint(ckpt, model, optimizer, scheduler, info)
@@ -425,7 +433,7 @@ def _train_batch(
         if ref is not None and cfg.control.reference_reset_every:  # its own, reset in place
             folder = reference_folder(ckpt, saved)
             ref = (copy.deepcopy(base_ref) if folder is None
-                   else load_model(folder, "cpu", reference_precision(cfg)))  # fmt: skip
+                   else load_model(folder, device, reference_precision(cfg)))  # fmt: skip
             ref.requires_grad_(False)
         runs.append(Run(cfg, out, model, tokenizer, optimizer, scheduler, position,
                         Controls.start(cfg, saved, ckpt), _needs(cfg), ref, encoder))  # fmt: skip
@@ -464,7 +472,8 @@ def _train_batch(
             idx = data_indices(run.position, b, len(problems), run.cfg.data.seed)
             run.position += b
             batch_problems.append([problems[j] for j in idx])
-        generators = [torch.Generator().manual_seed(step_seed(r.cfg.seed, step)) for r in runs]
+        generators = [torch.Generator(device=lm.device).manual_seed(step_seed(r.cfg.seed, step))
+                      for r in runs]  # fmt: skip
         rolls = sample_groups(
             lm, tokenizer, [[task.prompt(p, cfg0.template) for p in ps] for ps in batch_problems],
             cfg0.rollout.group_size, sampling, generators=generators, stop_token_ids=stops,
@@ -476,7 +485,7 @@ def _train_batch(
             if roll.cand_ids is not None and n < n_cand:
                 roll = dataclasses.replace(roll, cand_ids=roll.cand_ids[..., :n],
                                            cand_logp=roll.cand_logp[..., :n])  # fmt: skip
-            out.append(Rollout(ps, roll, score(roll, ps, run.cfg, "cpu")))
+            out.append(Rollout(ps, roll, score(roll, ps, run.cfg, device)))
         return out
 
     def update(step: int, runs: Sequence[Run], batches: Sequence[BehaviourBatch],

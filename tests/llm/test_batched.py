@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -526,6 +527,29 @@ def test_a_run_of_a_batch_is_the_run_alone_in_every_precision(precision, tiny_mo
     assert gap > 1e-4, gap
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_batch_trains_on_cuda(tiny_model_path, tmp_path):
+    """The batched engine on a GPU (``system.device = "cuda"``: the models, the generators, the
+    rewards and the gradient passes on the device): a batch of two runs in bf16-mixed with a KL
+    reference and candidates (CaSP) trains, checkpoints and resumes; every metric is finite."""
+    over = {"steps": 3, "save_every": 2, "max_new_tokens": 8, "device": "cuda",
+            "precision": "bf16-mixed"}  # fmt: skip
+    cfgs = [trainer_config(tiny_model_path, "grpo", seed=0, kl_coef=0.05, **over),
+            trainer_config(tiny_model_path, "casp", seed=1, hyper={"alpha": 0.5, "top_n": 2},
+                           **over)]  # fmt: skip
+    assert all(batchable(c) is None for c in cfgs)
+    outs = [tmp_path / "b0", tmp_path / "b1"]
+    train_batch(cfgs, outs, stop_after=2)
+    hist = train_batch(cfgs, outs, resume=True)
+    assert [[h["step"] for h in run] for run in hist] == [[3], [3]]
+    for out in outs:
+        rows = _metrics(out)
+        assert [r["step"] for r in rows] == [1, 2, 3]
+        assert all(math.isfinite(v) for r in rows for v in r.values()), rows
+        assert latest_checkpoint(out).name == "step_000003"
+
+
 def test_batch_errors_name_the_field(tiny_model_path, tmp_path):
     a = _config(tiny_model_path, "grpo")
     b = _config(tiny_model_path, "grpo", **{"rollout.group_size": 2})
@@ -539,6 +563,12 @@ def test_batch_errors_name_the_field(tiny_model_path, tmp_path):
         train_batch([dynamic], [tmp_path / "z"])
     with pytest.raises(ValueError, match="own folder"):
         train_batch([a, a], [tmp_path / "w", tmp_path / "w"])
+    if not torch.cuda.is_available():  # a device the batched engine takes, but not this machine's
+        cuda = _config(tiny_model_path, "grpo", device="cuda")
+        assert batchable(cuda) is None
+        with pytest.raises(ValueError, match=r"system\.device: 'cuda' cannot run here"):
+            train_batch([cuda], [tmp_path / "c"])
+        assert not (tmp_path / "c").exists()
 
 
 def test_a_process_evaluation_with_the_stacked_sampler_is_the_batched_engines(tiny_model_path):
