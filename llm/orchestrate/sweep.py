@@ -146,19 +146,15 @@ def run_unit(unit: list[Job]) -> list[dict[str, Any]]:
 
 
 def check_engine(spec: SweepSpec, engine: str) -> None:
-    """Whether `engine` can run `spec`'s runs.
+    """Whether `engine` can run `spec`'s runs (every engine runs every sweep: the batched engine
+    trains the runs `llm.train.batched.batchable` refuses alone, and its stacked evaluation samples
+    in either ``eval.dtype``).
 
     Raises:
-        ValueError: an unknown engine, or ``batched`` with ``eval.dtype`` other than float32 (the
-            batched engine evaluates in float32).
+        ValueError: an unknown engine.
     """
     if engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
-    dtype = spec.base_config.eval.dtype
-    if engine == "batched" and dtype != "float32":
-        raise ValueError(f"eval.dtype: {dtype!r} needs the process engine (the batched engine "
-                         "evaluates in float32; the process engine samples in bfloat16 through "
-                         "either eval.sampler)")  # fmt: skip
 
 
 def run_sweep(

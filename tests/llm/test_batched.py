@@ -384,11 +384,13 @@ def _assert_same_run(batched, alone):
                                                      strict=True))  # fmt: skip
 
 
-def test_a_stacked_evaluation_samples_each_model_as_alone(tmp_path):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_stacked_evaluation_samples_each_model_as_alone(dtype, tmp_path):
     """Three models evaluated in one stack, over several chunks of prompts, give each model's
-    records of its evaluation alone, to the bit: a model's generator draws only while one of its
-    rows decodes (`llm.rollout.stacked.VERSION` 2), so the next chunk starts from the state it
-    would have alone. Under version 1 (a draw at every step of the stack) this fails."""
+    records of its evaluation alone, to the bit, in float32 and in bfloat16 (``eval.dtype``): a
+    model's generator draws only while one of its rows decodes (`llm.rollout.stacked.VERSION` 2),
+    so the next chunk starts from the state it would have alone. Under version 1 (a draw at every
+    step of the stack) this fails."""
     tok = build_tokenizer(TEST_MAX_NUMBER)
     base = build_tiny_model(tok, seed=0)
     models = []
@@ -396,7 +398,7 @@ def test_a_stacked_evaluation_samples_each_model_as_alone(tmp_path):
         m = copy.deepcopy(base).eval()
         with torch.no_grad():
             m.get_input_embeddings().weight[tok.eos_token_id] *= louder
-        models.append(m)
+        models.append(m.to(getattr(torch, dtype)))
     problems = generate_problems(9, seed=3, num_numbers=3, max_number=9,
                                  max_target=TEST_MAX_NUMBER)  # fmt: skip
     kw = {"template": "compact", "stop_token_ids": stop_token_ids(tok, None), "samples": 4,
