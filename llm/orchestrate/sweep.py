@@ -109,7 +109,8 @@ def pack_jobs(jobs: list[Job], workers: int, max_batch: int = MAX_BATCH) -> list
 
     The batches follow the worker count, and results do not: a run trains in a batch as alone
     (`llm.train.batched.VERSION` 2) and a stacked evaluation samples each model as alone
-    (`llm.rollout.stacked.VERSION` 2), to the bit (tests/llm/test_batched.py)."""
+    (`llm.rollout.stacked.VERSION` 2), to the bit on the CPU (tests/llm/test_batched.py; on a GPU
+    the kernels' choice may follow the batch)."""
     units: list[list[Job]] = []
     groups: dict[str, list[Job]] = {}
     for job in jobs:
