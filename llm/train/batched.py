@@ -26,9 +26,10 @@ Which runs can share a batch (`batch_key`): equal configs up to `PER_RUN` (seed,
 coefficients, KL, optimizer settings); which configs can be batched at all (`batchable`): the
 transformers backend without parallelism, on any ``system.device`` and in any
 ``system.precision`` (``bf16``: bfloat16 weights; ``bf16-mixed``: the gradient passes under
-bfloat16 autocast, as the process engine's), a `StackedLM` architecture (activation
-checkpointing included: `StackedLM(checkpointing=True)`), and no dynamic sampling (its
-resampling rounds differ between runs).
+bfloat16 autocast, as the process engine's), and a `StackedLM` architecture (activation
+checkpointing included: `StackedLM(checkpointing=True)`). With DAPO dynamic sampling each round
+samples the runs still short of B mixed groups (`llm.train.rollout_step.DynamicRounds`), so runs
+draw their own numbers of rounds, each as alone.
 Every method and every other control (`llm.train.loop`) trains in a batch as alone, to the bit
 (tests/llm/test_batched.py). Anything else trains alone in its own process
 (`llm.orchestrate.jobs`).
@@ -47,7 +48,7 @@ import torch
 
 import shaping
 from llm.config import TrainConfig
-from llm.data import data_indices
+from llm.data import Problem, data_indices
 from llm.eval.diversity import load_encoder
 from llm.model.forward import PolicyOutputs, precision_autocast, slice_outputs
 from llm.model.load import load_model, load_model_and_tokenizer, reference_precision
@@ -68,7 +69,7 @@ from llm.tasks import TASKS
 from llm.train.behaviour import BehaviourBatch, sampler_is_behaviour
 from llm.train.control import Controls
 from llm.train.loop import Engine, Rollout, Run, problems_of, train_loop
-from llm.train.rollout_step import score, step_seed
+from llm.train.rollout_step import DynamicRounds, score, step_seed
 from llm.train.trainer import start_run
 from llm.train.update import UpdateResult, leaf_gradients, make_optimizer, optimizer_step
 
@@ -120,8 +121,6 @@ def batchable(cfg: TrainConfig) -> str | None:
         return f"rollout.backend {cfg.rollout.backend!r} (transformers only)"
     if cfg.system.parallel not in ("none", "auto"):
         return f"system.parallel {cfg.system.parallel!r}"
-    if cfg.rollout.dynamic_sampling:
-        return "rollout.dynamic_sampling (the process trainer's: rounds differ between runs)"
     return None
 
 
@@ -464,18 +463,16 @@ def _train_batch(
         top_p=cfg0.rollout.top_p, top_n=n_cand if sampler_stats else 0, want_entropy=sampler_stats,
     )  # fmt: skip
 
-    def sample(step: int, runs: Sequence[Run]) -> list[Rollout]:
-        """Every run's next B prompts, sampled in one stacked program (run r from its own
-        generator seeded by its seed and the step), and their rewards."""
-        batch_problems = []
-        for run in runs:
-            idx = data_indices(run.position, b, len(problems), run.cfg.data.seed)
-            run.position += b
-            batch_problems.append([problems[j] for j in idx])
-        generators = [torch.Generator(device=lm.device).manual_seed(step_seed(r.cfg.seed, step))
-                      for r in runs]  # fmt: skip
+    def draw(step: int, runs: Sequence[Run], batch_problems: Sequence[list[Problem]],
+             round_: int = 0) -> list[Any]:  # fmt: skip
+        """The runs' rollouts of their problems, sampled in one stacked program (run r from its
+        own generator seeded by its seed, the step and the dynamic-sampling round) and their
+        rewards; each run's candidates trimmed to its own N."""
+        stack = lm if len(runs) == len(lm.models) else StackedLM([r.policy for r in runs])
+        generators = [torch.Generator(device=lm.device).manual_seed(
+            step_seed(r.cfg.seed, step, round_=round_)) for r in runs]  # fmt: skip
         rolls = sample_groups(
-            lm, tokenizer, [[task.prompt(p, cfg0.template) for p in ps] for ps in batch_problems],
+            stack, tokenizer, [[task.prompt(p, cfg0.template) for p in ps] for ps in batch_problems],
             cfg0.rollout.group_size, sampling, generators=generators, stop_token_ids=stops,
             prompt_width=width,
         )  # fmt: skip
@@ -485,7 +482,34 @@ def _train_batch(
             if roll.cand_ids is not None and n < n_cand:
                 roll = dataclasses.replace(roll, cand_ids=roll.cand_ids[..., :n],
                                            cand_logp=roll.cand_logp[..., :n])  # fmt: skip
-            out.append(Rollout(ps, roll, score(roll, ps, run.cfg, device)))
+            out.append((roll, score(roll, ps, run.cfg, device)))
+        return out
+
+    def sample(step: int, runs: Sequence[Run]) -> list[Rollout]:
+        """Every run's next B prompts and their rewards (`draw`); with dynamic sampling, rounds
+        of the runs still short of B mixed groups, each run's rounds as alone (`DynamicRounds`)."""
+        if not cfg0.rollout.dynamic_sampling:
+            batch_problems = []
+            for run in runs:
+                idx = data_indices(run.position, b, len(problems), run.cfg.data.seed)
+                run.position += b
+                batch_problems.append([problems[j] for j in idx])
+            return [Rollout(ps, roll, rewards) for ps, (roll, rewards)
+                    in zip(batch_problems, draw(step, runs, batch_problems), strict=True)]  # fmt: skip
+        states = [DynamicRounds(problems, run.position, run.cfg) for run in runs]
+        round_ = 0
+        while not all(st.done for st in states):
+            active = [i for i, st in enumerate(states) if not st.done]
+            drawn = [states[i].next_problems() for i in active]
+            rolls = draw(step, [runs[i] for i in active], drawn, round_)
+            for i, ps, (roll, rewards) in zip(active, drawn, rolls, strict=True):
+                states[i].add(ps, roll, rewards)
+            round_ += 1
+        out = []
+        for run, st in zip(runs, states, strict=True):
+            run.position = st.position
+            ps, roll, rewards, metrics = st.result(tokenizer.pad_token_id)
+            out.append(Rollout(ps, roll, rewards, metrics))
         return out
 
     def update(step: int, runs: Sequence[Run], batches: Sequence[BehaviourBatch],

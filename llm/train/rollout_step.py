@@ -21,7 +21,7 @@ from llm.run.folder import NonFiniteError
 from llm.tasks import TASKS
 from llm.train import control
 
-__all__ = ["diversity", "dynamic_rollout", "rollout", "score", "step_seed"]
+__all__ = ["DynamicRounds", "diversity", "dynamic_rollout", "rollout", "score", "step_seed"]
 
 
 def rollout(
@@ -77,6 +77,74 @@ def diversity(roll: Any, cfg: TrainConfig, encoder: Any) -> list[list[float]]:
     return diversity_scores(roll.texts, task=cfg.task, encoder=encoder, distinct=cfg.distinct)
 
 
+class DynamicRounds:
+    """One run's DAPO dynamic sampling of a step, round by round: rounds of ``prompts_per_step``
+    prompts (the data order's next ones, round r sampled with ``step_seed(seed, step, rank, r)``)
+    until B groups have mixed rewards or ``1 + max_resample_rounds`` rounds are drawn
+    (`llm.train.control.select_groups`). `dynamic_rollout` drives one run's rounds through a
+    rollout backend; the batched engine drives several runs' rounds together
+    (`llm.train.batched`).
+
+    Attributes:
+        position: the run's data position after the rounds drawn so far.
+        rounds: ``(problems, rollout, rewards (B, G))`` of every round drawn, in order.
+        done: the step's groups are chosen (`result` may be read).
+    """
+
+    def __init__(self, problems: list[Problem], position: int, cfg: TrainConfig) -> None:
+        self.problems, self.position, self.cfg = problems, position, cfg
+        self.rounds: list[tuple[list[Problem], Any, torch.Tensor]] = []
+        self._mixed: list[bool] = []
+        self._chosen: tuple[list[int], bool] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._chosen is not None
+
+    def next_problems(self) -> list[Problem]:
+        """The next round's B problems (the data position moves past them)."""
+        b = self.cfg.rollout.prompts_per_step
+        idx = data_indices(self.position, b, len(self.problems), self.cfg.data.seed)
+        self.position += b
+        return [self.problems[i] for i in idx]
+
+    def add(self, problems: list[Problem], roll: Any, rewards: torch.Tensor) -> None:
+        """Record a round's rollout and ``rewards (B, G)``; the groups are chosen once B of them
+        are mixed or no round is left."""
+        self.rounds.append((problems, roll, rewards))
+        self._mixed += control.mixed_groups(rewards).tolist()
+        last = len(self.rounds) == 1 + self.cfg.rollout.max_resample_rounds
+        self._chosen = control.select_groups(
+            self._mixed, self.cfg.rollout.prompts_per_step, exhausted=last
+        )
+
+    def result(self, pad_id: int) -> tuple[list[Problem], Any, torch.Tensor, dict[str, float]]:
+        """(problems, rollout, rewards (B, G), ``dynamic/`` metrics): the chosen B groups in draw
+        order; the metrics give the rounds drawn, the prompts sampled, the mixed groups trained on
+        and whether the budget ran out (then uniform groups fill the batch)."""
+        assert self._chosen is not None  # select_groups decides on the last round
+        picked, ran_out = self._chosen
+        b = self.cfg.rollout.prompts_per_step
+        per_round = [
+            [i - k * b for i in picked if k * b <= i < (k + 1) * b] for k in range(len(self.rounds))
+        ]
+        roll = control.concat_rollouts(
+            [(r_roll, ids) for (_, r_roll, _), ids in zip(self.rounds, per_round, strict=True)],
+            pad_id,
+        )
+        rewards = torch.cat(
+            [r_rew[ids] for (_, _, r_rew), ids in zip(self.rounds, per_round, strict=True)]
+        )
+        batch_problems = [self.rounds[i // b][0][i % b] for i in picked]
+        metrics = {
+            "dynamic/rounds": float(len(self.rounds)),
+            "dynamic/prompts_sampled": float(len(self._mixed)),
+            "dynamic/mixed_groups": float(sum(self._mixed[i] for i in picked)),
+            "dynamic/budget_exhausted": float(ran_out),
+        }
+        return batch_problems, roll, rewards, metrics
+
+
 def dynamic_rollout(
     backend: RolloutBackendLike,
     problems: list[Problem],
@@ -87,48 +155,19 @@ def dynamic_rollout(
     sampler_stats: bool,
     pad_id: int,
 ) -> tuple[list[Problem], Any, torch.Tensor, int, dict[str, float]]:
-    """DAPO dynamic sampling: rounds of ``prompts_per_step`` prompts (the data order's next ones,
-    each round with its own seed) until B groups have mixed rewards or
-    ``1 + max_resample_rounds`` rounds are drawn (`llm.train.control.select_groups`).
+    """DAPO dynamic sampling of one run through `backend` (`DynamicRounds`).
 
     Returns:
-        (problems, rollout, rewards (B, G), data position, ``dynamic/`` metrics): the chosen B
-        groups in draw order; the metrics give the rounds drawn, the prompts sampled, the mixed
-        groups trained on and whether the budget ran out (then uniform groups fill the batch).
+        (problems, rollout, rewards (B, G), data position, ``dynamic/`` metrics): as
+        `DynamicRounds.result`, and the data position after the rounds drawn.
     """
-    b = cfg.rollout.prompts_per_step
-    rounds: list[tuple[list[Problem], Any, torch.Tensor]] = []
-    mixed: list[bool] = []
-    n_rounds = 1 + cfg.rollout.max_resample_rounds
-    chosen = None
-    for r in range(n_rounds):
-        idx = data_indices(position, b, len(problems), cfg.data.seed)
-        position += b
-        probs = [problems[i] for i in idx]
-        roll = rollout(backend, probs, cfg, info, step, sampler_stats, round_=r)
-        rewards = score(roll, probs, cfg, info.device)
-        rounds.append((probs, roll, rewards))
-        mixed += control.mixed_groups(rewards).tolist()
-        chosen = control.select_groups(mixed, b, exhausted=r + 1 == n_rounds)
-        if chosen is not None:
-            break
-    assert chosen is not None  # select_groups decides on the last round
-    picked, ran_out = chosen
-    per_round = [
-        [i - k * b for i in picked if k * b <= i < (k + 1) * b] for k in range(len(rounds))
-    ]
-    roll = control.concat_rollouts(
-        [(r_roll, ids) for (_, r_roll, _), ids in zip(rounds, per_round, strict=True)], pad_id
-    )
-    rewards = torch.cat([r_rew[ids] for (_, _, r_rew), ids in zip(rounds, per_round, strict=True)])
-    batch_problems = [rounds[i // b][0][i % b] for i in picked]
-    metrics = {
-        "dynamic/rounds": float(len(rounds)),
-        "dynamic/prompts_sampled": float(len(mixed)),
-        "dynamic/mixed_groups": float(sum(mixed[i] for i in picked)),
-        "dynamic/budget_exhausted": float(ran_out),
-    }
-    return batch_problems, roll, rewards, position, metrics
+    rounds = DynamicRounds(problems, position, cfg)
+    while not rounds.done:
+        probs = rounds.next_problems()
+        roll = rollout(backend, probs, cfg, info, step, sampler_stats, round_=len(rounds.rounds))
+        rounds.add(probs, roll, score(roll, probs, cfg, info.device))
+    batch_problems, roll, rewards, metrics = rounds.result(pad_id)
+    return batch_problems, roll, rewards, rounds.position, metrics
 
 
 def step_seed(seed: int, step: int, rank: int = 0, round_: int = 0) -> int:

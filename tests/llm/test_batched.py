@@ -552,6 +552,26 @@ def test_a_batch_trains_on_cuda(tiny_model_path, tmp_path):
         assert latest_checkpoint(out).name == "step_000003"
 
 
+def test_dynamic_sampling_rounds_of_a_batch_are_each_runs_alone(tiny_model_path, tmp_path):
+    """DAPO dynamic sampling in a batch (`llm.train.rollout_step.DynamicRounds`): each round
+    samples the runs still short of B mixed groups, so the runs draw different numbers of rounds,
+    and each run of the batch is the run alone to the bit (metrics, with ``dynamic/rounds``,
+    weights, data position)."""
+    over = {"steps": 3, "save_every": 3, "max_new_tokens": 8, "dynamic_sampling": True,
+            "max_resample_rounds": 3}  # fmt: skip
+    cfgs = [trainer_config(tiny_model_path, "grpo", seed=s, **over) for s in (0, 1, 2)]
+    assert all(batchable(c) is None for c in cfgs)
+    train_batch(cfgs, [tmp_path / f"b{i}" for i in range(3)])
+    rounds = []
+    for i, cfg in enumerate(cfgs):
+        train_batch([cfg], [tmp_path / f"a{i}"])
+        _assert_same_run(tmp_path / f"b{i}", tmp_path / f"a{i}")
+        rows = _metrics(tmp_path / f"a{i}")
+        assert all(r["charts/prompts_seen"] >= 2 * r["step"] for r in rows)
+        rounds.append([r["dynamic/rounds"] for r in rows])
+    assert any(len({r[s] for r in rounds}) > 1 for s in range(3)), rounds  # rounds differed
+
+
 def test_batch_errors_name_the_field(tiny_model_path, tmp_path):
     a = _config(tiny_model_path, "grpo")
     b = _config(tiny_model_path, "grpo", **{"rollout.group_size": 2})
@@ -559,10 +579,10 @@ def test_batch_errors_name_the_field(tiny_model_path, tmp_path):
     assert batch_key(a) == batch_key(_config(tiny_model_path, "ds_grpo", seed=4))
     with pytest.raises(ValueError, match="cfgs\\[1\\]: differs"):
         train_batch([a, b], [tmp_path / "x", tmp_path / "y"])
-    dynamic = _config(tiny_model_path, "grpo", **{"rollout.dynamic_sampling": True})
-    assert "dynamic_sampling" in batchable(dynamic)
+    ddp = _config(tiny_model_path, "grpo", **{"system.parallel": "ddp"})
+    assert "system.parallel" in batchable(ddp)
     with pytest.raises(ValueError, match="cannot train in a batch"):
-        train_batch([dynamic], [tmp_path / "z"])
+        train_batch([ddp], [tmp_path / "z"])
     with pytest.raises(ValueError, match="own folder"):
         train_batch([a, a], [tmp_path / "w", tmp_path / "w"])
     if not torch.cuda.is_available():  # a device the batched engine takes, but not this machine's

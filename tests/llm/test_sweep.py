@@ -446,11 +446,12 @@ def test_batched_engine_packs_runs_records_the_engine_and_reuses(tmp_path, tiny_
 
 
 def test_a_batched_sweep_trains_a_run_it_cannot_batch_alone(tmp_path, tiny_model_path):
-    """`--engine batched` with a setting `llm.train.batched.batchable` refuses (dynamic
-    sampling): that run trains alone with the process engine, the others in a batch."""
+    """`--engine batched` with a setting `llm.train.batched.batchable` refuses (``system.parallel
+    = "ddp"``, which one process trains as "auto"): that run trains alone with the process
+    engine, the others in a batch."""
     config = _write(tmp_path, tiny_model_path)
     config.write_text(config.read_text().replace(
-        'grid = { eta = [0.1] }', 'grid = { eta = [0.1], "rollout.dynamic_sampling" = [true] }'
+        'grid = { eta = [0.1] }', 'grid = { eta = [0.1], "system.parallel" = ["ddp"] }'
     ))  # fmt: skip
     out = tmp_path / "out"
     res = run_sweep(load_sweep(config), out, workers=1, progress=False, num_resamples=20,
