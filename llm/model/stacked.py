@@ -18,8 +18,8 @@ What it supports (`check_stackable`): `LlamaForCausalLM` (the tiny model of `llm
 any Llama folder) with the default rope, SiLU MLP, as many key-value heads as heads or fewer
 (grouped-query attention), tied or untied output head, float32 or bfloat16 weights (bfloat16:
 norms and softmax in float32 as transformers' Llama, logits returned in float32; gradients in the
-weights' dtype, as the transformers model's). Anything else is refused with a message; the sweep engine then
-trains the run alone in its own process. A decoding step reads each key-value head once (no
+weights' dtype, as the transformers model's). Anything else is refused with a message; the sweep
+engine then trains the run alone in its own process. A decoding step reads each key-value head once (no
 grouped-query copies) from a cache of fixed size, on the models' device.
 
 Gradients flow into every run's own parameters: `stack_parameters` is `torch.stack` of the runs'

@@ -464,7 +464,7 @@ def _train_batch(
     )  # fmt: skip
 
     def draw(step: int, runs: Sequence[Run], batch_problems: Sequence[list[Problem]],
-             round_: int = 0) -> list[Any]:  # fmt: skip
+             round_: int = 0) -> list[tuple[Any, Tensor]]:  # fmt: skip
         """The runs' rollouts of their problems, sampled in one stacked program (run r from its
         own generator seeded by its seed, the step and the dynamic-sampling round) and their
         rewards; each run's candidates trimmed to its own N."""
