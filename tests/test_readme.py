@@ -81,8 +81,9 @@ def test_ci_runs_both_tiers_of_the_readmes_test_commands() -> None:
     for command in ("make test", "make test-slow"):
         assert f"\n{command} " in prose, f"README lost {command!r}"
         assert command in ci, f".ci/run does not call {command!r}"
-    recipes = (ROOT / "Makefile").read_text(encoding="utf-8").split("\n\n")
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    recipes = makefile.split("\n\n")
     test = next(r for r in recipes if "\ntest: " in f"\n{r}")
     slow = next(r for r in recipes if "\ntest-slow: " in f"\n{r}")
-    assert '-m "not slow"' in test and "-m slow" in slow
-    assert "pytest" in test and "pytest" in slow
+    assert '$(PYTEST) -m "not slow"' in test and "$(PYTEST) -m slow" in slow
+    assert re.search(r"^PYTEST := \$\(PY\) -m pytest ", makefile, re.M)

@@ -497,14 +497,12 @@ def _train_batch(
             return [Rollout(ps, roll, rewards) for ps, (roll, rewards)
                     in zip(batch_problems, draw(step, runs, batch_problems), strict=True)]  # fmt: skip
         states = [DynamicRounds(problems, run.position, run.cfg) for run in runs]
-        round_ = 0
-        while not all(st.done for st in states):
-            active = [i for i, st in enumerate(states) if not st.done]
+        while active := [i for i, st in enumerate(states) if not st.done]:
+            round_ = len(states[active[0]].rounds)  # the runs still drawing are all at it
             drawn = [states[i].next_problems() for i in active]
             rolls = draw(step, [runs[i] for i in active], drawn, round_)
             for i, ps, (roll, rewards) in zip(active, drawn, rolls, strict=True):
                 states[i].add(ps, roll, rewards)
-            round_ += 1
         out = []
         for run, st in zip(runs, states, strict=True):
             run.position = st.position
