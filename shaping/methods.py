@@ -322,7 +322,9 @@ def _method(
         check_batch(name, batch)
         check_values(name, batch)
         out = fn(batch, **{k: h[k] for k in own})
-        return h, out if isinstance(out, Shaping) else Shaping(advantages=out)
+        shaped = out if isinstance(out, Shaping) else Shaping(advantages=out)
+        _check_output(name, fn, shaped, tuple(batch["rewards"].shape))
+        return h, shaped
 
     def advantages(batch: Batch, **hyper: object) -> Array:
         return stop_gradient(shaping_of(batch, hyper)[1].advantages)
@@ -354,6 +356,21 @@ def _method(
         function=fn,
         bounds=all_bounds,
     )
+
+
+def _check_output(name: str, fn: Callable[..., Any], shaped: Shaping, bg: tuple[int, ...]) -> None:
+    """A method function's advantages and rows are (B, G), the rewards' shape (static under
+    ``jit`` too): a (B, G, T) or (B,) array would broadcast silently in the loss."""
+    for field_name in ("advantages", "rows"):
+        x = getattr(shaped, field_name)
+        if x is None and field_name == "rows":
+            continue
+        got = getattr(x, "shape", None)
+        if got is None or tuple(got) != bg:
+            raise ValueError(
+                f"method {name!r}: {fn.__name__} returned {field_name} of shape "
+                f"{None if got is None else tuple(got)}; expected (B, G) = {bg}, the rewards' shape"
+            )
 
 
 # ---------------------------------------------------------------------------------------------

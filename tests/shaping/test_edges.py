@@ -283,6 +283,47 @@ def test_a_new_method_is_one_function():
         methods._REGISTRY.pop("half_grpo_test")
 
 
+@pytest.mark.parametrize("backend", ["numpy", "jax-jit", "torch"])
+def test_a_method_whose_advantages_are_not_b_by_g_is_refused(backend):
+    """A user's function that returns per-token (B, G, T) advantages, or (B, G) rows as (B,),
+    broadcasts silently in the loss; the registry refuses it by name on every backend (under
+    ``jit`` the shapes are static)."""
+    import jax
+    import torch
+
+    from shaping import methods
+
+    @shaping.register("per_token_test")
+    def per_token_test(batch, *, c: float = 0.1, rows_1d: bool = False):
+        """Per-token advantage ``A + c m`` (the wrong shape: a test method).
+
+        Source: this test
+        """
+        a = shaping.grpo_advantages(batch["rewards"])
+        if rows_1d:
+            return shaping.Shaping(a, rows=batch["rewards"][:, 0] > 0)
+        return a[..., None] + c * batch["mask"]
+
+    try:
+        m = shaping.METHODS["per_token_test"]
+        xp = {"numpy": np, "jax-jit": jax.numpy, "torch": torch}[backend]
+        batch = shaping.example_batch(m.needs, 2, 4, 3, 1, xp)
+
+        def call(fn, **hyper):
+            if backend == "jax-jit":
+                return jax.jit(lambda b: fn(b, **hyper))(batch)
+            return fn(batch, **hyper)
+
+        for fn in (m.advantages, m.loss):
+            with pytest.raises(ValueError, match=r"per_token_test returned advantages of "
+                               r"shape \(2, 4, 3\); expected \(B, G\) = \(2, 4\)"):  # fmt: skip
+                call(fn)
+        with pytest.raises(ValueError, match=r"returned rows of shape \(2,\); expected"):
+            call(m.loss, rows_1d=True)
+    finally:
+        methods._REGISTRY.pop("per_token_test")
+
+
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 @pytest.mark.parametrize("key", ["rewards", "logp", "logp_old", "logp_ref", "entropy"])
 def test_nan_where_it_reaches_the_loss_is_named(key, backend):
