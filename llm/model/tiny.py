@@ -28,6 +28,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -563,7 +564,8 @@ def ensure_base_model(
     count changes the bytes (1 and 2 threads built other bases, 2026-11-26), so every caller keeps
     the default.
     `BUILD_FILE` also records the parameter count, the final training loss and the warm-start
-    seconds.
+    seconds. `progress`: the warm start's tqdm bar; without it (a log file), one line on stderr
+    when a build starts and one when it ends.
 
     Returns:
         `Path(path)`: load it with `load_base_model` or any Hugging Face loader.
@@ -584,11 +586,16 @@ def ensure_base_model(
         max_position_embeddings=config.max_position_embeddings,
     )
     problems = tiny_problems(config, "train", config.num_train_problems)
+    if not progress:  # a log, not a terminal: a build takes minutes, say so before it starts
+        print(f"{path}: building the tiny base model (a warm start on {len(problems)} problems, "
+              f"{num_threads} threads; minutes)", file=sys.stderr, flush=True)  # fmt: skip
     start = time.perf_counter()
     losses = warm_start(
         model, tokenizer, problems, config=config, num_threads=num_threads, progress=progress
     )
     seconds = time.perf_counter() - start
+    if not progress:
+        print(f"{path}: built in {seconds:.0f} s", file=sys.stderr, flush=True)
     build = {
         "version": BUILD_VERSION,
         "config": asdict(config),

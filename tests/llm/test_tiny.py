@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 from dataclasses import replace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -176,9 +177,13 @@ def test_config_validation_names_the_field():
         TinyConfig.from_dict({"hidden": 3})
 
 
-def test_ensure_base_model_builds_caches_and_rebuilds(tmp_path, monkeypatch):
+def test_ensure_base_model_builds_caches_and_rebuilds(tmp_path, monkeypatch, capsys):
     path = tmp_path / "base"
     assert ensure_base_model(path, config=SMALL, num_threads=1, progress=False) == path
+    # Without a bar (a log file) a build says when it starts and ends; a reuse says nothing.
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.startswith(str(path))]
+    assert len(lines) == 2 and lines[0].startswith(f"{path}: building the tiny base model")
+    assert re.fullmatch(rf"{re.escape(str(path))}: built in \d+ s", lines[1])
     build = json.loads((path / BUILD_FILE).read_text())
     assert read_build_config(path) == SMALL and build["parameters"] > 0
     assert sorted(os.listdir(tmp_path)) == ["base"]  # no temporary folder left behind
@@ -195,8 +200,9 @@ def test_ensure_base_model_builds_caches_and_rebuilds(tmp_path, monkeypatch):
     calls = []
     real = tiny.warm_start
     monkeypatch.setattr(tiny, "warm_start", lambda *a, **k: calls.append(1) or real(*a, **k))
+    capsys.readouterr()
     ensure_base_model(path, config=SMALL, num_threads=1, progress=False)
-    assert calls == []  # same config: reused
+    assert calls == [] and capsys.readouterr().err == ""  # same config: reused, silently
     ensure_base_model(path, config=SMALL, rebuild=True, num_threads=1, progress=False)
     other = replace(SMALL, model_seed=1, epochs=1)
     ensure_base_model(path, config=other, num_threads=1, progress=False)
