@@ -1,17 +1,18 @@
 """``python -m experiment calibrate [--replicates R] [--draws B] [--seed S] [--design D]
-[--set FIELD=VALUE] [--json]``:
+[--design-file JSON] [--set FIELD=VALUE] [--json]``:
 the whole study pipeline (explore, pick, confirm, Holm, the claim rule) checked by simulation with
 a known truth in every design of `experiment.calibration.DESIGNS`: the exploratory lifts' range
 and coverage, the probability of picking the best setting, the confirmed lifts' bias and
 coverage, family-wise false verdicts with Holm, power and the rate of each claim word;
 ``--set explore_seeds=6`` calibrates a copy of each design with that field changed (what a
-design needs to reach a target).
+design needs to reach a target); ``--design-file my_study.json`` simulates a design of the
+user's own, a JSON object of `Design` fields (`experiment.calibration.design_from_fields`).
 ``python -m experiment calibrate --summary docs/calibration.json``: the one table of every design
 docs/statistics.md shows, from a saved ``--json`` output (nothing simulated).
 
 ``python -m experiment fit-design RESULTS.json [--label grpo] [--steps 40,80,120]``: a calibration
 design fitted to a sweep's per-problem counts (`experiment.fit`), printed as JSON: the fields of
-`experiment.calibration.Design` to add to `DESIGNS`.
+`experiment.calibration.Design`, which ``calibrate --design-file`` reads (saved to a file).
 
 ``python -m experiment publish STUDY_DIR DEST``: copy a study's small outputs (`study.json`,
 `verdicts.md`, each stage's `lifts.md`, `frontier.png` and `lift_inputs.npz`) into DEST (e.g.
@@ -46,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from experiment import calibration as C
 from experiment import cli, fit, reread, store
@@ -141,6 +143,10 @@ def _main(argv: list[str]) -> int:
     cal.add_argument("--design", choices=sorted(C.DESIGNS), action="append",
                      help="design(s) to simulate (default: every design of "
                           "`experiment.calibration.DESIGNS`)")  # fmt: skip
+    cal.add_argument("--design-file", action="append", default=[], metavar="JSON",
+                     help="also simulate this design, named by the file's stem: a JSON object "
+                          "of Design fields (fit-design's output; the others at their defaults); "
+                          "repeatable; without --design, only the files' designs")  # fmt: skip
     cal.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="change a field of every simulated design, e.g. explore_seeds=6 "
                           "(`experiment.calibration.override`; repeatable)")  # fmt: skip
@@ -191,7 +197,15 @@ def _main(argv: list[str]) -> int:
         return 0
     if args.replicates < 2 or args.draws < 20:
         parser.error("--replicates must be >= 2 and --draws >= 20")
-    designs = {name: C.override(C.DESIGNS[name], args.set) for name in args.design or C.DESIGNS}
+    builtin = args.design or ([] if args.design_file else list(C.DESIGNS))
+    designs = {name: C.DESIGNS[name] for name in builtin}
+    for file in args.design_file:
+        name = Path(file).stem
+        if name in designs:
+            parser.error(f"--design-file {file}: its name {name!r} is already a design to "
+                         "simulate; rename the file")  # fmt: skip
+        designs[name] = C.design_from_fields(store.read_json(file), file)
+    designs = {name: C.override(d, args.set) for name, d in designs.items()}
     report = {name: C.calibrate(d, replicates=args.replicates, seed=args.seed, draws=args.draws,
                                 progress=name)
               for name, d in designs.items()}  # fmt: skip

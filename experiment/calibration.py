@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -61,6 +63,7 @@ __all__ = [
     "METHODS",
     "Design",
     "calibrate",
+    "design_from_fields",
     "method_path",
     "methods_of",
     "override",
@@ -700,6 +703,37 @@ def override(d: Design, assignments: list[str]) -> Design:
     if out.k > out.samples:
         raise ValueError(f"--set: k={out.k} is more than samples={out.samples}")
     return out
+
+
+def design_from_fields(fields: Mapping[str, object], where: str) -> Design:
+    """A design from a JSON object of `Design` fields, every other field at `Design`'s default:
+    `python -m experiment fit-design`'s output (its ``settings``, the reference settings' names,
+    are not a field and are skipped) or any subset, checked by `override`'s rules (``python -m
+    experiment calibrate --design-file FILE``: a user's own study shape, calibrated without
+    editing `DESIGNS`).
+
+    Raises:
+        ValueError: not an object, an unknown field, or a value that is not the field's type or
+            breaks its rule; naming `where`, the field and the value.
+    """
+    if not isinstance(fields, Mapping):
+        raise ValueError(f"{where}: expected a JSON object of Design fields, got "
+                         f"{type(fields).__name__}")  # fmt: skip
+    assignments = []
+    for name, value in fields.items():
+        if name == "settings":
+            continue
+        if isinstance(value, bool):
+            text = str(value).lower()
+        elif isinstance(value, (list, tuple)):  # the items, as `--set` writes them
+            text = json.dumps(value)[1:-1].replace("[", "(").replace("]", ")")
+        else:
+            text = value if isinstance(value, str) else json.dumps(value)
+        assignments.append(f"{name}={text}")
+    try:
+        return override(Design(), assignments)
+    except ValueError as err:
+        raise ValueError(f"{where}: {str(err).removeprefix('--set: ')}") from None
 
 
 def _check_value(name: str, text: str, value: object) -> None:

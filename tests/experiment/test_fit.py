@@ -157,3 +157,34 @@ def test_the_fit_command_names_a_bad_file_in_one_line(tmp_path, capsys):
     assert fit.main([str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: lift inputs: ") and str(bad) in err and len(err.splitlines()) == 1
+
+
+def test_a_fitted_design_is_calibrated_from_its_file(tmp_path, capsys):
+    """`fit-design`'s output, saved, is a design `calibrate --design-file` simulates with no edit
+    of `DESIGNS`: its fields as fitted, the others at `Design`'s defaults, named by the file."""
+    import json
+
+    from experiment.__main__ import main
+
+    fitted = fit.describe_fit(replace(C.DESIGNS["mild"], problems=64), ["lr=1e-4", "lr=3e-4"])
+    path = tmp_path / "my_study.json"
+    path.write_text(json.dumps(fitted))
+    assert main(["calibrate", "--replicates", "2", "--draws", "20", "--json", "--design-file",
+                 str(path), "--set", "confirm_problems=96"]) == 0  # fmt: skip
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) == {"my_study"}
+    design = out["my_study"]["design"]
+    want = {k: v for k, v in fitted.items() if k != "settings"}
+    assert {k: design[k] for k in want} == json.loads(json.dumps(want))
+    assert design["confirm_problems"] == 96 and design["explore_seeds"] == C.Design().explore_seeds
+    assert C.design_from_fields(fitted, "f") == replace(C.DESIGNS["mild"], problems=64)
+    for bad, message in (({"sigma_off": -1}, r"f: sigma_off='-1' must be >= 0"),
+                         ({"seeds": 3}, r"f: 'seeds' is not a field of Design"),
+                         ({"checkpoints": ["a"]}, r"f: checkpoints='\"a\"': expected"),
+                         ([1, 2], r"f: expected a JSON object")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            C.design_from_fields(bad, "f")
+    (tmp_path / "smooth.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--design", "smooth", "--design-file", str(tmp_path / "smooth.json")])
+    assert "its name 'smooth' is already a design" in capsys.readouterr().err
