@@ -233,7 +233,10 @@ def _fit_design(path: str, label: str, steps: str | None) -> int:
 
 def _reread(study_dir: str, out: str | None) -> int:
     result = reread.reread(study_dir, out)
-    print(f"{result['study']}: re-read by {result['procedure']} (was {result['reread']['from']})")
+    before = result["reread"]["from"]
+    same = before == result["procedure"]
+    print(f"{result['study']}: re-read by {result['procedure']} "
+          + ("(the procedure it was read by)" if same else f"(was {before})"))  # fmt: skip
     was = {r["claim"]: r["verdict"] for r in result["reread"].get("claims_were", [])}
     for row in result["claims"]:
         if row["verdict"]:

@@ -101,7 +101,7 @@ def test_the_committed_studies_read_as_committed(folder, tmp_path, capsys, monke
     assert main(["reread", str(folder), "--out", str(tmp_path)]) == 0
     stages = reread.input_files(folder)
     assert sorted(drawn) == sorted(tmp_path / f"{stage}_frontier.png" for stage in stages)
-    assert "re-read by" in capsys.readouterr().out
+    assert "(the procedure it was read by)" in capsys.readouterr().out  # every study: in force
     again = json.loads((tmp_path / "study.json").read_text())
     committed = json.loads((folder / "study.json").read_text())
     again.pop("reread")
