@@ -159,9 +159,24 @@ def test_the_fit_command_names_a_bad_file_in_one_line(tmp_path, capsys):
     assert err.startswith("error: lift inputs: ") and str(bad) in err and len(err.splitlines()) == 1
 
 
+def test_a_design_file_is_design_fields_checked_as_set_checks_them():
+    """`fit-design`'s output is a design (`design_from_fields`): its fields as fitted, the others
+    at `Design`'s defaults; a bad field is named with the file."""
+    fitted = fit.describe_fit(replace(C.DESIGNS["mild"], problems=64), ["lr=1e-4", "lr=3e-4"])
+    assert C.design_from_fields(fitted, "f") == replace(C.DESIGNS["mild"], problems=64)
+    assert C.design_from_fields({"noisy": True}, "f") == C.Design(noisy=True)
+    for bad, message in (({"sigma_off": -1}, r"f: sigma_off='-1' must be >= 0"),
+                         ({"seeds": 3}, r"f: 'seeds' is not a field of Design"),
+                         ({"checkpoints": ["a"]}, r"f: checkpoints='\"a\"': expected"),
+                         ([1, 2], r"f: expected a JSON object")):  # fmt: skip
+        with pytest.raises(ValueError, match=message):
+            C.design_from_fields(bad, "f")
+
+
+@pytest.mark.slow
 def test_a_fitted_design_is_calibrated_from_its_file(tmp_path, capsys):
     """`fit-design`'s output, saved, is a design `calibrate --design-file` simulates with no edit
-    of `DESIGNS`: its fields as fitted, the others at `Design`'s defaults, named by the file."""
+    of `DESIGNS`, named by the file; `--set` changes it as any design."""
     import json
 
     from experiment.__main__ import main
@@ -177,13 +192,6 @@ def test_a_fitted_design_is_calibrated_from_its_file(tmp_path, capsys):
     want = {k: v for k, v in fitted.items() if k != "settings"}
     assert {k: design[k] for k in want} == json.loads(json.dumps(want))
     assert design["confirm_problems"] == 96 and design["explore_seeds"] == C.Design().explore_seeds
-    assert C.design_from_fields(fitted, "f") == replace(C.DESIGNS["mild"], problems=64)
-    for bad, message in (({"sigma_off": -1}, r"f: sigma_off='-1' must be >= 0"),
-                         ({"seeds": 3}, r"f: 'seeds' is not a field of Design"),
-                         ({"checkpoints": ["a"]}, r"f: checkpoints='\"a\"': expected"),
-                         ([1, 2], r"f: expected a JSON object")):  # fmt: skip
-        with pytest.raises(ValueError, match=message):
-            C.design_from_fields(bad, "f")
     (tmp_path / "smooth.json").write_text("{}")
     with pytest.raises(SystemExit):
         main(["calibrate", "--design", "smooth", "--design-file", str(tmp_path / "smooth.json")])
