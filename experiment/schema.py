@@ -477,19 +477,43 @@ def read_toml(path: _PathLike) -> dict[str, Any]:
 _KEY = re.compile(r"[A-Za-z_][\w-]*(?:\.[A-Za-z_][\w-]*)*")
 
 
+_CHAIN = re.compile(rf"(?:{_KEY.pattern}: )+")
+_UNKNOWN = re.compile(r"unknown key\(s\) \['([A-Za-z_][\w-]*)'")
+
+
+def _message_key(text: str) -> str | None:
+    """The dotted key an error message starts with: ``optim.lr: expected ...`` -> ``optim.lr``,
+    a nested table's chain ``train: steps: expected ...`` -> ``train.steps``, else its first word
+    (``lr must be ...`` -> ``lr``); an unknown key it lists is appended (``train: rollout:
+    unknown key(s) ['group_sise']`` -> ``train.rollout.group_sise``). None when there is none."""
+    m = _CHAIN.match(text)
+    chain = None if m is None else ".".join(p for p in m.group(0).split(": ") if p)
+    unknown = _UNKNOWN.search(text)  # the first unknown key is the one to point at
+    if unknown is not None:
+        return unknown.group(1) if chain is None else f"{chain}.{unknown.group(1)}"
+    if chain is not None:
+        return chain
+    m = _KEY.match(text)
+    return None if m is None else m.group(0)
+
+
 def _key_line(text: str, key: str) -> int | None:
     """The line (1-based) of the TOML file `text` that sets the dotted `key` (``steps``,
-    ``optim.lr``; a table's own line or ``table.name = ...``), or None."""
+    ``optim.lr``, as ``table.name = ...`` or under its table; a table: its header, or the first
+    line that sets a key inside it, ``train.rollout``), or None."""
     *tables, name = key.split(".")
     table, want = "", ".".join(tables)
     for i, line in enumerate(text.splitlines(), 1):
         head = line.split("#", 1)[0].strip()
         if head.startswith("["):
             table = head.strip("[] ")
+            if table == key:  # the table itself
+                return i
             continue
         lhs = head.split("=", 1)[0].strip() if "=" in head else ""
         full = f"{table}.{lhs}" if table else lhs
-        if lhs and (full == key or (table == want and lhs == name)):
+        if lhs and (full == key or full.startswith(key + ".")
+                    or (table == want and (lhs == name or lhs.startswith(name + ".")))):  # fmt: skip
             return i
     return None
 
@@ -501,10 +525,10 @@ def config_error(path: _PathLike, err: Exception, given: Iterable[str] = ()) -> 
     not by the file) gets no line."""
     text = str(err)
     where = str(path)
-    m = _KEY.match(text)
-    if m is not None and m.group(0) not in set(given):
+    key = _message_key(text)
+    if key is not None and key not in set(given):
         try:
-            line = _key_line(Path(path).read_text(encoding="utf-8"), m.group(0))
+            line = _key_line(Path(path).read_text(encoding="utf-8"), key)
         except (OSError, ValueError):
             line = None
         if line is not None:
@@ -524,8 +548,8 @@ def source_error(
     (`config_error`; a key of `given`, set otherwise than by the file, gets no
     line), else `err`'s message alone (no file)."""
     text = str(err)
-    key = text.split(":", 1)[0].strip()
-    if key in set(sets):
+    key = _message_key(text)
+    if key is not None and key in set(sets):
         return ValueError(f"--set {text}")
     return ValueError(text) if path is None else config_error(path, err, given)
 

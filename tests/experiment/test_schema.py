@@ -93,3 +93,47 @@ def test_describe_lists_every_key_with_default_help_and_rule():
     assert "pair = [0.1, 0.2]  # two numbers (a list of 2 finite numbers >= 0)" in lines
     assert lines[-1] == "inner.seed = 1  # a seed (an integer in [0, 9])"
     assert schema.describe(Root()) == schema.describe(Root)
+
+
+SWEEP_LIKE = """\
+base = "x.toml"
+seeds = [0]
+
+[train]
+steps = 20
+rollout.group_size = 4
+
+[env]
+kind = "dataset"
+skew = 1.0
+"""
+
+
+@pytest.mark.parametrize(
+    ("message", "line"),
+    [
+        ("steps: expected an integer", None),  # top-level key the file does not set
+        ("base: no such file", 1),
+        ("train: steps: expected an integer >= 1, got 20.5", 5),  # a chain: train.steps
+        ("train: rollout: unknown key(s) ['group_size']; known: []", 6),  # the unknown key's line
+        ("train: rollout: expected a table", 6),  # a dotted table: its first key
+        ("env: unknown key(s) ['skew', 'kind']; known: []", 10),  # the first one listed
+        ("env: expected kind = dataset", 8),  # a table: its header
+        ("unknown key(s) ['seeds']; known: []", 2),
+        ("train.steps: expected an integer", 5),
+    ],
+)
+def test_a_config_error_names_the_line_of_the_key_it_is_about(tmp_path, message, line):
+    """`schema.config_error` reads the key off the message, nested tables' chains and the first
+    unknown key it lists included, and names the line that sets it (the sweep and study files'
+    errors: ``train: steps: ...``)."""
+    path = tmp_path / "sweep.toml"
+    path.write_text(SWEEP_LIKE)
+    where = f"{path}, line {line}" if line is not None else str(path)
+    assert str(schema.config_error(path, ValueError(message))) == f"{where}: {message}"
+    assert str(schema.config_error(path, ValueError(message), given=["train.steps"])) == (
+        f"{path}: {message}" if message.startswith(("train: steps", "train.steps")) else
+        f"{where}: {message}"
+    )  # fmt: skip
+    by_set = schema.source_error(path, ValueError(message), sets=["train.steps"])
+    assert str(by_set).startswith("--set ") == message.startswith(("train: steps", "train.steps"))
