@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
+from jax.experimental.compilation_cache import compilation_cache
 
 import numerics
 from toymdp import train as T
@@ -22,7 +24,7 @@ from toymdp.env import TreeEnv
 __all__ = [
     "COMPILE_OPTIONS",
     "code_hash",
-    "enable_jax_cache",
+    "jax_cache",
     "run_compiled",
     "run_over_draws",
     "train_over_envs",
@@ -93,10 +95,26 @@ def code_hash(sources: tuple[str, ...] = _PACKAGES) -> str:
     return digest.hexdigest()[:12]
 
 
-def enable_jax_cache(path: Path) -> None:
-    """Persist compiled XLA programs between runs (compilation dominates a small experiment)."""
+@contextmanager
+def jax_cache(path: Path) -> Iterator[None]:
+    """XLA's persistent compilation cache in the folder `path` for the programs compiled inside
+    (compilation dominates a small experiment: a rerun loads them), and the process's previous
+    cache settings after. JAX reads its cache folder once, at the first compilation, and keeps
+    it: set once for a whole process, every later sweep's programs went into the first one's
+    folder (and warned once it was deleted), so each change is followed by `reset_cache`."""
+    before = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
     jax.config.update("jax_compilation_cache_dir", str(path))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    compilation_cache.reset_cache()
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+
+
+_CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
 
 
 def run_over_draws(

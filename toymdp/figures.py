@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 import numerics
 from experiment import store
-from toymdp.engine import code_hash, enable_jax_cache
+from toymdp.engine import code_hash, jax_cache
 from toymdp.experiments import EXPERIMENTS
 
 
@@ -75,7 +75,6 @@ def make_figures(
     out.mkdir(parents=True, exist_ok=True)
     cache = out / ".cache"
     cache.mkdir(exist_ok=True)
-    enable_jax_cache(cache / "jax")
     tag = f"{'quick' if quick else 'full'}-s{seed}-{code_hash()}"
     summary_path = out / "summary.json"
     summary: dict[str, Any] = {}
@@ -90,7 +89,8 @@ def make_figures(
                 results = {k: data[k] for k in data.files}
             cached = True
         else:
-            results = _to_arrays(exp.run(quick, seed))
+            with jax_cache(cache / "jax"):
+                results = _to_arrays(exp.run(quick, seed))
             store.save_npz(path, results)
             cached = False
         ran = time.perf_counter()

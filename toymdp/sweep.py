@@ -41,7 +41,7 @@ import numerics
 from experiment import frontier, report, reread, spec, store
 from experiment.lock import RunLock
 from toymdp import train as T
-from toymdp.engine import RUN_SOURCES, code_hash, enable_jax_cache, run_over_draws
+from toymdp.engine import RUN_SOURCES, code_hash, jax_cache, run_over_draws
 from toymdp.env import TreeEnv
 from toymdp.environments import environments
 from toymdp.sweep_spec import SweepConfig, is_data, load_config
@@ -338,7 +338,6 @@ def run_cached(
     cache."""
     cache = out / ".cache"
     cache.mkdir(parents=True, exist_ok=True)
-    enable_jax_cache(cache / "jax")
     path = cache / f"sweep-{code_hash(RUN_SOURCES)}-{cfg.digest()}.npz"
     cached = use_cache and path.exists()
     if cached:
@@ -347,7 +346,8 @@ def run_cached(
         rows = all_rows(cfg)
         res["rows"] = [rows[int(i)] for i in res["row_order"]]
     else:
-        res = run_sweep(cfg, progress=progress)
+        with jax_cache(cache / "jax"):
+            res = run_sweep(cfg, progress=progress)
         store.save_npz(path, {k: v for k, v in res.items() if k != "rows"})
     return res, cached
 

@@ -65,3 +65,21 @@ def test_run_sources_cover_what_the_runs_import_and_not_the_analysis() -> None:
                     assert mod.replace(".", "/") + ".py" in files, (name, mod)
     assert "experiment" not in engine.RUN_SOURCES and "toymdp/study.py" not in files
     assert engine.code_hash(engine.RUN_SOURCES) != engine.code_hash()
+
+
+def test_each_sweep_caches_its_programs_in_its_own_folder(tmp_path) -> None:
+    """`engine.jax_cache`: the programs compiled inside go to its folder, a second folder's
+    programs to the second (JAX keeps the folder it read first unless its cache is reset), and
+    the process's settings are back after."""
+    before = jax.config.jax_compilation_cache_dir
+
+    def compiled_into(folder: Path, scale: float) -> list[Path]:
+        with engine.jax_cache(folder):
+            assert jax.config.jax_compilation_cache_dir == str(folder)
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+            jax.jit(lambda x: jnp.sin(x) * scale)(1.0).block_until_ready()
+        return sorted(folder.rglob("*-cache"))
+
+    assert compiled_into(tmp_path / "a", 2.0) and compiled_into(tmp_path / "b", 3.0)
+    assert jax.config.jax_compilation_cache_dir == before
+    assert jax.config.jax_persistent_cache_min_compile_time_secs != 0.0
