@@ -720,7 +720,7 @@ def config_to_toml(cfg: TrainConfig) -> str:
     in), then the tables of `TrainConfig` in declaration order ([rollout], [optim], [system], [run],
     [control], [explore], [data], [eval], [vllm]). `load_config` of the result gives back an equal config."""
     docs = schema.field_docs(TrainConfig)
-    lines = ["# Resolved training config (llm.config documents every key: python -m llm train --describe)."]
+    lines = ["# Resolved training config (every key: python -m llm train --describe)."]
     for f, _ in schema.options(TrainConfig):
         if f.name == "hyper":
             continue

@@ -18,8 +18,9 @@ What it supports (`check_stackable`): `LlamaForCausalLM` (the tiny model of `llm
 any Llama folder) with the default rope, SiLU MLP, as many key-value heads as heads or fewer
 (grouped-query attention), tied or untied output head, float32 or bfloat16 weights (bfloat16:
 norms and softmax in float32 as transformers' Llama, logits returned in float32; gradients in the
-weights' dtype, as the transformers model's). Anything else is refused with a message; the sweep
-engine then trains the run alone in its own process. A decoding step reads each key-value head once (no
+weights' dtype, as the transformers model's). Anything else is refused with a message (by a
+sweep's batched engine before any run: `config_refusal` of the model folder's config, through
+`llm.orchestrate.sweep.check_engine`). A decoding step reads each key-value head once (no
 grouped-query copies) from a cache of fixed size, on the models' device.
 
 Gradients flow into every run's own parameters: `stack_parameters` is `torch.stack` of the runs'
@@ -30,18 +31,22 @@ computed alone.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
+from transformers import AutoConfig, PretrainedConfig
 
 __all__ = [
     "KVCache",
     "Prefix",
     "StackedLM",
     "check_stackable",
+    "config_refusal",
+    "folder_refusal",
     "stack_parameters",
 ]
 
@@ -65,11 +70,9 @@ def check_stackable(models: Sequence[torch.nn.Module]) -> None:
         cfg = m.config
         if type(m).__name__ != "LlamaForCausalLM":
             raise ValueError(f"models[{i}]: expected a LlamaForCausalLM, got {type(m).__name__}")
-        rope = (getattr(cfg, "rope_parameters", None) or {}).get("rope_type", "default")
-        if rope != "default":
-            raise ValueError(f"models[{i}]: rope_type {rope!r} is not supported (default only)")
-        if cfg.hidden_act != "silu":
-            raise ValueError(f"models[{i}]: hidden_act {cfg.hidden_act!r} (silu only)")
+        reason = config_refusal(cfg)
+        if reason is not None:
+            raise ValueError(f"models[{i}]: {reason}")
         got = next(m.parameters()).dtype
         if got not in dtypes or got != dtype:
             names = " or ".join(str(d).removeprefix("torch.") for d in dtypes)
@@ -80,6 +83,29 @@ def check_stackable(models: Sequence[torch.nn.Module]) -> None:
                     f"models[{i}]: config {key} = {getattr(cfg, key, None)!r} differs from "
                     f"models[0]'s {getattr(first, key, None)!r}"
                 )
+
+
+def config_refusal(config: PretrainedConfig) -> str | None:
+    """Why a model of `config` (a transformers config) cannot run in a `StackedLM`, or None: not
+    a Llama, another rope than the default, another activation than SiLU."""
+    if config.model_type != "llama":
+        return f"model_type {config.model_type!r} (llama only)"
+    rope = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if rope != "default":
+        return f"rope_type {rope!r} is not supported (default only)"
+    if config.hidden_act != "silu":
+        return f"hidden_act {config.hidden_act!r} (silu only)"
+    return None
+
+
+def folder_refusal(path: str | os.PathLike[str]) -> str | None:
+    """`config_refusal` of the model folder `path`'s ``config.json`` (nothing loaded but the
+    config); None also when the folder holds no readable config (its loader reports that)."""
+    try:
+        config = AutoConfig.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+    return config_refusal(config)
 
 
 _ARCH_KEYS = (

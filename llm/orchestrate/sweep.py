@@ -33,6 +33,7 @@ from experiment.store import read_json, write_json
 from llm.config import TrainConfig
 from llm.data import load_eval_sets, tiny_config
 from llm.eval.frontier import frontier_analysis, frontier_inputs, save_inputs, write_reports
+from llm.model.stacked import folder_refusal
 from llm.model.tiny import ensure_base_model
 from llm.orchestrate.executor import check_executor
 from llm.orchestrate.jobs import (
@@ -147,15 +148,25 @@ def run_unit(unit: list[Job]) -> list[dict[str, Any]]:
 
 
 def check_engine(spec: SweepSpec, engine: str) -> None:
-    """Whether `engine` can run `spec`'s runs (every engine runs every sweep: the batched engine
-    trains the runs `llm.train.batched.batchable` refuses alone, and its stacked evaluation samples
-    in either ``eval.dtype``).
+    """Whether `engine` can run `spec`'s runs: every engine runs every sweep of a model it can
+    stack (the batched engine trains the runs `llm.train.batched.batchable` refuses alone, and its
+    stacked evaluation samples in either ``eval.dtype``); the batched engine evaluates every model
+    stacked, so a model folder `llm.model.stacked` cannot stack (not a Llama) is refused here,
+    before any run (the tiny base model, built on first use, is a Llama).
 
     Raises:
-        ValueError: an unknown engine.
+        ValueError: an unknown engine; engine ``batched`` with a model it cannot stack (naming the
+            folder, the reason and ``--engine process``).
     """
     if engine not in ENGINES:
         raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {engine!r}")
+    base = spec.base_config
+    if engine == "batched" and not base.build_base_model:
+        reason = folder_refusal(base.model_path)
+        if reason is not None:
+            raise ValueError(f"engine batched: the model {base.model_path} cannot be stacked "
+                             f"({reason}; llm.model.stacked): run this sweep with --engine "
+                             "process")  # fmt: skip
 
 
 def run_sweep(

@@ -27,7 +27,8 @@ coefficients, KL, optimizer settings); which configs can be batched at all (`bat
 transformers backend without parallelism, on any ``system.device`` and in any
 ``system.precision`` (``bf16``: bfloat16 weights; ``bf16-mixed``: the gradient passes under
 bfloat16 autocast, as the process engine's), and a `StackedLM` architecture (activation
-checkpointing included: `StackedLM(checkpointing=True)`). With DAPO dynamic sampling each round
+checkpointing included: `StackedLM(checkpointing=True)`; a sweep of a model folder it cannot stack
+is refused before any run, `llm.orchestrate.sweep.check_engine`). With DAPO dynamic sampling each round
 samples the runs still short of B mixed groups (`llm.train.rollout_step.DynamicRounds`), so runs
 draw their own numbers of rounds, each as alone.
 Every method and every other control (`llm.train.loop`) trains in a batch as alone, to the bit

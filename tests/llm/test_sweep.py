@@ -19,7 +19,7 @@ from llm.__main__ import main
 from llm.config import config_from_dict, config_to_toml
 from llm.eval.frontier import frontier_arrays
 from llm.orchestrate.jobs import RUN_MARKER, Job, _prepare, same_eval, weights_sha
-from llm.orchestrate.sweep import rerun_runs, run_sweep
+from llm.orchestrate.sweep import check_engine, rerun_runs, run_sweep
 from llm.orchestrate.sweep_spec import (
     Setting,
     _base_doc,
@@ -485,3 +485,21 @@ def test_a_finished_run_of_another_pin_version_is_reused_only_off_the_cpu(tmp_pa
     _, finished, _ = _prepare(job, cfg, "process")
     assert finished == (device != "cpu")
     assert (out / RUN_MARKER).is_file() and (out / "config.toml").is_file() == (device != "cpu")
+
+
+def test_the_batched_engine_refuses_a_model_it_cannot_stack_before_any_run(tmp_path):
+    """A user's model folder that `llm.model.stacked` cannot stack (a GPT-2 here: its config
+    alone, nothing loaded) is refused by the batched engine before any run, naming the folder and
+    ``--engine process``; it failed in the base model's stacked evaluation, in a worker. The
+    process engine takes it; a Llama folder passes."""
+    from transformers import GPT2Config, LlamaConfig
+
+    GPT2Config(n_layer=1, n_embd=8, n_head=2).save_pretrained(tmp_path / "model")
+    spec = sweep_from_dict(_doc(tmp_path), root=tmp_path)
+    with pytest.raises(ValueError, match=r"engine batched: the model .*model cannot be stacked "
+                       r"\(model_type 'gpt2' \(llama only\).*--engine process"):  # fmt: skip
+        check_engine(spec, "batched")
+    check_engine(spec, "process")
+    LlamaConfig(hidden_size=8, num_attention_heads=2, num_hidden_layers=1,
+                intermediate_size=16).save_pretrained(tmp_path / "model")  # fmt: skip
+    check_engine(spec, "batched")
