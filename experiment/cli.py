@@ -64,6 +64,15 @@ def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
     )  # fmt: skip
 
 
+def add_import_argument(parser: argparse.ArgumentParser) -> None:
+    """``--import MODULE`` (repeatable): a module of the user's own (a name importable from the
+    current folder, or a ``.py`` path) that registers methods (`shaping.register`), imported by
+    `import_methods` before the command reads its config; worker processes import it too."""
+    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                        help="import a module (name or .py path) that registers methods; "
+                             "repeatable")  # fmt: skip
+
+
 def extend_arguments(parser: argparse.ArgumentParser, example: str, default_out: str) -> None:
     """A study command's extension flags (`experiment.extend`): ``--extend DIR``, ``--methods
     FILE``, ``--import MODULE`` (repeatable), ``--retrain-reference`` and ``--complete DIR``."""
@@ -72,9 +81,7 @@ def extend_arguments(parser: argparse.ArgumentParser, example: str, default_out:
                              f"reference not re-trained; output in --out (default {default_out})")  # fmt: skip
     parser.add_argument("--methods", type=Path, metavar="FILE",
                         help="a TOML file of [[methods]] tables (with --extend)")  # fmt: skip
-    parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                        help="import a module (name or .py path) that registers methods; "
-                             "repeatable")  # fmt: skip
+    add_import_argument(parser)
     parser.add_argument("--retrain-reference", action="store_true",
                         help="with --extend: re-train GRPO's reference in full instead of "
                              "reusing the committed one")  # fmt: skip

@@ -92,6 +92,7 @@ from llm.tasks import TASKS
 from llm.tasks.prepare import PREPARE_TASKS, check_output, prepare_problems, write_problems
 from llm.train.trainer import train
 from numerics.emulate import run_emulated
+from shaping import import_methods
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -103,6 +104,7 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     if args.config is None:
         raise ValueError("train: --config FILE is required (see --describe)")
+    import_methods(args.imports)
     cfg = load_config(args.config, sets=args.sets, steps=args.steps)
     check_model_path(cfg)
     out = args.out or str(Path("runs") / Path(args.config).stem)
@@ -332,6 +334,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.config is None:
         raise ValueError("sweep: --config FILE is required (see --describe)")
     check_executor(args.executor, args.address)  # before any work
+    import_methods(args.imports)
     spec = load_sweep(args.config, args.sets)
     out = args.out or str(Path("runs") / "sweeps" / Path(args.config).stem)
     results = run_sweep(
@@ -464,6 +467,7 @@ def _main(argv: list[str]) -> int:
     )
     tr.add_argument("--steps", type=int, help="override the config's steps")
     tr.add_argument("--describe", action="store_true", help="print every config key and exit")
+    cli.add_import_argument(tr)
     _add_set(tr)
     tr.set_defaults(func=_train)
 
@@ -576,6 +580,7 @@ def _main(argv: list[str]) -> int:
         "--workers", type=cli.at_least_one, help="worker processes (default: one per core)"
     )
     sw.add_argument("--out", help="output folder (default runs/sweeps/<config stem>)")
+    cli.add_import_argument(sw)
     _add_engine(sw)
     _add_executor(sw)
     sw.set_defaults(func=_sweep)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from experiment import cli
 from experiment.extend import describe as describe_extension
+from shaping import import_methods
 from toymdp.experiments import EXPERIMENTS, _plot
 from toymdp.extend import complete_study, extend_study
 from toymdp.figures import make_figures
@@ -51,6 +52,7 @@ def _main(argv: list[str]) -> int:
         "--no-cache", action="store_true", help="recompute even if cached results exist"
     )
     cli.add_set_argument(sw, "override sweep keys: seeds=[0] train.lr=0.05 (TOML literals)")
+    cli.add_import_argument(sw)
     st = sub.add_parser("study", help="two-stage study: explore, pick, confirm, verdicts")
     st.add_argument("--config", type=Path,
                     help="study TOML: a sweep file plus [study] (configs/toy/study_*.toml)")  # fmt: skip
@@ -128,6 +130,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise ValueError("sweep: --config FILE is required (see --describe)")
     if not args.config.is_file():
         raise FileNotFoundError(f"--config: no such file {str(args.config)!r}")
+    import_methods(args.imports)
     result = sweep(args.config, args.out, use_cache=not args.no_cache,
                    progress=sys.stderr.isatty(), sets=args.sets)  # fmt: skip
     runs = len(result["doc"]["runs"])

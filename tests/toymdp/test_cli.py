@@ -44,3 +44,40 @@ def test_unknown_experiment_is_a_one_line_error(tmp_path, capsys):
     assert main(["figures", "--out", str(tmp_path), "--only", "no_such_figure"]) == 2
     err = capsys.readouterr().err
     assert "casp_tree" in err and err.count("\n") == 1 and "usage" not in err
+
+
+def test_a_toy_sweep_takes_a_users_own_method_with_import(tmp_path, capsys):
+    """`python -m toymdp sweep --import FILE.py` trains a method the package does not have."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    config = tmp_path / "mine.toml"
+    config.write_text("""
+seeds = [0]
+checkpoints = [2]
+[env]
+kind = "dataset"
+num_actions = 2
+depth = 2
+draws = [0]
+per_size = 1
+multiplicities = [1, 2]
+[train]
+lr = 0.1
+updates = 2
+group_size = 4
+pass_k = [1, 4]
+distinct_k = 4
+[frontier]
+num_resamples = 20
+[[methods]]
+method = "grpo"
+[[methods]]
+method = "centred_ds"
+grid = { beta = [0.3] }
+""")
+    argv = ["sweep", "--config", str(config), "--out", str(tmp_path / "out"),
+            "--import", str(root / "examples" / "my_methods.py")]  # fmt: skip
+    assert main(argv) == 0
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert {r["label"] for r in doc["runs"]} == {"grpo", "centred_ds"}
