@@ -26,6 +26,7 @@ import importlib
 import importlib.util
 import inspect
 import math
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -227,6 +228,7 @@ def get_method(name: str) -> Method:
 
 
 _IMPORTED: list[str] = []
+_IMPORTED_KEYS: set[str] = set()
 
 
 def import_methods(specs: Iterable[str]) -> list[str]:
@@ -234,7 +236,8 @@ def import_methods(specs: Iterable[str]) -> list[str]:
     outside the package is known by name; returns the names of the methods they registered.
 
     Each spec is a module name importable from the current folder (``mymethods``,
-    ``lab.methods``) or a path to a ``.py`` file. A spec imported before is not imported again;
+    ``lab.methods``) or a path to a ``.py`` file. A spec imported before (a file by any spelling of
+    its path) is not imported again;
     `imported_methods` lists them for worker processes (`llm.orchestrate.executor`).
 
     Raises:
@@ -243,7 +246,8 @@ def import_methods(specs: Iterable[str]) -> list[str]:
     """
     before = set(_REGISTRY)
     for spec in specs:
-        if spec in _IMPORTED:
+        key = os.path.realpath(spec) if spec.endswith(".py") else spec  # one file, two spellings
+        if key in _IMPORTED_KEYS:
             continue
         try:
             if spec.endswith(".py"):
@@ -262,6 +266,7 @@ def import_methods(specs: Iterable[str]) -> list[str]:
         except (ImportError, OSError, ValueError) as err:
             raise ValueError(f"--import {spec}: {err}") from None
         _IMPORTED.append(spec)
+        _IMPORTED_KEYS.add(key)
     return sorted(set(_REGISTRY) - before)
 
 

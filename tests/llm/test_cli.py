@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -43,6 +44,7 @@ def test_train_with_set_overrides_runs_and_records_them(tiny100, tmp_path):
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 1
 
 
+@pytest.mark.usefixtures("registry_snapshot")
 def test_train_and_sweep_take_a_users_own_method_with_import(tiny100, tmp_path, capsys):
     """`--import` (a `.py` path) registers the user's method before the config is read, so
     `train --set method=centred_ds` trains it; without it the method is unknown (one line)."""
@@ -52,9 +54,10 @@ def test_train_and_sweep_take_a_users_own_method_with_import(tiny100, tmp_path, 
             "build_base_model=false", "rollout.group_size=2", "rollout.prompts_per_step=2",
             "run.tensorboard=false", "rollout.max_new_tokens=4", "data.n_problems=8",
             "--steps", "1"]  # fmt: skip
-    if "centred_ds" not in shaping.METHODS:  # a test of this worker may have imported it
-        assert main(argv) == 2 and "method: expected one of" in _one_error_line(capsys)
-    assert main([*argv, "--import", mine]) == 0
+    assert main(argv) == 2 and "method: expected one of" in _one_error_line(capsys)
+    # One file by two spellings of its path is imported once (a second would register twice).
+    assert main([*argv, "--import", mine, "--import", os.path.relpath(mine)]) == 0
+    assert "centred_ds" in shaping.METHODS
     with (tmp_path / "run" / "config.toml").open("rb") as f:
         cfg = tomllib.load(f)
     assert cfg["method"] == "centred_ds" and cfg["hyper"]["beta"] == 0.3

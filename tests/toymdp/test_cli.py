@@ -47,6 +47,7 @@ def test_unknown_experiment_is_a_one_line_error(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("registry_snapshot")
 def test_a_toy_sweep_takes_a_users_own_method_with_import(tmp_path, capsys):
     """`python -m toymdp sweep --import FILE.py` trains a method the package does not have."""
     from pathlib import Path
