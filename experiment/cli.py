@@ -66,11 +66,12 @@ def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
 
 def add_import_argument(parser: argparse.ArgumentParser) -> None:
     """``--import MODULE`` (repeatable): a module of the user's own (a name importable from the
-    current folder, or a ``.py`` path) that registers methods (`shaping.register`), imported by
-    `import_methods` before the command reads its config; worker processes import it too."""
+    current folder, or a ``.py`` path) that registers methods (`shaping.register`) or LLM tasks
+    (`llm.tasks.register_task`), imported by `import_methods` before the command reads its
+    config; worker processes import it too."""
     parser.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                        help="import a module (name or .py path) that registers methods; "
-                             "repeatable")  # fmt: skip
+                        help="import a module (name or .py path) that registers methods or "
+                             "tasks; repeatable")  # fmt: skip
 
 
 def extend_arguments(parser: argparse.ArgumentParser, example: str, default_out: str) -> None:

@@ -64,6 +64,29 @@ def test_train_and_sweep_take_a_users_own_method_with_import(tiny100, tmp_path, 
     assert main(["sweep", "--describe", "--import", mine]) == 0
 
 
+@pytest.mark.usefixtures("registry_snapshot")
+def test_train_takes_a_users_own_task_with_import(tiny100, tmp_path):
+    """A task module of the user's own (`llm.tasks.register_task`) is one `--import` away: here
+    the parity task of tests/llm/parity_task.py registered again under another name."""
+    from llm.tasks import TASKS
+
+    module = tmp_path / "my_task.py"
+    module.write_text("import dataclasses\n\nfrom llm.tasks import TASKS, register_task\n"
+                      "from tests.llm import parity_task  # noqa: F401  (registers parity)\n\n"
+                      "register_task(dataclasses.replace(TASKS['parity'], name='my_parity'))\n")  # fmt: skip
+    argv = ["train", "--config", TINY, "--out", str(tmp_path / "run"), "--import", str(module),
+            "--set", "task=my_parity", "template=bits", "data.source=generate",
+            "eval.source=generate", f"model_path={tiny100}", "build_base_model=false",
+            "rollout.group_size=2", "rollout.prompts_per_step=2", "run.tensorboard=false",
+            "rollout.max_new_tokens=4", "data.n_problems=8", "--steps", "1"]  # fmt: skip
+    try:
+        assert main(argv) == 0
+        with (tmp_path / "run" / "config.toml").open("rb") as f:
+            assert tomllib.load(f)["task"] == "my_parity"
+    finally:
+        TASKS._tasks.pop("my_parity", None)  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize(
     ("sets", "match"),
     [
