@@ -80,6 +80,7 @@ def meta(
     length: tuple[int, int | None] | None = None,
     pattern: str | None = None,
     expect: str = "",
+    hint: str = "",
 ) -> dict[str, Any]:
     """The metadata of a config field: the rules `check_fields` applies (its documentation is the
     field's docstring, `field_docs`).
@@ -91,9 +92,11 @@ def meta(
             characters of a string.
         pattern: a regular expression a string must match in full.
         expect: what the field accepts, in words, where the rules above do not say it well.
+        hint: said after the choices (``one of [...] or HINT``): where more come from (a
+            registry the user adds to, e.g. by ``--import``).
     """
     rules = {"choices": choices, "ge": ge, "gt": gt, "le": le, "lt": lt, "length": length}
-    return {**rules, "pattern": pattern, "expect": expect}
+    return {**rules, "pattern": pattern, "expect": expect, "hint": hint}
 
 
 def option(default: Any, **rules: Any) -> Any:
@@ -197,7 +200,8 @@ def rule_text(hint: Any, meta: Mapping[str, Any]) -> str:
             head += f" at most {n_max}" if n_max is not None else ""
         return f"{head} {_PLURALS[elem]}{_bounds_text(meta)}"
     if _choices(meta):
-        return f"one of {list(_choices(meta))}"
+        hint = f" or {meta['hint']}" if meta.get("hint") else ""
+        return f"one of {list(_choices(meta))}{hint}"
     if meta.get("pattern"):
         return f"a string matching {meta['pattern']!r}"
     if hint is str and (meta.get("length") or (0,))[0] >= 1:

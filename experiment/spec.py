@@ -230,7 +230,8 @@ def parse_methods(
         method = entry.get("method")
         if method not in shaping.METHODS:
             raise ValueError(
-                f"{where}.method: expected one of {sorted(shaping.METHODS)}, got {method!r}"
+                f"{where}.method: expected one of {sorted(shaping.METHODS)} or a method of one's "
+                f"own (--import the module that registers it), got {method!r}"
             )
         label = entry.get("label", method)
         if not isinstance(label, str) or not _LABEL.fullmatch(label):

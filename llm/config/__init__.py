@@ -85,6 +85,10 @@ __all__ = [
 ]
 
 
+IMPORTED_METHOD = "a method of one's own (--import the module that registers it)"
+"""Where methods beyond the registry's come from: the errors and --describe say it."""
+IMPORTED_TASK = "a task of one's own (--import the module that registers it)"
+
 SCHEDULES = ("constant", "cosine", "linear")
 BACKENDS = ("transformers", "vllm")
 DISTINCT = ("commutative", "ac")
@@ -381,7 +385,7 @@ class TrainConfig:
     Frozen, as are its tables: resolved once (`load_config`, `config_from_dict`), then carried
     as is by the trainer, a sweep's jobs and its records; a variant is `dataclasses.replace`."""
 
-    task: str = option("countdown", choices=lambda: sorted(TASKS))
+    task: str = option("countdown", choices=lambda: sorted(TASKS), hint=IMPORTED_TASK)
     """a task of llm.tasks.TASKS: countdown (seed 000 App. C.1), math (boxed answers graded by
     math-verify), or any registered task"""
     model_path: str = option("runs/base_tiny", length=(1, None))
@@ -399,7 +403,7 @@ class TrainConfig:
     tiny_rule_fraction: float = option(0.0, ge=0.0, le=1.0)
     """share of the tiny base model's warm-start examples that are the "add every number" rule,
     right or wrong (TinyConfig.rule_fraction; the strategy a pretrained model brings)"""
-    method: str = option("grpo", choices=lambda: sorted(shaping.METHODS))
+    method: str = option("grpo", choices=lambda: sorted(shaping.METHODS), hint=IMPORTED_METHOD)
     """shaping method, a key of shaping.METHODS"""
     hyper: dict[str, Any] = field(default_factory=dict)
     """the method's hyper-parameters (the [hyper] table); unset ones take the method's defaults"""

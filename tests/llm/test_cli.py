@@ -54,7 +54,10 @@ def test_train_and_sweep_take_a_users_own_method_with_import(tiny100, tmp_path, 
             "build_base_model=false", "rollout.group_size=2", "rollout.prompts_per_step=2",
             "run.tensorboard=false", "rollout.max_new_tokens=4", "data.n_problems=8",
             "--steps", "1"]  # fmt: skip
-    assert main(argv) == 2 and "method: expected one of" in _one_error_line(capsys)
+    assert main(argv) == 2
+    assert "or a method of one's own (--import the module that registers it), got 'centred_ds'" in (
+        _one_error_line(capsys)
+    )
     # One file by two spellings of its path is imported once (a second would register twice).
     assert main([*argv, "--import", mine, "--import", os.path.relpath(mine)]) == 0
     assert "centred_ds" in shaping.METHODS
