@@ -9,6 +9,8 @@ import pytest
 from toymdp.__main__ import main
 from toymdp.experiments import EXPERIMENTS
 
+from .test_sweep import TINY
+
 FAST = ["theorem_3_4", "convergence"]
 
 
@@ -54,30 +56,8 @@ def test_a_toy_sweep_takes_a_users_own_method_with_import(tmp_path, capsys):
 
     root = Path(__file__).resolve().parents[2]
     config = tmp_path / "mine.toml"
-    config.write_text("""
-seeds = [0]
-checkpoints = [2]
-[env]
-kind = "dataset"
-num_actions = 2
-depth = 2
-draws = [0]
-per_size = 1
-multiplicities = [1, 2]
-[train]
-lr = 0.1
-updates = 2
-group_size = 4
-pass_k = [1, 4]
-distinct_k = 4
-[frontier]
-num_resamples = 20
-[[methods]]
-method = "grpo"
-[[methods]]
-method = "centred_ds"
-grid = { beta = [0.3] }
-""")
+    config.write_text(TINY.replace('"entropy_bonus"\ngrid = { eta = [0.3] }',
+                                   '"centred_ds"\ngrid = { beta = [0.3] }'))  # fmt: skip
     argv = ["sweep", "--config", str(config), "--out", str(tmp_path / "out"),
             "--import", str(root / "examples" / "my_methods.py")]  # fmt: skip
     assert main(argv) == 0
