@@ -200,8 +200,8 @@ def rule_text(hint: Any, meta: Mapping[str, Any]) -> str:
             head += f" at most {n_max}" if n_max is not None else ""
         return f"{head} {_PLURALS[elem]}{_bounds_text(meta)}"
     if _choices(meta):
-        hint = f" or {meta['hint']}" if meta.get("hint") else ""
-        return f"one of {list(_choices(meta))}{hint}"
+        more = f" or {meta['hint']}" if meta.get("hint") else ""
+        return f"one of {list(_choices(meta))}{more}"
     if meta.get("pattern"):
         return f"a string matching {meta['pattern']!r}"
     if hint is str and (meta.get("length") or (0,))[0] >= 1:
