@@ -64,6 +64,12 @@ def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
     )  # fmt: skip
 
 
+OWN_METHOD = "a method of one's own (--import the module that registers it)"
+"""What an unknown method's error adds after the registry's names (the config and sweep files)."""
+OWN_TASK = "a task of one's own (--import the module that registers it)"
+"""The same for an unknown LLM task."""
+
+
 def add_import_argument(parser: argparse.ArgumentParser) -> None:
     """``--import MODULE`` (repeatable): a module of the user's own (a name importable from the
     current folder, or a ``.py`` path) that registers methods (`shaping.register`) or LLM tasks

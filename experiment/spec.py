@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import shaping
+from experiment.cli import OWN_METHOD
 from experiment.schema import apply_pairs, removed
 from experiment.schema import describe as describe_options
 
@@ -230,8 +231,8 @@ def parse_methods(
         method = entry.get("method")
         if method not in shaping.METHODS:
             raise ValueError(
-                f"{where}.method: expected one of {sorted(shaping.METHODS)} or a method of one's "
-                f"own (--import the module that registers it), got {method!r}"
+                f"{where}.method: expected one of {sorted(shaping.METHODS)} or {OWN_METHOD}, "
+                f"got {method!r}"
             )
         label = entry.get("label", method)
         if not isinstance(label, str) or not _LABEL.fullmatch(label):

@@ -228,7 +228,11 @@ def get_method(name: str) -> Method:
 
 
 _IMPORTED: list[str] = []
-_IMPORTED_KEYS: set[str] = set()
+
+
+def _import_key(spec: str) -> str:
+    """What makes two ``--import`` specs the same: a ``.py`` file's real path, else the name."""
+    return os.path.realpath(spec) if spec.endswith(".py") else spec
 
 
 def import_methods(specs: Iterable[str]) -> list[str]:
@@ -246,8 +250,7 @@ def import_methods(specs: Iterable[str]) -> list[str]:
     """
     before = set(_REGISTRY)
     for spec in specs:
-        key = os.path.realpath(spec) if spec.endswith(".py") else spec  # one file, two spellings
-        if key in _IMPORTED_KEYS:
+        if _import_key(spec) in {_import_key(s) for s in _IMPORTED}:  # a file by any spelling
             continue
         try:
             if spec.endswith(".py"):
@@ -266,7 +269,6 @@ def import_methods(specs: Iterable[str]) -> list[str]:
         except (ImportError, OSError, ValueError) as err:
             raise ValueError(f"--import {spec}: {err}") from None
         _IMPORTED.append(spec)
-        _IMPORTED_KEYS.add(key)
     return sorted(set(_REGISTRY) - before)
 
 

@@ -149,10 +149,7 @@ def registry_snapshot():
     """The method registry as it was before the test (`shaping.import_methods` registers a user's
     methods in this process; the registry's own tests expect the package's methods alone)."""
     saved, imported = dict(shaping_methods._REGISTRY), list(shaping_methods._IMPORTED)
-    keys = set(shaping_methods._IMPORTED_KEYS)
     yield
     shaping_methods._REGISTRY.clear()
     shaping_methods._REGISTRY.update(saved)
     shaping_methods._IMPORTED[:] = imported
-    shaping_methods._IMPORTED_KEYS.clear()
-    shaping_methods._IMPORTED_KEYS.update(keys)

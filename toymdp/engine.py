@@ -95,6 +95,9 @@ def code_hash(sources: tuple[str, ...] = _PACKAGES) -> str:
     return digest.hexdigest()[:12]
 
 
+_CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+
+
 @contextmanager
 def jax_cache(path: Path) -> Iterator[None]:
     """XLA's persistent compilation cache in the folder `path` for the programs compiled inside
@@ -112,9 +115,6 @@ def jax_cache(path: Path) -> Iterator[None]:
         for name, value in before.items():
             jax.config.update(name, value)
         compilation_cache.reset_cache()
-
-
-_CACHE_OPTIONS = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
 
 
 def run_over_draws(

@@ -39,7 +39,7 @@ from typing import Any
 
 import shaping
 from experiment import schema
-from experiment.cli import add_set_argument
+from experiment.cli import OWN_METHOD, OWN_TASK, add_set_argument
 from experiment.schema import (
     check_hyper,
     config_error,
@@ -84,10 +84,6 @@ __all__ = [
     "source_error",
 ]
 
-
-IMPORTED_METHOD = "a method of one's own (--import the module that registers it)"
-"""Where methods beyond the registry's come from: the errors and --describe say it."""
-IMPORTED_TASK = "a task of one's own (--import the module that registers it)"
 
 SCHEDULES = ("constant", "cosine", "linear")
 BACKENDS = ("transformers", "vllm")
@@ -385,7 +381,7 @@ class TrainConfig:
     Frozen, as are its tables: resolved once (`load_config`, `config_from_dict`), then carried
     as is by the trainer, a sweep's jobs and its records; a variant is `dataclasses.replace`."""
 
-    task: str = option("countdown", choices=lambda: sorted(TASKS), hint=IMPORTED_TASK)
+    task: str = option("countdown", choices=lambda: sorted(TASKS), hint=OWN_TASK)
     """a task of llm.tasks.TASKS: countdown (seed 000 App. C.1), math (boxed answers graded by
     math-verify), or any registered task"""
     model_path: str = option("runs/base_tiny", length=(1, None))
@@ -403,7 +399,7 @@ class TrainConfig:
     tiny_rule_fraction: float = option(0.0, ge=0.0, le=1.0)
     """share of the tiny base model's warm-start examples that are the "add every number" rule,
     right or wrong (TinyConfig.rule_fraction; the strategy a pretrained model brings)"""
-    method: str = option("grpo", choices=lambda: sorted(shaping.METHODS), hint=IMPORTED_METHOD)
+    method: str = option("grpo", choices=lambda: sorted(shaping.METHODS), hint=OWN_METHOD)
     """shaping method, a key of shaping.METHODS"""
     hyper: dict[str, Any] = field(default_factory=dict)
     """the method's hyper-parameters (the [hyper] table); unset ones take the method's defaults"""
