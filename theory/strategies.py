@@ -13,7 +13,8 @@ Every strategy draws bounded, finite float64 values (logits rather than probabil
 and scipy do), so a failing example shrinks to a readable one. Conventions are those of
 `theory.trees`: `V` actions, depth `H`, `M = V**H` trajectories (leaves), `N_int` internal nodes.
 
-Requires Hypothesis (``pip install 'sharpening[strategies]'``); importing `theory` does not.
+Requires Hypothesis (the ``strategies`` extra: ``pip install -e '.[strategies]'`` in the checkout,
+or ``pip install 'hypothesis>=6.100'``); importing `theory` does not.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ try:
     from hypothesis.extra import numpy as hnp
 except ImportError as exc:  # an optional dependency: the package itself never needs it
     raise ImportError(
-        "theory.strategies needs Hypothesis: pip install 'sharpening[strategies]'"
+        "theory.strategies needs Hypothesis (the strategies extra): pip install 'hypothesis>=6.100'"
     ) from exc
 
 from theory.trees import TreeInstance, num_internal_nodes, trajectory_log_probs

@@ -86,7 +86,7 @@ def _main(argv: list[str]) -> int:
         seed=args.seed,
         only=args.only,
         use_cache=not args.no_cache,
-        progress=sys.stderr.isatty(),
+        progress=True,
     )
     elapsed = time.perf_counter() - start
     print(
@@ -98,14 +98,14 @@ def _main(argv: list[str]) -> int:
 def _study(args: argparse.Namespace) -> int:
     if cli.completing(args):
         result = complete_study(args.complete, args.out, use_cache=not args.no_cache,
-                                progress=sys.stderr.isatty())  # fmt: skip
+                                progress=True)  # fmt: skip
         cli.print_claims(result)
         out = args.out or Path("runs/toy_complete") / args.complete.name
         print(f"wrote study.json and verdicts.md to {out}/")
         return 0
     if cli.extending(args):
         result = extend_study(args.extend, args.methods, args.out, retrain=args.retrain_reference,
-                              use_cache=not args.no_cache, progress=sys.stderr.isatty(),
+                              use_cache=not args.no_cache, progress=True,
                               imports=args.imports)  # fmt: skip
         out = args.out or Path("runs/toy_extend") / args.extend.name
         print(describe_extension(result))
@@ -113,9 +113,7 @@ def _study(args: argparse.Namespace) -> int:
         return 0
     if not args.config.is_file():
         raise FileNotFoundError(f"--config: no such file {str(args.config)!r}")
-    result = run_study(
-        args.config, args.out, use_cache=not args.no_cache, progress=sys.stderr.isatty()
-    )
+    result = run_study(args.config, args.out, use_cache=not args.no_cache, progress=True)
     cli.print_claims(result)
     out = args.out or Path("runs/toy_study") / args.config.stem
     print(f"wrote study.json and verdicts.md to {out}/")
@@ -132,7 +130,7 @@ def _sweep(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--config: no such file {str(args.config)!r}")
     import_methods(args.imports)
     result = sweep(args.config, args.out, use_cache=not args.no_cache,
-                   progress=sys.stderr.isatty(), sets=args.sets)  # fmt: skip
+                   progress=True, sets=args.sets)  # fmt: skip
     runs = len(result["doc"]["runs"])
     how = "loaded from cache" if result["cached"] else "trained"
     print(

@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 import numerics
 from experiment import store
+from experiment.cli import progress_bar
 from toymdp.engine import code_hash, jax_cache
 from toymdp.experiments import EXPERIMENTS
 
@@ -81,7 +81,9 @@ def make_figures(
     if only and summary_path.exists():
         summary = json.loads(summary_path.read_text()).get("experiments", {})
     timings: dict[str, dict[str, float]] = {}
-    for exp in tqdm(ordered, desc="toy figures", disable=not progress):
+    bar = progress_bar(len(ordered), "toy figures", "experiment", progress=progress)
+    for exp in ordered:
+        bar.set_postfix_str(exp.name)
         path = cache / f"{exp.name}-{tag}.npz"
         start = time.perf_counter()
         if use_cache and path.exists():
@@ -105,6 +107,8 @@ def make_figures(
             "plot_s": round(time.perf_counter() - ran, 3),
             "cached": cached,
         }
+        bar.update()
+    bar.close()
     doc = {
         "seed": seed,
         "quick": quick,

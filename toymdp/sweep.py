@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 import numerics
 from experiment import frontier, report, reread, spec, store
+from experiment.cli import progress_bar
 from experiment.lock import RunLock
 from toymdp import train as T
 from toymdp.engine import RUN_SOURCES, code_hash, jax_cache, run_over_draws
@@ -129,13 +129,15 @@ def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict[str, Any]:
     entries = {m.label: m for m in cfg.methods}
     arrays: dict[str, list[np.ndarray]] = {k: [] for k in METRICS}
     order: list[int] = []
-    bar = tqdm(list(groups.items()), desc="toy sweep", unit="program", disable=not progress)
-    for (label, _), index in bar:
+    bar = progress_bar(len(groups), "toy sweep", "program", progress=progress)
+    for (label, _), index in groups.items():
         bar.set_postfix_str(f"{label} ({len(index)} settings)")
         out = run_program(cfg, envs, entries[label], [rows[i] for i in index])
         for k in METRICS:
             arrays[k].append(out[k])
         order.extend(index)
+        bar.update()
+    bar.close()
     return {
         "rows": [rows[i] for i in order],
         "row_order": np.array(order),

@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tqdm.auto import tqdm
-
+from experiment.cli import progress_bar
 from shaping import import_methods, imported_methods
 
 __all__ = [
@@ -40,7 +39,7 @@ __all__ = [
 ]
 
 EXECUTORS = ("local", "ray")
-RAY_EXTRA = "pip install 'sharpening[ray]' (or pip install 'ray>=2.40')"
+RAY_EXTRA = "the ray extra: pip install 'ray>=2.40' (or pip install -e '.[ray]' in the checkout)"
 
 
 def _import_ray() -> Any:
@@ -83,7 +82,7 @@ def map_jobs(
     log: bool = False,
 ) -> list[Any]:
     """`fn` over `jobs` (results in job order) with a tqdm bar over finished jobs, or with `log`
-    and no `progress` (a run in the background, its stderr a file) a `LineProgress` line each.
+    and no `progress` (a run in the background, its stderr a file) a line each (`experiment.cli.progress_bar`).
 
     Args:
         fn: the job function; module-level (it is pickled by reference).
@@ -101,40 +100,13 @@ def map_jobs(
         ImportError: ``ray`` without Ray installed.
     """
     check_executor(executor, address)
-    if log and not progress:
-        bar: Any = LineProgress(len(jobs), desc)
-    else:
-        bar = tqdm(total=len(jobs), desc=desc, disable=not progress, unit="run")
+    bar = progress_bar(len(jobs), desc, "run", progress=progress or log, log=log and not progress)
     try:
         if executor == "ray":
             return _map_ray(fn, jobs, bar, name, workers, address, cpus_per_job, gpus_per_job)
         return _map_local(fn, jobs, bar, name, workers)
     finally:
         bar.close()
-
-
-class LineProgress:
-    """Progress for a log file: one line on stderr per finished job (`map_jobs` with `log`):
-    ``DESC: 12/51 (NAME), 5:31 elapsed, ~18:02 left`` (time left: the mean time per finished job
-    so far), where a tqdm bar would write carriage returns. The bar's methods `map_jobs` calls."""
-
-    def __init__(self, total: int, desc: str) -> None:
-        self.total, self.desc, self.done, self.name = total, desc, 0, ""
-        self.start = time.monotonic()
-
-    def set_postfix_str(self, name: str) -> None:
-        self.name = name
-
-    def update(self, n: int = 1) -> None:
-        self.done += n
-        spent = time.monotonic() - self.start
-        left = spent / self.done * (self.total - self.done)
-        print(f"{self.desc}: {self.done}/{self.total} ({self.name}), "
-              f"{tqdm.format_interval(spent)} elapsed, ~{tqdm.format_interval(left)} left",
-              file=sys.stderr, flush=True)  # fmt: skip
-
-    def close(self) -> None:
-        pass
 
 
 def _map_local(

@@ -127,16 +127,36 @@ def test_a_log_gets_a_line_per_finished_job(capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_progress_is_a_bar_on_a_terminal_and_lines_in_a_log(monkeypatch, capsys):
+    """`experiment.cli.progress_bar` decides by stderr when not told: tqdm's bar on a terminal,
+    `LineProgress` where stderr is a file, nothing without `progress`."""
+    from tqdm import tqdm
+
+    from experiment.cli import LineProgress, progress_bar
+
+    assert isinstance(progress_bar(3, "d", "run", progress=True), LineProgress)  # captured: a file
+    assert isinstance(progress_bar(3, "d", "run", progress=True, log=False), tqdm)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    bar = progress_bar(3, "d", "run", progress=True)
+    assert isinstance(bar, tqdm) and not bar.disable
+    bar.close()
+    quiet = progress_bar(3, "d", "run", progress=False)
+    assert isinstance(quiet, tqdm) and quiet.disable
+    quiet.update()
+    quiet.close()
+    capsys.readouterr()
+
+
 def test_executor_errors(monkeypatch, capsys):
     with pytest.raises(ValueError, match="expected one of local, ray"):
         check_executor("dask")
     with pytest.raises(ValueError, match="is for executor 'ray'"):
         check_executor("local", "head:6379")
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
-    with pytest.raises(ImportError, match=r"sharpening\[ray\]"):
+    with pytest.raises(ImportError, match=r"the ray extra: pip install .ray>=2.40."):
         check_executor("ray")
     assert main(["sweep", "--config", "none.toml", "--executor", "ray"]) == 2
-    assert "sharpening[ray]" in capsys.readouterr().err
+    assert "pip install 'ray>=2.40'" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -58,7 +58,13 @@ def _write(tmp_path: Path, text: str, name: str = "tiny.toml") -> Path:
 def test_two_run_sweep_writes_results_frontier_and_lifts(tmp_path, capsys):
     cfg, out = _write(tmp_path, TINY), tmp_path / "out"
     assert main(["sweep", "--config", str(cfg), "--out", str(out)]) == 0
-    assert "2 runs trained" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "2 runs trained" in printed.out
+    # stderr is not a terminal here (as in a log): a line per compiled program, not a bar.
+    assert [line.split(",")[0] for line in printed.err.splitlines()] == [
+        "toy sweep: 1/2 (grpo (1 settings))",
+        "toy sweep: 2/2 (entropy_bonus (1 settings))",
+    ]
     doc = json.loads((out / "results.json").read_text())
     assert doc["axes"]["eval_steps"] == [0, 1, 3]
     assert [r["label"] for r in doc["runs"]] == ["grpo", "entropy_bonus"]
@@ -90,6 +96,7 @@ def test_set_overrides_the_file_and_names_its_own_errors(tmp_path, capsys):
     cfg, out = _write(tmp_path, TINY), tmp_path / "out"
     assert main(["sweep", "--config", str(cfg), "--out", str(out), "--set", "seeds=[3]",
                  "train.lr=0.05"]) == 0  # fmt: skip
+    capsys.readouterr()  # the run's output and its progress lines
     doc = json.loads((out / "results.json").read_text())
     assert doc["axes"]["seeds"] == [3] and doc["config"]["seeds"] == [3]
     assert doc["config"]["train"]["lr"] == 0.05 and "seeds = [0, 1]" in cfg.read_text()

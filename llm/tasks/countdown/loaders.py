@@ -65,7 +65,7 @@ def _load_parquet(path: Path) -> list[CountdownProblem]:
         import pyarrow.parquet as pq
     except ImportError:
         raise ValueError(
-            f"{path}: reading Parquet needs the 'datasets' package (pip install 'sharpening[llm]'); "
+            f"{path}: reading Parquet needs the 'datasets' package (the llm extra: pip install 'datasets>=3.0'); "
             "or convert the file to JSON Lines"
         ) from None
     # Wrap the Arrow table rather than call `Dataset.from_parquet`, which prepares an Arrow cache

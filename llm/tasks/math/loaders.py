@@ -265,7 +265,7 @@ def _parquet_rows(path: Path) -> Iterator[tuple[str, Any]]:
         import pyarrow.parquet as pq
     except ImportError:
         raise ValueError(
-            f"{path}: reading Parquet needs pyarrow (pip install 'sharpening[llm]'); "
+            f"{path}: reading Parquet needs pyarrow (the llm extra: pip install 'pyarrow>=14'); "
             "or convert the file to JSON Lines"
         ) from None
     i = 0
