@@ -1,7 +1,7 @@
-"""Command line: ``python -m llm train ...`` and ``python -m llm eval ...``.
+"""The LLM leg's command line:
 
     python -m llm train --config FILE [--out DIR] [--resume [--change-optimizer] | --move-aside]
-                        [--steps N] [--set KEY=VALUE ...]
+                        [--steps N] [--set KEY=VALUE ...] [--import MODULE ...]
     python -m llm train --describe          # every config key, its default and meaning
     python -m llm eval --model PATH [--problems FILE | --generate N | --heldout N] [--samples 16]
                        --out DIR [--label NAME] [--config FILE] [--set KEY=VALUE ...]
@@ -14,6 +14,7 @@
                             [--engine {batched,process}]
                             [--seeds 0 1] [--steps N] [--jobs 2] [--quick]
     python -m llm sweep --config FILE [--set KEY=VALUE ...] [--workers N] [--out DIR]
+                        [--import MODULE ...]
                         [--engine {process,batched}]
                         [--executor {local,ray} [--address HOST:6379]]
     python -m llm study --config FILE [--workers N] [--out DIR]   # explore, pick, confirm
@@ -446,7 +447,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m llm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     tr = sub.add_parser("train", help="RL fine-tuning with a shaping method")

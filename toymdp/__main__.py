@@ -1,12 +1,23 @@
-"""`python -m toymdp figures [--out DIR] [--quick] [--seed S] [--only NAME ...] [--no-cache]` and
-`python -m toymdp sweep --config FILE [--out DIR] [--no-cache] [--set KEY=VALUE ...]`.
+"""The toy leg's command line:
+
+    python -m toymdp figures [--out DIR] [--quick] [--seed S] [--only NAME ...] [--no-cache]
+    python -m toymdp sweep --config FILE [--out DIR] [--no-cache] [--set KEY=VALUE ...]
+                           [--import MODULE ...]
+    python -m toymdp study --config FILE [--out DIR]        # explore, pick, confirm
+    python -m toymdp study --extend STUDY_DIR --methods FILE [--import MODULE ...] [--out DIR]
+                           # new methods against a committed study's reference (GRPO not re-trained)
+    python -m toymdp study --complete STUDY_DIR [--out DIR] # train a re-read's pending picks
 
 `figures` regenerates every toy and theory figure into DIR (default `figures/`) as PNG and PDF,
 and writes `DIR/summary.json` with each experiment's headline numbers (mean and spread over seeds).
 `sweep` runs a hyper-parameter sweep from a TOML file (`toymdp.sweep`, examples in
 `configs/toy/`) and writes `results.json`, `frontier.png` and `lifts.md` into DIR (default
 `runs/toy_sweep/<config stem>`); `--set` overrides the file's keys (``seeds=[0] train.lr=0.05``,
-TOML literals), as `python -m llm sweep --set` does.
+TOML literals), as `python -m llm sweep --set` does. `study` runs a two-stage study
+(`toymdp.study`, `configs/toy/study_*.toml`) or extends a committed one (`toymdp.extend`) and
+writes study.json and verdicts.md. Progress goes to stderr: a bar on a terminal, a line per
+compiled program in a log. An error prints one line, ``error: ...``, and exits 2; `--debug`
+anywhere on the command line shows its traceback instead.
 """
 
 from __future__ import annotations
@@ -28,7 +39,11 @@ from toymdp.sweep_spec import describe
 
 
 def _main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m toymdp", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m toymdp",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     fig = sub.add_parser("figures", help="regenerate every toy figure and summary.json")
     fig.add_argument(
