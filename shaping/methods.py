@@ -1433,7 +1433,8 @@ def grpo_passk(batch: Batch, *, std_correction: int = 1, eps: float = 1e-6) -> A
     mean = xp.mean(r, axis=-1, keepdims=True)
     std = xp.sqrt(xp.sum((r - mean) ** 2, axis=-1, keepdims=True) / dof)
     best = (r == top2[..., 0:1]) & (gap > 0)
-    return xp.where(best, gap / (std + eps) * xp.ones_like(r), xp.zeros_like(r))
+    # A constant group with eps = 0 divides 0 by 0 where no response is best: 0, without a warning.
+    return xp.where(best, core._safe_divide(xp, gap, std + eps) * xp.ones_like(r), xp.zeros_like(r))
 
 
 @register("pkpo")

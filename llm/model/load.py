@@ -105,7 +105,12 @@ def enable_gradient_checkpointing(model: Any) -> None:
     training mode (``GradientCheckpointingLayer`` checks ``self.training``), so the model is put in
     train mode; that is harmless for the Qwen/Llama families (no dropout by default) and a warning
     names any active dropout."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:  # its new name; the old one warns that v6 removes it
+        enable(activation_checkpointing_kwargs=kwargs)
+    else:  # transformers before the rename
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     model.config.use_cache = False
     model.train()
     active = sorted(
