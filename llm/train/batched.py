@@ -415,7 +415,7 @@ def _train_batch(
     info = DistInfo(device=cfg0.system.device)
     device = info.device
     for cfg, out in zip(cfgs, outs, strict=True):
-        start_run(cfg, out, resume=resume, info=info)
+        start_run(cfg, out, resume=resume, info=info, progress=progress)
     base_ref = None  # the base model, the KL reference of every run that has not reset its own
     if any(c.uses_reference for c in cfgs):
         base_ref = load_model(cfg0.model_path, device, reference_precision(cfg0))

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
+from experiment.cli import progress_bar
 from llm.config import TrainConfig
 from llm.data import Problem, drop_long_prompts, load_train_problems
 from llm.run.checkpoint import CheckpointState, MetricsLogger, save_checkpoint
@@ -131,9 +131,9 @@ def train_loop(
     Raises:
         llm.run.folder.NonFiniteError: a loss, gradient norm or parameter became non-finite.
     """
-    bar = tqdm(range(start + 1, last + 1), disable=not (progress and info.is_main), desc=desc)
+    bar = progress_bar(last - start, desc, "step", progress=progress and info.is_main)
     try:
-        for step in bar:
+        for step in range(start + 1, last + 1):
             t0 = time.perf_counter()
             rollouts = engine.sample(step, runs)
             t_roll = time.perf_counter()
@@ -160,8 +160,10 @@ def train_loop(
                     "charts/prompts_seen": float(run.position),
                 })  # fmt: skip
                 _log_and_save(run, m, step, info)
-            bar.set_postfix(reward=f"{metrics[0]['charts/reward_mean']:.3f}")
+            bar.set_postfix_str(f"reward={metrics[0]['charts/reward_mean']:.3f}")
+            bar.update()
     finally:
+        bar.close()
         for run in runs:
             if run.logger is not None:
                 run.logger.close()

@@ -30,6 +30,7 @@ import json
 import os
 import random
 import shutil
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -112,7 +113,8 @@ def train(
             config must equal the saved one except `steps`.
         backend_factory: ``(cfg, model, tokenizer) -> backend``; default `make_backend`.
         stop_after: stop after this step without saving (simulates a kill; tests use it).
-        progress: show a tqdm bar (rank 0).
+        progress: report the steps on stderr (rank 0; `experiment.cli.progress_bar`): a tqdm
+            bar on a terminal, a line per step in a log.
         move_aside: a fresh run into a folder holding a run renames that run's folder to
             ``DIR.old-<time>`` instead of refusing (`llm.run.folder.claim_run_folder`); the
             folder's lock is taken first, so a folder in use by a live run is never moved.
@@ -204,7 +206,8 @@ def _train(
     change_optimizer: bool = False,
     started: dict[str, bool] | None = None,
 ) -> list[dict[str, float]]:
-    start_run(cfg, out, resume=resume, info=info, change_optimizer=change_optimizer)
+    start_run(cfg, out, resume=resume, info=info, change_optimizer=change_optimizer,
+              progress=progress)  # fmt: skip
     ckpt = find_resume_checkpoint(out, cfg.steps) if resume and info.is_main else None
     ckpt = broadcast_object(ckpt, info)
     saved = trainer_extra(ckpt)
@@ -278,9 +281,16 @@ def _train(
 
 
 def start_run(
-    cfg: TrainConfig, out: Path, *, resume: bool, info: DistInfo, change_optimizer: bool = False
+    cfg: TrainConfig,
+    out: Path,
+    *,
+    resume: bool,
+    info: DistInfo,
+    change_optimizer: bool = False,
+    progress: bool = False,
 ) -> None:
-    """Check the launch, write ``config.toml`` (building the tiny base model when asked) and seed
+    """Check the launch, write ``config.toml`` (building the tiny base model when asked: with
+    `progress` a bar on a terminal, else a line on stderr when the build starts and ends) and seed
     every global RNG.
 
     Raises:
@@ -310,7 +320,8 @@ def start_run(
         save_config(cfg, out / "config.toml")
         if cfg.build_base_model:
             check_base_model_folder(cfg.model_path, BUILD_FILE)
-            ensure_base_model(cfg.model_path, config=tiny_config(cfg))
+            ensure_base_model(cfg.model_path, config=tiny_config(cfg),
+                              progress=progress and sys.stderr.isatty())  # fmt: skip
     if info.enabled:
         torch.distributed.barrier()
     if cfg.system.num_threads > 0:

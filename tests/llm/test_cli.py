@@ -29,13 +29,16 @@ def _one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     return err[0]
 
 
-def test_train_with_set_overrides_runs_and_records_them(tiny100, tmp_path):
+def test_train_with_set_overrides_runs_and_records_them(tiny100, tmp_path, capsys):
     out = tmp_path / "run"
     argv = ["train", "--config", TINY, "--out", str(out),
             "--set", "optim.lr=3e-4", "steps=5", f"model_path={tiny100}", "build_base_model=false",
             "rollout.group_size=2", "rollout.prompts_per_step=2", "run.tensorboard=false",
             "rollout.max_new_tokens=4", "data.n_problems=8", "--steps", "1"]  # fmt: skip
     assert main(argv) == 0
+    # stderr is a file here, as in a log: a line per step, not a bar's carriage returns.
+    err = capsys.readouterr().err
+    assert "\r" not in err and err.startswith("train grpo: 1/1 (reward=")
     with (out / "config.toml").open("rb") as f:
         cfg = tomllib.load(f)
     assert cfg["optim"]["lr"] == 3e-4 and cfg["rollout"]["group_size"] == 2
