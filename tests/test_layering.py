@@ -295,19 +295,16 @@ def test_hypothesis_is_restricted_to_the_public_strategies():
     assert TABLE["shaping"]["restricted"]["hypothesis"] == ["shaping.strategies"]
 
 
-def test_theory_and_shaping_import_without_hypothesis():
-    """Every module of theory/ and shaping/ imports with Hypothesis absent (`None` in
-    ``sys.modules`` makes its import fail), and each strategies module then names the extra."""
-    names = [
-        m for m in project_modules(ROOT, ("theory", "shaping"))
-        if not m.endswith((".strategies", ".__main__"))
-    ]  # fmt: skip
+def _import_errors(absent: str, modules: list[str], named: tuple[str, ...]) -> list[str]:
+    """In a fresh interpreter with `absent` unimportable (`None` in ``sys.modules``): import every
+    module of `modules` (any failure fails), then each of `named`, and return the messages of
+    their `ImportError`s."""
     code = (
         "import importlib, sys\n"
-        "sys.modules['hypothesis'] = None\n"
-        f"for name in {names!r}:\n"
+        f"sys.modules[{absent!r}] = None\n"
+        f"for name in {modules!r}:\n"
         "    importlib.import_module(name)\n"
-        "for name in ('theory.strategies', 'shaping.strategies'):\n"
+        f"for name in {named!r}:\n"
         "    try:\n"
         "        importlib.import_module(name)\n"
         "    except ImportError as exc:\n"
@@ -317,7 +314,17 @@ def test_theory_and_shaping_import_without_hypothesis():
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.splitlines() == [
+    return res.stdout.splitlines()
+
+
+def test_theory_and_shaping_import_without_hypothesis():
+    """Every module of theory/ and shaping/ imports with Hypothesis absent, and each strategies
+    module then names the extra."""
+    names = [
+        m for m in project_modules(ROOT, ("theory", "shaping"))
+        if not m.endswith((".strategies", ".__main__"))
+    ]  # fmt: skip
+    assert _import_errors("hypothesis", names, ("theory.strategies", "shaping.strategies")) == [
         "theory.strategies needs Hypothesis (the strategies extra): pip install 'hypothesis>=6.100'",
         "shaping.strategies needs Hypothesis (the strategies extra): pip install 'hypothesis>=6.100'",
     ]
@@ -326,19 +333,7 @@ def test_theory_and_shaping_import_without_hypothesis():
 def test_llm_without_its_extra_names_the_extra():
     """`import llm` (so every ``python -m llm`` command) without the llm extra's modules fails with
     one `ImportError` naming them and the extra, not a traceback from deep in a module."""
-    code = (
-        "import sys\n"
-        "sys.modules['transformers'] = None\n"
-        "try:\n"
-        "    import llm.config\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
-    )
-    res = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert res.stdout.splitlines() == [
+    assert _import_errors("transformers", [], ("llm.config",)) == [
         "the llm package needs transformers, not installed: install the package's llm extra "
         "(make install in the checkout, or pip install -e '.[llm]' there)"
     ]
