@@ -261,7 +261,7 @@ def _claims(paths: list[str], readme: str | None, results: str | None = None,
             claims = S.translate(doc) + S.pending_rows(doc)
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise ValueError(f"{path}: claims: {e}") from None
-        if "procedure" not in doc:  # read by lift v2, before equal budgets (issue 37)
+        if "procedure" not in doc:  # read by lift v2, before equal budgets
             tag = f"{doc.get('study', path)} ({SUPERSEDED})"
             rows.extend({**r, "study": tag} for r in claims)
         elif doc["procedure"] != PROCEDURE:  # an earlier lift: its column says which

@@ -1,4 +1,4 @@
-"""Calibration of the whole study pipeline by simulation with a known truth (issues 37 and 56).
+"""Calibration of the whole study pipeline by simulation with a known truth.
 
 A synthetic study, shaped like the package's (`Design`):
 
@@ -35,8 +35,9 @@ lifts per rule, the confirmed lifts' bias and coverage, the family-wise rate of 
 "above"/"below" verdicts over the nulls and each claim word's rate per method. `DESIGNS` is the
 library of regimes (`python -m experiment calibrate --json`).
 
-Sources: issues 20, 37 and 56 (the simulation designs, the whole-pipeline calibration); pass@k's
-unbiased estimator is `theory.measures.pass_at_k` (Chen et al. 2021, `docs/formulas.md` §5.1).
+Sources: the calibration of docs/statistics.md (the simulation designs, the whole-pipeline
+calibration); pass@k's unbiased estimator is `theory.measures.pass_at_k` (Chen et al. 2021,
+`docs/formulas.md` §5.1).
 """
 
 from __future__ import annotations
@@ -179,10 +180,10 @@ DESIGNS = {
         sigma_along=0.3,
         sigma_off=0.2,
     ),
-    # The strong study's seeds (issue 56): `narrow` with a run-level seed shift, a seed moving
-    # all of a run's problems, fitted to GRPO's models in the strong study's confirmation (16
-    # seeds x 1,280 problems: seed sd 1.17 points of pass@1, 1.60 of pass@16, correlation +0.08,
-    # the seed component 33% of a pass@1 mean's variance) by `python -m experiment.fit
+    # The strong study's seeds: `narrow` with a run-level seed shift, a seed moving all of a run's
+    # problems, fitted to GRPO's models in the strong study's confirmation (16 seeds x 1,280
+    # problems: seed sd 1.17 points of pass@1, 1.60 of pass@16, correlation +0.08, the seed
+    # component 33% of a pass@1 mean's variance) by `python -m experiment.fit
     # figures/llm_study_countdown_strong/confirm_lift_inputs.npz --design narrow`
     # (`experiment.fit.fit_seed_shift`).
     "narrow_seed": Design(
@@ -236,12 +237,11 @@ DESIGNS = {
         above=False,
     ),
 }
-"""The library of regimes (issues 37 and 56; shaped by eye after the committed studies' reports,
-except `rule`, fitted to its study's counts, and `narrow_seed`'s seeds, fitted to the strong
-study's lift inputs): each is explored on `problems` × `explore_seeds` and confirmed on
-`confirm_problems` × `confirm_seeds`; every design carries `methods_of` (`METHODS`, `ABOVE`,
-`GRPO_MORE`; `ABOVE` unless `real`, `ESCAPE` where `Design.escape`, `GAMBLE` where
-`Design.noisy`)."""
+"""The library of regimes (shaped by eye after the committed studies' reports, except `rule`, fitted
+to its study's counts, and `narrow_seed`'s seeds, fitted to the strong study's lift inputs): each is
+explored on `problems` × `explore_seeds` and confirmed on `confirm_problems` × `confirm_seeds`;
+every design carries `methods_of` (`METHODS`, `ABOVE`, `GRPO_MORE`; `ABOVE` unless `real`, `ESCAPE`
+where `Design.escape`, `GAMBLE` where `Design.noisy`)."""
 
 
 def methods_of(d: Design) -> dict[str, tuple[float, ...]]:

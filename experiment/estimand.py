@@ -18,22 +18,22 @@ credits GRPO with less than its end point (where GRPO sharpens, its end is its l
 near there), and it is continuous in GRPO's points: which of two GRPO models with nearly the same
 top pass@1 counts as the end does not move it once `d` exceeds their gap. The flat continuation
 from the end point alone (lift v4-v5) jumped by the two models' measure difference when noise
-swapped them (5.7 points of pass@16 in the strong study's regime, issue 56), and a lower end
-point lowered it (adding a GRPO model made GRPO worse). A positive lift above the range says the
-model has more of the measure than every GRPO model within `d` below the end, with more pass@1
-besides; far above the range the window holds GRPO's whole range and the lift compares with
-GRPO's best measure. **Below** the range (less pass@1 than both the base and every GRPO model)
-there is no lift: the curve-free check (`experiment.inference.dominance`) decides. A hull value
-is a weighted mean of GRPO's own points, so a lift stays a difference of two means of the
-measure: inside `[−1, +1]` for pass@k (±100 points), whatever the noise.
+swapped them (5.7 points of pass@16 in the strong study's regime), and a lower end point lowered it
+(adding a GRPO model made GRPO worse). A positive lift above the range says the model has more of
+the measure than every GRPO model within `d` below the end, with more pass@1 besides; far above the
+range the window holds GRPO's whole range and the lift compares with GRPO's best measure. **Below**
+the range (less pass@1 than both the base and every GRPO model) there is no lift: the curve-free
+check (`experiment.inference.dominance`) decides. A hull value is a weighted mean of GRPO's own
+points, so a lift stays a difference of two means of the measure: inside `[−1, +1]` for pass@k (±100
+points), whatever the noise.
 
 Every table labels a model above the range (`range_label`): a positive lift says it *dominates*
 GRPO's models near its end, a negative one that it has less of the measure than they do with
 more pass@1, not that GRPO's training beats it (GRPO trained one checkpoint longer along its last
-segment reads a negative lift; issue 56).
+segment reads a negative lift).
 
-Sources: issue 37 (the estimand); the mixture argument is the one of randomized decision rules
-(a convex combination of two achievable risk points is achievable).
+Sources: the estimand of docs/statistics.md; the mixture argument is the one of randomized
+decision rules (a convex combination of two achievable risk points is achievable).
 """
 
 from __future__ import annotations

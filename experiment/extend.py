@@ -1,4 +1,4 @@
-"""Extend a committed study with new methods, read against its committed reference (issue 55).
+"""Extend a committed study with new methods, read against its committed reference.
 
 A run is a function of its inputs alone (`numerics`), so the reference runs of a committed study
 (GRPO's settings, seeds and problems) are what a re-run would produce: their per-problem gains,

@@ -1,8 +1,8 @@
 """Fit a calibration design (`experiment.calibration.Design`) to a sweep's per-problem counts.
 
-Issue 37, item 4: the calibration's designs are fitted from measured per-problem counts where they
-exist, not by eye. The model is `experiment.calibration`'s; each parameter is fitted by the
-simplest estimator that identifies it:
+The calibration's designs are fitted from measured per-problem counts where they exist, not by eye.
+The model is `experiment.calibration`'s; each parameter is fitted by the simplest estimator that
+identifies it:
 
 - the base's problem logits `θ_j ~ Normal(mu, tau)`: maximum likelihood of the base model's counts
   `c_j ~ Binomial(n, expit(θ_j))` (the logit-normal binomial; Gauss-Hermite in `θ`, 64 nodes);
@@ -19,7 +19,7 @@ simplest estimator that identifies it:
 The paths are refitted once after the two sigmas (they move the population points a little).
 `python -m experiment calibrate --fit RESULTS.json` prints the fitted design.
 
-Sources: issue 37 (item 4); the delta method (e.g. Casella & Berger 2002, §5.5.4).
+Sources: the delta method (e.g. Casella & Berger 2002, §5.5.4).
 """
 
 from __future__ import annotations
@@ -217,7 +217,7 @@ def seed_moments(x: object, y: object) -> dict[str, float]:
     """How much the training seed moves a run as a whole, from per-problem gains `x`, `y`
     `(M models, S seeds, P problems)` in pass@1 and pass@k (trained models only), pooled over the
     models: the seed component `Σ_seed` `(2, 2)` of (pass@1, pass@k) by the method of moments,
-    `(MS_seed − MS_e)/P` of the mean cross-products, summed over models (issue 56).
+    `(MS_seed − MS_e)/P` of the mean cross-products, summed over models.
 
     Returns:
         ``{"models", "sd_x", "sd_y"`` (the seed components' standard deviations, points),

@@ -57,8 +57,8 @@ PROCEDURE = (
 """The procedure's version, recorded in every results.json and study.json. v6 changes v5's lifts
 above GRPO's pass@1 range only: GRPO is credited there with its hull's best value within the
 model's distance below the range's end, not with the end point's value alone
-(`experiment.estimand`: continuous in GRPO's points; issue 56). v5 kept v4's lifts and changed the
-verdicts to the five claim words of `experiment.study.claim_verdicts`."""
+(`experiment.estimand`: continuous in GRPO's points). v5 kept v4's lifts and changed the verdicts to
+the five claim words of `experiment.study.claim_verdicts`."""
 
 NUM_DRAWS = 2000
 """Draws of the means per analysis (Monte Carlo error of a bias or standard error: ~2% of the

@@ -559,8 +559,8 @@ def source_error(
 
 
 def removed(old: str, new: str) -> NoReturn:
-    """The error for a key whose old spelling was removed (issue 42: accepted with a warning for
-    one release, then refused): one line that names the key replacing it.
+    """The error for a key whose old spelling was removed (accepted with a warning for one release,
+    then refused): one line that names the key replacing it.
 
     Raises:
         ValueError: always, ``OLD: removed; write NEW``.

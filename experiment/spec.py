@@ -25,11 +25,11 @@ replaced it (`removed`).
 Which keys a setting may hold (a method's hyper-parameters, a leg's own keys) is the leg's call:
 `parse_methods` asks it through `check_key`.
 
-**Equal tuning budgets** (issue 37): a study compares each method with GRPO's reference curve, so
-each method must get the reference's tuning, or a lift says "this learning rate beats that one"
-rather than anything about shaping. `tune` gives every entry the same axes; `budget_difference`
-(run by both study drivers, `check_budget`) finds a method whose learning rates, ``kl_coef``
-values or evaluated checkpoints differ from the reference's, whichever way they were written.
+**Equal tuning budgets**: a study compares each method with GRPO's reference curve, so each method
+must get the reference's tuning, or a lift says "this learning rate beats that one" rather than
+anything about shaping. `tune` gives every entry the same axes; `budget_difference` (run by both
+study drivers, `check_budget`) finds a method whose learning rates, ``kl_coef`` values or evaluated
+checkpoints differ from the reference's, whichever way they were written.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Select, then confirm: the two stages of a study and the verdicts of the seeds' claims (issue 20).
+"""Select, then confirm: the two stages of a study and the verdicts of the seeds' claims.
 
 A study is an *exploratory* sweep (every method's coefficient swept, with the same tuning budget as
 GRPO: its learning rates and checkpoints) and a *confirmation* sweep that re-trains only the picks
@@ -32,7 +32,7 @@ concave hull):
 
 Only exploratory lifts are reported per comparison; every verdict comes from the confirmation.
 The reports (verdicts.md, the claims table), provenance and publishing: `experiment.study_report`.
-Sources: issue 20 (the two-stage design), issue 37 and issue 56 (the verdict words); Holm (1979).
+Sources: docs/statistics.md (the two-stage design, the verdict words); Holm (1979).
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ OLD_VERDICTS = {
     "refuted": "not better than GRPO",
     "not better than tuned GRPO": "not better than GRPO",
 }
-"""Words of study.json files written before the five (issue 56) and the word each reads as
+"""Words of study.json files written before the five claim words and the word each reads as
 (`translate`; *below GRPO* where the record says so)."""
 
 PICK_KEYS = ("setting", "step", "params", "lift", "lift_lo", "lift_hi")
@@ -104,7 +104,7 @@ CLAIMS = (
     ("unlikeliness", "unlikeliness", "pass_at_k", "the unlikeliness reward keeps pass@k"),
     ("w_reinforce", "w_reinforce", "pass_at_k",
      "W-REINFORCE (down-weighted positive samples) keeps pass@k"),
-    # The field's controls (issue 39), each its source's claim:
+    # The field's controls, each its source's claim:
     ("clip_cov", "clip_cov", "pass_at_k", "Clip-Cov keeps pass@k (Cui et al. 2025)"),
     ("kl_cov", "kl_cov", "pass_at_k", "KL-Cov keeps pass@k (Cui et al. 2025)"),
     ("clip_higher", "clip_higher", "distinct_correct",
@@ -193,12 +193,12 @@ def select(
     setting, against +2.53 for the largest t and +2.47 for shrinkage (a model's standard error
     grows with how far it moved, and so does a good setting's lift, so shrinkage picks
     less-moved models whose true lift is smaller); a lower bound prefers models whose position
-    gives a small standard error, not a large lift (issue 37: the best of three settings picked
-    in 50-74% of studies against 84-87%). A label none of whose models has a lift, but
-    some below the range (less pass@1 than the base and every GRPO model), gets its model nearest
-    the range: the largest share of draws with a lift (``inside_fraction``), then the largest
-    pass@1; the curve-free check decides its claim (`dominated`). A label with neither is left
-    out (its models never left the base).
+    gives a small standard error, not a large lift (the best of three settings picked in 50-74% of
+    studies against 84-87%). A label none of whose models has a lift, but some below the range (less
+    pass@1 than the base and every GRPO model), gets its model nearest the range: the largest share
+    of draws with a lift (``inside_fraction``), then the largest pass@1; the curve-free check
+    decides its claim (`dominated`). A label with neither is left out (its models never left the
+    base).
 
     Args:
         section: one measure's section of `experiment.report.lift_analysis`.
@@ -399,7 +399,7 @@ def sharpening_verdict(
     training config's values of the tuned keys, e.g. ``{"lr": 0.3, "kl_coef": 0.0}``; a key a
     setting does not name takes its default); without `defaults`, or when none agrees, the first
     setting. (With a ``tune`` table the first setting is the first tuning combination, e.g. the
-    smallest learning rate, not the configured one: issue 37.)"""
+    smallest learning rate, not the configured one.)"""
     ms = [m for m in section["models"] if m["label"] == label and m["step"] > 0]  # not the base
     if not ms:
         raise ValueError(f"sharpening: no trained model with label {label!r}")

@@ -2,8 +2,8 @@
 verdicts.md (`study_markdown`: the confirmation tables, the curve-free check, the claims, the
 designs for the MDE goal), the README's claims table (`claims_table`), a study's provenance
 (`provenance`: config hash, git commit, CPU and numerics level); publishing a study into a
-committed folder is `experiment.reread.publish` (it checks that the folder holds one study). Sources: issue 20 and issue 37 (the tables' contents); issue 42
-(reports apart from the decisions).
+committed folder is `experiment.reread.publish` (it checks that the folder holds one study).
+Sources: docs/statistics.md (the tables' contents).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One driver for a two-stage study of either leg (issue 42): explore, pick, confirm, conclude.
+"""One driver for a two-stage study of either leg: explore, pick, confirm, conclude.
 
 A study file is a leg's sweep file plus a ``[study]`` table (`read_study`): the confirmation's
 fresh seeds and problems, a claim's size and the family-wise level (`StudyClaims` and the leg's
@@ -21,8 +21,7 @@ implements `Leg`: it trains and evaluates a stage's runs and describes its desig
 the rest, the same for both: the picks, the verdicts, the design paragraph of verdicts.md (`how`)
 and study.json / verdicts.md (`experiment.reread.write_study`).
 
-Sources: issue 20 (the two-stage design), issue 37 (equal budgets, the verdict words), issue 42
-(one driver).
+Sources: docs/statistics.md (the two-stage design, equal budgets, the verdict words).
 """
 
 from __future__ import annotations

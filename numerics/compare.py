@@ -1,5 +1,5 @@
 """`python -m numerics.compare [PATH ...]`: are the outputs under PATH (default ``figures``) the
-committed ones? The last step of `make reproduce` (issue 19).
+committed ones? The last step of `make reproduce`.
 
 Prints ``identical to the committed results`` and exits 0, or lists each file that differs from
 git's ``HEAD`` (or is new) with how much: for JSON the largest difference of a reported number and

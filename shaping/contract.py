@@ -185,7 +185,7 @@ _DIFFERENCES = (("logp", "logp_old", "the ratio exp(logp - logp_old)"),
 
 
 def _check_infinite_pairs(name: str, batch: Mapping[str, Any], mask: Any) -> None:
-    # -inf in both terms of a difference: NaN in the loss (issue 54).
+    # -inf in both terms of a difference: NaN in the loss.
     for a, b, what in _DIFFERENCES:
         x, y = batch.get(a), batch.get(b)
         if x is None or y is None or not (_host(x) and _host(y)):

@@ -1099,9 +1099,9 @@ differ from GRPO only with several steps per batch (a test checks the equality).
 
 
 # ---------------------------------------------------------------------------------------------
-# Policy losses the field uses beside GRPO's clipped surrogate (issue 39): each keeps GRPO's
-# group advantages and changes the per-token loss (`Shaping.surrogate`) or the ratio. A method
-# that reads the clip widths declares ``eps_low`` / ``eps_high`` (the common defaults).
+# Policy losses the field uses beside GRPO's clipped surrogate: each keeps GRPO's group advantages
+# and changes the per-token loss (`Shaping.surrogate`) or the ratio. A method that reads the clip
+# widths declares ``eps_low`` / ``eps_high`` (the common defaults).
 
 
 def _expanded(xp: Any, adv: Array, like: Array) -> Array:
@@ -1261,8 +1261,8 @@ def clip_cov(
     (`core.batch_random_count`: verl's ``torch.randperm`` distribution, seeded by
     ``clip_cov_seed`` and the batch's ``logp_old``, so still a function of the inputs); "top"
     (the default, which the committed studies ran) takes the ``k`` of largest covariance (ties
-    by position), the low end of verl's distribution of losses (issue 54). Both take every
-    eligible token when at most ``k`` are. Covariances: `core.token_covariance`.
+    by position), the low end of verl's distribution of losses. Both take every eligible token when
+    at most ``k`` are. Covariances: `core.token_covariance`.
 
     Shapes: ``rewards`` (B, G); ``logp``, ``logp_old``, ``mask`` (B, G, T) -> advantages (B, G).
 

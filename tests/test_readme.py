@@ -98,3 +98,15 @@ def test_install_lines_name_what_an_index_has():
     wrong = [str(f.relative_to(ROOT)) for f in files
              if re.search(r"pip\s+install\s+[\"']?sharpening\[", f.read_text(encoding="utf-8"))]  # fmt: skip
     assert not wrong, f"pip install of an unpublished name in {wrong}"
+
+
+def test_pages_and_modules_cite_no_tracker_issue():
+    """Users read the README, docs/ and the docstrings without the project's issue tracker, so
+    they cite files, papers and code, never ``issue N`` (CHANGELOG.md may: it is history)."""
+    files = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    for package in ("numerics", "theory", "shaping", "experiment", "toymdp", "llm"):
+        files += sorted((ROOT / package).rglob("*.py"))
+    cited = [f"{f.relative_to(ROOT)}:{i}" for f in files
+             for i, line in enumerate(f.read_text(encoding="utf-8").splitlines(), 1)
+             if re.search(r"\b[Ii]ssues? \d+", line)]  # fmt: skip
+    assert not cited, f"issue numbers cited in {cited}"

@@ -1,4 +1,4 @@
-"""JAX tree-MDP simulator driven by the shared `shaping/` core (issue 4).
+"""JAX tree-MDP simulator driven by the shared `shaping/` core.
 
 Modules (import them directly; this package imports nothing heavy on its own):
 

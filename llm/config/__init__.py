@@ -394,8 +394,8 @@ class TrainConfig:
     on them (give each seed its own `model_path`)"""
     tiny_sum_fraction: float = option(0.0, ge=0.0, le=1.0)
     """share of llm.model.tiny's problems whose target is the sum of their numbers
-    (TinyConfig.sum_fraction; issue 38's designed regime, where the "add every number" rule is right
-    that often; give each setting its own `model_path`)"""
+    (TinyConfig.sum_fraction; the designed regime of configs/study_countdown_rule.toml, where the
+    "add every number" rule is right that often; give each setting its own `model_path`)"""
     tiny_rule_fraction: float = option(0.0, ge=0.0, le=1.0)
     """share of the tiny base model's warm-start examples that are the "add every number" rule,
     right or wrong (TinyConfig.rule_fraction; the strategy a pretrained model brings)"""
@@ -553,9 +553,9 @@ OLD_KEYS: dict[str, str] = {
 count is ``samples`` from the TOML to the code (``eval.n_samples``). Each was accepted with a
 `FutureWarning` for one release; a config file, ``--set`` pair, keyword override or sweep setting
 that still spells one is refused with a one-line error naming the new key (`refuse_old_key`,
-`experiment.schema.removed`; issue 42). A run folder's saved ``config.toml``, written by the program,
-is upgraded instead (`load_saved_config`, `llm.run.checkpoint.upgrade_run_config`: the value moves
-to the new key, the move is recorded in the folder; issue 53)."""
+`experiment.schema.removed`). A run folder's saved ``config.toml``, written by the program, is
+upgraded instead (`load_saved_config`, `llm.run.checkpoint.upgrade_run_config`: the value moves to
+the new key, the move is recorded in the folder)."""
 
 
 def describe() -> str:

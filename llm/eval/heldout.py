@@ -373,15 +373,14 @@ def evaluate_models(
     token_entropy: bool = False,
     reference: torch.nn.Module | None = None,
 ) -> list[dict[str, Any]]:
-    """`evaluate` of M models of one architecture at once (issue 22): every call samples the
-    same prompts for all models in one stacked program (`llm.rollout.stacked.sample_groups`),
-    model m drawing from its own generator seeded with `seed` (paired: every model gets the same
-    random stream). Each model's records are its records evaluated alone, to the bit
-    (`llm.rollout.stacked.VERSION` 2: a generator draws only while its model's rows decode).
-    Returns one `evaluate` record per model, in order. The models may sample in float32 or
-    bfloat16, on the CPU or a GPU (their device; the generators are made there): each prompt runs
-    once and its keys and values serve its samples, from a cache of fixed size
-    (`llm.model.stacked`), the sampler of ``eval.sampler = "stacked"``.
+    """`evaluate` of M models of one architecture at once: every call samples the same prompts for
+    all models in one stacked program (`llm.rollout.stacked.sample_groups`), model m drawing from
+    its own generator seeded with `seed` (paired: every model gets the same random stream). Each
+    model's records are its records evaluated alone, to the bit (`llm.rollout.stacked.VERSION` 2: a
+    generator draws only while its model's rows decode). Returns one `evaluate` record per model, in
+    order. The models may sample in float32 or bfloat16, on the CPU or a GPU (their device; the
+    generators are made there): each prompt runs once and its keys and values serve its samples,
+    from a cache of fixed size (`llm.model.stacked`), the sampler of ``eval.sampler = "stacked"``.
 
     The stream differs from `evaluate` through `HFGenerateBackend` (transformers' `generate`
     draws from the global RNG), so the two give different samples of the same distribution.

@@ -1,5 +1,5 @@
 """R models of one Llama architecture as one program: a forward pass whose weights carry a leading
-run axis (issue 22, batched runs).
+run axis (batched runs: `llm.train.batched`).
 
 Why not ``torch.func.vmap`` over the transformers model (`stack_module_state` + `functional_call`):
 transformers builds its attention mask with data-dependent control flow (it asks whether a padding

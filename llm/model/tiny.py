@@ -100,8 +100,9 @@ class TinyConfig:
     """seed of the training and held-out problem streams"""
     sum_fraction: float = 0.0
     """share of problems whose target is replaced by the sum of their numbers (when <= max_target):
-    the problems on which the "add every number" rule is right (issue 38's designed regime; 0:
-    the solver-only distribution, whose random expressions make the sum right for ~6%)"""
+    the problems on which the "add every number" rule is right (the designed regime,
+    configs/study_countdown_rule.toml; 0: the solver-only distribution, whose random expressions
+    make the sum right for ~6%)"""
     rule_fraction: float = 0.0
     """share of the warm start's examples that are the "add every number" rule (the numbers in
     the prompt's order joined by +), right or wrong: the strategy a pretrained model brings
@@ -368,7 +369,8 @@ def _draw(config: TinyConfig, rng: np.random.Generator, n: int) -> list[Countdow
         max_target=config.max_target,
     )
     if config.sum_fraction == 0:
-        return problems  # the stream of every base model before issue 38, draw for draw
+        # the stream of every base model before the designed regime was added, draw for draw
+        return problems
     summed = rng.random(len(problems)) < config.sum_fraction
     return [
         CountdownProblem(p.nums, sum(p.nums)) if s and sum(p.nums) <= config.max_target else p

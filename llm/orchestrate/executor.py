@@ -167,7 +167,7 @@ def with_imports(imports: Sequence[str], fn: Callable[[Any], Any], job: Any) -> 
 
 def die_with_parent(parent: int) -> None:
     """A worker's initializer: end this process when the driver `parent` ends, ``kill -9``
-    included, so that no worker goes on training a dead sweep's queued runs (issue 40).
+    included, so that no worker goes on training a dead sweep's queued runs.
 
     On Linux the kernel sends SIGKILL at the parent's death (``prctl(PR_SET_PDEATHSIG)``);
     elsewhere, or if that call fails, a daemon thread checks every `WATCHDOG_S` seconds that the

@@ -2,8 +2,7 @@
 runs on this machine and compare their fingerprints with the study's (`spot_check`).
 
 Equal fingerprints (checkpoint weights and per-problem counts) on another CPU say that this
-machine would reproduce the study's bytes, and so its verdicts, at the cost of a few runs
-(issue 20: "on a second machine the verdicts are the same").
+machine would reproduce the study's bytes, and so its verdicts, at the cost of a few runs.
 """
 
 from __future__ import annotations
@@ -40,11 +39,10 @@ def spot_check(
     ones the study recorded: the base model's evaluation and `runs` runs drawn with `seed`, each
     alone (a run of the ``batched`` engine as a batch of one: its bytes do not depend on its batch,
     `llm.orchestrate.sweep.pack_jobs`). Equal fingerprints on another CPU say that this machine
-    would reproduce the study's bytes, and so its verdicts, at the cost of a few runs (issue 20: "on
-    a second machine the verdicts are the same"). The study's config is read at the path its
-    provenance records (relative: run from the repository root). Writes ``OUT/spot_check.json``
-    (default OUT: ``runs/llm_spot_check/<config stem>``; runs found there from an earlier check
-    are reused).
+    would reproduce the study's bytes, and so its verdicts, at the cost of a few runs. The study's
+    config is read at the path its provenance records (relative: run from the repository root).
+    Writes ``OUT/spot_check.json`` (default OUT: ``runs/llm_spot_check/<config stem>``; runs found
+    there from an earlier check are reused).
 
     Returns:
         ``{"study", "config", "engine", "numerics": {"study", "here"}, "cpu_id": {"study",

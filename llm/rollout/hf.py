@@ -1,9 +1,10 @@
 """The transformers rollout backend: G sampled responses per prompt with the behaviour log-probs
 (see CONTRACT.md and `llm.rollout.base`).
 
-`HFGenerateBackend` samples with transformers' `model.generate` (CPU or GPU); the vLLM backend of
-the GPU issue implements the same `RolloutBackend` protocol. Shapes: B prompts, G responses per
-prompt (a group), P prompt tokens, T response tokens, V vocabulary entries, N top candidates.
+`HFGenerateBackend` samples with transformers' `model.generate` (CPU or GPU); the vLLM backend
+(`llm.rollout.vllm_engine.VLLMBackend`) implements the same `RolloutBackend` protocol. Shapes:
+B prompts, G responses per prompt (a group), P prompt tokens, T response tokens, V vocabulary
+entries, N top candidates.
 
 Sources read (transformers 5.23, the installed version; the API is the same since 4.38):
 - `GenerationMixin._sample` (transformers/generation/utils.py): at every step

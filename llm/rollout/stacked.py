@@ -1,4 +1,4 @@
-"""Group sampling for R runs at once (issue 22): the prompts of every run go through one
+"""Group sampling for R runs at once: the prompts of every run go through one
 `llm.model.stacked.StackedLM` pass, the G responses of each prompt continue its shared keys and
 values, and every decoding step is one stacked forward of all runs' rows with a KV cache.
 

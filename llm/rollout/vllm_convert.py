@@ -77,21 +77,20 @@ def rollout_batch_from_outputs(
     rank (rank 1 first, ties in dict order, a missing rank last), which drops the sampled token
     when it was added outside the top N.
 
-    Vectorized (issue 12 item 6), for vLLM's two log-prob formats. `FlatLogprobs` (what
-    `VLLMBackend` asks for, `SamplingParams(flat_logprobs=True)`): the flat lists of all
-    completions are read in a few C-level passes (`np.fromiter`), no per-position dict or
-    `Logprob` object, and with vLLM's layout (N + 1 entries a position) processed as an
-    (L, N + 1) grid (`_positions_of_flat`). A list of dicts: the dicts of all positions are read
-    the same way (`itertools.chain` into `np.fromiter`) into flat entry arrays (id, log-prob,
-    rank); the sampled token's entry is found by comparing ids, candidates by one stable sort on
-    (position, rank) (`_positions_of_entries`). Everything is then scattered into the padded
-    tensors at once. Both equal the per-token loop it replaced (`tests/llm/reference_convert.py`,
-    which reads a `FlatLogprobs` position by position as dicts; tested on random stand-ins and on
-    real vLLM objects). Measured on 2 shared CPU cores (`bench/bench_vllm_convert.py`, 256
-    responses x ~3,000 tokens), us/token with FlatLogprobs / dicts / the loop: 0.82 / 1.40 / 46.7
-    with N = 3 and 0.32 / 0.51 / 12.6 with N = 0; what remains is reading the Python ints and
-    floats of the flat lists (~20 ns each, N + 1 ids, log-probs and ranks a token) and
-    `batch_decode` (~0.27 us/token).
+    Vectorized, for vLLM's two log-prob formats. `FlatLogprobs` (what `VLLMBackend` asks for,
+    `SamplingParams(flat_logprobs=True)`): the flat lists of all completions are read in a few
+    C-level passes (`np.fromiter`), no per-position dict or `Logprob` object, and with vLLM's layout
+    (N + 1 entries a position) processed as an (L, N + 1) grid (`_positions_of_flat`). A list of
+    dicts: the dicts of all positions are read the same way (`itertools.chain` into `np.fromiter`)
+    into flat entry arrays (id, log-prob, rank); the sampled token's entry is found by comparing
+    ids, candidates by one stable sort on (position, rank) (`_positions_of_entries`). Everything is
+    then scattered into the padded tensors at once. Both equal the per-token loop it replaced
+    (`tests/llm/reference_convert.py`, which reads a `FlatLogprobs` position by position as dicts;
+    tested on random stand-ins and on real vLLM objects). Measured on 2 shared CPU cores
+    (`bench/bench_vllm_convert.py`, 256 responses x ~3,000 tokens), us/token with FlatLogprobs /
+    dicts / the loop: 0.82 / 1.40 / 46.7 with N = 3 and 0.32 / 0.51 / 12.6 with N = 0; what remains
+    is reading the Python ints and floats of the flat lists (~20 ns each, N + 1 ids, log-probs and
+    ranks a token) and `batch_decode` (~0.27 us/token).
 
     Args:
         prompts: B prompt texts.

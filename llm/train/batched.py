@@ -1,6 +1,5 @@
-"""Batched runs (issue 22): R training runs of one base model as one program, the stacked engine of
-the one training loop (`llm.train.loop.train_loop`: this module brings the sampling and the
-gradient pass).
+"""Batched runs: R training runs of one base model as one program, the stacked engine of the one
+training loop (`llm.train.loop.train_loop`: this module brings the sampling and the gradient pass).
 
 Each run keeps everything a run of `llm.train.trainer.train` has: its own model (a transformers
 `LlamaForCausalLM`), AdamW, schedule, data position, seed, run folder, metrics.jsonl and atomic

@@ -1,11 +1,10 @@
-"""Driver-level controls of a training step that act around the method's loss (issue 39):
-DAPO's dynamic sampling and overlong masking, Skywork-OR1's adaptive entropy coefficient,
-outcome-based exploration bonuses on final answers, the KL penalty in the reward, the adaptive
-KL coefficient and ProRL's reference reset. First pure functions of tensors, answers and counts
-(and one in-place weight copy); then the same controls applied to a step's batch
-(`Controls`, `explore_rewards`, `kl_control`, `mask_truncated`, `adapt_entropy`), which
-`llm.train.trainer` calls; their state (the coefficients, the answer counts, the reference's
-step) travels in the checkpoint.
+"""Driver-level controls of a training step that act around the method's loss: DAPO's dynamic
+sampling and overlong masking, Skywork-OR1's adaptive entropy coefficient, outcome-based exploration
+bonuses on final answers, the KL penalty in the reward, the adaptive KL coefficient and ProRL's
+reference reset. First pure functions of tensors, answers and counts (and one in-place weight copy);
+then the same controls applied to a step's batch (`Controls`, `explore_rewards`, `kl_control`,
+`mask_truncated`, `adapt_entropy`), which `llm.train.trainer` calls; their state (the coefficients,
+the answer counts, the reference's step) travels in the checkpoint.
 
 Shapes: B prompts, G responses per prompt (a group), P prompt tokens, T response tokens, N
 candidates. Formulas: docs/formulas.md §2.31-§2.33, §2.35-§2.37.

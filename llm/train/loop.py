@@ -1,5 +1,5 @@
-"""The one training loop (issue 58): R >= 1 runs, each step rollout -> score -> behaviour batch and
-controls -> update -> log and checkpoint, with the engine's parts swapped in.
+"""The one training loop: R >= 1 runs, each step rollout -> score -> behaviour batch and controls ->
+update -> log and checkpoint, with the engine's parts swapped in.
 
 What is the same for every engine lives here: the step's order, each run's driver-level controls
 (`llm.train.control`: exploration bonuses, the behaviour batch, the KL penalty and the adaptive

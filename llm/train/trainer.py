@@ -1,4 +1,4 @@
-"""GRPO-family trainer on torch + transformers, driven by `shaping.METHODS` (issue 5).
+"""GRPO-family trainer on torch + transformers, driven by `shaping.METHODS`.
 
 `train` is the process engine of the one training loop (`llm.train.loop.train_loop`): one run, in
 one process or a torchrun world, sampling through a rollout backend. Each block of a step lives in

@@ -287,8 +287,8 @@ def optimizer_step(
     """
     clip = cfg.optim.max_grad_norm if cfg.optim.max_grad_norm > 0 else float("inf")
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
-    # Stop before a non-finite update reaches the weights (issue 13): the newest checkpoint stays
-    # the last good state.
+    # Stop before a non-finite update reaches the weights: the newest checkpoint stays the last good
+    # state.
     check_finite(step, loss=float(loss), grad_norm=grad_norm)
     result.grad_norms.append(grad_norm)
     optimizer.step()

@@ -1,8 +1,7 @@
 """Toy experiments, one module per figure; importing this package registers them all.
 
-Figure numbers follow issue 4: 1 the CaSP tree, 2 selection and reinforcement bias, 3 Theorem 3.4,
-4 convergence of exact-gradient training, 5 all methods, 6 pass@k on held-out prompts, 7 solution
-multiplicity.
+Figure numbers: 1 the CaSP tree, 2 selection and reinforcement bias, 3 Theorem 3.4, 4 convergence of
+exact-gradient training, 5 all methods, 6 pass@k on held-out prompts, 7 solution multiplicity.
 """
 
 from toymdp.experiments import (  # noqa: F401  (registration)

@@ -20,14 +20,14 @@ The paper publishes none of its training settings, so these are choices (docs/fo
   N = 3, q = 0.8), DS-GRPO γ_p = 1, γ_n = γ_p/4 (the ratio of the registry defaults). Other
   methods use their registry defaults.
 
-The grid (issue 11): mode counts depend on the start, the optimizer and the learning rate at
-least as much as on the method, so the focal methods (GRPO, entropy bonus, DS-GRPO, CaSP) are
-rerun over base skew (uniform, skewed) × optimizer (Adam at lr 0.03, 0.1, 0.3; SGD at 1, 3, 10) ×
-their coefficient, CaSP also with its high-entropy mask off (quantile q = 0: every token is
-eligible). Each (method, cell) is scored by the most modes any of its coefficients keeps at mean
-accuracy ≥ `ACCURACY_FLOOR` = 0.99 (`best_modes`). Settings (skew, lr, coefficients) are data:
-one compiled program per (registry method, optimizer), GRPO, the entropy bonus and DS-GRPO all
-as `ds_grpo` settings (`DS_FAMILY`), all compiled together into one XLA program.
+The grid: mode counts depend on the start, the optimizer and the learning rate at least as much as
+on the method, so the focal methods (GRPO, entropy bonus, DS-GRPO, CaSP) are rerun over base skew
+(uniform, skewed) × optimizer (Adam at lr 0.03, 0.1, 0.3; SGD at 1, 3, 10) × their coefficient, CaSP
+also with its high-entropy mask off (quantile q = 0: every token is eligible). Each (method, cell)
+is scored by the most modes any of its coefficients keeps at mean accuracy ≥ `ACCURACY_FLOOR` = 0.99
+(`best_modes`). Settings (skew, lr, coefficients) are data: one compiled program per (registry
+method, optimizer), GRPO, the entropy bonus and DS-GRPO all as `ds_grpo` settings (`DS_FAMILY`), all
+compiled together into one XLA program.
 """
 
 from __future__ import annotations

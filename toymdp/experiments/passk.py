@@ -1,10 +1,10 @@
 """Figure 6: held-out trade-off frontiers of every method of figure 5 against GRPO's own curve.
 
-The question (issue 11): does a shaping method buy more diversity (pass@k at large k, distinct
-correct responses) per unit of correctness (pass@1) than GRPO's own trade-off? One coefficient per
-method cannot answer it, so every method of figure 5 is swept from no effect to collapse (`sweep_doc`,
-run by `toymdp.sweep`), and each final point is compared with GRPO's curve at the same held-out
-pass@1: GRPO's checkpoints along training, a `kl_coef` sweep and two other learning rates
+The question: does a shaping method buy more diversity (pass@k at large k, distinct correct
+responses) per unit of correctness (pass@1) than GRPO's own trade-off? One coefficient per method
+cannot answer it, so every method of figure 5 is swept from no effect to collapse (`sweep_doc`, run
+by `toymdp.sweep`), and each final point is compared with GRPO's curve at the same held-out pass@1:
+GRPO's checkpoints along training, a `kl_coef` sweep and two other learning rates
 (`experiment.inference.lift_inference`: the lift at matched pass@1 over the concave hull of GRPO's
 models, with its t interval over seeds × dataset draws).
 
@@ -187,8 +187,9 @@ FRONTIER_METHODS: tuple[dict, ...] = (
     {"method": "dr_grpo", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "psr", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
     {"method": "nsr", "grid": {"lr": [0.03, 0.1, 0.3, 1.0]}},
-    # Issue 39's losses that act on-policy (the others, `shaping.OFF_POLICY_ONLY`, are GRPO here:
-    # one optimizer step per batch). Clip-Cov's band starts at 0: toy covariances are O(1).
+    # The field's policy losses beside GRPO's surrogate that act on-policy (the others,
+    # `shaping.OFF_POLICY_ONLY`, are GRPO here: one optimizer step per batch). Clip-Cov's band
+    # starts at 0: toy covariances are O(1).
     {"method": "clip_cov", "fixed": {"clip_cov_lb": 0.0},
      "grid": {"clip_cov_ratio": [0.02, 0.05, 0.1, 0.2]}},
     {"method": "entropy_adv", "grid": {"alpha": [0.1, 0.4, 1.0, 3.0]}},
