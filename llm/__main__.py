@@ -27,7 +27,7 @@
                         # train the pending picks' confirmation (a re-read picked settings the
                         # confirmation did not train) and read the whole study again
     python -m llm spot-check STUDY.json [--runs 1] [--seed 0] [--out DIR] [--workers N]
-                        [--emulate CPU]
+                        [--emulate CPU] [--import MODULE ...]
                         # re-train a few confirmation runs here (or on a CPU QEMU emulates):
                         # the same bytes as the study's?
 
@@ -401,8 +401,10 @@ def _spot_check(args: argparse.Namespace) -> int:
     if args.emulate:  # the same command, in one process, under QEMU
         again = ["-m", "llm", "spot-check", args.study, "--runs", str(args.runs),
                  "--seed", str(args.seed), "--workers", "1",
-                 *(["--out", args.out] if args.out else [])]  # fmt: skip
+                 *(["--out", args.out] if args.out else []),
+                 *(x for m in args.imports for x in ("--import", m))]  # fmt: skip
         return run_emulated(again, args.emulate)
+    import_methods(args.imports)
     r = spot_check(args.study, runs=args.runs, seed=args.seed, out=args.out,
                    workers=args.workers, progress=sys.stderr.isatty(),
                    log=not sys.stderr.isatty())  # fmt: skip
@@ -606,7 +608,9 @@ def _main(argv: list[str]) -> int:
 
     sc = sub.add_parser("spot-check", help="re-train a few of a study's confirmation runs here "
                         "and compare their fingerprints with the study's")  # fmt: skip
-    sc.add_argument("study", help="a study.json with fingerprints (figures/llm_study_*/study.json)")
+    sc.add_argument("study", help="a study.json with fingerprints (figures/llm_study_*/study.json, "
+                    "or an extension's: runs/llm_extend/*/study.json)")  # fmt: skip
+    cli.add_import_argument(sc)
     sc.add_argument("--runs", type=int, default=1, help="runs drawn (default 1), each re-trained "
                     "alone, with the base model's evaluation")  # fmt: skip
     sc.add_argument("--seed", type=int, default=0, help="which runs: the draw's seed (default 0)")

@@ -2,7 +2,10 @@
 runs on this machine and compare their fingerprints with the study's (`spot_check`).
 
 Equal fingerprints (checkpoint weights and per-problem counts) on another CPU say that this
-machine would reproduce the study's bytes, and so its verdicts, at the cost of a few runs.
+machine would reproduce the study's bytes, and so its verdicts, at the cost of a few runs. An
+extension's study.json (``python -m llm study --extend``) is checked the same way: its new
+methods' confirmation runs, from the study it extends and its methods file (the methods' module
+imported first, ``--import``).
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ from typing import Any
 import numpy as np
 
 import numerics
+from experiment import extend as E
 from experiment import store
 from experiment import study_report as R
-from experiment.extend import check_config
+from llm.orchestrate.extend import LLMExtension
 from llm.orchestrate.study_spec import confirmation, load_study
 from llm.orchestrate.sweep import rerun_runs
+from llm.orchestrate.sweep_spec import SweepSpec
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from numerics.emulate import emulated
 
@@ -66,11 +71,15 @@ def spot_check(
         raise FileNotFoundError(f"study: no such file {str(study_path)!r}")
     doc = store.read_json(study_path)
     prints = doc.get("fingerprints", {}).get("confirm") if isinstance(doc, dict) else None
+    if not prints and isinstance(doc, dict) and "extends" in doc:
+        raise ValueError(f"{study_path}: an extension none of whose methods was picked "
+                         f"({', '.join(doc.get('unpicked', [])) or 'none'}): it trained no "
+                         "confirmation run to check")  # fmt: skip
     if not prints:
         raise ValueError(f"{study_path}: no fingerprints (a study.json written before they were "
                          "recorded); read the study again with python -m llm study")  # fmt: skip
     prov = doc["provenance"]
-    config_path = check_config(prov, study_path)
+    config_path = E.check_config(prov, study_path)
     here = R.provenance(config_path, numerics.tag())
     pinned = str(prov.get("numerics", ""))
     if pinned.startswith("pinned") and pinned != here["numerics"]:
@@ -89,15 +98,20 @@ def spot_check(
                          f"the stacked sampler, this code's is {SAMPLER_VERSION} "
                          "(llm.rollout.stacked.VERSION); check out the study's commit "
                          f"{prov.get('git_commit', '?')[:12]}")  # fmt: skip
-    sweep, spec = load_study(config_path)
-    csweep = confirmation(sweep, spec, doc["picks"]["pass_at_k"])
+    picks = doc["picks"]["pass_at_k"]
+    if "extends" in doc:
+        csweep = _extension_sweep(doc, config_path, study_path, picks)
+        steps = {label: [pick["step"]] for label, pick in picks.items()}
+    else:
+        sweep, spec = load_study(config_path)
+        csweep, steps = confirmation(sweep, spec, picks), None
     trained = [n for n in prints if n != "base"]
     rng = np.random.default_rng(seed)
     take = min(runs, len(trained))
     drawn = {trained[i] for i in rng.choice(len(trained), size=take, replace=False).tolist()}
     out = Path(out) if out is not None else Path("runs/llm_spot_check") / config_path.stem
     got = rerun_runs(csweep, out, ["base", *sorted(drawn)], engine=engine, workers=workers,
-                     progress=progress, log=log)  # fmt: skip
+                     progress=progress, log=log, steps=steps)  # fmt: skip
     names = ["base", *(n for n in prints if n in drawn)]  # the study's order
     rows = [{"run": n, "study": prints[n], "here": got[n], "same": prints[n] == got[n]}
             for n in names]  # fmt: skip
@@ -112,3 +126,32 @@ def spot_check(
     }  # fmt: skip
     store.write_json(out / "spot_check.json", report, indent=1)
     return report
+
+
+def _extension_sweep(
+    doc: dict[str, Any], methods_path: Path, study_path: Path, picks: dict[str, Any]
+) -> SweepSpec:
+    """The confirmation sweep of an extension's picks: the study it extends (its folder as the
+    extension recorded it, checked to be the same bytes) with the extension's methods file, as
+    `llm.orchestrate.extend.LLMExtension` built it.
+
+    Raises:
+        ValueError: the extended study changed since the extension (its files' SHA-256 differ), or
+            a method of the methods file that is not registered (``--import`` its module).
+    """
+    extends = doc["extends"]
+    committed = E.load_committed(extends["dir"], unit=LLMExtension.unit)
+    if committed.hashes != extends.get("sha256"):
+        changed = sorted(k for k in committed.hashes
+                         if committed.hashes[k] != extends.get("sha256", {}).get(k))  # fmt: skip
+        raise ValueError(f"{study_path}: the study it extends, {extends['dir']}, changed since "
+                         f"the extension ({', '.join(changed)})")  # fmt: skip
+    methods, claims = E.read_methods(methods_path)
+    imported = doc["provenance"].get("imports") or []
+    try:
+        leg = LLMExtension(committed, methods, claims, study_path.parent, methods_path)
+    except ValueError as err:
+        if not imported:
+            raise
+        raise ValueError(f"{err} (the extension imported {', '.join(imported)})") from None
+    return confirmation(leg.ext, leg.spec, picks)

@@ -390,12 +390,14 @@ def rerun_runs(
     workers: int | None = None,
     progress: bool = True,
     log: bool = False,
+    steps: Mapping[str, Sequence[int]] | None = None,
 ) -> dict[str, str]:
     """Train and evaluate the runs `names` of `spec` (``"base"``: the base model's evaluation)
     into `out` as `run_sweep` would, on local workers, and return their `run_fingerprint`s:
     each run alone (under engine ``batched``, a batch of one: a run's bytes do not depend on its
-    batch, `pack_jobs`). A spot check of a study on another machine
-    (`llm.orchestrate.spot_check.spot_check`).
+    batch, `pack_jobs`). `steps`: per label the checkpoints evaluated (`run_sweep`; an extension's
+    confirmation evaluates each pick at its step alone). A spot check of a study on another
+    machine (`llm.orchestrate.spot_check.spot_check`).
 
     Raises:
         ValueError: a name that is not a run of `spec` (the message lists a few that are), or as
@@ -405,7 +407,7 @@ def rerun_runs(
     workers = default_workers() if workers is None else workers
     with RunLock(out):  # one sweep per folder (`run_sweep`)
         jobs, *_ = sweep_jobs(spec, out, engine=engine, workers=workers, progress=progress,
-                               run_bars=progress and workers <= 1)  # fmt: skip
+                               run_bars=progress and workers <= 1, steps=steps)  # fmt: skip
         by_name = {j.name: j for j in jobs}
         wanted = list(dict.fromkeys(names))
         unknown = [n for n in wanted if n not in by_name]

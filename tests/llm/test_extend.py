@@ -210,3 +210,47 @@ def test_a_pending_pick_is_confirmed_at_every_checkpoint(studies, tmp_path, monk
     row = next(r for r in done["claims"] if r["claim"] == "entropy_bonus")
     assert row["verdict"] in S.VERDICTS
     assert "Picks not confirmed" not in (out / "verdicts.md").read_text()
+
+
+def test_a_spot_check_retrains_an_extensions_confirmation_runs(studies, tmp_path, capsys):
+    """`python -m llm spot-check` of an extension's study.json rebuilds its confirmation from the
+    study it extends and its methods file, and re-trains its runs (each pick evaluated at its step
+    alone, as the extension did) to the same fingerprints."""
+    out = tmp_path / "ext"
+    argv = ["study", "--extend", str(studies["without"]), "--methods", str(studies["methods"]),
+            "--out", str(out), "--workers", "1"]  # fmt: skip
+    assert main(argv) == 0
+    path = out / "study.json"
+    doc = json.loads(path.read_text())
+    spot = ["spot-check", str(path), "--runs", "2", "--out", str(tmp_path / "spot"),
+            "--workers", "1"]  # fmt: skip
+    if not doc["picks"]["pass_at_k"]:  # this random model's runs never left the base
+        capsys.readouterr()
+        assert main(spot) == 2
+        assert "none of whose methods was picked (w_reinforce)" in capsys.readouterr().err
+        # The same study.json with a pick, confirmed by the extension's own code.
+        committed = E.load_committed(studies["without"])
+        methods, claims = E.read_methods(studies["methods"])
+        leg = LLMExtension(committed, methods, claims, tmp_path / "graft", studies["methods"],
+                           {"workers": 1, "progress": False})  # fmt: skip
+        pick = {"w_reinforce": {"setting": "lam=0.3", "step": 2, "params": {"lam": 0.3}}}
+        leg.confirm(pick, retrain=False)
+        doc["picks"]["pass_at_k"] = pick
+        doc["fingerprints"]["confirm"] = leg.prints["confirm"]
+        path.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(spot) == 0
+    rep = json.loads((tmp_path / "spot" / "spot_check.json").read_text())
+    assert rep["same"] == rep["of"] == 2 and rep["runs"][0]["run"] == "base"
+    assert "2 of 2 runs identical" in capsys.readouterr().out
+    # The study it extends changed since: named, nothing re-trained.
+    moved = tmp_path / "moved"
+    shutil.copytree(studies["without"], moved)
+    doc["extends"]["dir"] = str(moved)
+    theirs = json.loads((moved / "study.json").read_text())
+    (moved / "study.json").write_text(json.dumps({**theirs, "note": "edited"}))
+    path.write_text(json.dumps(doc))
+    assert main([*spot[:-4], "--out", str(tmp_path / "spot2")]) == 2
+    assert f"the study it extends, {moved}, changed since the extension (study.json)" in (
+        capsys.readouterr().err
+    )
