@@ -48,6 +48,7 @@ __all__ = [
     "COMMON_DEFAULTS",
     "METHODS",
     "OFF_POLICY_ONLY",
+    "SIZE_AXES",
     "Extra",
     "Method",
     "Shaping",
@@ -134,6 +135,8 @@ class Method:
         function: the decorated function itself.
         bounds: ``{hyper-parameter: bound}`` checked on every call (``">= 0"``, ``"in (0, 1]"``):
             `COMMON_BOUNDS` and those given to `register`.
+        sizes: ``{axis: hyper-parameter}``: the batch axes (``"G"``, the group; ``"N"``, the
+            candidates) whose size must be at least that hyper-parameter's value (`min_sizes`).
     """
 
     name: str
@@ -148,6 +151,17 @@ class Method:
     )
     function: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
     bounds: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    sizes: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def min_sizes(self, **hyper: object) -> dict[str, int]:
+        """The smallest size of each batch axis of `sizes` under these hyper-parameters (e.g.
+        ``{"G": 4}`` for pass@k's ``k = 4``); a batch with fewer is refused by the method.
+
+        Raises:
+            ValueError: an unknown hyper-parameter name.
+        """
+        h = _fill(self.name, self.defaults, hyper)
+        return {axis: int(h[key]) for axis, key in self.sizes.items() if _concrete(h[key])}
 
     def needs_for(self, **hyper: object) -> frozenset[str]:
         """Batch keys (beyond rewards/mask/logp/logp_old) needed with these hyper-parameters.
@@ -174,9 +188,13 @@ Needs = Iterable[str] | Callable[[Mapping[str, object]], Iterable[str]]
 
 
 def register(
-    name: str | Method, *, needs: Needs = (), bounds: Mapping[str, str] | None = None
+    name: str | Method,
+    *,
+    needs: Needs = (),
+    bounds: Mapping[str, str] | None = None,
+    sizes: Mapping[str, str] | None = None,
 ) -> Any:
-    """Register a method: ``@register("name", needs=..., bounds=...)`` over its function.
+    """Register a method: ``@register("name", needs=..., bounds=..., sizes=...)`` over its function.
 
     The decorated function takes the batch and keyword-only hyper-parameters, each with a
     default, and returns `Shaping` or the (B, G) advantages. Its docstring must have a
@@ -192,17 +210,22 @@ def register(
         bounds: the bound of each numeric hyper-parameter of the function: ``">= 0"``,
             ``"> 0"`` or ``"in [a, b]"`` with any brackets (checked on every call; the common
             loss coefficients' are `COMMON_BOUNDS`).
+        sizes: ``{axis: hyper-parameter}``, `SIZE_AXES` to parameters: a batch axis whose size
+            must be at least the parameter's value (``{"G": "k"}``: k responses of a group).
+            A smaller batch is refused by the method's own check; `Method.min_sizes` tells batch
+            generators such as `shaping.strategies.method_batches`.
 
     Raises:
         ValueError: a method of that name is already registered, the function has a parameter
-            without a default, no ``Source:`` in its docstring, or a bound that is not one of
-            its parameters or not in the accepted form.
+            without a default, no ``Source:`` in its docstring, a bound that is not one of
+            its parameters or not in the accepted form, or a size of another axis or parameter.
     """
     if isinstance(name, Method):
         return _add(name)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _add(_method(name, fn, needs, MappingProxyType(dict(bounds or {}))))
+        _add(_method(name, fn, needs, MappingProxyType(dict(bounds or {})),
+                     MappingProxyType(dict(sizes or {}))))  # fmt: skip
         return fn
 
     return decorate
@@ -303,6 +326,7 @@ def _method(
     fn: Callable[..., Any],
     needs: Needs,
     bounds: Mapping[str, str] = MappingProxyType({}),
+    sizes: Mapping[str, str] = MappingProxyType({}),
 ) -> Method:
     own: dict[str, object] = {}
     for p in list(inspect.signature(fn).parameters.values())[1:]:
@@ -316,6 +340,10 @@ def _method(
     unknown = sorted(set(bounds) - set(own))
     if unknown:
         raise ValueError(f"method {name!r}: bounds for {unknown}, which are not its parameters")
+    wrong = {a: k for a, k in sizes.items() if a not in SIZE_AXES or k not in own}
+    if wrong:
+        raise ValueError(f"method {name!r}: sizes {wrong}: each axis one of {SIZE_AXES}, each "
+                         "value one of its parameters")  # fmt: skip
     all_bounds = MappingProxyType({**COMMON_BOUNDS, **bounds})
     for text in all_bounds.values():
         _bound_rule(text)  # a bad bound fails at registration, not at the first call
@@ -362,6 +390,7 @@ def _method(
         needs_fn=(lambda h: frozenset(needs_fn(h))) if needs_fn is not None else None,
         function=fn,
         bounds=all_bounds,
+        sizes=sizes,
     )
 
 
@@ -388,6 +417,9 @@ def _check_output(name: str, fn: Callable[..., Any], shaped: Shaping, bg: tuple[
 def _concrete(v: object) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
+
+SIZE_AXES = ("G", "N")
+"""The batch axes a method's `sizes` may bound: the group's responses and the candidates."""
 
 COMMON_BOUNDS: Mapping[str, str] = MappingProxyType(
     {
@@ -942,6 +974,7 @@ def progrpo(
     "casp",
     needs={"entropy", "sampled_rank", "cand_logp"},
     bounds={"eps": ">= 0", "alpha": "in [0, 1]", "quantile": "in (0, 1)", "lam_top1": "> 0"},
+    sizes={"N": "top_n"},
 )
 def casp(
     batch: Batch,
@@ -1022,7 +1055,7 @@ def unlikeliness(
     return Shaping(xp.where(mixed, a, xp.zeros_like(a)), rows=mixed)
 
 
-@register("passk")
+@register("passk", sizes={"G": "k"})
 def passk(batch: Batch, *, k: int = 4) -> Array:
     """Pass@k training: ``A_pos = (1-R)/sigma``, ``A_neg = (1-R-C(N_neg-1,k-1)/C(N-1,k-1))/sigma``.
 
@@ -1437,7 +1470,7 @@ def grpo_passk(batch: Batch, *, std_correction: int = 1, eps: float = 1e-6) -> A
     return xp.where(best, core._safe_divide(xp, gap, std + eps) * xp.ones_like(r), xp.zeros_like(r))
 
 
-@register("pkpo")
+@register("pkpo", sizes={"G": "k"})
 def pkpo(batch: Batch, *, k: int = 4) -> Array:
     """PKPO: ``A_i = k E_T[max(r_i, max_T r) - max_T r]``, ``T`` a (k-1)-subset of the others.
 

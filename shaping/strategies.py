@@ -125,6 +125,7 @@ def batches(
     max_t: int = MAX_T,
     max_n: int = MAX_N,
     max_p: int = MAX_P,
+    min_n: int = 1,
 ) -> dict[str, np.ndarray]:
     """A batch honouring `needs`: ``{key: array}`` with the shapes of `BATCH_KEYS`.
 
@@ -137,25 +138,27 @@ def batches(
     ``[0, N]`` (``N``: outside the top-N) whenever any of the three is needed; ``diversity
     (B, G)`` in ``[0, 1]``; ``prompt_logp``, ``prompt_mask (B, P)`` whenever either is needed.
     Sizes: ``1 <= B <= max_b``, ``min_g <= G <= max_g``, ``1 <= T <= max_t``,
-    ``1 <= N <= max_n``, ``1 <= P <= max_p``. When ``G > 1`` the last response is, in half the
+    ``min_n <= N <= max_n``, ``1 <= P <= max_p``. When ``G > 1`` the last response is, in half the
     draws, an exact copy of the first (a tie in every per-response score).
 
     Args:
         needs: batch keys beyond the base ones, e.g. ``get_method(name).needs_for(**hyper)``.
         min_g: smallest group size (``2`` for methods that need a baseline of others).
+        min_n: smallest number of candidates (CaSP's ``top_n``).
 
     Raises:
         ValueError: an unknown key in `needs` (the known ones listed), or a size bound that is
-            not an int, below 1 or with ``max_g < min_g`` (named).
+            not an int, below 1 or with ``max_g < min_g`` or ``max_n < min_n`` (named).
     """
     needs = frozenset(needs)
     unknown = sorted(needs - set(BATCH_KEYS))
     if unknown:
         raise ValueError(f"needs: unknown batch key(s) {unknown}; known: {list(BATCH_KEYS)}")
-    sizes = {"max_b": max_b, "min_g": min_g, "max_t": max_t, "max_n": max_n, "max_p": max_p}
+    sizes = {"max_b": max_b, "min_g": min_g, "max_t": max_t, "min_n": min_n, "max_p": max_p}
     for name, value in sizes.items():
         _size(name, value, 1)
     _size("max_g", max_g, min_g)
+    _size("max_n", max_n, min_n)
     n_b = draw(st.integers(1, max_b))
     n_g = draw(st.integers(min_g, max_g))
     n_t = draw(st.integers(1, max_t))
@@ -180,7 +183,7 @@ def batches(
         if tie:
             batch["entropy"][:, -1] = batch["entropy"][:, 0]
     if needs & {"cand_logp", "cand_logp_old", "sampled_rank"}:
-        n_c = draw(st.integers(1, max_n))
+        n_c = draw(st.integers(min_n, max_n))
         cand_old = _f64(draw, (n_b, n_g, n_t, n_c), _LOGP)
         batch["cand_logp_old"] = cand_old
         batch["cand_logp"] = cand_old + _f64(draw, (n_b, n_g, n_t, n_c), _DELTA)
@@ -201,7 +204,9 @@ def batches(
 def method_batches(
     method: str | Method, min_g: int = 1, **hyper: object
 ) -> st.SearchStrategy[dict[str, np.ndarray]]:
-    """`batches` with the keys a registered method reads under `hyper` (`Method.needs_for`).
+    """`batches` with the keys a registered method reads under `hyper` (`Method.needs_for`) and
+    the sizes it accepts under them (`Method.min_sizes`: pass@k's ``G >= k``, CaSP's
+    ``N >= top_n``; the largest sizes grow to fit).
 
     Args:
         method: a registered method or its name (`shaping.get_method`).
@@ -212,4 +217,6 @@ def method_batches(
             hyper-parameter (named, `Method.needs_for`).
     """
     m = get_method(method) if isinstance(method, str) else method
-    return batches(m.needs_for(**hyper), min_g)
+    least = m.min_sizes(**hyper)
+    g, n = max(min_g, least.get("G", 1)), least.get("N", 1)
+    return batches(m.needs_for(**hyper), g, max_g=max(MAX_G, g), max_n=max(MAX_N, n), min_n=n)

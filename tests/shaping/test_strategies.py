@@ -82,6 +82,45 @@ def test_method_batches_carry_what_the_method_reads(name, data):
     batch = data.draw(method_batches(name))
     assert method.needs_for() <= set(batch)
     check_batch(name, batch)
+    assert np.isfinite(float(method.loss(batch)[0]))
+
+
+@pytest.mark.parametrize("name", sorted(shaping.METHODS))
+@settings(max_examples=3)
+@given(data=st.data())
+def test_the_smallest_batch_a_method_is_drawn_is_one_it_takes(name, data):
+    """The smallest sizes `method_batches` draws (a group of one, one candidate, unless the
+    method's `sizes` ask for more: pass@k's G >= k, CaSP's N >= top_n) run through the method's
+    loss, so a user's property test of any method never draws a batch the method refuses."""
+    method = shaping.get_method(name)
+    least = method.min_sizes()
+    g, n = least.get("G", 1), least.get("N", 1)
+    batch = data.draw(batches(method.needs_for(), g, max_b=1, max_g=g, max_t=2, min_n=n, max_n=n))
+    assert np.isfinite(float(method.loss(batch)[0]))
+
+
+def test_a_methods_sizes_follow_its_hyper_parameters_and_are_checked_at_registration():
+    assert shaping.get_method("passk").min_sizes(k=6) == {"G": 6}
+    assert shaping.get_method("casp").min_sizes() == {"N": 3}
+    assert shaping.get_method("grpo").min_sizes() == {}
+    with pytest.raises(ValueError, match=r"sizes \{'T': 'k'\}: each axis one of \('G', 'N'\)"):
+        shaping.register("never_added", sizes={"T": "k"})(_own_method)
+    assert "never_added" not in shaping.METHODS
+
+
+@settings(max_examples=10)
+@given(passk=method_batches("passk", k=7), casp=method_batches("casp"))
+def test_method_batches_draw_from_the_methods_least_sizes_up(passk, casp):
+    assert passk["rewards"].shape[1] >= 7  # beyond MAX_G: the largest group grows to fit
+    assert casp["cand_logp"].shape[-1] >= 3
+
+
+def _own_method(batch, *, k: int = 2):
+    """An advantage of one's own.
+
+    Source: this test.
+    """
+    return batch["rewards"] - batch["rewards"].mean(axis=1, keepdims=True)
 
 
 @given(batch=method_batches("casp", entropy_coef=0.01))
