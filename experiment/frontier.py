@@ -83,12 +83,20 @@ def check_values(x: object, y: object, models: Models | None = None) -> tuple:
             raise ValueError(f"{name} must have shape (M, S, P), got {arr.shape}")
         if 0 in arr.shape:
             raise ValueError(f"{name} must be non-empty on every axis, got {arr.shape}")
-        if not np.isfinite(arr).all():
-            raise ValueError(f"{name} must be finite")
     if x.shape != y.shape:
         raise ValueError(f"x and y must have the same shape (M, S, P), got {x.shape}, {y.shape}")
     if models is not None and len(models) != x.shape[0]:
         raise ValueError(f"models has {len(models)} entries but x has M = {x.shape[0]} models")
+    for name, arr in (("x", x), ("y", y)):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            m, s, p = (int(i[0]) for i in np.nonzero(bad))
+            which = f"model {m}" if models is None else (
+                f"{models.method[m]} {models.setting[m]} at step {models.step[m]}")  # fmt: skip
+            raise ValueError(
+                f"{name} must be finite: {which} has {arr[m, s, p]} (seed index {s}, problem {p}; "
+                f"{int(bad[m].sum())} of its {bad[m].size} values): its run went non-finite"
+            )
     return x, y
 
 

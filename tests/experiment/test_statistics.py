@@ -98,6 +98,12 @@ def test_bad_input_names_the_field():
         I.lift_inference(x, x, models, level=1.5)
     with pytest.raises(ValueError, match="problem"):
         I.lift_inference(np.zeros((2, 2, 1)), np.zeros((2, 2, 1)), models)
+    # A run that went non-finite (a method of one's own with NaN advantages) is named, not "x".
+    y = np.zeros((2, 2, 3))
+    y[1, 1, 2] = np.nan
+    with pytest.raises(ValueError, match=r"y must be finite: m b at step 1 has nan \(seed index "
+                                         r"1, problem 2; 1 of its 6 values\)"):  # fmt: skip
+        I.lift_inference(x, y, models)
 
 
 coords = st.floats(-1.0, 1.0, allow_nan=False, allow_subnormal=False)
