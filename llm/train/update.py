@@ -289,7 +289,18 @@ def optimizer_step(
     grad_norm = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), clip))
     # Stop before a non-finite update reaches the weights: the newest checkpoint stays the last good
     # state.
-    check_finite(step, loss=float(loss), grad_norm=grad_norm)
+    try:
+        check_finite(step, loss=float(loss), grad_norm=grad_norm)
+    except NonFiniteError:
+        adv = loss_metrics.get("adv_mean")
+        if adv is None or math.isfinite(float(adv)):
+            raise
+        raise NonFiniteError(  # the method's shaping, which no learning rate mends
+            f"step {step}: method {cfg.method!r} returned non-finite advantages (adv_mean "
+            f"{float(adv)}), so the loss is {float(loss)}; training stopped before the optimizer "
+            "step, so the newest checkpoint is the last good state (check the method's "
+            "advantages on this step's rewards)"
+        ) from None
     result.grad_norms.append(grad_norm)
     optimizer.step()
     scheduler.step()

@@ -20,6 +20,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+import shaping
 from llm.__main__ import main as llm_main
 from llm.config import load_config
 from llm.run.checkpoint import latest_checkpoint
@@ -50,6 +51,25 @@ def _metrics(out: Path) -> list[dict]:
 
 def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
     return load_file(str(next(ckpt.glob("*.safetensors"))))
+
+
+@pytest.mark.usefixtures("registry_snapshot")
+def test_a_method_with_non_finite_advantages_is_named_not_the_learning_rate(tiny100, tmp_path):
+    """A method of one's own whose advantages are NaN stops the run before the optimizer step,
+    naming the method and its advantages (a lower learning rate would not mend it)."""
+
+    @shaping.register("nan_adv")
+    def nan_adv(batch, *, scale: float = 1.0):
+        """NaN advantages.
+
+        Source: this test.
+        """
+        return batch["rewards"] * scale * float("nan")
+
+    with pytest.raises(NonFiniteError, match=r"step 1: method 'nan_adv' returned non-finite "
+                                             r"advantages \(adv_mean nan\), so the loss is nan"):  # fmt: skip
+        train(_cfg(tiny100, method="nan_adv"), tmp_path / "run", progress=False)
+    assert latest_checkpoint(tmp_path / "run") is None
 
 
 def test_build_base_model_never_replaces_a_users_folder(tmp_path: Path) -> None:
