@@ -9,11 +9,12 @@ user (``theory/``) never imports either.
 from __future__ import annotations
 
 import operator
+import sys
 from typing import Any
 
 from array_api_compat import array_namespace, is_jax_array, is_numpy_array, is_torch_array
 
-__all__ = ["sqrt", "stop_gradient", "top_k"]
+__all__ = ["concretizes_a_tracer", "sqrt", "stop_gradient", "top_k"]
 
 
 def stop_gradient(x: Any) -> Any:
@@ -35,6 +36,20 @@ def stop_gradient(x: Any) -> Any:
     if is_torch_array(x):
         return x.detach()
     return x
+
+
+def concretizes_a_tracer(err: BaseException) -> bool:
+    """Whether `err` is JAX's refusal to turn a traced array into a concrete value (``np.asarray``,
+    ``float()``, ``if x > 0`` on a traced array under ``jit``, ``vmap`` or ``scan``): the error a
+    method written with NumPy or Python control flow raises when the toy simulator runs it. False
+    when JAX was never imported."""
+    if "jax" not in sys.modules:
+        return False
+    import jax
+
+    return isinstance(
+        err, jax.errors.TracerArrayConversionError | jax.errors.ConcretizationTypeError
+    )
 
 
 def sqrt(x: Any) -> Any:

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from array_api_compat import array_namespace, device
+from array_api_compat import array_namespace, device, is_jax_array, is_numpy_array, is_torch_array
 
 from shaping import core
-from shaping.backend import stop_gradient, top_k
+from shaping.backend import concretizes_a_tracer, stop_gradient, top_k
 from shaping.contract import check_batch, check_values
 
 Array = Any
@@ -356,9 +356,19 @@ def _method(
         _validate(name, h, batch, all_bounds)
         check_batch(name, batch)
         check_values(name, batch)
-        out = fn(batch, **{k: h[k] for k in own})
+        try:
+            out = fn(batch, **{k: h[k] for k in own})
+        except Exception as err:
+            if not concretizes_a_tracer(err):
+                raise
+            raise ValueError(
+                f"method {name!r}: {fn.__name__} turned a traced JAX array into a concrete value "
+                f"({type(err).__name__}: NumPy, float() or an if on an array); write it with "
+                "array_namespace(batch['rewards']) and shaping.core's functions, which run on "
+                "every backend (docs/adding_a_method.md)"
+            ) from err
         shaped = out if isinstance(out, Shaping) else Shaping(advantages=out)
-        _check_output(name, fn, shaped, tuple(batch["rewards"].shape))
+        _check_output(name, fn, shaped, batch["rewards"])
         return h, shaped
 
     def advantages(batch: Batch, **hyper: object) -> Array:
@@ -394,13 +404,31 @@ def _method(
     )
 
 
-def _check_output(name: str, fn: Callable[..., Any], shaped: Shaping, bg: tuple[int, ...]) -> None:
+def _kind(x: object) -> str:
+    """The array library of `x` (JAX's concrete arrays and tracers alike), else its type's name."""
+    for kind, test in (("JAX", is_jax_array), ("torch", is_torch_array), ("NumPy", is_numpy_array)):
+        if test(x):
+            return kind
+    return type(x).__name__
+
+
+def _check_output(name: str, fn: Callable[..., Any], shaped: Shaping, rewards: Array) -> None:
     """A method function's advantages and rows are (B, G), the rewards' shape (static under
-    ``jit`` too): a (B, G, T) or (B,) array would broadcast silently in the loss."""
+    ``jit`` too): a (B, G, T) or (B,) array would broadcast silently in the loss. They are arrays
+    of the rewards' kind (NumPy advantages of torch rewards would fail in the loss, naming
+    neither the method nor the cause)."""
+    bg = tuple(rewards.shape)
     for field_name in ("advantages", "rows"):
         x = getattr(shaped, field_name)
         if x is None and field_name == "rows":
             continue
+        if _kind(x) != _kind(rewards):
+            raise ValueError(
+                f"method {name!r}: {fn.__name__} returned {field_name} as {_kind(x)} arrays for "
+                f"{_kind(rewards)} rewards; write it with "
+                "array_namespace(batch['rewards']) and shaping.core's functions, which run on "
+                "every backend (docs/adding_a_method.md)"
+            )
         got = getattr(x, "shape", None)
         if got is None or tuple(got) != bg:
             raise ValueError(

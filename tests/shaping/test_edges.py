@@ -324,6 +324,35 @@ def test_a_method_whose_advantages_are_not_b_by_g_is_refused(backend):
         methods._REGISTRY.pop("per_token_test")
 
 
+@pytest.mark.usefixtures("registry_snapshot")
+def test_a_method_written_with_numpy_is_named_on_jax_and_torch():
+    """A user's function that turns a traced array into NumPy (or a Python float) runs on NumPy
+    and torch but fails under ``jit`` (the toy simulator): the registry names the method and the
+    way to write it, where JAX alone names a tracer."""
+    import jax
+    import torch
+
+    @shaping.register("numpy_inside_test")
+    def numpy_inside_test(batch, *, c: float = 1.0):
+        """Centred rewards through NumPy (a test method).
+
+        Source: this test
+        """
+        r = np.asarray(batch["rewards"])
+        return c * (r - r.mean(axis=1, keepdims=True))
+
+    m = shaping.METHODS["numpy_inside_test"]
+    batch = shaping.example_batch(m.needs, 2, 4, 3, 1, jax.numpy)
+    with pytest.raises(ValueError, match=r"method 'numpy_inside_test': numpy_inside_test turned a "
+                                         r"traced JAX array into a concrete value \(Tracer"):  # fmt: skip
+        jax.jit(lambda b: m.loss(b)[0])(batch)
+    # On torch (the LLM leg) NumPy runs, and its advantages are refused by kind, by name.
+    batch = shaping.example_batch(m.needs, 2, 4, 3, 1, torch)
+    with pytest.raises(ValueError, match=r"numpy_inside_test returned advantages as NumPy arrays "
+                                         r"for torch rewards; write it with array_namespace"):  # fmt: skip
+        m.loss(batch)
+
+
 @pytest.mark.parametrize("backend", ["numpy", "torch"])
 @pytest.mark.parametrize("key", ["rewards", "logp", "logp_old", "logp_ref", "entropy"])
 def test_nan_where_it_reaches_the_loss_is_named(key, backend):
