@@ -30,10 +30,12 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+import numpy as np
 from array_api_compat import array_namespace, device, is_jax_array, is_numpy_array, is_torch_array
 
 from shaping import core
@@ -1494,8 +1496,12 @@ def grpo_passk(batch: Batch, *, std_correction: int = 1, eps: float = 1e-6) -> A
     mean = xp.mean(r, axis=-1, keepdims=True)
     std = xp.sqrt(xp.sum((r - mean) ** 2, axis=-1, keepdims=True) / dof)
     best = (r == top2[..., 0:1]) & (gap > 0)
-    # A constant group with eps = 0 divides 0 by 0 where no response is best: 0, without a warning.
-    return xp.where(best, core._safe_divide(xp, gap, std + eps) * xp.ones_like(r), xp.zeros_like(r))
+    # A constant group with eps = 0 divides 0 by 0 where no response is best, masked below: NumPy
+    # is told not to warn of it (the expression itself unchanged: XLA's compiled bytes depend on it).
+    quiet = np.errstate(divide="ignore", invalid="ignore") if is_numpy_array(r) else nullcontext()
+    with quiet:
+        scaled = gap / (std + eps)
+    return xp.where(best, scaled * xp.ones_like(r), xp.zeros_like(r))
 
 
 @register("pkpo", sizes={"G": "k"})
