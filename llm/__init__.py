@@ -27,8 +27,9 @@ def _missing(names: tuple[str, ...]) -> list[str]:
     return out
 
 
-if _missing(REQUIRES):
+_MISSING = _missing(REQUIRES)
+if _MISSING:
     raise ImportError(
-        f"the llm package needs {', '.join(_missing(REQUIRES))}, not installed: install the "
+        f"the llm package needs {', '.join(_MISSING)}, not installed: install the "
         "package's llm extra (make install in the checkout, or pip install -e '.[llm]' there)"
     )
