@@ -118,21 +118,27 @@ class Committed:
 
 
 def check_config(provenance: Mapping[str, Any], where: str | Path) -> Path:
-    """The study file a study's `provenance` names, checked: it exists (relative paths are read
-    from the current folder, the repository root) and its parsed content has the recorded SHA-256
-    (`experiment.study_report.provenance`).
+    """The study file a study's `provenance` names, checked: it exists and its parsed content has
+    the recorded SHA-256 (`experiment.study_report.provenance`).
+
+    A relative path is relative to the folder the study ran in, the root of the tree it is
+    committed to: it is read from the current folder, else from the nearest folder above `where`
+    (the study.json) that holds it, so a committed study extends from a folder of one's own.
 
     Raises:
         ValueError: no config in the provenance, or a config whose content changed since (both
             SHA-256 named, and the study's commit to check out), naming `where`.
-        FileNotFoundError: the config file is missing, naming it and `where`.
+        FileNotFoundError: the config file is missing, naming it, `where` and the folders read.
     """
     if not isinstance(provenance, Mapping) or "config" not in provenance:
         raise ValueError(f"{where}: its provenance names no config file")
     path = Path(provenance["config"])
+    if not path.is_absolute() and not path.is_file():
+        above = (folder / path for folder in Path(where).resolve().parents)
+        path = next((p for p in above if p.is_file()), path)
     if not path.is_file():
-        raise FileNotFoundError(f"{where}: its config {str(path)!r} does not exist (run from the "
-                                "repository root)")  # fmt: skip
+        raise FileNotFoundError(f"{where}: its config {str(path)!r} does not exist (read from the "
+                                "current folder and the folders above the study)")  # fmt: skip
     here = R.provenance(path, "")["config_sha256"]
     if here != provenance.get("config_sha256"):
         raise ValueError(f"{path}: its content changed since the study (sha256 {here[:12]}, the "

@@ -49,7 +49,7 @@ def test_readme_is_a_landing_page() -> None:
     long = [i + 1 for i, line in enumerate(prose.splitlines()) if len(line) > 200]
     assert not long, f"README lines over 200 characters: {long}"
     head = "\n".join(text.splitlines()[:20])
-    assert "**The answer so far.**" in head and "no shaping method beat tuned GRPO" in head, (
+    assert "**What the studies find.**" in head and "beats tuned GRPO" in head, (
         "README: the headline left the first 20 lines"
     )
     for must in ("make reproduce", "make test", "identical to the committed results", "--extend",

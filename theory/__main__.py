@@ -1,4 +1,4 @@
-"""`python -m theory check [--trials N] [--seed S] [--json] [--out FILE] [--only NAME ...]`.
+"""`python -m theory check [--trials N] [--seed S] [--json] [--out FILE] [--only NAME ...] [--list]`.
 
 Runs every theorem checker on random instances, prints a table (or JSON), and exits 1 if any claim
 the project documents as holding is violated.

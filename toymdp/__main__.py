@@ -5,6 +5,7 @@
                            [--import MODULE ...]
     python -m toymdp study --config FILE [--out DIR]        # explore, pick, confirm
     python -m toymdp study --extend STUDY_DIR --methods FILE [--import MODULE ...] [--out DIR]
+                           [--retrain-reference]
                            # new methods against a committed study's reference (GRPO not re-trained)
     python -m toymdp study --complete STUDY_DIR [--out DIR] # train a re-read's pending picks
 

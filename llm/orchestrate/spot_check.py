@@ -45,7 +45,7 @@ def spot_check(
     alone (a run of the ``batched`` engine as a batch of one: its bytes do not depend on its batch,
     `llm.orchestrate.sweep.pack_jobs`). Equal fingerprints on another CPU say that this machine
     would reproduce the study's bytes, and so its verdicts, at the cost of a few runs. The study's
-    config is read at the path its provenance records (relative: run from the repository root).
+    config is read at the path its provenance records (`experiment.extend.check_config`).
     Writes ``OUT/spot_check.json`` (default OUT: ``runs/llm_spot_check/<config stem>``; runs found
     there from an earlier check are reused).
 

@@ -1,0 +1,51 @@
+"""A committed study is extended from a folder of one's own: the relative config path its
+provenance records is read from the current folder, else from the folders above the study
+(`experiment.extend.check_config`). The end-to-end extensions are in tests/toymdp/test_extend.py
+and tests/llm/test_extend.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from experiment import extend as E
+
+ROOT = Path(__file__).parents[2]
+STUDIES = ("toy_study_sharpening", "llm_study_countdown_rule")
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_a_committed_study_loads_from_a_folder_of_ones_own(study, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no configs/ here: the checkout's is found above the study
+    committed = E.load_committed(ROOT / "figures" / study)
+    recorded = json.loads((ROOT / "figures" / study / "study.json").read_text())["provenance"]
+    assert committed.config == ROOT / recorded["config"]
+    monkeypatch.chdir(ROOT)  # from the root, the path as the study recorded it
+    assert E.load_committed(Path("figures") / study).config == Path(recorded["config"])
+
+
+def test_a_config_found_nowhere_is_named_with_the_folders_read(tmp_path, monkeypatch):
+    moved = tmp_path / "study"  # a copy outside the checkout: no folder above holds its config
+    shutil.copytree(ROOT / "figures" / "toy_study_sharpening", moved)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as err:
+        E.load_committed(moved)
+    assert str(moved / "study.json") in str(err.value)
+    assert "'configs/toy/study_sharpening.toml' does not exist" in str(err.value)
+    assert "folders above the study" in str(err.value)
+
+
+def test_a_changed_config_above_the_study_is_refused(tmp_path, monkeypatch):
+    tree = tmp_path / "tree"  # the study and its config in a tree of their own, the config edited
+    shutil.copytree(ROOT / "figures" / "toy_study_sharpening", tree / "figures" / "s")
+    config = tree / "configs" / "toy" / "study_sharpening.toml"
+    config.parent.mkdir(parents=True)
+    text = (ROOT / "configs/toy/study_sharpening.toml").read_text()
+    config.write_text(text.replace("seeds = [0, 1, 2, 3]", "seeds = [0, 1, 2]", 1))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="its content changed since the study") as err:
+        E.load_committed(tree / "figures" / "s")
+    assert str(config) in str(err.value)
