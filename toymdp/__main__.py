@@ -1,6 +1,7 @@
 """The toy leg's command line:
 
     python -m toymdp figures [--out DIR] [--quick] [--seed S] [--only NAME ...] [--no-cache]
+                             [--pdf] [--list]
     python -m toymdp sweep --config FILE [--out DIR] [--no-cache] [--set KEY=VALUE ...]
                            [--import MODULE ...]
     python -m toymdp study --config FILE [--out DIR]        # explore, pick, confirm
@@ -9,8 +10,9 @@
                            # new methods against a committed study's reference (GRPO not re-trained)
     python -m toymdp study --complete STUDY_DIR [--out DIR] # train a re-read's pending picks
 
-`figures` regenerates every toy and theory figure into DIR (default `figures/`) as PNG and PDF,
-and writes `DIR/summary.json` with each experiment's headline numbers (mean and spread over seeds).
+`figures` regenerates every toy and theory figure into DIR (default `figures/`) as PNG (`--pdf`
+also writes PDF), and writes `DIR/summary.json` with each experiment's headline numbers (mean and
+spread over seeds).
 `sweep` runs a hyper-parameter sweep from a TOML file (`toymdp.sweep`, examples in
 `configs/toy/`) and writes `results.json`, `frontier.png` and `lifts.md` into DIR (default
 `runs/toy_sweep/<config stem>`); `--set` overrides the file's keys (``seeds=[0] train.lr=0.05``,

@@ -6,7 +6,7 @@ its own module:
 
 1. **rollout**: B prompts in a deterministic order (a permutation per data epoch seeded by
    ``(seed, epoch)``; prompts consumed = the resumable data position), G responses each with a
-   per-step generator (`llm.run.distributed.generate_shared` over `llm.model.load.make_backend`;
+   per-step generator (`llm.run.distributed.generate_shared` over `llm.rollout.backend.make_backend`;
    `llm.train.rollout_step`, with DAPO's dynamic sampling);
 2. **score**: the task's verifier gives ``rewards (B, G)`` (`llm.train.rollout_step.score`);
 3. **behaviour batch** (`llm.train.behaviour`): a no-grad forward of pi_old on prompt + response
