@@ -61,7 +61,9 @@ def test_exact_mode_converges_to_closed_form(objective: str, anchor: str, values
 
 
 def test_every_method_runs_without_nan() -> None:
-    """Three updates of every registry method on the CaSP tree, compiled as one program.
+    """Three updates of every registry method the NumPy reference does not cover on the CaSP tree,
+    compiled as one program (the covered ones: `test_sampled_mode_matches_numpy_reference`, whose
+    values are finite and equal the reference's).
 
     One test (not one per method) so that pytest-xdist workers do not each compile the program.
     """
@@ -69,7 +71,7 @@ def test_every_method_runs_without_nan() -> None:
         name: T.TrainConfig(
             E.casp_env(), method=name, group_size=4, num_updates=3, num_epochs=2, learning_rate=0.3
         )
-        for name in sorted(shaping.METHODS)
+        for name in sorted(set(shaping.METHODS) - set(R.REFERENCE_METHODS))
     }
     trains = {name: T.make_train(cfg) for name, cfg in configs.items()}
 
@@ -165,6 +167,8 @@ def test_sampled_mode_matches_numpy_reference() -> None:
     clipped = 0
     for method, (cfg, settings) in cases.items():
         got = outs[method]
+        values = {**got["exact"], **got["train"]}
+        assert all(np.isfinite(v).all() for v in values.values()), method  # equal NaNs pass below
         want = R.reference_train(cfg, settings, np.asarray(T.sampling_uniforms(cfg, key)))
         np.testing.assert_array_equal(
             np.asarray(got["train"]["reward"]), want["train"]["reward"], err_msg=method

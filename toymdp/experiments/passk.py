@@ -1,10 +1,11 @@
-"""Figure 6: held-out trade-off frontiers of every method of figure 5 against GRPO's own curve.
+"""Figure 6: held-out trade-off frontiers of figure 5's methods against GRPO's own curve.
 
 The question: does a shaping method buy more diversity (pass@k at large k, distinct correct
 responses) per unit of correctness (pass@1) than GRPO's own trade-off? One coefficient per method
-cannot answer it, so every method of figure 5 is swept from no effect to collapse (`sweep_doc`, run
-by `toymdp.sweep`), and each final point is compared with GRPO's curve at the same held-out pass@1:
-GRPO's checkpoints along training, a `kl_coef` sweep and two other learning rates
+cannot answer it, so each method of figure 5 that acts on-policy is swept from no effect to
+collapse (`sweep_doc`, run by `toymdp.sweep`), and each final point is compared with GRPO's
+curve at the same held-out pass@1: GRPO's checkpoints along training, a `kl_coef` sweep and two
+other learning rates
 (`experiment.inference.lift_inference`: the lift at matched pass@1 over the concave hull of GRPO's
 models, with its t interval over seeds × dataset draws).
 
@@ -237,8 +238,8 @@ def sweep_doc(quick: bool, seed: int) -> dict:
 
     Full: V = 4, H = 3, three draws of the popularity dataset (2 training + 2 held-out prompts
     per multiplicity: 30 held-out prompts in all), base correctness 0.02 (base pass@64 ≈ 0.73),
-    4 seeds, 24 updates, every method of figure 5 (sizes cut to fit `python -m toymdp figures`'
-    90 s budget). Quick: V = 3, H = 2, two draws, GRPO, DS-GRPO and the entropy bonus.
+    4 seeds, 24 updates, every method of figure 5 but those that differ from GRPO only
+    off-policy (`shaping.OFF_POLICY_ONLY`: GRPO here, one optimizer step per batch). Quick: V = 3, H = 2, two draws, GRPO, DS-GRPO and the entropy bonus.
     The `FAMILY` entry is the reference here; `method_rows` gives every row its method's label.
     """
     if quick:
