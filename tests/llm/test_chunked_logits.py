@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from llm.model.forward import Rows, build_rows, policy_forward  # noqa: E402
+from llm.model.load import enable_gradient_checkpointing  # noqa: E402
 from tests.tolerance import assert_close  # noqa: E402
 
 
@@ -71,8 +72,7 @@ def test_chunked_equals_plain(chunk, n_top, given_cands, precision, ckpt, bias):
     vocab = 97
     model = _model(vocab, bias=bias)
     if ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.train()
+        enable_gradient_checkpointing(model)  # the trainer's: non-reentrant, train mode
     rows = _rows(vocab)
     r, t = rows.response_ids.shape
     gen = torch.Generator().manual_seed(5)
