@@ -8,6 +8,7 @@ modules keep JAX's float32 default); torch uses float64 CPU tensors.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -127,3 +128,21 @@ def check_every(cases: Iterable[tuple], check: Callable[..., None]) -> None:
             label = "/".join(map(str, case))
             failed.append(f"{label}: {type(err).__name__}: {str(err).strip()[:600]}")
     assert not failed, f"{len(failed)} of {len(cases)} cases fail:\n" + "\n".join(failed)
+
+
+def jit_each(fn: Callable[[str, Any], Any], inputs: Mapping[str, Any]) -> Callable[[str], Any]:
+    """``name -> fn(name, inputs[name])`` under ``jax.jit``: every name traced into one program,
+    called once (XLA shares the common parts: a fraction of one program per name, and of eager
+    JAX, which compiles each primitive per shape and dtype). When tracing them together fails,
+    each name runs under its own ``jax.jit`` when asked, so the failure names it (`check_every`)."""
+    import jax
+
+    try:
+        done = jax.jit(lambda xs: {name: fn(name, x) for name, x in xs.items()})(dict(inputs))
+    except Exception:  # one name fails under tracing: its own jit below raises for it
+        done = {}
+
+    def run(name: str) -> Any:
+        return done[name] if name in done else jax.jit(functools.partial(fn, name))(inputs[name])
+
+    return run

@@ -11,8 +11,6 @@ Seeded batches (not Hypothesis).
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 
@@ -28,6 +26,7 @@ from .helpers import (
     convert,
     diff_keys,
     evaluate,
+    jit_each,
     requires,
     to_numpy,
 )
@@ -379,22 +378,15 @@ def test_every_method_takes_float32_bool_mask_int_rewards(backend):
     def loss(name: str, b: dict) -> object:
         return shaping.get_method(name).loss(b)[0]
 
-    run, done = loss, {}
     if backend == "jax.jit":
-        import jax
-
-        def run(name: str, b: dict) -> object:
-            return jax.jit(functools.partial(loss, name))(b)
-
-        try:
-            done = jax.jit(lambda b: {name: loss(name, b) for name in NAMES})(b32)
-        except Exception:  # one method fails under tracing: its own jit in `check` names it
-            done = {}
+        run = jit_each(loss, dict.fromkeys(NAMES, b32))
+    else:
+        run = lambda name: loss(name, b32)  # noqa: E731
 
     def check(name: str, which: str) -> None:
         if which != "default":
             return
-        value = done[name] if name in done else run(name, b32)
+        value = run(name)
         assert str(value.dtype).endswith("float32"), value.dtype
         # float32 against the float64 reference: the aggregation over the B x G x T tokens plus
         # a chain of per-token operations (ratio, clip, shaping: < 32 roundings),

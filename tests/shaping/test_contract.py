@@ -3,7 +3,6 @@ every backend and runs every method."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 import shaping
 from shaping.contract import BASE_KEYS, check_batch, contract_table
 
-from .helpers import check_every, requires, to_numpy
+from .helpers import check_every, jit_each, requires, to_numpy
 
 NAMES = tuple(sorted(shaping.METHODS))
 CONTRACT = Path(shaping.__file__).with_name("CONTRACT.md")
@@ -108,20 +107,13 @@ def test_every_method_runs_on_its_example_batch(backend):
     def loss(name: str, batch: dict) -> tuple:
         return shaping.get_method(name).loss(batch, **hyper)
 
-    run, done = loss, {}
     if backend == "jax.jit":
-        import jax
-
-        def run(name: str, batch: dict) -> tuple:
-            return jax.jit(functools.partial(loss, name))(batch)
-
-        try:
-            done = jax.jit(lambda bs: {n: loss(n, b) for n, b in bs.items()})(batches)
-        except Exception:  # one method fails under tracing: its own jit in `check` names it
-            done = {}
+        run = jit_each(loss, batches)
+    else:
+        run = lambda name: loss(name, batches[name])  # noqa: E731
 
     def check(name: str) -> None:
-        value, metrics = done[name] if name in done else run(name, batches[name])
+        value, metrics = run(name)
         assert np.isfinite(float(value)), name
         assert all(np.all(np.isfinite(to_numpy(v))) for v in metrics.values()), name
 
