@@ -15,11 +15,19 @@ from typing import Any
 import numpy as np
 import pytest
 
+from toymdp.train import FAST_COMPILE
+
 #: Batch keys a loss may be differentiated with respect to (CONTRACT.md).
 DIFFERENTIABLE_KEYS = ("logp", "entropy", "cand_logp")
 
 #: Parameter ids of the cross-backend tests (SciPy array-API style).
 BACKENDS = ("numpy", "jax", "jax.jit", "torch", "torch.grad")
+
+#: The options the tests' programs of every method compile with: XLA's fast-compile level, as
+#: `toymdp.train.make_train`'s programs (an eighth less compile time). Not the toy engine's
+#: `toymdp.engine.COMPILE_OPTIONS`: there XLA fuses GRPO's `r - mean` with `* (1 / G)` into a
+#: multiply-add, and the float32 check fails (a constant group of 5 gets advantages -0.015).
+JIT_OPTIONS = FAST_COMPILE
 
 
 def to_numpy(x: Any) -> np.ndarray:
@@ -138,7 +146,10 @@ def jit_each(fn: Callable[[str, Any], Any], inputs: Mapping[str, Any]) -> Callab
     import jax
 
     try:
-        done = jax.jit(lambda xs: {name: fn(name, x) for name, x in xs.items()})(dict(inputs))
+        every = jax.jit(
+            lambda xs: {name: fn(name, x) for name, x in xs.items()}, compiler_options=JIT_OPTIONS
+        )
+        done = every(dict(inputs))
     except Exception:  # one name fails under tracing: its own jit below raises for it
         done = {}
 

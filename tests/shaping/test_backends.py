@@ -1,9 +1,12 @@
 """Cross-backend equality: numpy, jax, jax.jit, torch and torch with ``requires_grad``.
 
 Every registered method, at its default and at a custom setting, gives the reference loss and
-advantages on every backend, and ``jax.grad`` and torch autograd give the reference gradients with
-respect to ``logp`` (and ``entropy`` / ``cand_logp``), with NaN and infinities in the padding
-too; under ``jax.jit`` the numeric hyper-parameters are traced. One test per backend loops over
+advantages on every backend, and ``jax.grad`` (under ``jax.jit``) and torch autograd give the
+reference gradients with respect to ``logp`` (and ``entropy`` / ``cand_logp``), with NaN and
+infinities in the padding too; under ``jax.jit`` the numeric hyper-parameters are traced. Eager
+JAX (``jax``) checks the values op by op, with the hyper-parameters as Python numbers: its
+gradients would be the same autodiff trace run op by op, at a compilation per primitive and
+shape (10 s of the suite), and the compiled trace is checked. One test per backend loops over
 the methods (a failure names every failing method and setting): the reference is computed once
 per setting and ``jax.jit`` compiles every setting into one program (`_jit_every_setting`).
 Seeded batches (not Hypothesis).
@@ -20,6 +23,7 @@ from tests.tolerance import assert_close as derived_close
 from . import reference as ref
 from .helpers import (
     BACKENDS,
+    JIT_OPTIONS,
     assert_close,
     call_block,
     check_every,
@@ -78,10 +82,6 @@ def _hyper(name: str, which: str) -> dict[str, object]:
 #: The custom settings: a KL term switched on wherever the method's own setting leaves it off,
 #: so every setting reads ``logp_ref`` and garbage there must be masked out.
 CUSTOM = {name: {"kl_coef": 0.1, **_hyper(name, "custom")} for name in NAMES}
-#: Backends with autodiff: they return gradients as well as the value.
-GRAD_BACKENDS = ("jax", "jax.jit", "torch.grad")
-
-
 def _setting(name: str, which: str) -> dict[str, object]:
     return {} if which == "default" else dict(CUSTOM[name])
 
@@ -115,8 +115,19 @@ def _evaluator(method, backend: str, hyper: dict[str, object]):
 
     On ``jax.jit`` the loss, its gradients and the advantages are one compiled function of the
     batch and of the traced numeric hyper-parameters (`_traced`), compiled once per setting
-    (`_jit_every_setting` compiles every setting into one program instead)."""
-    if not backend.startswith("jax"):
+    (`_jit_every_setting` compiles every setting into one program instead); eager ``jax`` gives
+    the loss and the advantages (module docstring)."""
+    if backend == "jax":
+        import jax
+
+        def eager(batch):
+            with jax.enable_x64(True):
+                jb = convert(batch, "jax")
+                value = method.loss(jb, **hyper)[0]
+                return to_numpy(value), None, to_numpy(method.advantages(jb, **hyper))
+
+        return eager
+    if backend != "jax.jit":
 
         def run(batch):
             value, grads = evaluate(method, batch, backend, hyper)
@@ -126,9 +137,8 @@ def _evaluator(method, backend: str, hyper: dict[str, object]):
         return run
     import jax
 
-    both, traced = _jax_parts(method, hyper, jit=backend == "jax.jit")
-    if backend == "jax.jit":
-        both = jax.jit(both)
+    both, traced = _jax_parts(method, hyper)
+    both = jax.jit(both)
 
     def run(batch):
         with jax.enable_x64(True):
@@ -139,13 +149,13 @@ def _evaluator(method, backend: str, hyper: dict[str, object]):
     return run
 
 
-def _jax_parts(method, hyper: dict[str, object], *, jit: bool):
+def _jax_parts(method, hyper: dict[str, object]):
     """``(both, traced)``: ``both(diff, rest, h)`` gives the loss, its gradients with respect to
-    `diff` and the advantages; `traced` the hyper-parameters passed as data ``h`` (under
-    ``jax.jit``: `_traced`; eagerly none), the others stay static Python values."""
+    `diff` and the advantages; `traced` the hyper-parameters passed as data ``h`` (`_traced`),
+    the others stay static Python values."""
     import jax
 
-    traced = _traced(method, hyper) if jit else {}
+    traced = _traced(method, hyper)
     static = {k: v for k, v in hyper.items() if k not in traced}
 
     def both(diff, rest, h):
@@ -185,14 +195,14 @@ def _jit_every_setting(batches: dict[str, dict]) -> dict[tuple[str, str], object
 
     try:
         parts = {
-            f"{name}/{which}": _jax_parts(shaping.get_method(name), _setting(name, which), jit=True)
+            f"{name}/{which}": _jax_parts(shaping.get_method(name), _setting(name, which))
             for name, which in SETTINGS
         }
 
         def every(diff, rest, hs):
             return {key: both(diff, rest, hs[key]) for key, (both, _) in parts.items()}
 
-        every = jax.jit(every)
+        every = jax.jit(every, compiler_options=JIT_OPTIONS)
         out: dict[tuple[str, str], dict[str, tuple]] = {s: {} for s in SETTINGS}
         with jax.enable_x64(True):
             hs = {

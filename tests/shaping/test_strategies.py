@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import find, given, settings
+from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
 import shaping
@@ -56,11 +56,15 @@ def test_batches_hold_the_needed_keys_with_contract_shapes_and_bounds(needs, min
 
 
 def test_batches_reach_padding_fully_masked_responses_and_every_kind_of_group():
+    # Reachability only: the first batch found will do (shrinking it to the smallest took 95%
+    # of the test's time and proves nothing more).
+    first = settings(phases=[Phase.generate])
     lengths = lambda b: b["mask"].sum(-1)  # noqa: E731
-    find(batches(), lambda b: np.any((lengths(b) > 0) & (lengths(b) < b["mask"].shape[-1])))
-    find(batches(), lambda b: np.any(lengths(b) == 0))
+    partial = lambda b: np.any((lengths(b) > 0) & (lengths(b) < b["mask"].shape[-1]))  # noqa: E731
+    find(batches(), partial, settings=first)
+    find(batches(), lambda b: np.any(lengths(b) == 0), settings=first)
     for kind in (0.0, 1.0, 0.5):  # all wrong, all correct, mixed
-        find(batches(min_g=2), lambda b, k=kind: np.any(b["rewards"].mean(1) == k))
+        find(batches(min_g=2), lambda b, k=kind: np.any(b["rewards"].mean(1) == k), settings=first)
 
 
 @given(data=st.data(), n_b=st.integers(0, 3), n_g=st.integers(1, 5))
