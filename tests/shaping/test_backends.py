@@ -82,6 +82,8 @@ def _hyper(name: str, which: str) -> dict[str, object]:
 #: The custom settings: a KL term switched on wherever the method's own setting leaves it off,
 #: so every setting reads ``logp_ref`` and garbage there must be masked out.
 CUSTOM = {name: {"kl_coef": 0.1, **_hyper(name, "custom")} for name in NAMES}
+
+
 def _setting(name: str, which: str) -> dict[str, object]:
     return {} if which == "default" else dict(CUSTOM[name])
 
