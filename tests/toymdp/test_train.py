@@ -14,6 +14,7 @@ import pytest
 
 import shaping
 from theory import optimum, trees
+from toymdp import engine
 from toymdp import env as E
 from toymdp import policy as pol
 from toymdp import reference as R
@@ -224,7 +225,8 @@ def test_population_objective_is_theory_objective() -> None:
 
 def _regimes(cases: tuple[tuple[str, int], ...]) -> dict[tuple[str, int], dict]:
     """`(method, epochs)` -> that run's metrics, every run compiled into one program (one compile,
-    not one per run; see `test_every_method_runs_without_nan`)."""
+    not one per run; see `test_every_method_runs_without_nan`), with the options of the sweeps'
+    programs (`toymdp.engine.COMPILE_OPTIONS`: two thirds of the compile time here)."""
     configs = {}
     for method, epochs in cases:
         configs[method, epochs] = T.TrainConfig(
@@ -237,7 +239,7 @@ def _regimes(cases: tuple[tuple[str, int], ...]) -> dict[tuple[str, int], dict]:
         return [train(s, key) for train, s in zip(trains, settings, strict=True)]
 
     settings = [T.default_settings(configs[case]) for case in cases]
-    outs = jax.jit(run, compiler_options=T.FAST_COMPILE)(settings, jax.random.key(3))
+    outs = jax.jit(run, compiler_options=engine.COMPILE_OPTIONS)(settings, jax.random.key(3))
     return {
         case: jax.tree.map(np.asarray, {"exact": out["exact"], "train": out["train"]})
         for case, out in zip(cases, outs, strict=True)
