@@ -7,8 +7,8 @@ native bf16, whose CPUID every library reads afresh; ``--cpu Haswell`` emulates 
 MKL's vendor-specific branches tell apart). The pinned results must be equal byte for byte.
 `tests/test_numerics.py` holds the same pieces to a weaker stand-in for another CPU (the libraries
 forced down through their own variables); this one also catches what no variable controls, such
-as an instruction whose result is implementation-defined (the approximate reciprocal square root
-behind torch's CPU ``sqrt``: docs/numerics.md).
+as torch's CPU ``sqrt``, which is not correctly rounded and rounds differently on the emulated
+CPU (its kernel is not identified: docs/numerics.md).
 
 Needs QEMU's user-mode emulator (Debian: ``apt-get install qemu-user``). Every piece runs in one
 process (``--jobs 1``): a child process would start natively, outside the emulator. Takes ~4 min
