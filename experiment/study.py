@@ -194,8 +194,9 @@ def select(
     grows with how far it moved, and so does a good setting's lift, so shrinkage picks
     less-moved models whose true lift is smaller); a lower bound prefers models whose position
     gives a small standard error, not a large lift (in an earlier version's calibration it picked
-    the best of three settings in 50-74% of studies, the largest estimate in 84-87%). A label none of whose models has a lift, but some below the range (less
-    pass@1 than the base and every GRPO model), gets its model nearest the range: the largest share
+    the best of three settings in 50-74% of studies, the largest estimate in 84-87%). A label
+    none of whose models has a lift, but some below the range (less pass@1 than the base and
+    every GRPO model), gets its model nearest the range: the largest share
     of draws with a lift (``inside_fraction``), then the largest pass@1; the curve-free check
     decides its claim (`dominated`). A label with neither is left out (its models never left the
     base).

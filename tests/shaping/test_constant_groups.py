@@ -10,6 +10,7 @@ the suite) the day the flaw is fixed, so its mark must be removed with the fix.
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 import pytest
 
@@ -29,8 +30,6 @@ def _torch(rewards: np.ndarray) -> np.ndarray:
 
 
 def _toy_engine(rewards: np.ndarray) -> np.ndarray:
-    import jax
-
     return np.asarray(jax.jit(shaping.grpo_advantages, compiler_options=COMPILE_OPTIONS)(rewards))
 
 
