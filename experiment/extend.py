@@ -46,6 +46,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+import numerics
 from experiment import frontier, inference, report, schema, store
 from experiment import study as S
 from experiment import study_report as R
@@ -328,23 +329,31 @@ def merge(
     return out
 
 
-def check_trust(rows: Sequence[Mapping[str, Any]], study: str | Path) -> None:
+def check_trust(
+    rows: Sequence[Mapping[str, Any]], study: str | Path, recorded: str | None = None
+) -> None:
     """Refuse an extension whose re-trained reference run differs from the committed one.
 
     Args:
         rows: per re-trained run ``{"run", "committed", "here"}`` (fingerprints).
+        recorded: the committed study's numeric settings (its provenance's ``numerics``, a
+            `numerics.tag()`); where they are not this process's and name a version, the message
+            says which ``SHARPENING_NUMERICS`` reproduces them.
 
     Raises:
-        ValueError: one line naming the first differing run, both fingerprints, and the way out
-            (``--retrain-reference``).
+        ValueError: one line naming the first differing run, both fingerprints, and the ways out
+            (``SHARPENING_NUMERICS=pinned-vN`` where the pins differ, ``--retrain-reference``).
     """
+    setting = numerics.setting_for(recorded) if recorded and recorded != numerics.tag() else None
+    pin = (f"; the study ran under {recorded!r}, this process under {numerics.tag()!r}: run "
+           f"with {numerics.OPT_OUT_ENV}={setting} set before Python starts, or") if setting else (
+           "; its committed reference cannot stand for a re-run:")  # fmt: skip
     for r in rows:
         if r["committed"] != r["here"]:
             raise ValueError(f"{study}: reference run {r['run']!r} re-trained here has fingerprint "
                              f"{str(r['here'])[:16]}, the committed study's {str(r['committed'])[:16]}"
-                             " (another numerics pin, package version or code): its committed "
-                             "reference cannot stand for a re-run; pass --retrain-reference to "
-                             "re-train the reference in full")  # fmt: skip
+                             f" (another numerics pin, package version or code){pin} pass "
+                             "--retrain-reference to re-train the reference in full")  # fmt: skip
 
 
 def check_out(out: Path, committed: Committed) -> None:
@@ -436,7 +445,7 @@ def run(
     trust = [] if retrain else leg.trust()
     out.mkdir(parents=True, exist_ok=True)
     store.write_json(out / "trust.json", {"retrain_reference": retrain, "runs": trust}, indent=1)
-    check_trust(trust, committed.dir)
+    check_trust(trust, committed.dir, committed.doc.get("provenance", {}).get("numerics"))
     found, merged = {}, {}
     merged["explore"] = merge(committed.stages["explore"], leg.explore(retrain), reference,
                               reuse=not retrain, where="explore")  # fmt: skip
@@ -574,7 +583,7 @@ def complete(
     trust = leg.trust()
     out.mkdir(parents=True, exist_ok=True)
     store.write_json(out / "trust.json", {"retrain_reference": False, "runs": trust}, indent=1)
-    check_trust(trust, committed.dir)
+    check_trust(trust, committed.dir, committed.doc.get("provenance", {}).get("numerics"))
     new = leg.confirm(pending, False, every_checkpoint=True)
     labels = dict.fromkeys(next(iter(committed.stages["confirm"]["measures"].values()))
                            ["models"].method)  # fmt: skip

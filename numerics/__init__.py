@@ -42,8 +42,13 @@ cannot pin them any more: it warns, and `tag()` says ``late``. Caches key their 
 Versions (`PINS`). Version 1 held MKL to ``MKL_CBWR=AVX2``: MKL's AVX2 branch is the same on every
 CPU of one vendor but not across vendors (an Intel CPU takes other small-GEMM, batched-GEMM and
 ``exp`` kernels than an AMD one: measured under QEMU's Intel and AMD models, docs/numerics.md).
-Version 2 holds it to ``COMPATIBLE``, MKL's one branch for every x86-64 CPU. Outputs recorded under
-version 1 are reproduced on an AMD CPU with ``SHARPENING_NUMERICS=pinned-v1``.
+Version 2 holds it to ``COMPATIBLE``, MKL's one branch for every x86-64 CPU. Version 3 pins the
+same variables as version 2 and changes the package's own arithmetic: a group whose rewards are all
+equal has centred rewards exactly 0 (`shaping.core.dr_grpo_advantages`; under versions 1-2 float32
+rounding of the group mean left a residual that GRPO's ``std + eps`` turned into advantages up to
+0.06, docs/numerics.md). `version()` is the version this process computes under (`VERSION` when
+not pinned), so the package's arithmetic follows the pin a process asks for. Outputs recorded under
+version N are reproduced with ``SHARPENING_NUMERICS=pinned-vN`` (version 1 on an AMD CPU).
 
 Imports nothing outside the standard library (it must run before numpy does).
 """
@@ -61,8 +66,12 @@ OPT_OUT_ENV = "SHARPENING_NUMERICS"
 """``pinned`` (default: `VERSION`'s pins), ``pinned-vN`` (version N's pins, `PINS`) or ``native``:
 whether and how this module pins the libraries' code paths."""
 
-VERSION = 2
-"""Bumped whenever `PINNED_ENV` changes, so caches and committed outputs know the settings."""
+VERSION = 3
+"""Bumped whenever `PINNED_ENV` or the package's own arithmetic changes a result's bytes, so caches
+and committed outputs know the settings."""
+
+EXACT_CENTRING = 3
+"""The first version whose group-centred rewards are exactly 0 on a constant group."""
 
 LEVEL = "avx2"
 """The instruction-set level every pinned library is held to (x86-64-v3: AVX2, FMA)."""
@@ -79,8 +88,11 @@ _V1: dict[str, str] = {
     "OPENBLAS_NUM_THREADS": "1",
 }
 
-PINS: dict[int, dict[str, str]] = {1: _V1, 2: {**_V1, "MKL_CBWR": "COMPATIBLE"}}
-"""Every version's pins, by version (version 1 is the same bytes only among CPUs of one vendor)."""
+_V2: dict[str, str] = {**_V1, "MKL_CBWR": "COMPATIBLE"}
+
+PINS: dict[int, dict[str, str]] = {1: _V1, 2: _V2, 3: _V2}
+"""Every version's pins, by version (version 1 is the same bytes only among CPUs of one vendor;
+version 3 differs from 2 in the package's arithmetic, `EXACT_CENTRING`, not in its pins)."""
 
 PINNED_ENV: dict[str, str] = PINS[VERSION]
 """Each library's own variable and the value that pins it (``XLA_FLAGS`` is merged separately)."""
@@ -154,6 +166,7 @@ def pin(environ: dict[str, str] | None = None) -> dict[str, object]:
     env = os.environ if environ is None else environ
     mode = env.get(OPT_OUT_ENV, "pinned").strip().lower() or "pinned"
     version = pinned_version(mode)
+    _state["version"] = VERSION if version is None else version
     reason = "opted out" if mode == "native" else _pinnable()
     if reason is not None:
         _state.update(pinned=False, reason=reason, tag=f"native ({reason}): not byte-comparable")
@@ -237,11 +250,24 @@ def _pinned_tag(version: int) -> str:
     return f"pinned {LEVEL} v{version}"
 
 
+def version_of(recorded: str) -> int | None:
+    """The version an output's recorded `tag()` names (1 for ``"pinned avx2 v1"``), or None for a
+    tag of no version of `PINS` (``native``, ``late``)."""
+    return {_pinned_tag(v): v for v in PINS}.get(recorded)
+
+
+def same_arithmetic(recorded: str) -> bool | None:
+    """Whether the package's own arithmetic under the recorded `tag()` is this process's (both
+    before or both from `EXACT_CENTRING`); None when the tag names no version."""
+    v = version_of(recorded)
+    return None if v is None else (v >= EXACT_CENTRING) == (version() >= EXACT_CENTRING)
+
+
 def setting_for(recorded: str) -> str | None:
     """The ``SHARPENING_NUMERICS`` value that pins a process as an output's recorded `tag()` says
     (``"pinned-v1"`` for ``"pinned avx2 v1"``), or None for a tag of no version of `PINS`."""
-    versions = {_pinned_tag(v): v for v in PINS}
-    return f"pinned-v{versions[recorded]}" if recorded in versions else None
+    v = version_of(recorded)
+    return None if v is None else f"pinned-v{v}"
 
 
 def pinned_version(mode: str) -> int | None:
@@ -284,6 +310,12 @@ def original_environ() -> dict[str, str]:
         else:
             env[key] = value
     return env
+
+
+def version() -> int:
+    """The numerics version this process computes under: the pinned one (``pinned-vN``), else
+    `VERSION`. The package's own arithmetic branches on it (`EXACT_CENTRING`)."""
+    return int(_state.get("version", VERSION))  # type: ignore[call-overload]
 
 
 def tag() -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 from array_api_compat import array_namespace, device
 
+import numerics
 from shaping.backend import sqrt, stop_gradient, top_k
 
 Array = Any
@@ -153,7 +154,8 @@ def grpo_advantages(rewards: Array, *, std_correction: int = 1, eps: float = 1e-
         eps: added to the std (default 1e-6, verl; TRL uses 1e-4). May be a traced scalar.
 
     Returns:
-        (B, G) advantages; 0 wherever ``std + eps == 0`` (a constant group with ``eps = 0``).
+        (B, G) advantages; exactly 0 on a group whose rewards are all equal (the centring of
+        `dr_grpo_advantages`), and 0 wherever ``std + eps == 0``.
 
     Raises:
         ValueError: `std_correction` not 0 or 1, or `rewards` not 2-D.
@@ -167,7 +169,7 @@ def grpo_advantages(rewards: Array, *, std_correction: int = 1, eps: float = 1e-
         raise ValueError(f"std_correction must be 0 or 1, got {std_correction!r}")
     r = _as_float(xp, rewards)
     group = r.shape[-1]
-    centred = r - xp.mean(r, axis=-1, keepdims=True)
+    centred = dr_grpo_advantages(r)
     var = xp.sum(centred * centred, axis=-1, keepdims=True) / max(group - std_correction, 1)
     return _safe_divide(xp, centred, sqrt(var) + eps)
 
@@ -179,13 +181,21 @@ def dr_grpo_advantages(rewards: Array) -> Array:
         rewards: (B, G) rewards.
 
     Returns:
-        (B, G) advantages.
+        (B, G) advantages (float). A group whose rewards are all equal gets exactly 0 (from
+        `numerics` version 3, `numerics.EXACT_CENTRING`): in float32, ``r - mean(r)`` of a
+        constant group need not be 0 (0.1 × 8 in torch, or ``sum · (1/G)`` fused into one
+        multiply-add by XLA), and GRPO's division by ``std + eps`` (1e-6) turned that residual
+        into advantages up to 0.06 (docs/numerics.md). Every other group's bytes are unchanged.
 
     Source: docs/formulas.md §2.2 (Dr. GRPO; Liu et al. 2025).
     """
     xp = array_namespace(rewards)
     r = _as_float(xp, rewards)
-    return r - xp.mean(r, axis=-1, keepdims=True)
+    centred = r - xp.mean(r, axis=-1, keepdims=True)
+    if r.shape[-1] < 2 or numerics.version() < numerics.EXACT_CENTRING:
+        return centred
+    equal = xp.max(r, axis=-1, keepdims=True) == xp.min(r, axis=-1, keepdims=True)
+    return xp.where(equal, xp.zeros_like(centred), centred)
 
 
 def sequence_logp(logp: Array, mask: Array, *, reduction: str = "sum") -> Array:

@@ -1460,7 +1460,7 @@ def lite_ppo(batch: Batch, *, std_correction: int = 1, eps: float = 1e-4) -> Arr
     """
     r = _rewards("lite_ppo", batch)
     xp = array_namespace(r)
-    centred = r - xp.mean(r, axis=-1, keepdims=True)
+    centred = core.dr_grpo_advantages(r)
     n = math.prod(r.shape)
     if n - std_correction <= 0:
         return xp.zeros_like(r)

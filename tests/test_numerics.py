@@ -95,7 +95,7 @@ def test_opt_out_pins_nothing_and_bad_values_are_named(monkeypatch):
     assert numerics.tag().startswith("native (opted out)")
     with pytest.raises(ValueError, match="SHARPENING_NUMERICS='fast'"):
         numerics.pin({numerics.OPT_OUT_ENV: "fast"})
-    with pytest.raises(ValueError, match="'pinned-v1', 'pinned-v2' or 'native'"):
+    with pytest.raises(ValueError, match="'pinned-v1', 'pinned-v2', 'pinned-v3' or 'native'"):
         numerics.pin({numerics.OPT_OUT_ENV: "pinned-v9"})
 
 
@@ -106,13 +106,21 @@ def test_an_earlier_version_pins_its_own_values(monkeypatch):
     monkeypatch.setattr(numerics, "_state", dict(numerics._state))
     assert numerics.PINNED_ENV is numerics.PINS[numerics.VERSION]
     assert numerics.PINS[2]["MKL_CBWR"] == "COMPATIBLE" and numerics.PINS[1]["MKL_CBWR"] == "AVX2"
-    for mode, version in (("pinned-v1", 1), ("pinned", numerics.VERSION)):
+    assert numerics.PINS[3] == numerics.PINS[2]  # version 3 changes the arithmetic, not the pins
+    for mode, version in (("pinned-v1", 1), ("pinned-v2", 2), ("pinned", numerics.VERSION)):
         env = {numerics.OPT_OUT_ENV: mode}
         numerics.pin(env)
         assert env["MKL_CBWR"] == numerics.PINS[version]["MKL_CBWR"]
         assert numerics.tag() == f"pinned {numerics.LEVEL} v{version}"
         assert numerics.setting_for(numerics.tag()) == f"pinned-v{version}"
-    assert numerics.setting_for("native (opted out): not byte-comparable") is None
+        assert numerics.version() == numerics.version_of(numerics.tag()) == version
+        exact = version >= numerics.EXACT_CENTRING
+        assert numerics.same_arithmetic("pinned avx2 v2") is not exact
+        assert numerics.same_arithmetic("pinned avx2 v3") is exact
+    native = "native (opted out): not byte-comparable"
+    assert numerics.setting_for(native) is None and numerics.same_arithmetic(native) is None
+    numerics.pin({numerics.OPT_OUT_ENV: "native"})
+    assert numerics.version() == numerics.VERSION  # not pinned: the newest arithmetic
 
 
 def test_merge_xla_flags():

@@ -43,6 +43,11 @@ MEM_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/d
 WORKERS=${WORKERS:-$([ "${MEM_MIB:-0}" -ge 122880 ] && echo 7 || echo 4)}
 mkdir -p "$OUT" "$LEASE" runs/gpu
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+# The SmolLM2 study's runs of leases 1-4 were trained under numerics version 2's arithmetic (a
+# constant group's float32 residual kept; numerics.EXACT_CENTRING is version 3); the runs that
+# finish it share that arithmetic, or the adopted runs would not be reused
+# (llm.orchestrate.jobs._same_numerics). Another study may set SHARPENING_NUMERICS=pinned.
+export SHARPENING_NUMERICS=${SHARPENING_NUMERICS:-pinned-v2}
 # Less fragmentation across 8 processes; but vLLM's sleep-mode allocator refuses expandable
 # segments at start-up (llm.rollout.vllm_engine.check_alloc_conf), so not where vLLM runs: a
 # study or base config that names backend = "vllm", or VLLM=1.

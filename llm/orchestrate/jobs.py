@@ -191,9 +191,13 @@ def _same_numerics(recorded: Any, device: str) -> bool:
     """Whether a run recorded under the numeric settings `recorded` may be reused here. On the
     CPU they must be this process's (`numerics.tag()`). On another device the CPU's pinned
     kernels (MKL, oneDNN) take no part in the run's floats, and a GPU's bits are not reproducible
-    anyway, so the pin does not void it: a change of pin version made the 2026-11-26 third GPU
-    lease retrain 7 finished runs (CHANGELOG.md)."""
-    return device != "cpu" or recorded == numerics.tag()
+    anyway, so the pin alone does not void it (a change of pin version made the third GPU lease
+    retrain 7 finished runs, CHANGELOG.md), but the package's own arithmetic does: a run recorded
+    before `numerics.EXACT_CENTRING` is not reused by a process after it, nor the reverse
+    (`numerics.same_arithmetic`; a tag that names no version is reused)."""
+    if device == "cpu":
+        return recorded == numerics.tag()
+    return numerics.same_arithmetic(str(recorded)) is not False
 
 
 def same_eval(recorded: Any, key: Mapping[str, Any]) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import numerics
 from experiment import extend as E
 
 ROOT = Path(__file__).parents[2]
@@ -49,3 +50,19 @@ def test_a_changed_config_above_the_study_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="its content changed since the study") as err:
         E.load_committed(tree / "figures" / "s")
     assert str(config) in str(err.value)
+
+
+def test_a_failed_trust_check_names_the_pin_that_reproduces_the_study(monkeypatch):
+    """A study made under another numerics version fails the trust check by its arithmetic, not
+    by a bug: the message names the ``SHARPENING_NUMERICS`` that reproduces it."""
+    rows = [{"run": "grpo_seed0", "committed": "a" * 64, "here": "b" * 64}]
+    E.check_trust([{**rows[0], "here": "a" * 64}], "s")  # the same fingerprint: trusted
+    monkeypatch.setitem(numerics._state, "tag", "pinned avx2 v3")
+    with pytest.raises(ValueError, match=r"'pinned avx2 v2'.*SHARPENING_NUMERICS=pinned-v2 set "
+                       r"before Python starts, or pass --retrain-reference"):  # fmt: skip
+        E.check_trust(rows, "s", "pinned avx2 v2")
+    for recorded in (None, "pinned avx2 v3", "native (opted out): not byte-comparable"):
+        with pytest.raises(ValueError, match=r"^s: reference run 'grpo_seed0'") as err:
+            E.check_trust(rows, "s", recorded)
+        assert "SHARPENING_NUMERICS" not in str(err.value)
+        assert "cannot stand for a re-run: pass --retrain-reference" in str(err.value)

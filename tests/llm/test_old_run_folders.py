@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import numerics
 from experiment.schema import migrate_moved
 from llm.config import OLD_KEYS, config_from_dict, config_to_toml, load_saved_config
 from llm.orchestrate import sweep as sweep_module
@@ -127,11 +128,20 @@ def test_the_fourth_leases_committed_runs_are_reused_after_the_upgrade(tmp_path,
     The base weights' sha256 is the recorded one (the model is not here: the slow test below
     imports it and checks the same with the real weights)."""
     explore = _extract(LEASE4, tmp_path)
+    monkeypatch.setitem(numerics._state, "version", 2)  # the lease's (bench/gpu/device_call.sh)
     assert all("n_samples" in p.read_text() for p in explore.glob("runs/*/config.toml"))
     changed = explore / "runs" / "grpo_optim.lr=3e-05_seed1" / "config.toml"
     changed.write_text(changed.read_text().replace("n_samples = 32", "n_samples = 16"))
     monkeypatch.setattr(sweep_module, "weights_sha", lambda path: SMOLLM2_SHA)
     spec, _ = load_study(ROOT / "configs" / "study_countdown_smollm2_ds.toml")
+    jobs = sweep_jobs(spec, explore, engine="process", workers=1, progress=False, run_bars=False)[0]
+    # Under version 3's arithmetic none is: a study is trained under one arithmetic.
+    with monkeypatch.context() as m:
+        m.setitem(numerics._state, "version", 3)
+        assert not any(_prepared(jobs, explore).values())
+    explore = _extract(LEASE4, tmp_path / "again")
+    changed = explore / "runs" / "grpo_optim.lr=3e-05_seed1" / "config.toml"
+    changed.write_text(changed.read_text().replace("n_samples = 32", "n_samples = 16"))
     jobs = sweep_jobs(spec, explore, engine="process", workers=1, progress=False, run_bars=False)[0]
     reused = _prepared(jobs, explore)
     assert len(reused) == 8
@@ -169,6 +179,7 @@ def test_the_committed_leases_are_adopted_and_all_ten_runs_reused(
     `smollm2_path`, where the study's config looks for it: its weights' sha256 is the one the GPU
     recorded)."""
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(numerics._state, "version", 2)  # the lease's (bench/gpu/device_call.sh)
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "smollm2-135m-instruct").symlink_to(smollm2_path)
     spec = importlib.util.spec_from_file_location("gpu_adopt", ROOT / "bench/gpu/adopt.py")
