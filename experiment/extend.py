@@ -39,7 +39,9 @@ family.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -422,24 +424,52 @@ def _family(labels: Sequence[str], committed: str, reused: bool) -> str:
             "extension.")  # fmt: skip
 
 
+@contextmanager
+def study_numerics(committed: Committed) -> Iterator[str]:
+    """The committed study's numeric settings for the block, where they need no new process
+    (`numerics.following`: its reference runs' arithmetic, e.g. a study recorded under
+    ``pinned avx2 v2`` extended by a version-3 process); says so on stderr when it switches.
+    Yields the `numerics.tag()` in force."""
+    recorded = committed.doc.get("provenance", {}).get("numerics")
+    here = numerics.tag()
+    with numerics.following(recorded) as tag:
+        if tag != here:
+            print(f"{committed.dir}: the study ran under {recorded!r}; computing under it "
+                  f"({numerics.OPT_OUT_ENV}={numerics.setting_for(tag)}), not {here!r}",
+                  file=sys.stderr)  # fmt: skip
+        yield tag
+
+
 def run(
     leg: ExtensionLeg,
     committed: Committed,
     out: str | Path,
     *,
     methods_path: str | Path,
-    numerics_tag: str,
     retrain: bool = False,
     imports: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Extend `committed` by `leg`'s new methods (module docstring) into `out`; returns the
-    extension's study.json dict.
+    extension's study.json dict. Runs under the committed study's numeric settings where they need
+    no new process (`study_numerics`), and records the settings it ran under.
 
     Raises:
         ValueError: `out` is (or is inside) the committed folder; the trust check failed (`check_trust`); as
             `merge`.
     """
-    out = Path(out)
+    with study_numerics(committed) as numerics_tag:
+        return _run(leg, committed, Path(out), methods_path, numerics_tag, retrain, imports)
+
+
+def _run(
+    leg: ExtensionLeg,
+    committed: Committed,
+    out: Path,
+    methods_path: str | Path,
+    numerics_tag: str,
+    retrain: bool,
+    imports: Sequence[str],
+) -> dict[str, Any]:
     check_out(out, committed)
     doc, reference = committed.doc, committed.reference
     trust = [] if retrain else leg.trust()
@@ -550,9 +580,7 @@ def study_entries(committed: Committed, labels: Sequence[str]) -> list[dict[str,
     return found
 
 
-def complete(
-    leg: ExtensionLeg, committed: Committed, out: str | Path, *, numerics_tag: str
-) -> dict[str, Any]:
+def complete(leg: ExtensionLeg, committed: Committed, out: str | Path) -> dict[str, Any]:
     """Train the confirmation of the committed study's pending picks (`pending_picks`) and read the
     whole study again into `out`; returns its study.json dict.
 
@@ -567,15 +595,21 @@ def complete(
     (`experiment.reread.conclude_again`: the study's claims, Holm over all its picks). Where the
     confirmation's models come in the full study's order (the toy's), the reading is the full
     study's to the bit; otherwise the other picks' lifts move by the draws of the bias correction
-    alone, which follow the model set. study.json records ``completed`` (the picks trained, the trust check, the procedure
-    and commit; an earlier completion's record under ``earlier``) and keeps the records of earlier
-    re-reads.
+    alone, which follow the model set. study.json records ``completed`` (the picks trained, the trust check, the procedure,
+    commit and numeric settings; an earlier completion's record under ``earlier``) and keeps the
+    records of earlier re-reads. Runs under the study's numeric settings as `run` does.
 
     Raises:
         ValueError: `out` in the committed folder (`check_out`); nothing pending or a stale
             pending pick (`pending_picks`); the trust check failed (`check_trust`); as `merge`.
     """
-    out = Path(out)
+    with study_numerics(committed) as numerics_tag:
+        return _complete(leg, committed, Path(out), numerics_tag)
+
+
+def _complete(
+    leg: ExtensionLeg, committed: Committed, out: Path, numerics_tag: str
+) -> dict[str, Any]:
     check_out(out, committed)
     doc, reference = committed.doc, committed.reference
     explore = sections(committed.stages["explore"])  # the exploration read once

@@ -60,7 +60,8 @@ import platform
 import sys
 import time
 import warnings
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
+from contextlib import contextmanager
 
 OPT_OUT_ENV = "SHARPENING_NUMERICS"
 """``pinned`` (default: `VERSION`'s pins), ``pinned-vN`` (version N's pins, `PINS`) or ``native``:
@@ -261,6 +262,37 @@ def same_arithmetic(recorded: str) -> bool | None:
     before or both from `EXACT_CENTRING`); None when the tag names no version."""
     v = version_of(recorded)
     return None if v is None else (v >= EXACT_CENTRING) == (version() >= EXACT_CENTRING)
+
+
+@contextmanager
+def following(recorded: str | None) -> Iterator[str]:
+    """Compute as an output recorded under `recorded` (its `tag()`) was computed, where that needs
+    no new process; yields the `tag()` in force.
+
+    Switches when this process is pinned, ``SHARPENING_NUMERICS`` is not set (a choice made
+    there stands), and `recorded` names another version whose pins are this process's: then only
+    the package's arithmetic differs (versions 2 and 3, `EXACT_CENTRING`), and `version()`,
+    `tag()` and, for child processes, ``SHARPENING_NUMERICS`` follow `recorded` until the block
+    ends. Otherwise nothing changes (another version's pins need a new process:
+    `setting_for`). An extension of a committed study runs in it (`experiment.extend`), so new
+    methods train under the arithmetic of the study's reference runs.
+    """
+    v = version_of(recorded) if recorded else None
+    here = version()
+    if v is None or v == here or not is_pinned() or OPT_OUT_ENV in os.environ:
+        yield tag()
+        return
+    if PINS[v] != PINS[here]:
+        yield tag()
+        return
+    saved = {k: _state[k] for k in ("version", "tag")}
+    os.environ[OPT_OUT_ENV] = f"pinned-v{v}"
+    _state.update(version=v, tag=_pinned_tag(v))
+    try:
+        yield tag()
+    finally:
+        _state.update(saved)
+        os.environ.pop(OPT_OUT_ENV, None)
 
 
 def setting_for(recorded: str) -> str | None:

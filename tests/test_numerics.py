@@ -310,3 +310,29 @@ def test_the_wait_policy_changes_no_byte():
         assert policy.startswith(mode)
         out[mode] = digest
     assert out["active"] == out["passive"]
+
+
+def test_following_a_recorded_version_switches_only_the_arithmetic(monkeypatch):
+    """`numerics.following` computes as an output recorded under another version did where the
+    pins are this process's (versions 2 and 3), for the block only, children included through
+    ``SHARPENING_NUMERICS``; a choice set there, another version's pins, or a tag of no version
+    change nothing."""
+    monkeypatch.setattr(numerics, "_state", dict(numerics._state))
+    monkeypatch.delenv(numerics.OPT_OUT_ENV, raising=False)
+    numerics._state.update(pinned=True, version=3, tag="pinned avx2 v3")
+    with numerics.following("pinned avx2 v2") as tag:
+        assert tag == numerics.tag() == "pinned avx2 v2" and numerics.version() == 2
+        assert os.environ[numerics.OPT_OUT_ENV] == "pinned-v2"
+    assert numerics.tag() == "pinned avx2 v3" and numerics.version() == 3
+    assert numerics.OPT_OUT_ENV not in os.environ
+    for recorded in ("pinned avx2 v1", "pinned avx2 v3", "native (opted out): not byte-comparable",
+                     None):  # fmt: skip
+        with numerics.following(recorded) as tag:
+            assert tag == "pinned avx2 v3" and numerics.version() == 3
+    monkeypatch.setenv(numerics.OPT_OUT_ENV, "pinned")  # the user's choice stands
+    with numerics.following("pinned avx2 v2") as tag:
+        assert tag == "pinned avx2 v3"
+    monkeypatch.delenv(numerics.OPT_OUT_ENV)
+    numerics._state.update(pinned=False, tag="native (opted out): not byte-comparable")
+    with numerics.following("pinned avx2 v2") as tag:  # not pinned: nothing to follow
+        assert numerics.version() == 3

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numerics
 from experiment import extend as E
 from experiment import report, two_stage
 from experiment.lock import RunLock
@@ -149,7 +148,7 @@ def extend_study(
     E.check_out(out, committed)  # before the lock writes into it
     with RunLock(out):  # one study or extension per folder
         return E.run(leg, committed, out, methods_path=methods_path,
-                     numerics_tag=numerics.tag(), retrain=retrain, imports=imports)  # fmt: skip
+                     retrain=retrain, imports=imports)  # fmt: skip
 
 
 def complete_study(
@@ -176,4 +175,4 @@ def complete_study(
                        committed.config, use_cache, progress)  # fmt: skip
     E.check_out(out, committed)  # before the lock writes into it
     with RunLock(out):
-        return E.complete(leg, committed, out, numerics_tag=numerics.tag())
+        return E.complete(leg, committed, out)

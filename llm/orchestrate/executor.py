@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numerics
 from experiment.cli import progress_bar
 from shaping import import_methods, imported_methods
 
@@ -194,9 +195,12 @@ def _watch_parent(parent: int) -> None:
 
 def ray_task_options(
     job: Any, cpus_per_job: float, gpus_per_job: Callable[[Any], float] | None
-) -> dict[str, float]:
-    """The resources the Ray task of `job` asks of the scheduler (``ray.remote(...).options``):
-    ``num_cpus`` `cpus_per_job`, ``num_gpus`` ``gpus_per_job(job)`` (0 without it).
+) -> dict[str, Any]:
+    """The options of the Ray task of `job` (``ray.remote(...).options``): ``num_cpus``
+    `cpus_per_job`, ``num_gpus`` ``gpus_per_job(job)`` (0 without it), and, where this process
+    has ``SHARPENING_NUMERICS`` set (by the user, or by an extension following its study's
+    version, `numerics.following`), a ``runtime_env`` that sets it in the task's worker too: a
+    cluster's workers do not inherit this process's environment.
 
     Raises:
         ValueError: a negative CPU or GPU count, naming the job's count.
@@ -206,7 +210,11 @@ def ray_task_options(
         raise ValueError(
             f"cpus_per_job, gpus_per_job: expected >= 0, got {cpus_per_job}, {gpus} for {job!r}"
         )
-    return {"num_cpus": cpus_per_job, "num_gpus": gpus}
+    options: dict[str, Any] = {"num_cpus": cpus_per_job, "num_gpus": gpus}
+    setting = os.environ.get(numerics.OPT_OUT_ENV)
+    if setting is not None:
+        options["runtime_env"] = {"env_vars": {numerics.OPT_OUT_ENV: setting}}
+    return options
 
 
 CANCEL_PATIENCE = 120.0

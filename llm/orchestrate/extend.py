@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numerics
 from experiment import extend as E
 from experiment import two_stage
 from llm.eval.frontier import confirmed_measures, frontier_inputs
@@ -166,8 +165,9 @@ def extend_study(
     leg = LLMExtension(committed, methods, claims, out, Path(methods_path), options)
     E.check_out(out, committed)  # before the lock writes into it
     with RunLock(out):
-        return E.run(leg, committed, out, methods_path=methods_path, numerics_tag=numerics.tag(),
-                     retrain=retrain, imports=imports)  # fmt: skip
+        return E.run(
+            leg, committed, out, methods_path=methods_path, retrain=retrain, imports=imports
+        )
 
 
 def complete_study(
@@ -203,4 +203,4 @@ def complete_study(
                        committed.config, options)  # fmt: skip
     E.check_out(out, committed)  # before the lock writes into it
     with RunLock(out):
-        return E.complete(leg, committed, out, numerics_tag=numerics.tag())
+        return E.complete(leg, committed, out)

@@ -60,8 +60,9 @@ def spot_check(
             the study again with ``python -m llm study``), a config whose content changed since
             (the two SHA-256 named), a batched study sampled by another version of the stacked
             sampler (`llm.rollout.stacked.VERSION`; the study's commit named), a study pinned to
-            another version of `numerics.PINS` than this process (the ``SHARPENING_NUMERICS``
-            value that pins it named), or `runs` < 1.
+            another version of `numerics.PINS` than this process where the pins differ, or where
+            ``SHARPENING_NUMERICS`` chose another (the value that pins it named; otherwise the
+            check computes under the study's version, `numerics.following`), or `runs` < 1.
         FileNotFoundError: the study or its config is missing.
     """
     if runs < 1:
@@ -78,10 +79,26 @@ def spot_check(
     if not prints:
         raise ValueError(f"{study_path}: no fingerprints (a study.json written before they were "
                          "recorded); read the study again with python -m llm study")  # fmt: skip
+    pinned = str(doc["provenance"].get("numerics", ""))
+    with numerics.following(pinned):  # the study's arithmetic, where its pins are this process's
+        return _check(doc, study_path, pinned, runs, seed, out, workers, progress, log)
+
+
+def _check(
+    doc: dict[str, Any],
+    study_path: Path,
+    pinned: str,
+    runs: int,
+    seed: int,
+    out: str | Path | None,
+    workers: int | None,
+    progress: bool,
+    log: bool,
+) -> dict[str, Any]:
+    prints = doc["fingerprints"]["confirm"]
     prov = doc["provenance"]
     config_path = E.check_config(prov, study_path)
     here = R.provenance(config_path, numerics.tag())
-    pinned = str(prov.get("numerics", ""))
     if pinned.startswith("pinned") and pinned != here["numerics"]:
         setting = numerics.setting_for(pinned)
         how = (

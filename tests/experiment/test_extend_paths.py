@@ -6,6 +6,7 @@ and tests/llm/test_extend.py."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -66,3 +67,40 @@ def test_a_failed_trust_check_names_the_pin_that_reproduces_the_study(monkeypatc
             E.check_trust(rows, "s", recorded)
         assert "SHARPENING_NUMERICS" not in str(err.value)
         assert "cannot stand for a re-run: pass --retrain-reference" in str(err.value)
+
+
+class _Stop(Exception):
+    pass
+
+
+class _Leg:
+    """An extension leg that records the numerics of its trust check and stops at exploration."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, str, str | None]] = []
+
+    def trust(self) -> list[dict[str, str]]:
+        self.seen.append((numerics.version(), numerics.tag(), os.environ.get(numerics.OPT_OUT_ENV)))
+        return []
+
+    def explore(self, retrain: bool) -> None:
+        raise _Stop
+
+
+@pytest.mark.parametrize("study", STUDIES)
+def test_an_extension_trains_under_the_committed_studys_arithmetic(study, tmp_path, monkeypatch,
+                                                                   capsys):  # fmt: skip
+    """The committed studies ran under ``pinned avx2 v2``: a version-3 process extends them under
+    version 2's arithmetic (same pins), its children too, and says so; afterwards it is back."""
+    monkeypatch.setattr(numerics, "_state", dict(numerics._state))
+    monkeypatch.delenv(numerics.OPT_OUT_ENV, raising=False)
+    numerics._state.update(pinned=True, version=3, tag="pinned avx2 v3")
+    committed = E.load_committed(ROOT / "figures" / study)
+    assert committed.doc["provenance"]["numerics"] == "pinned avx2 v2"
+    leg = _Leg()
+    with pytest.raises(_Stop):
+        E.run(leg, committed, tmp_path / "out", methods_path=tmp_path / "m.toml")
+    assert leg.seen == [(2, "pinned avx2 v2", "pinned-v2")]
+    assert "the study ran under 'pinned avx2 v2'; computing under it (SHARPENING_NUMERICS=" \
+           "pinned-v2), not 'pinned avx2 v3'" in capsys.readouterr().err  # fmt: skip
+    assert numerics.version() == 3 and numerics.OPT_OUT_ENV not in os.environ

@@ -28,3 +28,10 @@ def gpus_seen(job: str) -> tuple[str, list, str | None]:
     import ray  # inside the Ray task: what the scheduler gave it
 
     return job, ray.get_gpu_ids(), os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def numerics_seen(job: int) -> tuple[int, str | None, int]:
+    """Job `job`, the task's ``SHARPENING_NUMERICS`` and the numerics version it computes under."""
+    import numerics  # in a fresh worker: pinned as its environment says
+
+    return job, os.environ.get(numerics.OPT_OUT_ENV), numerics.version()

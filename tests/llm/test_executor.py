@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import numerics
 from llm.__main__ import main
 from llm.config import config_from_dict
 from llm.orchestrate.executor import check_executor, map_jobs, ray_task_options
@@ -110,6 +111,22 @@ def test_ray_asks_a_gpu_for_a_job_that_trains_on_cuda(ray_local):
     # The CUDA jobs got the instance's one GPU (one after the other), the CPU job none.
     assert [(n, len(ids)) for n, ids, _ in seen] == [("cuda", 1), ("cpu", 0), ("cuda:0", 1)]
     assert seen[0][2] == "0" and seen[2][2] == "0" and seen[1][2] in ("", None)
+
+
+@pytest.mark.slow
+def test_ray_tasks_compute_under_the_drivers_numerics(ray_local, monkeypatch):
+    """A ``SHARPENING_NUMERICS`` set after the instance started (an extension following its
+    study's version, `numerics.following`) reaches every task through its ``runtime_env``: a
+    cluster's workers do not inherit the driver's environment."""
+    monkeypatch.setenv(numerics.OPT_OUT_ENV, "pinned-v2")
+    assert ray_task_options(_unit("cpu"), 1, None)["runtime_env"] == {
+        "env_vars": {numerics.OPT_OUT_ENV: "pinned-v2"}
+    }
+    seen = map_jobs(ray_jobs.numerics_seen, [0, 1], workers=2, progress=False, desc="", name=str,
+                    executor="ray")  # fmt: skip
+    assert seen == [(0, "pinned-v2", 2), (1, "pinned-v2", 2)]
+    monkeypatch.delenv(numerics.OPT_OUT_ENV)
+    assert "runtime_env" not in ray_task_options(_unit("cpu"), 1, None)
 
 
 def test_a_log_gets_a_line_per_finished_job(capsys):
