@@ -185,7 +185,9 @@ def dr_grpo_advantages(rewards: Array) -> Array:
         `numerics` version 3, `numerics.EXACT_CENTRING`): in float32, ``r - mean(r)`` of a
         constant group need not be 0 (0.1 × 8 in torch, or ``sum · (1/G)`` fused into one
         multiply-add by XLA), and GRPO's division by ``std + eps`` (1e-6) turned that residual
-        into advantages up to 0.06 (docs/numerics.md). Every other group's bytes are unchanged.
+        into advantages up to 0.06 (docs/numerics.md). Every other group keeps its bytes in
+        NumPy, torch and XLA's default compile; under the toy engine's compile options XLA fuses
+        the program otherwise, and they move by up to 2.4e-7.
 
     Source: docs/formulas.md §2.2 (Dr. GRPO; Liu et al. 2025).
     """
