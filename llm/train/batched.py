@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 import shaping
 from llm.config import TrainConfig
@@ -183,25 +184,6 @@ def stacked_policy_forward(
     return out
 
 
-def _pad_right(x: Tensor, width: int, value: float | int) -> Tensor:
-    """`x` (..., T[, N]) padded on the time axis (axis 2 of (B, G, T, ...)) to `width`."""
-    extra = width - x.shape[2]
-    if extra <= 0:
-        return x
-    shape = list(x.shape)
-    shape[2] = extra
-    return torch.cat([x, torch.full(shape, value, dtype=x.dtype, device=x.device)], dim=2)
-
-
-def _pad_left(x: Tensor, width: int, value: float | int) -> Tensor:
-    extra = width - x.shape[1]
-    if extra <= 0:
-        return x
-    return torch.cat(
-        [torch.full((x.shape[0], extra), value, dtype=x.dtype, device=x.device), x], dim=1
-    )
-
-
 def _batch_tensors(
     behaviours: Sequence[BehaviourBatch], start: int, stop: int, cand_n: int, t_max: int
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None, list[int]]:
@@ -223,23 +205,18 @@ def _batch_tensors(
         rows = beh.rows.slice(start * g, stop * g)
         p, t = rows.prompt_len, beh.shape[2]
         widths.append(t)
-        p_ids.append(_pad_left(rows.input_ids[::g, :p], p_max, 0))
-        p_mask.append(_pad_left(rows.attention_mask[::g, :p], p_max, 0))
-        r_ids.append(_pad_right(rows.response_ids.reshape(-1, g, t), t_max, 0))
-        r_mask.append(_pad_right(rows.response_mask.reshape(-1, g, t), t_max, 0.0))
+        # Zeros (the pad id's place in ids, 0 in masks) to the common widths: prompts on the
+        # left, responses (B', G, T) and candidates (B' G, T, N) on the right.
+        p_ids.append(F.pad(rows.input_ids[::g, :p], (p_max - p, 0)))
+        p_mask.append(F.pad(rows.attention_mask[::g, :p], (p_max - p, 0)))
+        r_ids.append(F.pad(rows.response_ids.reshape(-1, g, t), (0, t_max - t)))
+        r_mask.append(F.pad(rows.response_mask.reshape(-1, g, t), (0, t_max - t)))
         if cand_n:
             c = beh.old.cand_ids
             dev = rows.input_ids.device
             c = torch.zeros(len(rows), t, cand_n, dtype=torch.long, device=dev) if c is None else c[
                 start * g : stop * g, :, :cand_n]  # fmt: skip
-            c = torch.cat([c, torch.zeros(c.shape[0], t_max - t, c.shape[2], dtype=c.dtype,
-                                          device=dev)], 1)  # fmt: skip
-            if c.shape[2] < cand_n:
-                c = torch.cat(
-                    [c, torch.zeros(*c.shape[:2], cand_n - c.shape[2], dtype=c.dtype, device=dev)],
-                    dim=2,
-                )
-            cands.append(c)
+            cands.append(F.pad(c, (0, cand_n - c.shape[2], 0, t_max - t)))
     return (
         torch.cat(p_ids),
         torch.cat(p_mask),
