@@ -119,6 +119,11 @@ class Committed:
         """The reference labels of the study (GRPO's)."""
         return list(next(iter(self.stages["explore"]["measures"].values()))["reference"])
 
+    @property
+    def numerics(self) -> str | None:
+        """The numeric settings the study recorded (its provenance's `numerics.tag()`)."""
+        return self.doc.get("provenance", {}).get("numerics")
+
 
 def check_config(provenance: Mapping[str, Any], where: str | Path) -> Path:
     """The study file a study's `provenance` names, checked: it exists and its parsed content has
@@ -430,11 +435,10 @@ def study_numerics(committed: Committed) -> Iterator[str]:
     (`numerics.following`: its reference runs' arithmetic, e.g. a study recorded under
     ``pinned avx2 v2`` extended by a version-3 process); says so on stderr when it switches.
     Yields the `numerics.tag()` in force."""
-    recorded = committed.doc.get("provenance", {}).get("numerics")
     here = numerics.tag()
-    with numerics.following(recorded) as tag:
+    with numerics.following(committed.numerics) as tag:
         if tag != here:
-            print(f"{committed.dir}: the study ran under {recorded!r}; computing under it "
+            print(f"{committed.dir}: the study ran under {committed.numerics!r}; computing under it "
                   f"({numerics.OPT_OUT_ENV}={numerics.setting_for(tag)}), not {here!r}",
                   file=sys.stderr)  # fmt: skip
         yield tag
@@ -475,7 +479,7 @@ def _run(
     trust = [] if retrain else leg.trust()
     out.mkdir(parents=True, exist_ok=True)
     store.write_json(out / "trust.json", {"retrain_reference": retrain, "runs": trust}, indent=1)
-    check_trust(trust, committed.dir, committed.doc.get("provenance", {}).get("numerics"))
+    check_trust(trust, committed.dir, committed.numerics)
     found, merged = {}, {}
     merged["explore"] = merge(committed.stages["explore"], leg.explore(retrain), reference,
                               reuse=not retrain, where="explore")  # fmt: skip
@@ -617,7 +621,7 @@ def _complete(
     trust = leg.trust()
     out.mkdir(parents=True, exist_ok=True)
     store.write_json(out / "trust.json", {"retrain_reference": False, "runs": trust}, indent=1)
-    check_trust(trust, committed.dir, committed.doc.get("provenance", {}).get("numerics"))
+    check_trust(trust, committed.dir, committed.numerics)
     new = leg.confirm(pending, False, every_checkpoint=True)
     labels = dict.fromkeys(next(iter(committed.stages["confirm"]["measures"].values()))
                            ["models"].method)  # fmt: skip

@@ -81,11 +81,12 @@ def spot_check(
                          "recorded); read the study again with python -m llm study")  # fmt: skip
     pinned = str(doc["provenance"].get("numerics", ""))
     with numerics.following(pinned):  # the study's arithmetic, where its pins are this process's
-        return _check(doc, study_path, pinned, runs, seed, out, workers, progress, log)
+        return _check(doc, prints, study_path, pinned, runs, seed, out, workers, progress, log)
 
 
 def _check(
     doc: dict[str, Any],
+    prints: dict[str, str],
     study_path: Path,
     pinned: str,
     runs: int,
@@ -95,7 +96,6 @@ def _check(
     progress: bool,
     log: bool,
 ) -> dict[str, Any]:
-    prints = doc["fingerprints"]["confirm"]
     prov = doc["provenance"]
     config_path = E.check_config(prov, study_path)
     here = R.provenance(config_path, numerics.tag())
