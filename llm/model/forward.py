@@ -30,6 +30,7 @@ __all__ = [
     "precision_autocast",
     "sampled_rank",
     "slice_outputs",
+    "token_outputs",
 ]
 
 Tensor = torch.Tensor
@@ -167,19 +168,47 @@ def policy_forward(
         )
     logits = out.logits.float() / temperature  # (R, P + T, V), or (R, T + 1, V)
     # Position i predicts token i + 1: response token t comes from position P - 1 + t.
-    resp_logits = logits[:, -t - 1 : -1]  # (R, T, V)
-    logprobs = torch.log_softmax(resp_logits, dim=-1)
-    res = PolicyOutputs(logp=logprobs.gather(-1, rows.response_ids.unsqueeze(-1)).squeeze(-1))
-    if want_entropy:
-        res.entropy = shaping.token_entropy(resp_logits)
-    if cand_ids is None and n_top > 0:
-        cand_ids = resp_logits.detach().topk(n_top, dim=-1).indices
-    if cand_ids is not None:
-        res.cand_ids = cand_ids
-        res.cand_logp = logprobs.gather(-1, cand_ids)
+    res = token_outputs(
+        logits[:, -t - 1 : -1], rows.response_ids, want_entropy=want_entropy, n_top=n_top,
+        cand_ids=cand_ids,
+    )  # fmt: skip
     if want_prompt and p > 1:
         prompt_lp = torch.log_softmax(logits[:, : p - 1], dim=-1)
         res.prompt_logp = prompt_lp.gather(-1, rows.input_ids[:, 1:p].unsqueeze(-1)).squeeze(-1)
+    return res
+
+
+def token_outputs(
+    logits: Tensor,
+    targets: Tensor,
+    *,
+    want_entropy: bool,
+    n_top: int = 0,
+    cand_ids: Tensor | None = None,
+) -> PolicyOutputs:
+    """The per-token quantities of `PolicyOutputs` from response logits: the one computation of
+    `policy_forward` (its plain path) and `llm.model.stacked.stacked_policy_forward`.
+
+    Args:
+        logits: (R, T, V) float32 logits of the sampling distribution (already / temperature),
+            position t predicting response token t.
+        targets: (R, T) response token ids.
+        n_top: read the top-`n_top` candidates of these logits (ignored if `cand_ids`).
+        cand_ids: (R, T, N) candidate ids at which to read log-probs, or None.
+
+    Returns:
+        ``logp (R, T)``; ``entropy (R, T)`` with `want_entropy`; ``cand_ids``, ``cand_logp``
+        ``(R, T, N)`` with candidates.
+    """
+    logprobs = torch.log_softmax(logits, dim=-1)
+    res = PolicyOutputs(logp=logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+    if want_entropy:
+        res.entropy = shaping.token_entropy(logits)
+    if cand_ids is None and n_top > 0:
+        cand_ids = logits.detach().topk(n_top, dim=-1).indices
+    if cand_ids is not None:
+        res.cand_ids = cand_ids
+        res.cand_logp = logprobs.gather(-1, cand_ids)
     return res
 
 

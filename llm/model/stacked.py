@@ -40,6 +40,8 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 from transformers import AutoConfig, PretrainedConfig
 
+from llm.model.forward import PolicyOutputs, precision_autocast, token_outputs
+
 __all__ = [
     "KVCache",
     "Prefix",
@@ -48,6 +50,7 @@ __all__ = [
     "config_refusal",
     "folder_refusal",
     "stack_parameters",
+    "stacked_policy_forward",
 ]
 
 Tensor = torch.Tensor
@@ -525,6 +528,55 @@ class StackedLM:
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(d))
         out = out.transpose(1, 2).reshape(self.runs, n * length, nh * d)
         return _linear(out, p, pre + "self_attn.o_proj")
+
+
+def stacked_policy_forward(
+    lm: StackedLM,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    response_ids: Tensor,
+    response_mask: Tensor,
+    *,
+    temperature: float,
+    want_entropy: bool,
+    cand_ids: Tensor | None,
+    params: dict[str, Tensor] | None = None,
+    precision: str = "fp32",
+) -> PolicyOutputs:
+    """`llm.model.forward.policy_forward`'s quantities for all runs' rows at once, each prompt
+    run once for its group (`StackedLM.encode_prefix` + `forward_suffix`).
+
+    Args:
+        prompt_ids, prompt_mask: (R * B, P) left-padded prompts, run-major.
+        response_ids, response_mask: (R * B, G, T) responses, right-padded.
+        cand_ids: (R * B * G, T, N) candidate ids at which to read log-probs, or None.
+        precision: ``system.precision``; ``"bf16-mixed"`` runs the model under bfloat16 autocast
+            (`llm.model.forward.precision_autocast`); the log-softmax is in float32 always.
+
+    Returns:
+        `PolicyOutputs` over the R * B * G rows: ``logp (rows, T)``, ``entropy`` (with
+        `want_entropy`), ``cand_ids``/``cand_logp (rows, T, N)`` (with `cand_ids`); differentiable
+        when grad is enabled.
+    """
+    rb, g, t = response_ids.shape
+    prompt_mask = prompt_mask.long()
+    pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    with precision_autocast(lm.device, precision):
+        prefix = lm.encode_prefix(prompt_ids, prompt_mask, pos, params=params)
+        first = prefix.last_logits.repeat_interleave(g, dim=0)[:, None]  # (rows, 1, V)
+        if t > 1:
+            ids = response_ids.reshape(rb * g, t)[:, :-1]
+            mask = response_mask.reshape(rb * g, t)[:, :-1].long()
+            start = prompt_mask.sum(-1).repeat_interleave(g)[:, None]
+            r_pos = start + torch.arange(t - 1, device=start.device)[None, :]
+            rest = lm.forward_suffix(ids, mask, r_pos, prefix, group=g, params=params)
+            logits = torch.cat([first, rest], dim=1)  # (rows, T, V)
+        else:
+            logits = first
+    return token_outputs(
+        logits.float() / temperature, response_ids.reshape(rb * g, t),
+        want_entropy=want_entropy, cand_ids=cand_ids,
+    )  # fmt: skip
 
 
 def _decode_matmul(

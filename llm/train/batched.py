@@ -7,7 +7,7 @@ checkpoints that `train(..., resume=True)` or this function resumes. What the ru
 arithmetic: every step's sampling (`llm.rollout.stacked.sample_groups`: one stacked pass of all
 runs' prompts, a KV-cached decode of all runs' rows) and every gradient pass
 (`stacked_policy_forward`: one forward + backward of all runs' rows with the weights stacked
-along a run axis, `llm.model.stacked.StackedLM`). The loss of each run is its own shaping loss
+along a run axis, `llm.model.stacked`). The loss of each run is its own shaping loss
 (`llm.train.update.leaf_gradients`, the method and coefficients of that run); the backward pass
 of the stacked surrogate ``sum_r sum_k <d loss_r / d q_k, q_k>`` puts into each model's
 ``.grad`` exactly the gradient of its own loss (the runs' parameters are disjoint). Each run then
@@ -51,9 +51,9 @@ import shaping
 from llm.config import TrainConfig
 from llm.data import Problem, data_indices
 from llm.eval.diversity import load_encoder
-from llm.model.forward import PolicyOutputs, precision_autocast, slice_outputs
+from llm.model.forward import PolicyOutputs, slice_outputs
 from llm.model.load import load_model, load_model_and_tokenizer, reference_precision
-from llm.model.stacked import StackedLM, check_stackable
+from llm.model.stacked import StackedLM, check_stackable, stacked_policy_forward
 from llm.rollout.base import Sampling, stop_token_ids
 from llm.rollout.stacked import left_pad, sample_groups
 from llm.run.checkpoint import (
@@ -79,7 +79,6 @@ __all__ = [
     "VERSION",
     "batch_key",
     "batchable",
-    "stacked_policy_forward",
     "train_batch",
 ]
 
@@ -123,65 +122,6 @@ def batchable(cfg: TrainConfig) -> str | None:
     if cfg.system.parallel not in ("none", "auto"):
         return f"system.parallel {cfg.system.parallel!r}"
     return None
-
-
-# ---------------------------------------------------------------------------------------------
-# The stacked gradient pass
-
-
-def stacked_policy_forward(
-    lm: StackedLM,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    response_ids: Tensor,
-    response_mask: Tensor,
-    *,
-    temperature: float,
-    want_entropy: bool,
-    cand_ids: Tensor | None,
-    params: dict[str, Tensor] | None = None,
-    precision: str = "fp32",
-) -> PolicyOutputs:
-    """`llm.model.forward.policy_forward`'s quantities for all runs' rows at once, each prompt
-    run once for its group (`StackedLM.encode_prefix` + `forward_suffix`).
-
-    Args:
-        prompt_ids, prompt_mask: (R * B, P) left-padded prompts, run-major.
-        response_ids, response_mask: (R * B, G, T) responses, right-padded.
-        cand_ids: (R * B * G, T, N) candidate ids at which to read log-probs, or None.
-        precision: ``system.precision``; ``"bf16-mixed"`` runs the model under bfloat16 autocast
-            (`llm.model.forward.precision_autocast`); the log-softmax is in float32 always.
-
-    Returns:
-        `PolicyOutputs` over the R * B * G rows: ``logp (rows, T)``, ``entropy`` (with
-        `want_entropy`), ``cand_ids``/``cand_logp (rows, T, N)`` (with `cand_ids`); differentiable
-        when grad is enabled.
-    """
-    rb, g, t = response_ids.shape
-    prompt_mask = prompt_mask.long()
-    pos = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-    with precision_autocast(lm.device, precision):
-        prefix = lm.encode_prefix(prompt_ids, prompt_mask, pos, params=params)
-        first = prefix.last_logits.repeat_interleave(g, dim=0)[:, None]  # (rows, 1, V)
-        if t > 1:
-            ids = response_ids.reshape(rb * g, t)[:, :-1]
-            mask = response_mask.reshape(rb * g, t)[:, :-1].long()
-            start = prompt_mask.sum(-1).repeat_interleave(g)[:, None]
-            r_pos = start + torch.arange(t - 1, device=start.device)[None, :]
-            rest = lm.forward_suffix(ids, mask, r_pos, prefix, group=g, params=params)
-            logits = torch.cat([first, rest], dim=1)  # (rows, T, V)
-        else:
-            logits = first
-    logits = logits.float() / temperature
-    logprobs = torch.log_softmax(logits, dim=-1)
-    targets = response_ids.reshape(rb * g, t)
-    out = PolicyOutputs(logp=logprobs.gather(-1, targets[..., None]).squeeze(-1))
-    if want_entropy:
-        out.entropy = shaping.token_entropy(logits)
-    if cand_ids is not None:
-        out.cand_ids = cand_ids
-        out.cand_logp = logprobs.gather(-1, cand_ids)
-    return out
 
 
 def _batch_tensors(

@@ -19,7 +19,7 @@ from llm.eval.heldout import evaluate_models
 from llm.model import stacked as stacked_model
 from llm.model.forward import build_rows, policy_forward
 from llm.model.load import load_tokenizer
-from llm.model.stacked import StackedLM, check_stackable
+from llm.model.stacked import StackedLM, check_stackable, stacked_policy_forward
 from llm.model.tiny import build_tiny_model, build_tokenizer
 from llm.orchestrate.jobs import _evaluate_stacked, eval_key, evaluate_model
 from llm.rollout.base import stop_token_ids
@@ -33,7 +33,6 @@ from llm.train.batched import (
     _update_runs,
     batch_key,
     batchable,
-    stacked_policy_forward,
     train_batch,
 )
 from llm.train.behaviour import behaviour_batch
