@@ -264,6 +264,18 @@ def same_arithmetic(recorded: str) -> bool | None:
     return None if v is None else (v >= EXACT_CENTRING) == (version() >= EXACT_CENTRING)
 
 
+def same_pins(recorded: str) -> bool:
+    """Whether what the libraries compute alone (no arithmetic of the package's own that
+    `EXACT_CENTRING` changes: the tiny base model's warm start) gives this process's bytes under
+    the recorded `tag()`: the same tag, or this process pinned and `recorded` a version with the
+    same `PINS` (2 and 3). A cache of such a computation is keyed with it, so that following a
+    committed study's version (`following`) does not rebuild it."""
+    if recorded == tag():
+        return True
+    v = version_of(recorded)
+    return v is not None and is_pinned() and PINS[v] == PINS[version()]
+
+
 @contextmanager
 def following(recorded: str | None) -> Iterator[str]:
     """Compute as an output recorded under `recorded` (its `tag()`) was computed, where that needs

@@ -568,9 +568,10 @@ def ensure_base_model(
     `tiny_problems(config, "train", config.num_train_problems)`, saved with `save_pretrained` into
     a temporary sibling folder, and moved into place with `os.replace`, so a crash never leaves a
     half-written model at `path`. The warm start runs on `num_threads` torch threads, part of
-    the cache key with the numeric settings (`numerics.tag()`): under numerics pin 2 the thread
-    count changes the bytes (1 and 2 threads built other bases, 2026-11-26), so every caller keeps
-    the default.
+    the cache key with the numeric settings (`numerics.tag()`; a build under another version of
+    the same library pins is the same model, `numerics.same_pins`): under numerics pin 2 the
+    thread count changes the bytes (1 and 2 threads built other bases), so every caller keeps the
+    default.
     `BUILD_FILE` also records the parameter count, the final training loss and the warm-start
     seconds. `progress`: the warm start's tqdm bar; without it (a log file), one line on stderr
     when a build starts and one when it ends.
@@ -630,11 +631,14 @@ def ensure_base_model(
 
 def _fresh_build(path: str | os.PathLike[str]) -> tuple[TinyConfig, Any] | None:
     """``(config, num_threads)`` a base-model folder was built with (`BUILD_FILE`); `None` when
-    absent, stale (another `BUILD_VERSION` or other numeric settings, `numerics.tag()`) or
-    unreadable."""
+    absent, stale (another `BUILD_VERSION`, or numeric settings whose library pins are not this
+    process's: `numerics.same_pins`) or unreadable."""
     try:
         build = json.loads((Path(path) / BUILD_FILE).read_text(encoding="utf-8"))
-        if build.get("version") != BUILD_VERSION or build.get("numerics") != numerics.tag():
+        recorded = build.get("numerics")
+        if build.get("version") != BUILD_VERSION or not (
+            isinstance(recorded, str) and numerics.same_pins(recorded)
+        ):
             return None
         return TinyConfig.from_dict(build["config"]), build.get("num_threads")
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -643,7 +647,7 @@ def _fresh_build(path: str | os.PathLike[str]) -> tuple[TinyConfig, Any] | None:
 
 def read_build_config(path: str | os.PathLike[str]) -> TinyConfig | None:
     """The `TinyConfig` a base-model folder was built with; `None` when absent, stale (another
-    `BUILD_VERSION` or other numeric settings, `numerics.tag()`) or unreadable."""
+    `BUILD_VERSION` or other library pins, `numerics.same_pins`) or unreadable."""
     built = _fresh_build(path)
     return None if built is None else built[0]
 

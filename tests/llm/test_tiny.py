@@ -12,6 +12,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+import numerics
 from llm.config import TrainConfig, config_from_dict
 from llm.data import load_eval_sets, load_train_problems, tiny_config
 from llm.model import tiny, tokens
@@ -212,6 +213,33 @@ def test_ensure_base_model_builds_caches_and_rebuilds(tmp_path, monkeypatch, cap
     ensure_base_model(path, config=other, num_threads=2, progress=False)
     assert calls == [1, 1, 1]
     assert sorted(os.listdir(tmp_path)) == ["base"]
+
+
+def test_a_build_under_another_version_of_the_same_pins_is_reused(tmp_path, monkeypatch):
+    """Numerics versions 2 and 3 differ in the package's own arithmetic only (`EXACT_CENTRING`),
+    which the warm start does not use: a base built under one is reused under the other, so an
+    extension following a committed study's version does not rebuild it; another version's
+    pins, or an unpinned build, is rebuilt."""
+    path = tmp_path / "base"
+    monkeypatch.setattr(numerics, "_state", dict(numerics._state))
+    monkeypatch.delenv(numerics.OPT_OUT_ENV, raising=False)
+    numerics._state.update(pinned=True, version=3, tag="pinned avx2 v3")
+    ensure_base_model(path, config=SMALL, num_threads=1, progress=False)
+    calls = []
+    real = tiny.warm_start
+    monkeypatch.setattr(tiny, "warm_start", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with numerics.following("pinned avx2 v2"):  # an extension of a version-2 study
+        assert numerics.tag() == "pinned avx2 v2"
+        assert read_build_config(path) == SMALL
+        ensure_base_model(path, config=SMALL, num_threads=1, progress=False)
+    assert calls == []
+    build = json.loads((path / BUILD_FILE).read_text())
+    for other in ("pinned avx2 v1", "native (opted out): not byte-comparable"):
+        (path / BUILD_FILE).write_text(json.dumps({**build, "numerics": other}))
+        assert read_build_config(path) is None, other
+    numerics._state.update(pinned=False, tag="native (opted out): not byte-comparable")
+    (path / BUILD_FILE).write_text(json.dumps(build))  # built pinned, read unpinned
+    assert read_build_config(path) is None
 
 
 def test_warm_start_data_is_the_compact_format(tokenizer):
