@@ -1,12 +1,16 @@
 """``python -m experiment calibrate [--replicates R] [--draws B] [--seed S] [--design D]
-[--design-file JSON] [--set FIELD=VALUE] [--json]``:
+[--design-file JSON] [--set FIELD=VALUE] [--size] [--json]``:
 the whole study pipeline (explore, pick, confirm, Holm, the claim rule) checked by simulation with
 a known truth in every design of `experiment.calibration.DESIGNS`: the exploratory lifts' range
 and coverage, the probability of picking the best setting, the confirmed lifts' bias and
 coverage, family-wise false verdicts with Holm, power and the rate of each claim word;
 ``--set explore_seeds=6`` calibrates a copy of each design with that field changed (what a
 design needs to reach a target); ``--design-file my_study.json`` simulates a design of the
-user's own, a JSON object of `Design` fields (`experiment.calibration.design_from_fields`).
+user's own, a JSON object of `Design` fields (`experiment.calibration.design_from_fields`);
+``--size`` calibrates each design at growing seeds until it holds the calibration's targets
+(`experiment.calibration.size_for`: exploration seeds for the best-setting share, then
+confirmation seeds) and prints each size tried, what it misses, and the first size that misses
+nothing.
 ``python -m experiment calibrate --summary docs/calibration.json``: the one table of every design
 docs/statistics.md shows, from a saved ``--json`` output (nothing simulated).
 
@@ -86,6 +90,33 @@ def _table(name: str, out: dict) -> str:
     return "\n".join(lines)
 
 
+def _size_table(name: str, d: C.Design, out: dict) -> str:
+    lines = [
+        f"{name}: {out['replicates']} simulated studies per size ({d.problems} problems explored, "
+        f"{d.confirm_problems} confirmed)",
+        "| seeds: exploration × confirmation | best setting picked | coverage (every method) | "
+        "largest \\|bias\\| (points) | family-wise false 'above' / 'below' | misses |",
+        "|---|---|---|---|---|---|",
+    ]
+    for t in out["trials"]:
+        lo, hi = t["coverage"]
+        above, below = t["familywise"]
+        lines.append(
+            f"| {t['explore_seeds']} × {t['confirm_seeds']} | {t['best_picked']:.2f} | "
+            f"{lo:.3f}-{hi:.3f} | {t['max_abs_bias']:.2f} | {above:.3f} / {below:.3f} | "
+            f"{', '.join(t['misses']) or '—'} |"
+        )
+    size = out["size"]
+    if size is None:
+        left = ", ".join(out["trials"][-1]["misses"])
+        lines.append(f"No size tried holds every target: {left} at the largest (more seeds did "
+                     "not remove it).")  # fmt: skip
+    else:
+        lines.append(f"Holds every target at {size['explore_seeds']} exploration × "
+                     f"{size['confirm_seeds']} confirmation seeds.")  # fmt: skip
+    return "\n".join(lines)
+
+
 SHORT_WORDS = {"supported": "sup", "smaller than claimed": "smaller", "not better than GRPO":
                "not better", "below GRPO": "below", "not resolved": "n.r."}  # fmt: skip
 """The claim words as the summary table abbreviates them (`experiment.study.claim_verdicts`)."""
@@ -150,6 +181,10 @@ def _main(argv: list[str]) -> int:
     cal.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="change a field of every simulated design, e.g. explore_seeds=6 "
                           "(`experiment.calibration.override`; repeatable)")  # fmt: skip
+    cal.add_argument("--size", action="store_true",
+                     help="calibrate each design at growing exploration, then confirmation, "
+                          "seeds until it holds the targets (`experiment.calibration.size_for`); "
+                          "print each size and what it misses")  # fmt: skip
     cal.add_argument("--json", action="store_true", help="print JSON instead of tables")
     cal.add_argument("--summary", metavar="JSON",
                      help="print the one table of every design from a saved --json output "
@@ -206,6 +241,16 @@ def _main(argv: list[str]) -> int:
                          "simulate; rename the file")  # fmt: skip
         designs[name] = C.design_from_fields(store.read_json(file), file)
     designs = {name: C.override(d, args.set) for name, d in designs.items()}
+    if args.size:
+        sizes = {name: C.size_for(d, replicates=args.replicates, seed=args.seed, draws=args.draws,
+                                  progress=name)
+                 for name, d in designs.items()}  # fmt: skip
+        print(
+            json.dumps(sizes, indent=2)
+            if args.json
+            else "\n\n".join(_size_table(name, designs[name], out) for name, out in sizes.items())
+        )
+        return 0
     report = {name: C.calibrate(d, replicates=args.replicates, seed=args.seed, draws=args.draws,
                                 progress=name)
               for name, d in designs.items()}  # fmt: skip

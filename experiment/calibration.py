@@ -59,16 +59,21 @@ from theory.measures import pass_at_k_fast
 
 __all__ = [
     "CLAIM_SIZE",
+    "CONFIRM_FACTORS",
     "DESIGNS",
     "ESCAPE",
+    "EXPLORE_SEEDS",
     "METHODS",
+    "TARGETS",
     "Design",
     "calibrate",
     "design_from_fields",
     "method_path",
     "methods_of",
+    "misses",
     "override",
     "simulate",
+    "size_for",
 ]
 
 # Quadrature of the population truth: a problem's logit at equal-mass nodes (the midpoint rule in
@@ -640,6 +645,84 @@ def calibrate(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 1
                       for w in sorted(set(words[label]))},
         }  # fmt: skip
     return out
+
+
+TARGETS = {"best": 0.80, "bias": 0.30, "coverage": (0.93, 0.97), "familywise": 0.05}
+"""What a calibrated design holds (docs/statistics.md): the best setting picked in at least 80% of
+studies (``best``, the ``plus5`` method's), every confirmed method's |bias| at most 0.3 points
+(``bias``) and coverage in 0.93-0.97 (``coverage``), family-wise false "above" and "below" at most
+0.05 over the nulls (``familywise``)."""
+
+
+def misses(out: Mapping, *, slack: float = 2.0) -> set[str]:
+    """The keys of `TARGETS` a `calibrate` output `out` misses: the family-wise rates and the
+    best-setting share as estimated; each method's coverage and bias allowing `slack` of its Monte
+    Carlo standard errors (methods read in fewer than 2 studies are not counted)."""
+    lo, hi = TARGETS["coverage"]
+    rows = [r for r in out["confirm"].values() if r["n"] > 1]
+    held = {
+        "familywise": all(out["familywise"][side] <= TARGETS["familywise"]
+                          for side in ("above", "below")),
+        "best": out["explore"]["best_picked"] >= TARGETS["best"],
+        "coverage": all(lo - slack * r["coverage_se"] <= r["coverage"] <= hi + slack * r["coverage_se"]
+                        for r in rows),
+        "bias": all(abs(r["bias"]) <= TARGETS["bias"] + slack * r["bias_se"] for r in rows),
+    }  # fmt: skip
+    return {k for k, ok in held.items() if not ok}
+
+
+EXPLORE_SEEDS = (3, 6, 12, 24, 48)
+"""The exploration seeds `size_for` tries (those above a design's own)."""
+CONFIRM_FACTORS = (1, 2, 4)
+"""The multiples of a design's confirmation seeds `size_for` tries."""
+
+
+def size_for(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 300,
+             explore: tuple[int, ...] = EXPLORE_SEEDS,
+             factors: tuple[int, ...] = CONFIRM_FACTORS, progress: str | None = None) -> dict:  # fmt: skip
+    """The smallest study, in seeds, at which design `d` holds `TARGETS` (`misses`), by
+    calibrating it at growing sizes: first its exploration seeds (`d`'s own, then each larger one
+    of `explore`) until the best setting is picked often enough (the pick depends on the
+    exploration alone), then, at that exploration, its confirmation seeds times each of `factors`
+    until nothing is missed (bias, coverage and the family-wise rates depend on the confirmation
+    and the pick). Every size is one `calibrate` (same `replicates`, `seed`, `draws`); problems
+    stay `d`'s. A miss that no size in the grid removes is the estimator's, not the study's size.
+
+    Returns:
+        ``{"trials": [{"explore_seeds", "confirm_seeds", "misses" (sorted), "best_picked",
+        "coverage" [min, max], "max_abs_bias" (points), "familywise" [above, below]}] in the
+        order run, "size": {"explore_seeds", "confirm_seeds"} of the first trial that misses
+        nothing, or None, "replicates"}``.
+    """
+    trials: list[dict] = []
+
+    def run(explore_seeds: int, confirm_seeds: int) -> set[str]:
+        out = calibrate(replace(d, explore_seeds=explore_seeds, confirm_seeds=confirm_seeds),
+                        replicates=replicates, seed=seed, draws=draws,
+                        progress=progress and f"{progress} {explore_seeds}x{confirm_seeds}")  # fmt: skip
+        rows = [r for r in out["confirm"].values() if r["n"] > 1]
+        missed = misses(out)
+        trials.append({
+            "explore_seeds": explore_seeds, "confirm_seeds": confirm_seeds,
+            "misses": sorted(missed), "best_picked": out["explore"]["best_picked"],
+            "coverage": [min(r["coverage"] for r in rows), max(r["coverage"] for r in rows)],
+            "max_abs_bias": max(abs(r["bias"]) for r in rows),
+            "familywise": [out["familywise"]["above"], out["familywise"]["below"]],
+        })  # fmt: skip
+        return missed
+
+    sizes = [d.explore_seeds, *(e for e in explore if e > d.explore_seeds)]
+    for e in sizes:
+        missed = run(e, d.confirm_seeds)
+        if "best" not in missed:
+            break
+    for f in (f for f in factors if f > 1):
+        if not missed:
+            break
+        missed = run(e, d.confirm_seeds * f)
+    last = trials[-1]
+    size = None if missed else {k: last[k] for k in ("explore_seeds", "confirm_seeds")}
+    return {"trials": trials, "size": size, "replicates": replicates}
 
 
 def describe(d: Design) -> dict:
