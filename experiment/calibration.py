@@ -673,7 +673,7 @@ def misses(out: Mapping, *, slack: float = 2.0) -> set[str]:
 
 EXPLORE_SEEDS = (3, 6, 12, 24, 48)
 """The exploration seeds `size_for` tries (those above a design's own)."""
-CONFIRM_FACTORS = (1, 2, 4)
+CONFIRM_FACTORS = (1, 2, 4, 8)
 """The multiples of a design's confirmation seeds `size_for` tries."""
 
 
