@@ -11,7 +11,11 @@ what is left is the estimator. Per method it prints the bias of the corrected li
 one (before the bias correction), the standard deviation of each over the replicates, the root
 mean square of the reported standard errors, the standard deviation of the z-scores and the
 coverage of the intervals. A reported standard error that matches the raw lift's spread but not
-the corrected one's says that the correction's own noise is what the interval misses.
+the corrected one's says that the correction's own noise is what the interval misses. The last
+column is the share of the correction that would minimise the mean squared error, `b² / (b² + V)`
+with `b` the raw bias and `V` the variance the correction adds (`sd² − raw sd²`, floored at 0;
+`mse_share`): 1 where the correction pays in full, near 0 where its noise outweighs the bias it
+removes.
 Writes the table as JSON to `--out`.
 """
 
@@ -72,6 +76,14 @@ def run(d: C.Design, replicates: int, seed: int, draws: int) -> dict:
     return out
 
 
+def mse_share(r: dict) -> float:
+    """The share `c` of the bias correction that minimises the corrected lift's mean squared error,
+    `b² / (b² + V)`: `b` the raw lift's bias, `V` the variance the correction adds (`sd² − raw
+    sd²`, floored at 0); 1 when both are 0."""
+    b2, v = r["raw_bias"] ** 2, max(r["sd"] ** 2 - r["raw_sd"] ** 2, 0.0)
+    return 1.0 if b2 + v == 0 else b2 / (b2 + v)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--design", default="narrow_seed", choices=sorted(C.DESIGNS))
@@ -86,12 +98,14 @@ def main() -> None:
     table = run(d, args.replicates, args.seed, args.draws)
     print(f"{args.design} {' '.join(args.set)}: {args.replicates} confirmations of each method's "
           f"truly best model ({d.confirm_seeds} seeds x {d.confirm_problems} problems), points")  # fmt: skip
-    print("| method | truth | bias | raw bias | sd | raw sd | rms se | z sd | coverage |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| method | truth | bias | raw bias | sd | raw sd | rms se | z sd | coverage | "
+          "correction's MSE share |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, r in table.items():
+        r["mse_share"] = mse_share(r)
         print(f"| {name} | {r['truth']:+.2f} | {r['bias']:+.2f} | {r['raw_bias']:+.2f} | "
               f"{r['sd']:.2f} | {r['raw_sd']:.2f} | {r['rms_se']:.2f} | {r['z_sd']:.2f} | "
-              f"{r['coverage']:.3f} |")  # fmt: skip
+              f"{r['coverage']:.3f} | {r['mse_share']:.2f} |")  # fmt: skip
     path = Path(args.out)
     doc = json.loads(path.read_text()) if path.exists() else {}
     key = " ".join([args.design, *args.set])
