@@ -659,7 +659,7 @@ def misses(out: Mapping, *, slack: float = 2.0) -> set[str]:
     best-setting share as estimated; each method's coverage and bias allowing `slack` of its Monte
     Carlo standard errors (methods read in fewer than 2 studies are not counted)."""
     lo, hi = TARGETS["coverage"]
-    rows = [r for r in out["confirm"].values() if r["n"] > 1]
+    rows = _read_methods(out)
     held = {
         "familywise": all(out["familywise"][side] <= TARGETS["familywise"]
                           for side in ("above", "below")),
@@ -669,6 +669,12 @@ def misses(out: Mapping, *, slack: float = 2.0) -> set[str]:
         "bias": all(abs(r["bias"]) <= TARGETS["bias"] + slack * r["bias_se"] for r in rows),
     }  # fmt: skip
     return {k for k, ok in held.items() if not ok}
+
+
+def _read_methods(out: Mapping) -> list[Mapping]:
+    """The confirmed methods of a `calibrate` output read in at least 2 studies (the ones a
+    target is checked on)."""
+    return [r for r in out["confirm"].values() if r["n"] > 1]
 
 
 EXPLORE_SEEDS = (3, 6, 12, 24, 48)
@@ -700,7 +706,7 @@ def size_for(d: Design, *, replicates: int = 200, seed: int = 0, draws: int = 30
         out = calibrate(replace(d, explore_seeds=explore_seeds, confirm_seeds=confirm_seeds),
                         replicates=replicates, seed=seed, draws=draws,
                         progress=progress and f"{progress} {explore_seeds}x{confirm_seeds}")  # fmt: skip
-        rows = [r for r in out["confirm"].values() if r["n"] > 1]
+        rows = _read_methods(out)
         missed = misses(out)
         trials.append({
             "explore_seeds": explore_seeds, "confirm_seeds": confirm_seeds,
