@@ -15,7 +15,10 @@ the corrected one's says that the correction's own noise is what the interval mi
 column is the share of the correction that would minimise the mean squared error, `b² / (b² + V)`
 with `b` the raw bias and `V` the variance the correction adds (`sd² − raw sd²`, floored at 0;
 `mse_share`): 1 where the correction pays in full, near 0 where its noise outweighs the bias it
-removes.
+removes. Two correlations over the replicates say whether the hull's geometry drives the error:
+the error's with the model's observed distance from the end of GRPO's pass@1 range (`x̄_m − x_max`,
+negative inside it; `err_vs_end`) and the reported standard error's with the error's size
+(`se_vs_abs_err`: near 0 or positive where the interval widens when it must).
 Writes the table as JSON to `--out`.
 """
 
@@ -60,11 +63,12 @@ def run(d: C.Design, replicates: int, seed: int, draws: int) -> dict:
         for i, name in enumerate(models.method):
             if name != "grpo" and np.isfinite(res.lift[i]):
                 t = truth[(name, models.setting[i], models.step[i])]
-                rows[name].append((t, res.lift[i], res.bias[i], res.se[i], res.lo[i], res.hi[i]))
+                rows[name].append((t, res.lift[i], res.bias[i], res.se[i], res.lo[i], res.hi[i],
+                                   res.x[i] - res.hull.x_max))  # fmt: skip
     out = {}
     for name, v in rows.items():
-        t, lift, bias, se, lo, hi = (np.array(c) for c in zip(*v, strict=True))
-        raw = lift + bias
+        t, lift, bias, se, lo, hi, above = (np.array(c) for c in zip(*v, strict=True))
+        raw, err = lift + bias, lift - t
         out[name] = {
             "n": len(v), "truth": 100 * float(t.mean()),
             "bias": 100 * float((lift - t).mean()), "raw_bias": 100 * float((raw - t).mean()),
@@ -72,8 +76,16 @@ def run(d: C.Design, replicates: int, seed: int, draws: int) -> dict:
             "rms_se": 100 * float(np.sqrt((se**2).mean())),
             "z_sd": float(((lift - t) / se).std(ddof=1)),
             "coverage": float(np.mean((lo <= t) & (t <= hi))),
+            "err_vs_end": _corr(err, above), "se_vs_abs_err": _corr(se, np.abs(err)),
         }  # fmt: skip
     return out
+
+
+def _corr(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson's correlation of `a` and `b` (NaN where either is constant)."""
+    if a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
 
 
 def mse_share(r: dict) -> float:
@@ -99,13 +111,14 @@ def main() -> None:
     print(f"{args.design} {' '.join(args.set)}: {args.replicates} confirmations of each method's "
           f"truly best model ({d.confirm_seeds} seeds x {d.confirm_problems} problems), points")  # fmt: skip
     print("| method | truth | bias | raw bias | sd | raw sd | rms se | z sd | coverage | "
-          "correction's MSE share |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "correction's MSE share | error vs distance from GRPO's end | se vs abs error |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, r in table.items():
         r["mse_share"] = mse_share(r)
         print(f"| {name} | {r['truth']:+.2f} | {r['bias']:+.2f} | {r['raw_bias']:+.2f} | "
               f"{r['sd']:.2f} | {r['raw_sd']:.2f} | {r['rms_se']:.2f} | {r['z_sd']:.2f} | "
-              f"{r['coverage']:.3f} | {r['mse_share']:.2f} |")  # fmt: skip
+              f"{r['coverage']:.3f} | {r['mse_share']:.2f} | {r['err_vs_end']:+.2f} | "
+              f"{r['se_vs_abs_err']:+.2f} |")  # fmt: skip
     path = Path(args.out)
     doc = json.loads(path.read_text()) if path.exists() else {}
     key = " ".join([args.design, *args.set])
