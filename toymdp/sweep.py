@@ -131,7 +131,7 @@ def run_sweep(cfg: SweepConfig, progress: bool = True) -> dict[str, Any]:
     order: list[int] = []
     bar = progress_bar(len(groups), "toy sweep", "program", progress=progress)
     for (label, _), index in groups.items():
-        bar.set_postfix_str(f"{label} ({len(index)} settings)")
+        bar.set_postfix_str(f"{label} ({len(index)} setting{'' if len(index) == 1 else 's'})")
         out = run_program(cfg, envs, entries[label], [rows[i] for i in index])
         for k in METRICS:
             arrays[k].append(out[k])
