@@ -89,6 +89,11 @@ class LiftResult:
             below the range).
         components: `(M, 3)` variance components of the linearized lift (`design_mde`).
         hull: the reference's hull of the observed points. level, num_draws: as called.
+        mean_draws: `(num_draws, 2M)` the draws of the means (`x̄` first, then `ȳ`), and
+        lift_draws: `(num_draws, M)` each draw's lift over its own draw's hull (NaN below it;
+            before the bias correction and the rescaling that makes `se`), with `keep_draws`;
+            else None. What the interval is built from, for diagnosing it (e.g. a lift whose
+            draws read another facet of GRPO's hull than the observed points do).
     """
 
     models: Models
@@ -108,6 +113,8 @@ class LiftResult:
     hull: estimand.Hull
     level: float
     num_draws: int
+    mean_draws: np.ndarray | None = None
+    lift_draws: np.ndarray | None = None
 
 
 def _gradient(hull: estimand.Hull, ref: np.ndarray, m: int, px: np.ndarray, n: int) -> np.ndarray:
@@ -156,6 +163,7 @@ def lift_inference(
     level: float = 0.95,
     seed: int = 0,
     span: float = 1.0,
+    keep_draws: bool = False,
 ) -> LiftResult:
     """Lift of every model over the reference's hull, with the inference of the module docstring.
 
@@ -167,6 +175,8 @@ def lift_inference(
         num_draws: ≥ 20. level: in (0, 1). seed: of the draws.
         span: the largest possible |lift| in the measure's units (1 for pass@k; the sample
             count for distinct correct solutions): intervals are clipped to ±span.
+        keep_draws: also return the draws (`LiftResult.mean_draws`, `lift_draws`); the other
+            fields are the same either way.
 
     Returns:
         A `LiftResult`.
@@ -208,11 +218,14 @@ def lift_inference(
         sub = _over_hull(px, py, v, draws, root, np.setdiff1d(ref, members), np.array(members),
                          level, span)  # fmt: skip
         for key, arr in out.items():
-            if key != "hull":
+            if key == "drawn":  # (num_draws, M): the members' columns
+                arr[:, members] = sub[key][:, members]
+            elif key != "hull":
                 arr[members] = sub[key][members]
     return LiftResult(models, ref, px, py, out["lift"], out["status"], out["lo"], out["hi"],
                       out["se"], out["df"], out["p"], out["bias"], out["frac"], out["comp"],
-                      out["hull"], float(level), num_draws)  # fmt: skip
+                      out["hull"], float(level), num_draws, draws if keep_draws else None,
+                      out["drawn"] if keep_draws else None)  # fmt: skip
 
 
 def _over_hull(
@@ -272,6 +285,7 @@ def _over_hull(
     half = np.where(ok, special.stdtrit(dfs, 0.5 + level / 2) * np.where(ok, se, 0.0), 0.0)
     return {
         "lift": lift, "status": status, "se": se, "bias": bias, "comp": comp, "hull": hull,
+        "drawn": drawn,
         "lo": np.where(inside, np.clip(lift - half, -span, span), np.nan),
         "hi": np.where(inside, np.clip(lift + half, -span, span), np.nan),
         "df": np.where(ok, df, np.nan), "frac": count / num_draws,

@@ -3,6 +3,7 @@ whole pipeline holds the goals of issue 37 in the designs a test can afford."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from dataclasses import replace
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiment import calibration as C
-from experiment import covariance
+from experiment import covariance, estimand, frontier, inference
 from experiment import study as S
 from experiment.inference import PROCEDURE
 
@@ -317,3 +318,37 @@ def test_the_statistics_page_shows_the_committed_calibration(capsys):
     assert table in (root / "docs" / "statistics.md").read_text()
     with pytest.raises(ValueError, match="design 'x': not a calibrate --json output"):
         __import__("experiment.__main__", fromlist=["summary_table"]).summary_table({"x": {}})
+
+
+def _fixed_pick_bench():
+    root = Path(__file__).parents[2]
+    spec = importlib.util.spec_from_file_location(
+        "fixed_pick", root / "bench/calibration_fixed_pick.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_fixed_pick_bench_reads_where_the_draws_read_a_model():
+    """bench/calibration_fixed_pick.py's `read_facet` names the side of GRPO's range end and the
+    vertex or segment under the read point; `agreement` is 1 where every draw reads the model on
+    the observed segment (noise far smaller than the hull's segments) and below 1 where the model
+    sits at a vertex, within noise: the draws read it on either segment."""
+    bench = _fixed_pick_bench()
+    hull = estimand.upper_hull(np.array([0.1, 0.2]), np.array([-0.1, -0.3]))  # (0,0) and both
+    assert bench.read_facet(hull, -0.1) == ("below",)
+    assert bench.read_facet(hull, 0.05) == ("inside", estimand.ORIGIN, 0)
+    assert bench.read_facet(hull, 0.1) == ("inside", 0)
+    assert bench.read_facet(hull, 0.25) == ("above", 0, 1)  # the window's edge, 0.15
+    assert bench.read_facet(hull, 0.35) == ("above", estimand.ORIGIN, 0)  # edge at 0.05
+    assert bench.read_facet(hull, 0.5) == ("above", estimand.ORIGIN)  # the whole range: its peak
+    rng = np.random.default_rng(0)
+    means = [(0.0, 0.0), (0.1, -0.1), (0.2, -0.3), (0.15, -0.1), (0.1, -0.05)]
+    x = np.stack([mx + 1e-4 * rng.standard_normal((2, 6)) for mx, _ in means])
+    y = np.stack([my + 1e-4 * rng.standard_normal((2, 6)) for _, my in means])
+    x[0], y[0] = 0.0, 0.0
+    models = frontier.Models(["grpo"] * 3 + ["m"] * 2, ["b", "a", "a", "c", "d"], [0, 1, 2, 1, 1])
+    res = inference.lift_inference(x, y, models, num_draws=40, keep_draws=True)
+    assert bench.agreement(res, 3) == 1.0  # read inside the segment from 0.1 to 0.2
+    assert bench.agreement(res, 4) < 1.0  # at the vertex at 0.1: the draws fall either side

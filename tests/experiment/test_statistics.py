@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -243,6 +244,32 @@ def test_lift_inference_equals_a_plain_loop():
         assert res.se[m] == pytest.approx(drawn[ok, m].std(ddof=1) * scale, rel=1e-7)
         assert res.df[m] == pytest.approx(df)
         assert res.inside_fraction[m] == pytest.approx(ok.mean())
+    # keep_draws returns those draws and changes nothing else.
+    kept = I.lift_inference(x, y, models, num_draws=50, seed=5, keep_draws=True)
+    assert res.mean_draws is None and res.lift_draws is None
+    assert kept.mean_draws.shape == (50, 2 * n) and kept.lift_draws.shape == (50, n)
+    np.testing.assert_allclose(kept.lift_draws[:, 4:], drawn[:, 4:], rtol=1e-9, atol=1e-12)
+    for f in dataclasses.fields(I.LiftResult):
+        if f.name not in ("models", "hull", "mean_draws", "lift_draws"):
+            np.testing.assert_array_equal(getattr(kept, f.name), getattr(res, f.name), f.name)
+
+
+def test_kept_draws_read_a_reference_setting_against_the_other_settings():
+    """With two GRPO settings each setting's models are read against the other's hull, draw by
+    draw too: `lift_draws` of a reference model is its drawn measure minus the drawn hull of the
+    other setting's points (`estimand.hull_values`), and the others' over the whole reference."""
+    rng = np.random.default_rng(8)
+    means = [(0, 0), (0.02, -0.01), (0.05, -0.04), (0.03, -0.03), (0.06, -0.08), (0.04, 0.0)]
+    x = np.stack([mx + 0.04 * rng.standard_normal((3, 12)) for mx, _ in means])
+    y = np.stack([my + 0.06 * rng.standard_normal((3, 12)) for _, my in means])
+    x[0], y[0] = 0.0, 0.0
+    models = F.Models(["grpo"] * 5 + ["m"], ["base", "a", "a", "b", "b", "c"], [0, 1, 2, 1, 2, 2])
+    res = I.lift_inference(x, y, models, num_draws=40, seed=2, keep_draws=True)
+    n, d = len(means), res.mean_draws
+    for m, ref in ((1, [0, 3, 4]), (2, [0, 3, 4]), (3, [0, 1, 2]), (4, [0, 1, 2]),
+                   (5, [0, 1, 2, 3, 4])):  # fmt: skip
+        want = d[:, n + m] - E.hull_values(d[:, ref], d[:, [n + i for i in ref]], d[:, [m]])[:, 0]
+        np.testing.assert_array_equal(res.lift_draws[:, m], want)
 
 
 def test_lift_table_reads_a_model_above_the_range_against_the_hull_s_end():
