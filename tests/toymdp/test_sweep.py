@@ -62,8 +62,8 @@ def test_two_run_sweep_writes_results_frontier_and_lifts(tmp_path, capsys):
     assert "2 runs trained" in printed.out
     # stderr is not a terminal here (as in a log): a line per compiled program, not a bar.
     assert [line.split(",")[0] for line in printed.err.splitlines()] == [
-        "toy sweep: 1/2 (grpo (1 settings))",
-        "toy sweep: 2/2 (entropy_bonus (1 settings))",
+        "toy sweep: 1/2 (grpo (1 setting))",
+        "toy sweep: 2/2 (entropy_bonus (1 setting))",
     ]
     doc = json.loads((out / "results.json").read_text())
     assert doc["axes"]["eval_steps"] == [0, 1, 3]
