@@ -49,7 +49,7 @@ from typing import Any, Protocol
 import numpy as np
 
 import numerics
-from experiment import frontier, inference, report, schema, store
+from experiment import frontier, inference, report, schema, spec, store
 from experiment import study as S
 from experiment import study_report as R
 from experiment.reread import (
@@ -200,7 +200,10 @@ def read_methods(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, str]
 
     Raises:
         ValueError: naming the file: an unreadable file, a key other than ``methods``, no
-            entries, an entry that is not a table, or an unknown ``claim``.
+            entries, an entry that is not a table, an unknown ``claim``, or what the sweep
+            grammar refuses of an entry by itself (`experiment.spec.parse_methods`: an unknown
+            key or method, a bad or repeated label, ...), named by its place in this file
+            (``methods[0]`` its first entry).
     """
     path = Path(path)
     doc = schema.read_toml(path)
@@ -209,8 +212,10 @@ def read_methods(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, str]
         raise ValueError(f"{path}: unknown key(s) {unknown}: a methods file holds [[methods]] "
                          "tables only (the study's tune, seeds and checkpoints are its own)")  # fmt: skip
     entries = doc.get("methods")
-    if not isinstance(entries, list) or not entries:
+    if entries is None or entries == []:
         raise ValueError(f"{path}: no [[methods]] table")
+    if not isinstance(entries, list):
+        raise ValueError(f"{path}: methods: expected [[methods]] tables, got {entries!r}")
     out, claims = [], {}
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
@@ -222,6 +227,10 @@ def read_methods(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, str]
                              f"got {measure!r}")  # fmt: skip
         claims[str(entry.get("label", entry.get("method")))] = measure
         out.append(entry)
+    try:  # the entries alone, so that an error names its place in this file, not in the study's
+        spec.parse_methods(out)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
     return out, claims
 
 

@@ -194,7 +194,13 @@ def test_a_changed_reference_is_refused_by_name_unless_retrained(studies, tmp_pa
     [
         ('seeds = [3]\n[[methods]]\nmethod = "w_reinforce"\n', "unknown key(s) ['seeds']"),
         ('[[methods]]\nmethod = "grpo"\n', "['grpo'] is the study's reference label"),
-        ('[[methods]]\nmethod = "no_such"\n', "no_such"),
+        ('[[methods]]\nmethod = "no_such"\n', "methods[0].method: expected one of"),
+        (
+            '[[methods]]\nmethod = "w_reinforce"\n[[methods]]\nmethod = "no_such"\n',
+            "methods[1].method: expected one of",
+        ),  # its place in this file, not in the study's
+        ('[[methods]]\nmethod = "w_reinforce"\nlabel = "a b"\n', "methods[0].label"),
+        ("methods = 3\n", "methods: expected [[methods]] tables, got 3"),
         ('[[methods]]\nmethod = "w_reinforce"\nclaim = "pass1"\n', "methods[0].claim"),
         ("", "no [[methods]] table"),
         ('[[methods]]\nmethod = "w_reinforce"\ngrid = { lam = [-1.0] }\n', "lam"),
