@@ -256,12 +256,13 @@ def check_study(doc: Any, path: str | Path) -> dict[str, Any]:
             studies kept their lift inputs: re-run it), or lacks a key, naming `path` and the key.
     """
     if doc is None:
-        raise ValueError(f"study_dir: {path} is missing or unreadable")
+        raise ValueError(f"{path} is missing or unreadable: not a study's folder (a published "
+                         "study, figures/..., or a study's output folder)")  # fmt: skip
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a study.json (a JSON object)")
     if "reading" not in doc:
-        raise ValueError(f"study_dir: {path} has no 'reading' (written before studies kept "
-                         "their lift inputs): re-run the study to re-read it")  # fmt: skip
+        raise ValueError(f"{path} has no 'reading' (written before studies kept their lift "
+                         "inputs): re-run the study to re-read it")  # fmt: skip
     for key, inner in STUDY_KEYS.items():
         if key not in doc:
             raise ValueError(f"{path}: no key {key!r} (not a study.json written by a study)")

@@ -270,13 +270,17 @@ def import_methods(specs: Iterable[str]) -> list[str]:
     `imported_methods` lists them for worker processes (`llm.orchestrate.executor`).
 
     Raises:
-        ValueError: naming the spec: no such module or file, or an error while importing it (its
-            message kept).
+        ValueError: naming the spec: no such module or file, or any error while importing it
+            (its message kept, and its type where it is not an import or value error: a syntax
+            error in the user's module, say; the original is chained for a traceback). A module
+            that fails leaves nothing behind: neither its half-run module nor the methods it
+            registered before failing.
     """
     before = set(_REGISTRY)
     for spec in specs:
         if _import_key(spec) in {_import_key(s) for s in _IMPORTED}:  # a file by any spelling
             continue
+        name, known = None, set(_REGISTRY)
         try:
             if spec.endswith(".py"):
                 path = str(spec)
@@ -291,8 +295,14 @@ def import_methods(specs: Iterable[str]) -> list[str]:
                 if "" not in sys.path and "." not in sys.path:
                     sys.path.insert(0, "")  # the current folder, as `python -m` has it
                 importlib.import_module(spec)
-        except (ImportError, OSError, ValueError) as err:
-            raise ValueError(f"--import {spec}: {err}") from None
+        except Exception as err:  # the user's code: whatever it raises is named by its spec
+            if name is not None:
+                sys.modules.pop(name, None)
+            for method in set(_REGISTRY) - known:  # what it registered before failing
+                del _REGISTRY[method]
+            plain = isinstance(err, ImportError | OSError | ValueError)
+            raise ValueError(f"--import {spec}: " + (str(err) if plain else
+                                                      f"{type(err).__name__}: {err}")) from err  # fmt: skip
         _IMPORTED.append(spec)
     return sorted(set(_REGISTRY) - before)
 

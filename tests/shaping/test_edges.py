@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -378,3 +379,32 @@ def test_nan_where_it_reaches_the_loss_is_named(key, backend):
         ValueError, match=rf"batch\['{key}'\] holds NaN at 1 .*index {re.escape(str(at))}"
     ):
         shaping.get_method("grpo").loss(bad, **over)
+
+
+@pytest.mark.usefixtures("registry_snapshot")
+def test_a_user_module_that_fails_to_import_is_named_and_leaves_nothing(tmp_path):
+    """`--import` of a user's file: a syntax error, or an error after it registered a method, is
+    one ValueError naming the spec and the error's type, chained to the original; the failed
+    module is neither in `sys.modules` nor its method in the registry, and a fixed file imports."""
+    broken = tmp_path / "broken.py"
+    broken.write_text("def f(:\n")
+    with pytest.raises(ValueError, match=r"--import .*broken\.py: SyntaxError: ") as info:
+        shaping.import_methods([str(broken)])
+    assert isinstance(info.value.__cause__, SyntaxError)
+    half = tmp_path / "half.py"
+    half.write_text(
+        "import shaping\n\n"
+        "@shaping.register('half_test')\n"
+        "def half_test(batch, *, c: float = 1.0):\n"
+        '    """A test method.\n\n    Source: this test\n    """\n'
+        "    return batch['rewards']\n\n"
+        "raise RuntimeError('after registering')\n"
+    )
+    with pytest.raises(ValueError, match=r"half\.py: RuntimeError: after registering"):
+        shaping.import_methods([str(half)])
+    assert "half_test" not in shaping.METHODS
+    assert not [m for m in sys.modules if m.startswith("sharpening_user_half")]
+    with pytest.raises(ValueError, match=r"--import no_such_module_xyz: No module named"):
+        shaping.import_methods(["no_such_module_xyz"])
+    half.write_text(half.read_text().replace("raise RuntimeError('after registering')\n", ""))
+    assert shaping.import_methods([str(half)]) == ["half_test"]
