@@ -225,7 +225,7 @@ def _main(argv: list[str]) -> int:
     if args.summary is not None:
         if args.set:
             parser.error("--set changes a simulated design; --summary simulates nothing")
-        doc = store.read_json(args.summary)
+        doc = _read_json(args.summary, "--summary")
         if not isinstance(doc, dict):
             raise ValueError(f"--summary: {args.summary} is not a calibrate --json output")
         print(summary_table(doc), end="")
@@ -239,7 +239,7 @@ def _main(argv: list[str]) -> int:
         if name in designs:
             parser.error(f"--design-file {file}: its name {name!r} is already a design to "
                          "simulate; rename the file")  # fmt: skip
-        designs[name] = C.design_from_fields(store.read_json(file), file)
+        designs[name] = C.design_from_fields(_read_json(file, "--design-file"), file)
     designs = {name: C.override(d, args.set) for name, d in designs.items()}
     if args.size:
         sizes = {name: C.size_for(d, replicates=args.replicates, seed=args.seed, draws=args.draws,
@@ -261,8 +261,22 @@ def _main(argv: list[str]) -> int:
     return 0
 
 
+def _read_json(path: str, what: str) -> object:
+    """The JSON file `path` a command line gave as `what` (an option's or argument's name).
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: not JSON text (both naming `what` and the file).
+    """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{what}: no such file {path!r}")
+    doc = store.read_json(path)
+    if doc is None:
+        raise ValueError(f"{what}: {path} is not JSON text")
+    return doc
+
+
 def _fit_design(path: str, label: str, steps: str | None) -> int:
-    base, n, runs = fit.counts_from_results(store.read_json(path), label)
+    base, n, runs = fit.counts_from_results(_read_json(path, "results"), label)
     if steps is not None:
         try:
             keep = [int(v) for v in steps.split(",")]
@@ -297,7 +311,7 @@ def _claims(paths: list[str], readme: str | None, results: str | None = None,
             compact: bool = False) -> int:  # fmt: skip
     rows = []
     for path in paths:
-        doc = store.read_json(path)
+        doc = _read_json(path, "studies")
         if not isinstance(doc, dict) or "claims" not in doc:
             raise ValueError(f"{path}: not a study.json (python -m toymdp study writes one)")
         try:

@@ -304,7 +304,29 @@ def test_claims_command_writes_the_table_between_the_markers(tmp_path, capsys):
         capsys.readouterr().out
     )
     assert main(["claims", str(tmp_path / "missing.json")]) == 2
+    assert "studies: no such file" in capsys.readouterr().err
+    (tmp_path / "list.json").write_text("[1]")
+    assert main(["claims", str(tmp_path / "list.json")]) == 2
     assert "not a study.json" in capsys.readouterr().err
+
+
+def test_a_json_file_argument_that_is_missing_or_not_json_is_named(tmp_path, capsys):
+    """Every `python -m experiment` argument that reads a JSON file names the argument and the
+    file when it is missing or not JSON text (a missing results file read as 'no models list')."""
+    from experiment.__main__ import main
+
+    text = tmp_path / "text.json"
+    text.write_text("not json")
+    missing = str(tmp_path / "missing.json")
+    for argv, want in [
+        (["fit-design", missing], "results: no such file"),
+        (["fit-design", str(text)], "results: " + str(text) + " is not JSON text"),
+        (["calibrate", "--summary", missing], "--summary: no such file"),
+        (["calibrate", "--design-file", str(text)], "--design-file: " + str(text) + " is not"),
+        (["claims", str(text)], "studies: " + str(text) + " is not JSON text"),
+    ]:
+        assert main(argv) == 2, argv
+        assert want in capsys.readouterr().err, argv
 
 
 def test_the_statistics_page_shows_the_committed_calibration(capsys):
