@@ -186,6 +186,7 @@ def extending(args: argparse.Namespace) -> bool:
         if args.config is None:
             raise ValueError("study: --config FILE, --extend STUDY_DIR --methods FILE or "
                              "--complete STUDY_DIR is required")  # fmt: skip
+        require_file(args.config, "--config")
         return False
     if args.config is not None:
         raise ValueError("--extend: the committed study names its own config; drop --config")
@@ -193,9 +194,19 @@ def extending(args: argparse.Namespace) -> bool:
         raise ValueError("--extend: --methods FILE is required (a TOML file of [[methods]] tables)")
     if not args.extend.is_dir():
         raise FileNotFoundError(f"--extend: no such folder {str(args.extend)!r}")
-    if not args.methods.is_file():
-        raise FileNotFoundError(f"--methods: no such file {str(args.methods)!r}")
+    require_file(args.methods, "--methods")
     return True
+
+
+def require_file(path: str | Path, flag: str) -> Path:
+    """`path`, the file a command line gave as `flag`, as a `Path`.
+
+    Raises:
+        FileNotFoundError: ``FLAG: no such file 'PATH'`` (a folder is not a file).
+    """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{flag}: no such file {str(path)!r}")
+    return Path(path)
 
 
 def print_claims(result: Mapping[str, Any]) -> None:

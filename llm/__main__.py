@@ -105,6 +105,7 @@ def _train(args: argparse.Namespace) -> int:
         return 0
     if args.config is None:
         raise ValueError("train: --config FILE is required (see --describe)")
+    cli.require_file(args.config, "--config")
     import_methods(args.imports)
     cfg = load_config(args.config, sets=args.sets, steps=args.steps)
     check_model_path(cfg)
@@ -131,6 +132,8 @@ def _train(args: argparse.Namespace) -> int:
 
 def _eval(args: argparse.Namespace) -> int:
 
+    if args.config is not None:
+        cli.require_file(args.config, "--config")
     cfg = load_config(args.config, sets=args.sets)  # no --config: the defaults
     model_path = Path(args.model)
     if not model_path.is_dir():
@@ -335,6 +338,7 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.config is None:
         raise ValueError("sweep: --config FILE is required (see --describe)")
     check_executor(args.executor, args.address)  # before any work
+    cli.require_file(args.config, "--config")
     import_methods(args.imports)
     spec = load_sweep(args.config, args.sets)
     out = args.out or str(Path("runs") / "sweeps" / Path(args.config).stem)

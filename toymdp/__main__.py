@@ -129,8 +129,6 @@ def _study(args: argparse.Namespace) -> int:
         print(describe_extension(result))
         print(f"wrote study.json and verdicts.md to {out}/")
         return 0
-    if not args.config.is_file():
-        raise FileNotFoundError(f"--config: no such file {str(args.config)!r}")
     result = run_study(args.config, args.out, use_cache=not args.no_cache, progress=True)
     cli.print_claims(result)
     out = args.out or Path("runs/toy_study") / args.config.stem
@@ -144,8 +142,7 @@ def _sweep(args: argparse.Namespace) -> int:
         return 0
     if args.config is None:
         raise ValueError("sweep: --config FILE is required (see --describe)")
-    if not args.config.is_file():
-        raise FileNotFoundError(f"--config: no such file {str(args.config)!r}")
+    cli.require_file(args.config, "--config")
     import_methods(args.imports)
     result = sweep(args.config, args.out, use_cache=not args.no_cache,
                    progress=True, sets=args.sets)  # fmt: skip

@@ -177,3 +177,18 @@ def test_toymdp_and_theory_errors_are_one_line(tmp_path, capsys):
         toymdp_main(
             ["figures", "--quick", "--only", "convergence", "--out", str(blocked), "--debug"]
         )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["train"], ["sweep"], ["study"], ["eval", "--model", ".", "--out", "x"]],
+    ids=["train", "sweep", "study", "eval"],
+)
+def test_a_missing_config_file_is_named_by_its_flag(tmp_path, capsys, argv):
+    """Every LLM command names a `--config` that is not a file by its flag, as the toy's do (it
+    printed the OS's '[Errno 2] No such file or directory')."""
+    missing = str(tmp_path / "nope.toml")
+    assert main([*argv, "--config", missing]) == 2
+    assert _one_error_line(capsys) == (
+        f"error: --config: no such file {missing!r} (--debug shows the traceback)"
+    )

@@ -63,3 +63,10 @@ def test_a_toy_sweep_takes_a_users_own_method_with_import(tmp_path, capsys):
     assert main(argv) == 0
     doc = json.loads((tmp_path / "out" / "results.json").read_text())
     assert {r["label"] for r in doc["runs"]} == {"grpo", "centred_ds"}
+
+
+@pytest.mark.parametrize("command", ["sweep", "study"])
+def test_a_missing_config_file_is_named_by_its_flag(tmp_path, capsys, command):
+    missing = str(tmp_path / "nope.toml")
+    assert main([command, "--config", missing]) == 2
+    assert f"error: --config: no such file {missing!r}" in capsys.readouterr().err
