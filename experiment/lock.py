@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOCK_FILE", "RunFolderError", "RunLock"]
+__all__ = ["LOCK_FILE", "RunFolderError", "RunLock", "check_folder"]
 
 LOCK_FILE = ".run.lock"
 # A corrupt lock file (e.g. a kill between create and write) younger than this may still be
@@ -27,6 +27,19 @@ _CORRUPT_LOCK_GRACE_S = 30.0
 class RunFolderError(RuntimeError):
     """A run, sweep or study folder (or a model folder) that this command must not write into (as
     it is)."""
+
+
+def check_folder(out: str | os.PathLike[str]) -> Path:
+    """`out`, an output folder to write (it may not exist yet), as a `Path`.
+
+    Raises:
+        RunFolderError: `out` is a file.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"{str(out)!r} is a file, not a folder: an output folder is written "
+                             "there; name another")  # fmt: skip
+    return out
 
 
 def _pid_alive(pid: int) -> bool:
@@ -52,7 +65,8 @@ class RunLock:
     study (`toymdp.sweep.sweep_config`, `toymdp.study.run_study`), so that two never share one.
 
     Raises:
-        RunFolderError: another live process holds the lock (its PID is named).
+        RunFolderError: another live process holds the lock (its PID is named), or the folder's
+            path is a file.
     """
 
     def __init__(self, out: str | os.PathLike[str]) -> None:
@@ -79,6 +93,7 @@ class RunLock:
         return not _pid_alive(owner["pid"])
 
     def acquire(self) -> None:
+        check_folder(self.path.parent)
         if not self.path.parent.exists():
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.created = True

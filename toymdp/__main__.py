@@ -32,6 +32,7 @@ from pathlib import Path
 
 from experiment import cli
 from experiment.extend import describe as describe_extension
+from experiment.lock import check_folder
 from shaping import import_methods
 from toymdp.experiments import EXPERIMENTS, _plot
 from toymdp.extend import complete_study, extend_study
@@ -99,7 +100,7 @@ def _main(argv: list[str]) -> int:
         _plot.FORMATS = ["png", "pdf"]
     start = time.perf_counter()
     doc = make_figures(
-        args.out,
+        check_folder(args.out),
         quick=args.quick,
         seed=args.seed,
         only=args.only,

@@ -87,3 +87,18 @@ def test_a_second_toy_command_on_a_live_folder_is_refused(tmp_path, capsys, comm
     if command == "study":
         doc = json.loads((out / "study.json").read_text())
         assert doc["study"] == "first" and doc["provenance"]["config"] == str(first_cfg)
+
+
+def test_an_output_path_that_is_a_file_is_refused_by_name(tmp_path, capsys):
+    """A sweep's or the figures' --out naming a file is one line naming it (it was the OS's
+    '[Errno 20] Not a directory' of the lock file, or '[Errno 17] File exists'); the file is
+    left as it was."""
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    cfg = _config(tmp_path, "sweep", "s", "[0]")
+    for argv in (["sweep", "--config", str(cfg), "--out", str(taken)],
+                 ["figures", "--quick", "--only", "bias", "--out", str(taken)]):  # fmt: skip
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{str(taken)!r} is a file, not a folder" in err, err
+    assert taken.read_text() == "mine"
