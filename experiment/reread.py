@@ -39,6 +39,7 @@ import numpy as np
 from experiment import frontier, inference, report, store
 from experiment import study as S
 from experiment import study_report as R
+from experiment.lock import check_folder
 
 __all__ = [
     "HASH_KEY",
@@ -292,8 +293,9 @@ def claim_folder(dest: str | Path, doc: Mapping[str, Any] | None, *, src: str | 
     Raises:
         ValueError: `dest` holds another study (both named), a study.json that cannot be read, or
             any study when `doc` is None (an unfinished study goes to a folder of its own).
+        experiment.lock.RunFolderError: `dest` is a file (`experiment.lock.check_folder`).
     """
-    path = Path(dest) / "study.json"
+    path = check_folder(dest) / "study.json"
     if not path.exists():
         return
     there = store.read_json(path)

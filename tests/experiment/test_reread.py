@@ -389,3 +389,15 @@ def test_a_failed_reread_leaves_no_temporary_file(tmp_path, monkeypatch):
         reread.reread(FIGURES / "gpu", tmp_path / "o")
     left = sorted(p.name for p in (tmp_path / "o").iterdir())
     assert left == sorted(Path(c).name for c in calls[:2])  # what was written, whole; no temp
+
+
+def test_a_destination_that_is_a_file_is_refused_by_name(tmp_path, capsys):
+    """`reread --out` and `publish` onto a path that is a file: one line naming it (it was the
+    OS's '[Errno 17] File exists'), the file left as it was."""
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    study = str(Path(__file__).parents[2] / "figures" / "toy_study_fig6")
+    for argv in (["reread", study, "--out", str(taken)], ["publish", study, str(taken)]):
+        assert main(argv) == 2
+        assert f"{str(taken)!r} is a file, not a folder" in capsys.readouterr().err
+    assert taken.read_text() == "mine"
