@@ -100,13 +100,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def _train(args: argparse.Namespace) -> int:
 
+    import_methods(args.imports)  # first: --describe lists their hyper-parameters too
     if args.describe:
         print(describe_config())
         return 0
     if args.config is None:
         raise ValueError("train: --config FILE is required (see --describe)")
     cli.require_file(args.config, "--config")
-    import_methods(args.imports)
     cfg = load_config(args.config, sets=args.sets, steps=args.steps)
     check_model_path(cfg)
     out = args.out or str(Path("runs") / Path(args.config).stem)

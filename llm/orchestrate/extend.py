@@ -30,7 +30,7 @@ from experiment import extend as E
 from experiment import two_stage
 from llm.eval.frontier import confirmed_measures, frontier_inputs
 from llm.orchestrate.executor import check_executor
-from llm.orchestrate.study_spec import confirmation, load_study
+from llm.orchestrate.study_spec import UNIT, confirmation, load_study
 from llm.orchestrate.sweep import check_engine, rerun_runs, run_sweep, sweep_jobs
 from llm.orchestrate.sweep_spec import SweepSpec, budgets, sweep_from_dict
 from llm.run.folder import RunLock
@@ -48,7 +48,7 @@ class LLMExtension:
     out: Path
     methods_path: Path
     run_options: dict[str, Any] = field(default_factory=dict)
-    unit: str = "Problems"
+    unit: str = UNIT
 
     def __post_init__(self) -> None:
         self.sweep, self.spec = load_study(self.committed.config)

@@ -20,7 +20,7 @@ from experiment import extend as E
 from experiment import store
 from experiment import study_report as R
 from llm.orchestrate.extend import LLMExtension
-from llm.orchestrate.study_spec import confirmation, load_study
+from llm.orchestrate.study_spec import UNIT, confirmation, load_study
 from llm.orchestrate.sweep import rerun_runs
 from llm.orchestrate.sweep_spec import SweepSpec
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
@@ -71,8 +71,15 @@ def spot_check(
     if not study_path.is_file():
         raise FileNotFoundError(f"study: no such file {str(study_path)!r}")
     doc = store.read_json(study_path)
-    prints = doc.get("fingerprints", {}).get("confirm") if isinstance(doc, dict) else None
-    if not prints and isinstance(doc, dict) and "extends" in doc:
+    if not isinstance(doc, dict):
+        raise ValueError(f"{study_path}: not a study.json (a JSON object)")
+    unit = doc.get("reading", {}).get("unit") if isinstance(doc.get("reading"), dict) else None
+    if unit is not None and unit != UNIT:
+        raise ValueError(f"{study_path}: a study of the toy leg (its problem unit {unit!r}, an LLM "
+                         f"study's {UNIT!r}): python -m llm spot-check re-trains LLM studies' "
+                         "runs")  # fmt: skip
+    prints = doc.get("fingerprints", {}).get("confirm")
+    if not prints and "extends" in doc:
         raise ValueError(f"{study_path}: an extension none of whose methods was picked "
                          f"({', '.join(doc.get('unpicked', [])) or 'none'}): it trained no "
                          "confirmation run to check")  # fmt: skip

@@ -19,7 +19,7 @@ from typing import Any
 from experiment import two_stage
 from llm.eval.frontier import confirmed_measures
 from llm.orchestrate.executor import check_executor
-from llm.orchestrate.study_spec import StudySpec, confirmation, load_study
+from llm.orchestrate.study_spec import UNIT, StudySpec, confirmation, load_study
 from llm.orchestrate.sweep import check_engine, measured_costs, run_sweep
 from llm.orchestrate.sweep_spec import SweepSpec, budgets
 from llm.rollout.stacked import VERSION as SAMPLER_VERSION
@@ -38,7 +38,7 @@ class LLMLeg:
     out: Path
     engine: str
     run_options: dict[str, Any]
-    unit: str = "Problems"
+    unit: str = UNIT
 
     def __post_init__(self) -> None:
         check_engine(self.sweep, self.engine)

@@ -27,7 +27,11 @@ from llm.orchestrate.sweep_spec import (
     sweep_from_dict,
 )
 
-__all__ = ["StudySpec", "confirmation", "confirmation_doc", "load_study"]
+__all__ = ["UNIT", "StudySpec", "confirmation", "confirmation_doc", "load_study"]
+
+UNIT = "Problems"
+"""The problem unit of an LLM study's lift (a study.json's ``reading.unit``): held-out
+problems, crossed with the seeds."""
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,11 @@ def test_train_and_sweep_take_a_users_own_method_with_import(tiny100, tmp_path, 
         cfg = tomllib.load(f)
     assert cfg["method"] == "centred_ds" and cfg["hyper"]["beta"] == 0.3
     assert main(["sweep", "--describe", "--import", mine]) == 0
+    capsys.readouterr()
+    # --describe lists an imported method's hyper-parameters with the package's
+    assert main(["train", "--describe", "--import", mine]) == 0
+    line = next(t for t in capsys.readouterr().out.splitlines() if t.startswith("  centred_ds: "))
+    assert "beta = 0.1" in line
 
 
 @pytest.mark.usefixtures("registry_snapshot")

@@ -247,3 +247,14 @@ def test_the_committed_study_configs_state_their_budgets(name, budget):
     sweep, spec = load_study(path)
     assert two_stage.study_budget(budgets(sweep), sweep.reference, spec)[0] == budget
     assert not set(spec.confirm_seeds) & set(sweep.seeds)
+
+
+def test_spot_check_names_a_toy_study_and_a_file_that_is_not_a_study(tmp_path):
+    """A toy study.json (its problem unit 'Dataset draws') is named as the other leg's, not as a
+    study written before fingerprints; a JSON file that is not an object is not a study.json."""
+    toy = Path(__file__).parents[2] / "figures" / "toy_study_fig6" / "study.json"
+    with pytest.raises(ValueError, match=r"a study of the toy leg \(its problem unit 'Dataset"):
+        spot_check(toy)
+    (tmp_path / "list.json").write_text("[1]")
+    with pytest.raises(ValueError, match=r"list.json: not a study.json"):
+        spot_check(tmp_path / "list.json")
