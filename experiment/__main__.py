@@ -170,7 +170,7 @@ def _main(argv: list[str]) -> int:
     cal.add_argument("--replicates", type=int, default=200, help="simulated studies (default 200)")
     cal.add_argument("--draws", type=int, default=300,
                      help="draws of the means per analysis (default 300)")  # fmt: skip
-    cal.add_argument("--seed", type=int, default=0, help="simulation seed")
+    cal.add_argument("--seed", type=cli.seed_value, default=0, help="simulation seed")
     cal.add_argument("--design", choices=sorted(C.DESIGNS), action="append",
                      help="design(s) to simulate (default: every design of "
                           "`experiment.calibration.DESIGNS`)")  # fmt: skip

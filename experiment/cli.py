@@ -90,16 +90,28 @@ def one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def at_least_one(text: str) -> int:
-    """An argparse ``type``: an integer >= 1 (e.g. ``--workers``); anything else is refused by
-    argparse, naming the flag and the value."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer >= `low` (``--workers``, ``--steps``: 1; ``--seed``: 0);
+    anything else is refused by argparse, naming the flag and the value."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer >= {low}, got {text!r}"
+            ) from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+at_least_one = int_at_least(1)
+"""`int_at_least` (1): counts (``--workers``, ``--steps``, ``--jobs``)."""
+seed_value = int_at_least(0)
+"""`int_at_least` (0): seeds (``--seed``; NumPy's generators take no negative seed)."""
 
 
 def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:

@@ -476,7 +476,7 @@ def _main(argv: list[str]) -> int:
         "schedule, warmup_steps) may differ from the run's config.toml, e.g. a lower lr after a "
         "non-finite stop; the change is appended to OUT/config_changes.jsonl",
     )
-    tr.add_argument("--steps", type=int, help="override the config's steps")
+    tr.add_argument("--steps", type=cli.at_least_one, help="override the config's steps")
     tr.add_argument("--describe", action="store_true", help="print every config key and exit")
     cli.add_import_argument(tr)
     _add_set(tr)
@@ -520,7 +520,7 @@ def _main(argv: list[str]) -> int:
     ev.add_argument("--template", help="prompt template (overrides the config)")
     ev.add_argument("--max-new-tokens", type=int, help="overrides the config")
     ev.add_argument("--temperature", type=float, help="overrides eval.temperature")
-    ev.add_argument("--seed", type=int, help="sampling seed (and --generate seed)")
+    ev.add_argument("--seed", type=cli.seed_value, help="sampling seed (and --generate seed)")
     ev.add_argument("--no-semantic", action="store_true", help="skip the MiniLM cosine")
     ev.add_argument("--no-bleu", action="store_true", help="skip Self-BLEU (slow for long n)")
     _add_set(ev)
@@ -562,7 +562,7 @@ def _main(argv: list[str]) -> int:
     rp.add_argument("--config", help="train config (default configs/countdown_tiny.toml)")
     rp.add_argument("--methods", nargs="+", metavar="M", help="shaping methods to train")
     rp.add_argument("--seeds", nargs="+", metavar="S", help="training seeds (default: the sweep's)")
-    rp.add_argument("--steps", type=int, help="override the config's steps")
+    rp.add_argument("--steps", type=cli.at_least_one, help="override the config's steps")
     rp.add_argument(
         "--eval-problems", type=cli.at_least_one, help="held-out problems (the sweep's: 128)"
     )
@@ -617,7 +617,8 @@ def _main(argv: list[str]) -> int:
     cli.add_import_argument(sc)
     sc.add_argument("--runs", type=int, default=1, help="runs drawn (default 1), each re-trained "
                     "alone, with the base model's evaluation")  # fmt: skip
-    sc.add_argument("--seed", type=int, default=0, help="which runs: the draw's seed (default 0)")
+    sc.add_argument("--seed", type=cli.seed_value, default=0,
+                    help="which runs: the draw's seed (default 0)")  # fmt: skip
     sc.add_argument(
         "--workers", type=cli.at_least_one, help="worker processes (default: one per core)"
     )

@@ -55,6 +55,8 @@ def _main(argv: list[str]) -> int:
         return 0
     if args.trials is not None and args.trials < 1:
         parser.error(f"--trials must be >= 1, got {args.trials}")
+    if args.seed < 0:
+        parser.error(f"--seed must be >= 0, got {args.seed}")
     unknown = [n for n in args.only or [] if n not in CHECKERS]
     if unknown:
         parser.error(f"unknown checker(s) {unknown}; known: {sorted(CHECKERS)}")

@@ -54,7 +54,7 @@ def _main(argv: list[str]) -> int:
         "--out", type=Path, default=Path("figures"), help="output folder (default figures/)"
     )
     fig.add_argument("--quick", action="store_true", help="tiny budgets (for CI and smoke tests)")
-    fig.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    fig.add_argument("--seed", type=cli.seed_value, default=0, help="random seed (default 0)")
     fig.add_argument("--only", nargs="+", metavar="NAME", help="run only these experiments")
     fig.add_argument(
         "--no-cache", action="store_true", help="recompute even if cached results exist"

@@ -197,3 +197,24 @@ def test_a_missing_config_file_is_named_by_its_flag(tmp_path, capsys, argv):
     assert _one_error_line(capsys) == (
         f"error: --config: no such file {missing!r} (--debug shows the traceback)"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["train", "--config", TINY, "--steps", "0"],
+            "argument --steps: expected an integer >= 1, got 0",
+        ),
+        (
+            ["eval", "--model", ".", "--out", "x", "--seed", "-1"],
+            "argument --seed: expected an integer >= 0",
+        ),
+    ],
+)
+def test_a_count_or_seed_flag_out_of_range_is_refused_by_name(capsys, argv, message):
+    """`--steps 0` was blamed on the config file (`FILE: steps: ...`) and a negative `--seed`
+    reached NumPy ('expected non-negative integer', no flag named)."""
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 2 and message in capsys.readouterr().err

@@ -86,3 +86,16 @@ def test_a_violation_exits_1(capsys):
 def test_duplicate_registration_raises():
     with pytest.raises(ValueError, match="already registered"):
         register("lemma_b1", source="x", claim="y")(lambda rng, trials: CheckResult(trials))
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--trials", "0", "--trials must be >= 1, got 0"),
+        ("--seed", "-1", "--seed must be >= 0, got -1"),
+    ],
+)
+def test_a_count_or_seed_out_of_range_is_refused_by_name(capsys, flag, value, message):
+    with pytest.raises(SystemExit):
+        main(["check", "--only", "lemma_b1", flag, value])
+    assert message in capsys.readouterr().err

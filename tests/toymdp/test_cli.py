@@ -70,3 +70,9 @@ def test_a_missing_config_file_is_named_by_its_flag(tmp_path, capsys, command):
     missing = str(tmp_path / "nope.toml")
     assert main([command, "--config", missing]) == 2
     assert f"error: --config: no such file {missing!r}" in capsys.readouterr().err
+
+
+def test_a_negative_seed_is_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        main(["figures", "--seed", "-1"])
+    assert "argument --seed: expected an integer >= 0, got -1" in capsys.readouterr().err
