@@ -335,8 +335,7 @@ def _claims(paths: list[str], readme: str | None, results: str | None = None,
     texts = {}
     for flag, path, _ in targets:  # every target checked before any is written
         if path is not None:
-            with open(path, encoding="utf-8") as f:
-                texts[flag] = f.read()
+            texts[flag] = cli.require_file(path, flag).read_text(encoding="utf-8")
             if BEGIN not in texts[flag] or END not in texts[flag]:
                 raise ValueError(f"{flag}: {path} has no {BEGIN} ... {END} markers")
     for flag, path, short in targets:

@@ -20,6 +20,8 @@ from llm.tasks import TASKS, Problem
 
 __all__ = [
     "Problem",
+    "check_data_file",
+    "check_data_files",
     "check_vocabulary",
     "data_indices",
     "drop_long_prompts",
@@ -52,6 +54,21 @@ def check_data_file(path: str | os.PathLike[str], key: str = "data.path") -> Non
         )
     if not p.exists():
         raise FileNotFoundError(f"{key}: {str(p)!r} does not exist")
+
+
+def check_data_files(cfg: TrainConfig) -> None:
+    """Refuse the config's data files that are missing or folders (`check_data_file`):
+    ``data.path`` with ``data.source = "file"``, each of ``eval.paths`` with ``eval.source =
+    "file"``; a run checks them at its launch, before it builds a base model or writes anything.
+
+    Raises:
+        FileNotFoundError, IsADirectoryError: naming the key and the path.
+    """
+    if cfg.data.source == "file":
+        check_data_file(cfg.data.path)
+    if cfg.eval.source == "file":
+        for path in cfg.eval.paths:
+            check_data_file(path, "eval.paths")
 
 
 def _from_file(cfg: TrainConfig, path: str) -> list[Problem]:

@@ -41,7 +41,7 @@ import torch
 
 import shaping
 from llm.config import TrainConfig, save_config
-from llm.data import data_indices, tiny_config
+from llm.data import check_data_files, data_indices, tiny_config
 from llm.eval.diversity import load_encoder
 from llm.model.load import load_policy_and_reference
 from llm.model.tiny import BUILD_FILE, ensure_base_model
@@ -297,7 +297,10 @@ def start_run(
         ValueError: the mini-batch is not divisible by the number of processes, dynamic sampling
             or the historical exploration bonus under several processes, or a resumed run's
             config differs from the saved one.
+        FileNotFoundError, IsADirectoryError: a data file of the config is missing or a folder
+            (`llm.data.check_data_files`), before the base model's build.
     """
+    check_data_files(cfg)
     per_update = cfg.optim.prompts_per_update or cfg.rollout.prompts_per_step
     if per_update % info.world_size:
         name = "prompts_per_update" if cfg.optim.prompts_per_update else "prompts_per_step"

@@ -311,8 +311,9 @@ def test_claims_command_writes_the_table_between_the_markers(tmp_path, capsys):
 
 
 def test_a_json_file_argument_that_is_missing_or_not_json_is_named(tmp_path, capsys):
-    """Every `python -m experiment` argument that reads a JSON file names the argument and the
-    file when it is missing or not JSON text (a missing results file read as 'no models list')."""
+    """Every `python -m experiment` argument that reads a file names the argument and the file
+    when it is missing or not JSON text (a missing results file read as 'no models list', a
+    missing --readme as the OS's [Errno 2])."""
     from experiment.__main__ import main
 
     text = tmp_path / "text.json"
@@ -324,6 +325,15 @@ def test_a_json_file_argument_that_is_missing_or_not_json_is_named(tmp_path, cap
         (["calibrate", "--summary", missing], "--summary: no such file"),
         (["calibrate", "--design-file", str(text)], "--design-file: " + str(text) + " is not"),
         (["claims", str(text)], "studies: " + str(text) + " is not JSON text"),
+        (
+            [
+                "claims",
+                str(Path(__file__).parents[2] / "figures" / "toy_study_fig6" / "study.json"),
+                "--readme",
+                missing,
+            ],
+            "--readme: no such file",
+        ),
     ]:
         assert main(argv) == 2, argv
         assert want in capsys.readouterr().err, argv

@@ -407,3 +407,23 @@ def test_counts_below_one_are_refused_by_name(argv, capsys):
     assert f"argument {argv[-2]}: expected an integer >= 1, got {int(argv[-1])}" in (
         capsys.readouterr().err
     )
+
+
+@pytest.mark.parametrize(
+    ("sets", "message"),
+    [
+        (["data.source=file", "data.path={missing}"], "data.path: '{missing}' does not exist"),
+        (["eval.source=file", "eval.paths=['{folder}']"], "eval.paths: '{folder}' is a folder"),
+    ],
+)
+def test_a_missing_data_file_is_refused_at_launch(tmp_path, capsys, sets, message):
+    """A run whose data file is missing (or a folder) is refused before it builds the tiny base
+    model (minutes) or writes its folder: it failed only when the problems were loaded."""
+    names = {"missing": str(tmp_path / "nope.jsonl"), "folder": str(tmp_path)}
+    base = tmp_path / "base"
+    out = tmp_path / "run"
+    argv = ["train", "--config", str(TINY), "--out", str(out), "--steps", "1", "--set",
+            f"model_path={base}", *(s.format(**names) for s in sets)]  # fmt: skip
+    assert main(argv) == 2
+    assert message.format(**names) in capsys.readouterr().err
+    assert not out.exists() and not base.exists()
