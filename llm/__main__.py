@@ -141,6 +141,9 @@ def _eval(args: argparse.Namespace) -> int:
     ckpt = latest_checkpoint(model_path)
     if ckpt is not None:
         model_path = ckpt
+    elif not (model_path / "config.json").is_file():
+        raise FileNotFoundError(f"--model: {args.model!r} holds neither a config.json (a Hugging "
+                                "Face model folder) nor a checkpoint (a run folder)")  # fmt: skip
     # --template over the config's; the vLLM backend loads the model folder
     cfg = replace(cfg, template=args.template or cfg.template, model_path=str(model_path))
     task = TASKS[cfg.task]

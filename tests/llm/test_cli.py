@@ -218,3 +218,11 @@ def test_a_count_or_seed_flag_out_of_range_is_refused_by_name(capsys, argv, mess
     with pytest.raises(SystemExit) as info:
         main(argv)
     assert info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_eval_names_a_folder_that_is_neither_a_model_nor_a_run(tmp_path, capsys):
+    """`llm eval --model DIR` of a folder without config.json or checkpoints is named as such (it
+    was transformers' "Unrecognized model ... should have a model_type key")."""
+    (tmp_path / "notes.txt").write_text("not a model")
+    assert main(["eval", "--model", str(tmp_path), "--out", str(tmp_path / "e")]) == 2
+    assert "holds neither a config.json" in _one_error_line(capsys)
