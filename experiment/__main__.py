@@ -267,9 +267,7 @@ def _read_json(path: str, what: str) -> object:
     Raises:
         FileNotFoundError: no such file. ValueError: not JSON text (both naming `what` and the file).
     """
-    if not Path(path).is_file():
-        raise FileNotFoundError(f"{what}: no such file {path!r}")
-    doc = store.read_json(path)
+    doc = store.read_json(cli.require_file(path, what))
     if doc is None:
         raise ValueError(f"{what}: {path} is not JSON text")
     return doc

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 import numerics
+from experiment import cli, store
 from experiment import extend as E
-from experiment import store
 from experiment import study_report as R
 from llm.orchestrate.extend import LLMExtension
 from llm.orchestrate.study_spec import UNIT, confirmation, load_study
@@ -68,12 +68,11 @@ def spot_check(
     if runs < 1:
         raise ValueError(f"runs: expected >= 1, got {runs}")
     study_path = Path(study_path)
-    if not study_path.is_file():
-        raise FileNotFoundError(f"study: no such file {str(study_path)!r}")
-    doc = store.read_json(study_path)
+    doc = store.read_json(cli.require_file(study_path, "study"))
     if not isinstance(doc, dict):
         raise ValueError(f"{study_path}: not a study.json (a JSON object)")
-    unit = doc.get("reading", {}).get("unit") if isinstance(doc.get("reading"), dict) else None
+    reading = doc.get("reading")
+    unit = reading.get("unit") if isinstance(reading, dict) else None
     if unit is not None and unit != UNIT:
         raise ValueError(f"{study_path}: a study of the toy leg (its problem unit {unit!r}, an LLM "
                          f"study's {UNIT!r}): python -m llm spot-check re-trains LLM studies' "
