@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import shaping
 from experiment import estimand, schema
 
 __all__ = [
@@ -241,14 +242,16 @@ def cpu_id() -> str:
             f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')}; {have}")  # fmt: skip
 
 
-def provenance(config_path: str | Path, numerics_tag: str) -> dict[str, str]:
+def provenance(config_path: str | Path, numerics_tag: str) -> dict[str, Any]:
     """A study's provenance: the config file, the SHA-256 of its parsed content, the git commit,
-    the CPU model and its `cpu_id`, and the numerics level (`numerics.tag()`, passed by the
-    leg)."""
+    the CPU model and its `cpu_id`, the numerics level (`numerics.tag()`, passed by the leg) and,
+    where methods defined outside the package are registered (``--import``), their code's digests
+    (``method_code``, `shaping.method_code`)."""
     text = json.dumps(schema.read_toml(config_path), sort_keys=True, default=str)
+    user = shaping.method_code(shaping.METHODS)
     return {"config": str(config_path), "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
             "git_commit": git_commit(), "cpu": cpu_model(), "cpu_id": cpu_id(),
-            "numerics": numerics_tag}  # fmt: skip
+            "numerics": numerics_tag, **({"method_code": user} if user else {})}  # fmt: skip
 
 
 def study_markdown(result: Mapping[str, Any], how: str, unit: str) -> str:

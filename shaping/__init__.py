@@ -42,6 +42,7 @@ from shaping.methods import (
     get_method,
     import_methods,
     imported_methods,
+    method_code,
     methods_table,
     register,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "import_methods",
     "importance_ratio",
     "imported_methods",
+    "method_code",
     "is_correct",
     "kl_k3",
     "low_prob_confidence",

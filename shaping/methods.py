@@ -22,16 +22,18 @@ registry filled by a decorator), with the method's defaults read from its signat
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
+import marshal
 import math
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -57,6 +59,7 @@ __all__ = [
     "get_method",
     "import_methods",
     "imported_methods",
+    "method_code",
     "methods_table",
     "register",
 ]
@@ -139,6 +142,8 @@ class Method:
             `COMMON_BOUNDS` and those given to `register`.
         sizes: ``{axis: hyper-parameter}``: the batch axes (``"G"``, the group; ``"N"``, the
             candidates) whose size must be at least that hyper-parameter's value (`min_sizes`).
+        code: for a method defined outside the package (a user's ``--import``), the SHA-256 (16
+            hex digits) of its code as it registered (`method_code`); None for the package's own.
     """
 
     name: str
@@ -154,6 +159,7 @@ class Method:
     function: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
     bounds: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     sizes: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    code: str | None = field(default=None, repr=False, compare=False)
 
     def min_sizes(self, **hyper: object) -> dict[str, int]:
         """The smallest size of each batch axis of `sizes` under these hyper-parameters (e.g.
@@ -236,8 +242,50 @@ def register(
 def _add(method: Method) -> Method:
     if method.name in _REGISTRY:
         raise ValueError(f"method {method.name!r} is already registered")
+    if method.code is None and method.function is not None:
+        method = replace(method, code=_code_digest(method.function))
     _REGISTRY[method.name] = method
     return method
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _code_digest(fn: Callable[..., Any]) -> str | None:
+    """SHA-256 (16 hex digits) of a method function's code, read as it registers: its module's
+    source file (the helpers and constants beside it included), else the function's own source,
+    else its compiled code (a function typed at a prompt); None for a function of this package,
+    whose version stands for it."""
+    try:
+        path = inspect.getsourcefile(fn)
+    except TypeError:
+        path = None
+    if path is not None and os.path.dirname(os.path.abspath(path)) == _PACKAGE:
+        return None
+    try:
+        with open(path, "rb") as f:  # type: ignore[arg-type]
+            data = f.read()
+    except (OSError, TypeError):
+        try:
+            data = inspect.getsource(fn).encode()
+        except (OSError, TypeError):
+            data = marshal.dumps(fn.__code__)
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def method_code(names: Iterable[str]) -> dict[str, str]:
+    """``{name: digest}`` of the methods of `names` defined outside the package (`Method.code`:
+    the SHA-256 of the module file that registered each, as it was then), sorted by name. What a
+    cached result of a user's method is keyed by, besides its config: editing the method's file
+    and running again trains again (the toy's sweep cache, `toymdp.sweep.run_cached`; an LLM run
+    folder's marker, `llm.orchestrate.jobs`). Another file that module imports is not part of the
+    digest: after editing one, run with ``--no-cache`` (toy) or into a fresh ``--out``.
+
+    Raises:
+        ValueError: an unknown method name.
+    """
+    codes = {name: get_method(name).code for name in sorted(set(names))}
+    return {name: code for name, code in codes.items() if code is not None}
 
 
 def get_method(name: str) -> Method:

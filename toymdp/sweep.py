@@ -27,6 +27,8 @@ Results are cached in ``OUT/.cache/sweep-<code hash>-<config hash>.npz``.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shutil
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,6 +39,7 @@ from typing import Any
 import numpy as np
 
 import numerics
+import shaping
 from experiment import frontier, report, reread, spec, store
 from experiment.cli import progress_bar
 from experiment.lock import RunLock
@@ -332,15 +335,24 @@ def sweep_config(
             raise
 
 
+def cache_file(cfg: SweepConfig, out: Path) -> Path:
+    """Where `run_cached` keeps `cfg`'s results: ``out/.cache/sweep-<code hash>-<config
+    hash>.npz``, the code hash over the sources that compute the runs (`toymdp.engine.RUN_SOURCES`)
+    and, for a sweep of methods defined outside the package (``--import``), ``-<digest>`` of their
+    code (`shaping.method_code`) before the suffix: an edited method trains again."""
+    user = shaping.method_code(m.method for m in cfg.methods)
+    mine = "-" + hashlib.sha256(json.dumps(user).encode()).hexdigest()[:12] if user else ""
+    return out / ".cache" / f"sweep-{code_hash(RUN_SOURCES)}-{cfg.digest()}{mine}.npz"
+
+
 def run_cached(
     cfg: SweepConfig, out: Path, *, use_cache: bool = True, progress: bool = True
 ) -> tuple[dict[str, Any], bool]:
-    """`run_sweep` of `cfg`, cached in ``out/.cache/sweep-<code hash>-<config hash>.npz`` (with
-    XLA's compilation cache beside it); returns the results and whether they came from the
-    cache."""
+    """`run_sweep` of `cfg`, cached in `cache_file` (with XLA's compilation cache beside it);
+    returns the results and whether they came from the cache."""
     cache = out / ".cache"
     cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"sweep-{code_hash(RUN_SOURCES)}-{cfg.digest()}.npz"
+    path = cache_file(cfg, out)
     cached = use_cache and path.exists()
     if cached:
         with np.load(path) as data:

@@ -28,6 +28,7 @@ import torch
 from transformers.utils import logging as hf_logging
 
 import numerics
+import shaping
 from experiment.store import read_json, write_json
 from llm.config import EVAL_PRECISION, EvalConfig, TrainConfig, config_to_toml, load_config
 from llm.eval.diversity import load_encoder
@@ -217,7 +218,9 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
     """`job`'s marker before training: (marker, finished (reuse it), resume (from its newest
     checkpoint)). A finished run is reused when its last checkpoint is there or when every
     evaluation `job` asks for is recorded. A folder of another config, base model, numeric
-    setting or engine, or one killed before its first checkpoint, is emptied
+    setting or engine, or of another version of a method defined outside the package
+    (`shaping.method_code`: the user edited it), or one killed before its first checkpoint, is
+    emptied
     (`llm.orchestrate.reproduce`'s resume rule). A saved config under removed spellings is
     upgraded first (`llm.run.checkpoint.upgrade_run_config`: the same resolved config, the moves
     recorded in the folder)."""
@@ -229,9 +232,11 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
         # A folder saved under a key removed since (an earlier lease's eval.n_samples): its config
         # rewritten with the new keys, the moves recorded, before it is compared.
         upgrade_run_config(out)
+    code = shaping.method_code([cfg.method]).get(cfg.method)  # None: the package's method
     same = (
         marker is not None
         and marker.get("base_sha") == job.base_sha
+        and marker.get("method_code") == code
         and _same_numerics(marker.get("numerics"), cfg.system.device)
         and marker.get("engine", "process") == engine
         and marker.get("batched_version") == (BATCHED_VERSION if engine == "batched" else None)
@@ -263,6 +268,7 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
         "numerics": numerics.tag(),
         "engine": engine,
         **({"batched_version": BATCHED_VERSION} if engine == "batched" else {}),
+        **({"method_code": code} if code is not None else {}),
         "finished": False,
         "train_seconds": prior,
         "evals": evals,

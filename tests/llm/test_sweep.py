@@ -5,6 +5,7 @@ hand-computed layout."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import tomllib
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import numerics
+import shaping
 from experiment.spec import apply_sets
 from llm.__main__ import main
 from llm.config import config_from_dict, config_to_toml
@@ -485,6 +487,44 @@ def test_a_finished_run_of_another_pin_version_is_reused_only_off_the_cpu(tmp_pa
     _, finished, _ = _prepare(job, cfg, "process")
     assert finished == (device != "cpu")
     assert (out / RUN_MARKER).is_file() and (out / "config.toml").is_file() == (device != "cpu")
+
+
+@pytest.mark.usefixtures("registry_snapshot")
+def test_a_finished_run_of_an_edited_users_method_is_trained_again(tmp_path):
+    """A run of a method from a user's file (``--import``) records the file's code
+    (`shaping.method_code`) in its marker; a finished run is reused under the same code and
+    trained again (its folder emptied) under another, or under none (a marker written before
+    the code was recorded). The package's methods record nothing (their markers unchanged)."""
+    mine = tmp_path / "mine.py"
+    mine.write_text(
+        "import shaping\n\n@shaping.register('edited_test')\n"
+        "def edited_test(batch, *, c: float = 1.0):\n"
+        '    """A test method.\n\n    Source: this test\n    """\n'
+        "    return c * shaping.grpo_advantages(batch['rewards'])\n"
+    )
+    shaping.import_methods([str(mine)])
+    code = shaping.method_code(["edited_test"])["edited_test"]
+    raw = tomllib.loads(BASE.format(model=tmp_path / "model"))
+    cfg = config_from_dict({**raw, "method": "edited_test"})
+    key = {"samples": 4, "numerics": numerics.tag()}
+    out = tmp_path / "run"
+    job = Job(name="edited_test_seed0", setting=None, seed=0, cfg=cfg, out=str(out),
+              base_sha="b", steps=[1], problems=[], eval_key=key, progress=False)  # fmt: skip
+    for recorded, reused in [(code, True), ("0" * 16, False), (None, False)]:
+        out.mkdir(exist_ok=True)
+        (out / "config.toml").write_text(config_to_toml(cfg))
+        marker = {"base_sha": "b", "numerics": numerics.tag(), "engine": "process",
+                  "finished": True, "evals": {"1": {"eval": key, "result": {}}},
+                  **({"method_code": recorded} if recorded else {})}  # fmt: skip
+        (out / RUN_MARKER).write_text(json.dumps(marker))
+        written, finished, _ = _prepare(job, cfg, "process")
+        assert finished == reused, recorded
+        assert (out / "config.toml").is_file() == reused
+        assert written["method_code"] == code
+    grpo = config_from_dict(raw)
+    written, _, _ = _prepare(dataclasses.replace(job, cfg=grpo, out=str(tmp_path / "g")), grpo,
+                             "process")  # fmt: skip
+    assert "method_code" not in written
 
 
 def test_the_batched_engine_refuses_a_model_it_cannot_stack_before_any_run(tmp_path):

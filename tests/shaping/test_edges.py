@@ -8,6 +8,7 @@ written here (the slow reference covers them too, in test_methods.py).
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import sys
@@ -408,3 +409,38 @@ def test_a_user_module_that_fails_to_import_is_named_and_leaves_nothing(tmp_path
         shaping.import_methods(["no_such_module_xyz"])
     half.write_text(half.read_text().replace("raise RuntimeError('after registering')\n", ""))
     assert shaping.import_methods([str(half)]) == ["half_test"]
+
+
+def _user_method(path, name: str, scale: float) -> None:
+    path.write_text(
+        "import shaping\n\n"
+        f"@shaping.register({name!r})\n"
+        f"def {name}(batch, *, c: float = 1.0):\n"
+        '    """A test method.\n\n    Source: this test\n    """\n'
+        f"    return {scale} * c * batch['rewards']\n"
+    )
+
+
+@pytest.mark.usefixtures("registry_snapshot")
+def test_a_users_method_is_keyed_by_its_code_as_it_registered(tmp_path):
+    """`shaping.method_code`: a method registered from a user's file carries the SHA-256 of that
+    file as it was imported (what caches of its results are keyed by); another version of the file
+    gives another digest; the package's methods carry none; a function without a file (typed at
+    a prompt) is keyed by its compiled code; an unknown name is an error."""
+    first, second = tmp_path / "first.py", tmp_path / "second.py"
+    _user_method(first, "code_test_a", 1.0)
+    _user_method(second, "code_test_b", 2.0)
+    assert shaping.import_methods([str(first), str(second)]) == ["code_test_a", "code_test_b"]
+    codes = shaping.method_code(["grpo", "code_test_b", "code_test_a", "code_test_a"])
+    assert codes == {name: hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+                     for name, path in (("code_test_a", first), ("code_test_b", second))}  # fmt: skip
+    assert codes["code_test_a"] != codes["code_test_b"]
+    assert all(m.code is None for name, m in shaping.METHODS.items() if not name.startswith("code"))
+    first.write_text("# edited after the import\n")  # the code that runs is the imported one
+    assert shaping.method_code(["code_test_a"]) == {"code_test_a": codes["code_test_a"]}
+    namespace: dict = {}
+    exec(compile(first.read_text() + second.read_text().replace("code_test_b", "code_test_c"),
+                 "<prompt>", "exec"), namespace)  # fmt: skip
+    assert len(shaping.method_code(["code_test_c"])["code_test_c"]) == 16
+    with pytest.raises(ValueError, match="unknown method 'nope'"):
+        shaping.method_code(["nope"])

@@ -155,6 +155,9 @@ def test_a_method_defined_outside_the_package_is_extended(studies, tmp_path, cap
     row = next(r for r in doc["claims"] if r["claim"] == "centred_ds")
     assert row["verdict"] in S.VERDICTS and row["text"].startswith("centred_ds beats GRPO")
     assert doc["provenance"]["imports"] == [str(ROOT / "examples" / "my_methods.py")]
+    # The method's code as it ran (`shaping.method_code`): the file's SHA-256.
+    mine = hashlib.sha256((ROOT / "examples" / "my_methods.py").read_bytes()).hexdigest()[:16]
+    assert doc["provenance"]["method_code"] == {"centred_ds": mine}
     assert {"explore_frontier.png", "confirm_lifts.md", "trust.json"} <= set(_tree(out))
 
 

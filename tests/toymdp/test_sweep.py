@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import shaping
 from experiment.spec import parse_methods
+from shaping import methods as shaping_methods
 from toymdp import environments as E
 from toymdp import study_spec as TSS
 from toymdp import sweep as S
@@ -213,3 +216,33 @@ def test_a_sweep_or_study_error_names_the_file_and_the_keys_line(tmp_path):
     line = 1 + study.read_text().splitlines().index("alpha = 2.0")
     with pytest.raises(ValueError, match=rf"^{study}, line {line}: study\.alpha: expected"):
         TSS.load_study(study)
+
+
+@pytest.mark.usefixtures("registry_snapshot")
+def test_an_edited_users_method_is_not_read_from_the_cache(tmp_path):
+    """A sweep of a method from a user's file (``--import``) is cached under that file's code
+    (`shaping.method_code`): the same file reads the same cache entry, an edited one (imported
+    again, as by the next command) another, so the edit trains again; a sweep of the package's
+    methods alone keeps its name (code hash, config hash)."""
+
+    def imported(scale: float) -> D.SweepConfig:
+        shaping_methods._REGISTRY.pop("edit_test", None)  # a new command: nothing imported yet
+        shaping_methods._IMPORTED.clear()
+        path.write_text(
+            "import shaping\n\n@shaping.register('edit_test')\n"
+            "def edit_test(batch, *, c: float = 1.0):\n"
+            '    """A test method.\n\n    Source: this test\n    """\n'
+            f"    return {scale} * c * shaping.grpo_advantages(batch['rewards'])\n"
+        )
+        shaping.import_methods([str(path)])
+        return D.load_config(_write(tmp_path, TINY.replace('"entropy_bonus"', '"edit_test"')
+                                    .replace("eta", "c"), "mine.toml"))  # fmt: skip
+
+    path, out = tmp_path / "mine.py", tmp_path / "out"
+    first = S.cache_file(imported(1.0), out)
+    assert first == S.cache_file(imported(1.0), out)
+    edited = S.cache_file(imported(2.0), out)
+    assert edited != first and edited.parent == first.parent
+    package = S.cache_file(D.load_config(_write(tmp_path, TINY)), out)
+    assert re.fullmatch(r"sweep-[0-9a-f]{12}-[0-9a-f]{12}\.npz", package.name)
+    assert re.fullmatch(r"sweep-[0-9a-f]{12}-[0-9a-f]{12}-[0-9a-f]{12}\.npz", first.name)
