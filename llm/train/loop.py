@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+import shaping
 from experiment.cli import progress_bar
 from llm.config import TrainConfig
 from llm.data import Problem, drop_long_prompts, load_train_problems
@@ -237,6 +238,9 @@ def _log_and_save(run: Run, metrics: dict[str, float], step: int, info: DistInfo
         run.logger.log(step, metrics)
     if step == cfg.steps or (cfg.run.save_every and step % cfg.run.save_every == 0):
         reset = run.ref_model if (run.controls.reference_step or 0) > 0 else None
+        # A method of the user's own (--import) records its code: a resume checks it.
+        code = shaping.method_code([cfg.method])
+        extra = {**(run.controls.state() or {}), **({"method_code": code} if code else {})}
         state = CheckpointState(step, run.policy, run.tokenizer, run.optimizer, run.scheduler,
-                                run.position, extra=run.controls.state(), reference=reset)  # fmt: skip
+                                run.position, extra=extra or None, reference=reset)  # fmt: skip
         save_checkpoint(run.out, state, info, last=step == cfg.steps)

@@ -23,6 +23,7 @@ from llm.tasks import CountdownProblem, compact_completion, solve
 from llm.train.behaviour import GRAD_KEYS, PRODUCERS, behaviour_batch, fixed_keys
 from llm.train.trainer import train
 from llm.train.update import accumulate_gradients
+from shaping import methods
 from tests.conftest import in_engine_process, node_of, run_in_own_process
 from tests.tolerance import assert_close
 
@@ -139,6 +140,37 @@ def test_resume_rejects_a_changed_config(tiny_model_path, tmp_path):
     with pytest.raises(ValueError, match="lr"):
         train(_config(tiny_model_path, "grpo", steps=2, lr=0.5), tmp_path, resume=True,
               backend_factory=factory, progress=False)  # fmt: skip
+
+
+@pytest.mark.usefixtures("registry_snapshot")
+def test_resume_refuses_a_users_method_whose_file_changed(tiny_model_path, tmp_path):
+    """A run of a method from the user's file (``--import``) records the file's code in its
+    checkpoints (`shaping.method_code`); resuming after the file changed is refused, naming the
+    method, while the same file resumes."""
+    factory = lambda c, m, t: PlantingBackend(m, t)  # noqa: E731
+    mine = tmp_path / "mine.py"
+
+    def register(scale: float) -> None:  # as a new command would: the file imported afresh
+        methods._REGISTRY.pop("resumed_test", None)
+        methods._IMPORTED.clear()
+        mine.write_text(
+            "import shaping\n\n@shaping.register('resumed_test')\n"
+            "def resumed_test(batch, *, c: float = 1.0):\n"
+            '    """A test method.\n\n    Source: this test\n    """\n'
+            f"    return {scale} * c * shaping.grpo_advantages(batch['rewards'])\n"
+        )
+        shaping.import_methods([str(mine)])
+
+    register(1.0)
+    cfg = _config(tiny_model_path, "resumed_test", steps=2, save_every=1)
+    out = tmp_path / "run"
+    train(cfg, out, backend_factory=factory, stop_after=1, progress=False)
+    register(2.0)
+    with pytest.raises(ValueError, match=r"--resume: method 'resumed_test': its code changed"):
+        train(cfg, out, resume=True, backend_factory=factory, progress=False)
+    register(1.0)
+    hist = train(cfg, out, resume=True, backend_factory=factory, progress=False)
+    assert [h["step"] for h in hist] == [2]
 
 
 def _hand_batch(tokenizer):
