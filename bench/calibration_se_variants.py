@@ -1,6 +1,6 @@
 """Standard errors for the bias-corrected lift that carry the correction's own noise, calibrated.
 
-    python bench/calibration_se_variants.py [--variant draws|delta|stein ...] [--design D ...]
+    python bench/calibration_se_variants.py [--variant draws|delta|stein|floor ...] [--design D ...]
         [--replicates 200] [--out bench/results/calibration_se_variants.json]
 
 The lift `experiment.inference` reports is bias-corrected, `T = 2·L − m` (`L` the plug-in lift,
@@ -16,6 +16,10 @@ package's `inference._over_hull` is wrapped; nothing in the package changes):
   `experiment.inference._gradient`; `∇b` the bias estimate's, by central differences over every
   reference mean and the model's own pass@1 with the same draws, a step of 0.2 of each mean's
   standard error), and the standard error rescaled by `√((g−∇b)'Σ(g−∇b) / g'Σg)`.
+- ``floor``: the draws' standard deviation, but never below the lift's linearized standard error
+  on its facet (`g'Σg`, rescaled as the procedure rescales): the draws add what the linearization
+  misses and never subtract (where the lift is kinked, e.g. folded at GRPO's range end, draws
+  around a point near the kink spread less than the estimate does).
 - ``stein``: `Var(T) ≈ Var(L) + 3w`, with `w` the draws' lift variance left after a least-squares
   fit on the draws' reference means and the model's own means (the best linear predictor's slope
   is the mean gradient `∇m`, Stein's lemma; `m` linearized: `Var(T) = 4Var(L) − 3∇m'Σ∇m`).
@@ -125,6 +129,23 @@ def _stein_ratio(px, py, draws, root, ref, targets) -> np.ndarray:
     return ratio
 
 
+def _floor_ratio(px, py, draws, root, ref, targets, hull) -> np.ndarray:
+    """`(T,)` the variance ratio `max(1, g'Σg / Var(L*))` of each target (``floor``): the standard
+    error never below the lift's linearized one on its facet."""
+    n = px.size
+    dx, dy = draws[:, :n], draws[:, n:]
+    drawn = dy[:, targets] - estimand.hull_values(dx[:, ref], dy[:, ref], dx[:, targets])
+    ratio = np.full(targets.size, np.nan)
+    for t, m in enumerate(targets):
+        fin = np.isfinite(drawn[:, t])
+        if fin.sum() < 2 or not np.isfinite(px[m]) or px[m] < hull.x_min:
+            continue
+        var = float(drawn[fin, t].var(ddof=1))
+        lin = float(np.sum((inference._gradient(hull, ref, int(m), px, n) @ root) ** 2))
+        ratio[t] = max(1.0, lin / var) if var > 0 else 1.0
+    return ratio
+
+
 def toy(replicates: int = 4000, draws: int = 400, seed: int = 0) -> list[dict]:
     """``--toy`` (module docstring): per gap, `Var(T)`, `Var(L)` and the means of the draws'
     variance (``draws``) and of `Var(L*) + 3w` (``stein``)."""
@@ -182,6 +203,8 @@ def wrapped(variant: str):
             return out
         if variant == "delta":
             ratio = _delta_ratio(px, py, draws, root, ref, targets, out["hull"])
+        elif variant == "floor":
+            ratio = _floor_ratio(px, py, draws, root, ref, targets, out["hull"])
         else:
             ratio = _stein_ratio(px, py, draws, root, ref, targets)
         se = out["se"].copy()
@@ -203,7 +226,7 @@ def wrapped(variant: str):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variant", action="append", choices=("draws", "delta", "stein"))
+    parser.add_argument("--variant", action="append", choices=("draws", "delta", "stein", "floor"))
     parser.add_argument("--design", action="append", choices=sorted(C.DESIGNS))
     parser.add_argument("--replicates", type=int, default=200)
     parser.add_argument("--draws", type=int, default=300)

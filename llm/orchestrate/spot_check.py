@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 import numerics
+import shaping
 from experiment import cli, store
 from experiment import extend as E
 from experiment import study_report as R
@@ -159,8 +160,9 @@ def _extension_sweep(
     `llm.orchestrate.extend.LLMExtension` built it.
 
     Raises:
-        ValueError: the extended study changed since the extension (its files' SHA-256 differ), or
-            a method of the methods file that is not registered (``--import`` its module).
+        ValueError: the extended study changed since the extension (its files' SHA-256 differ),
+            a method of the methods file that is not registered (``--import`` its module), or a
+            method registered under other code than the extension ran (`shaping.method_code`).
     """
     extends = doc["extends"]
     committed = E.load_committed(extends["dir"], unit=LLMExtension.unit)
@@ -171,6 +173,13 @@ def _extension_sweep(
                          f"the extension ({', '.join(changed)})")  # fmt: skip
     methods, claims = E.read_methods(methods_path)
     imported = doc["provenance"].get("imports") or []
+    recorded = doc["provenance"].get("method_code") or {}
+    changed = sorted(name for name, code in recorded.items()
+                     if name in shaping.METHODS and shaping.method_code([name]).get(name) != code)  # fmt: skip
+    if changed:
+        raise ValueError(f"{study_path}: the code of {', '.join(changed)} differs from the code "
+                         "the extension ran (study.json's provenance.method_code; "
+                         "shaping.method_code): --import the file it ran")  # fmt: skip
     try:
         leg = LLMExtension(committed, methods, claims, study_path.parent, methods_path)
     except ValueError as err:

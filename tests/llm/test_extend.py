@@ -254,3 +254,11 @@ def test_a_spot_check_retrains_an_extensions_confirmation_runs(studies, tmp_path
     assert f"the study it extends, {moved}, changed since the extension (study.json)" in (
         capsys.readouterr().err
     )
+    # A method imported under other code than the extension ran: named, nothing re-trained.
+    doc["extends"]["dir"] = str(studies["without"])
+    doc["provenance"]["method_code"] = {"w_reinforce": "0" * 16}
+    path.write_text(json.dumps(doc))
+    assert main([*spot[:-4], "--out", str(tmp_path / "spot3")]) == 2
+    assert "the code of w_reinforce differs from the code the extension ran" in (
+        capsys.readouterr().err
+    )
