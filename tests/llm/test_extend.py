@@ -19,6 +19,7 @@ from experiment.reread import load_inputs, reread
 from llm.__main__ import main
 from llm.eval.frontier import frontier_inputs
 from llm.orchestrate.extend import LLMExtension
+from llm.orchestrate.jobs import RUN_MARKER
 from llm.orchestrate.study_spec import confirmation
 from llm.orchestrate.sweep import run_sweep
 from tests.llm.test_sweep import BASE
@@ -121,6 +122,13 @@ def test_a_method_defined_outside_the_package_trains_in_spawned_workers(studies,
     assert "centred_ds" in judged
     runs = {k for k in doc["fingerprints"]["explore"] if k.startswith("centred_ds")}
     assert len(runs) == 2  # beta 0.03 and 0.3, seed 0
+    # Each of its run folders, written by a worker, records the method's code (the file's SHA-256):
+    # an edited file trains again.
+    mine = hashlib.sha256((ROOT / "examples" / "my_methods.py").read_bytes()).hexdigest()[:16]
+    markers = [json.loads(p.read_text()) for p in out.rglob(RUN_MARKER)
+               if p.parent.name.startswith("centred_ds")]  # fmt: skip
+    assert len(markers) >= 2 and all(m["method_code"] == mine for m in markers)
+    assert doc["provenance"]["method_code"] == {"centred_ds": mine}
 
 
 def test_a_changed_reference_run_is_refused_by_name(studies, tmp_path, capsys):
