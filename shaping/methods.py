@@ -56,6 +56,7 @@ __all__ = [
     "Extra",
     "Method",
     "Shaping",
+    "code_digest",
     "get_method",
     "import_methods",
     "imported_methods",
@@ -242,8 +243,9 @@ def register(
 def _add(method: Method) -> Method:
     if method.name in _REGISTRY:
         raise ValueError(f"method {method.name!r} is already registered")
-    if method.code is None and method.function is not None:
-        method = replace(method, code=_code_digest(method.function))
+    code = None if method.function is None else code_digest([method.function], _PACKAGE)
+    if code != method.code:  # a copy of another method: its code is its own
+        method = replace(method, code=code)
     _REGISTRY[method.name] = method
     return method
 
@@ -251,26 +253,41 @@ def _add(method: Method) -> Method:
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _code_digest(fn: Callable[..., Any]) -> str | None:
-    """SHA-256 (16 hex digits) of a method function's code, read as it registers: its module's
-    source file (the helpers and constants beside it included), else the function's own source,
-    else its compiled code (a function typed at a prompt); None for a function of this package,
-    whose version stands for it."""
-    try:
-        path = inspect.getsourcefile(fn)
-    except TypeError:
-        path = None
-    if path is not None and os.path.dirname(os.path.abspath(path)) == _PACKAGE:
-        return None
-    try:
-        with open(path, "rb") as f:  # type: ignore[arg-type]
-            data = f.read()
-    except (OSError, TypeError):
+def code_digest(
+    functions: Iterable[Callable[..., Any]], package: str | os.PathLike[str]
+) -> str | None:
+    """SHA-256 (16 hex digits) of the code of `functions` defined outside the folder `package` (a
+    user's ``--import``), read now (at registration: the code that runs): each one's module file
+    (the helpers and constants beside it included), else its own source, else its compiled code
+    (a function typed at a prompt); a file shared by several functions counts once, and one file's
+    digest is its SHA-256. Paths are not part of it (the same file gives the same digest on any
+    machine). None when every function is `package`'s own: the package's version stands for them.
+    Used by `Method.code` and `llm.tasks.Task.code`."""
+    root = os.path.join(os.path.abspath(package), "")
+    blobs: dict[str, bytes] = {}
+    for fn in functions:
+        fn = inspect.unwrap(getattr(fn, "func", fn))  # a functools.partial: its function
         try:
-            data = inspect.getsource(fn).encode()
+            path = inspect.getsourcefile(fn)
+        except TypeError:
+            path = None
+        if path is not None and os.path.abspath(path).startswith(root):
+            continue
+        try:
+            with open(path, "rb") as f:  # type: ignore[arg-type]
+                data = f.read()
         except (OSError, TypeError):
-            data = marshal.dumps(fn.__code__)
-    return hashlib.sha256(data).hexdigest()[:16]
+            try:
+                data = inspect.getsource(fn).encode()
+            except (OSError, TypeError):
+                code = getattr(fn, "__code__", None)
+                data = marshal.dumps(code) if code is not None else repr(fn).encode()
+        blobs[hashlib.sha256(data).hexdigest()] = data
+    if not blobs:
+        return None
+    if len(blobs) == 1:
+        return next(iter(blobs))[:16]
+    return hashlib.sha256("".join(sorted(blobs)).encode()).hexdigest()[:16]
 
 
 def method_code(names: Iterable[str]) -> dict[str, str]:

@@ -28,7 +28,6 @@ import torch
 from transformers.utils import logging as hf_logging
 
 import numerics
-import shaping
 from experiment.store import read_json, write_json
 from llm.config import EVAL_PRECISION, EvalConfig, TrainConfig, config_to_toml, load_config
 from llm.eval.diversity import load_encoder
@@ -41,8 +40,10 @@ from llm.rollout.stacked import VERSION as SAMPLER_VERSION
 from llm.run.checkpoint import CHECKPOINTS, latest_checkpoint, upgrade_run_config
 from llm.run.distributed import set_matmul_precision
 from llm.run.folder import LOCK_FILE, RunLock, read_metrics
+from llm.tasks import TASKS
 from llm.train.batched import VERSION as BATCHED_VERSION
 from llm.train.batched import train_batch
+from llm.train.loop import user_code
 from llm.train.trainer import train
 from theory.measures import pass_at_k
 
@@ -218,9 +219,9 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
     """`job`'s marker before training: (marker, finished (reuse it), resume (from its newest
     checkpoint)). A finished run is reused when its last checkpoint is there or when every
     evaluation `job` asks for is recorded. A folder of another config, base model, numeric
-    setting or engine, or of another version of a method defined outside the package
-    (`shaping.method_code`: the user edited it), or one killed before its first checkpoint, is
-    emptied
+    setting or engine, or of another version of a method or task defined outside the package
+    (`llm.train.loop.user_code`: the user edited it), or one killed before its first checkpoint,
+    is emptied
     (`llm.orchestrate.reproduce`'s resume rule). A saved config under removed spellings is
     upgraded first (`llm.run.checkpoint.upgrade_run_config`: the same resolved config, the moves
     recorded in the folder)."""
@@ -232,11 +233,11 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
         # A folder saved under a key removed since (an earlier lease's eval.n_samples): its config
         # rewritten with the new keys, the moves recorded, before it is compared.
         upgrade_run_config(out)
-    code = shaping.method_code([cfg.method]).get(cfg.method)  # None: the package's method
+    code = user_code(cfg)  # empty for the package's method and task
     same = (
         marker is not None
         and marker.get("base_sha") == job.base_sha
-        and marker.get("method_code") == code
+        and {k: marker.get(k) for k in _USER_CODE} == {k: code.get(k) for k in _USER_CODE}
         and _same_numerics(marker.get("numerics"), cfg.system.device)
         and marker.get("engine", "process") == engine
         and marker.get("batched_version") == (BATCHED_VERSION if engine == "batched" else None)
@@ -268,13 +269,17 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
         "numerics": numerics.tag(),
         "engine": engine,
         **({"batched_version": BATCHED_VERSION} if engine == "batched" else {}),
-        **({"method_code": code} if code is not None else {}),
+        **code,
         "finished": False,
         "train_seconds": prior,
         "evals": evals,
     }
     write_json(marker_path, marker)
     return marker, False, ckpt is not None
+
+
+_USER_CODE = ("method_code", "task_code")
+"""The marker's keys of `llm.train.loop.user_code`."""
 
 
 def _empty_run_folder(out: Path) -> None:
@@ -499,8 +504,9 @@ def eval_key(
     ev: Mapping[str, Any], base_cfg: Any, problems: Sequence[Any], source: str
 ) -> dict[str, Any]:
     """What identifies an evaluation: its settings, the problems' hash, the base config's sampling
-    settings and the numeric settings (an evaluation under others is not reused). ``ks`` is not
-    part of it: pass@k for any k follows from the stored correct counts."""
+    settings, the numeric settings and the code of a task of the user's own (`llm.tasks.Task.code`;
+    an evaluation under others is not reused). ``ks`` is not part of it: pass@k for any k follows
+    from the stored correct counts."""
     return {
         **{k: v for k, v in ev.items() if k != "ks"},
         "source": source,
@@ -519,6 +525,8 @@ def eval_key(
         **{k: getattr(base_cfg.eval, k) for k in _BATCHING
            if getattr(base_cfg.eval, k) != getattr(_EVAL_DEFAULTS, k)},
         **({"sampler_version": SAMPLER_VERSION} if base_cfg.eval.sampler == "stacked" else {}),
+        # A task of the user's own (--import): its code grades the samples.
+        **({"task_code": TASKS[base_cfg.task].code} if TASKS[base_cfg.task].code else {}),
         **({"device": base_cfg.system.device, "tf32": base_cfg.system.tf32}
            if base_cfg.system.device != "cpu" else {}),
     }  # fmt: skip

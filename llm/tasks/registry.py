@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from shaping import code_digest
 
 __all__ = ["TASKS", "Problem", "Task", "UnknownTaskError", "register_task"]
 
@@ -57,6 +59,10 @@ class Task:
             ``boxed_rate``), or None.
         tiny_data: whether `llm.model.tiny`'s train and held-out streams (``data.source = "tiny"``)
             hold this task's problems.
+        code: set by `register_task` for a task whose functions are defined outside the package
+            (a user's ``--import``): the SHA-256 (16 hex digits) of their files as registered
+            (`shaping.code_digest`), which run reuse, evaluation reuse and ``--resume`` are keyed
+            by (an edited task's runs train again); None for the package's tasks.
     """
 
     name: str
@@ -71,6 +77,7 @@ class Task:
     solution_count: Callable[[Problem, str], int | None] | None = None
     format_key: str | None = None
     tiny_data: bool = False
+    code: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -126,8 +133,12 @@ TASKS: Mapping[str, Task] = _Registry()
 """Every registered task by name (read-only; add with `register_task`)."""
 
 
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # llm/
+
+
 def register_task(task: Task) -> Task:
-    """Add `task` to `TASKS` and return it.
+    """Add `task` to `TASKS` and return the registered record: `task` with its `Task.code` (the
+    digest of its functions' files where they are not the package's).
 
     Raises:
         ValueError: a task of that name is already registered, or `task` is not a `Task`.
@@ -137,5 +148,9 @@ def register_task(task: Task) -> Task:
     tasks = TASKS._tasks  # type: ignore[attr-defined]
     if task.name in tasks:
         raise ValueError(f"task {task.name!r} is already registered")
+    functions = [getattr(task, f.name) for f in fields(task)]
+    code = code_digest([f for f in functions if callable(f)], _PACKAGE)
+    if code != task.code:  # a copy of another task: its code is its own
+        task = replace(task, code=code)
     tasks[task.name] = task
     return task

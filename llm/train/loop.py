@@ -31,6 +31,7 @@ from llm.config import TrainConfig
 from llm.data import Problem, drop_long_prompts, load_train_problems
 from llm.run.checkpoint import CheckpointState, MetricsLogger, save_checkpoint
 from llm.run.distributed import DistInfo
+from llm.tasks import TASKS
 from llm.train import control, rollout_step
 from llm.train.behaviour import BehaviourBatch, behaviour_batch
 from llm.train.update import UpdateResult, step_metrics
@@ -103,6 +104,17 @@ class Engine:
     ]
     sync: Callable[[Run], None] = lambda run: None
     metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+def user_code(cfg: TrainConfig) -> dict[str, str]:
+    """The digests of the run's method and task where they are the user's own (``--import``):
+    ``method_code`` (`shaping.method_code`) and ``task_code`` (`llm.tasks.Task.code`), each only
+    when set; empty for the package's. What a sweep's run reuse (`llm.orchestrate.jobs`), a run's
+    checkpoints and its ``--resume`` (`llm.train.trainer.check_user_code`) are keyed by: an edited
+    method or task trains again."""
+    code = {"method_code": shaping.method_code([cfg.method]).get(cfg.method),
+            "task_code": TASKS[cfg.task].code}  # fmt: skip
+    return {k: v for k, v in code.items() if v is not None}
 
 
 def problems_of(cfg: TrainConfig, tokenizer: Any) -> list[Problem]:
@@ -238,9 +250,8 @@ def _log_and_save(run: Run, metrics: dict[str, float], step: int, info: DistInfo
         run.logger.log(step, metrics)
     if step == cfg.steps or (cfg.run.save_every and step % cfg.run.save_every == 0):
         reset = run.ref_model if (run.controls.reference_step or 0) > 0 else None
-        # A method of the user's own (--import) records its code: a resume checks it.
-        code = shaping.method_code([cfg.method])
-        extra = {**(run.controls.state() or {}), **({"method_code": code} if code else {})}
+        # A method or task of the user's own (--import) records its code: a resume checks it.
+        extra = {**(run.controls.state() or {}), **user_code(cfg)}
         state = CheckpointState(step, run.policy, run.tokenizer, run.optimizer, run.scheduler,
                                 run.position, extra=extra or None, reference=reset)  # fmt: skip
         save_checkpoint(run.out, state, info, last=step == cfg.steps)

@@ -76,11 +76,11 @@ from llm.run.folder import (
 )
 from llm.train import control, rollout_step
 from llm.train.behaviour import BehaviourBatch, sampler_is_behaviour
-from llm.train.loop import Engine, Rollout, Run, problems_of, train_loop
+from llm.train.loop import Engine, Rollout, Run, problems_of, train_loop, user_code
 from llm.train.update import UpdateResult, make_optimizer, update_policy
 
 # The names other modules, tests and benchmarks import from here stay importable from here.
-__all__ = ["check_method_code", "start_run", "train"]
+__all__ = ["check_user_code", "start_run", "train"]
 
 
 def train(
@@ -280,23 +280,24 @@ def _train(
 # Run set-up, data order and seeds
 
 
-def check_method_code(cfg: TrainConfig, ckpt: Path | None) -> None:
-    """Refuse to resume from `ckpt` a run of a method defined outside the package (``--import``)
-    whose file changed since that checkpoint was saved (`shaping.method_code`, which the
-    checkpoint's trainer state records): the run would mix two methods. A checkpoint that recorded
-    no code (the package's methods, or one saved before the code was recorded) is not checked.
+def check_user_code(cfg: TrainConfig, ckpt: Path | None) -> None:
+    """Refuse to resume from `ckpt` a run of a method or task defined outside the package
+    (``--import``) whose file changed since that checkpoint was saved (`llm.train.loop.user_code`,
+    which the checkpoint's trainer state records): the run would mix two methods, or two
+    rewards. What a checkpoint did not record (the package's methods and tasks, or a checkpoint
+    saved before the code was recorded) is not checked.
 
     Raises:
-        ValueError: naming the method, the checkpoint and both digests.
+        ValueError: naming the method or task, the checkpoint and both digests.
     """
-    saved = (trainer_extra(ckpt) or {}).get("method_code") if ckpt is not None else None
-    now = shaping.method_code([cfg.method])
-    if saved is not None and saved != now:
-        raise ValueError(
-            f"--resume: method {cfg.method!r}: its code changed since {ckpt} was saved (digest "
-            f"{saved.get(cfg.method)} then, {now.get(cfg.method)} now; shaping.method_code): "
-            "train the edited method into a fresh folder, or restore its file to resume"
-        )
+    saved, now = (trainer_extra(ckpt) if ckpt is not None else None) or {}, user_code(cfg)
+    for key, what, name in (("method_code", "method", cfg.method), ("task_code", "task", cfg.task)):
+        if key in saved and saved[key] != now.get(key):
+            raise ValueError(
+                f"--resume: {what} {name!r}: its code changed since {ckpt} was saved (digest "
+                f"{saved[key]} then, {now.get(key)} now; shaping.code_digest): train the edited "
+                f"{what} into a fresh folder, or restore its file to resume"
+            )
 
 
 def start_run(
@@ -318,8 +319,8 @@ def start_run(
             config differs from the saved one.
         FileNotFoundError, IsADirectoryError: a data file of the config is missing or a folder
             (`llm.data.check_data_files`), before the base model's build.
-        ValueError: a resumed run of a method of the user's own whose file changed since its
-            checkpoint (`check_method_code`).
+        ValueError: a resumed run of a method or task of the user's own whose file changed since
+            its checkpoint (`check_user_code`).
     """
     check_data_files(cfg)
     per_update = cfg.optim.prompts_per_update or cfg.rollout.prompts_per_step
@@ -336,7 +337,7 @@ def start_run(
         )
     changes = check_resume_config(cfg, out, change_optimizer=change_optimizer) if resume else {}
     if resume:
-        check_method_code(cfg, find_resume_checkpoint(out, cfg.steps))
+        check_user_code(cfg, find_resume_checkpoint(out, cfg.steps))
     if info.is_main:
         out.mkdir(parents=True, exist_ok=True)
         if changes:

@@ -494,7 +494,9 @@ def test_a_finished_run_of_an_edited_users_method_is_trained_again(tmp_path):
     """A run of a method from a user's file (``--import``) records the file's code
     (`shaping.method_code`) in its marker; a finished run is reused under the same code and
     trained again (its folder emptied) under another, or under none (a marker written before
-    the code was recorded). The package's methods record nothing (their markers unchanged)."""
+    the code was recorded), and so is a run recorded under another task's code (a task of the
+    user's own, `llm.tasks.Task.code`). The package's methods record nothing (their markers
+    unchanged)."""
     mine = tmp_path / "mine.py"
     mine.write_text(
         "import shaping\n\n@shaping.register('edited_test')\n"
@@ -510,12 +512,15 @@ def test_a_finished_run_of_an_edited_users_method_is_trained_again(tmp_path):
     out = tmp_path / "run"
     job = Job(name="edited_test_seed0", setting=None, seed=0, cfg=cfg, out=str(out),
               base_sha="b", steps=[1], problems=[], eval_key=key, progress=False)  # fmt: skip
-    for recorded, reused in [(code, True), ("0" * 16, False), (None, False)]:
+    # The last: the run of another task's code (a task of the user's own, since edited).
+    for recorded, task, reused in [(code, None, True), ("0" * 16, None, False),
+                                   (None, None, False), (code, "0" * 16, False)]:  # fmt: skip
         out.mkdir(exist_ok=True)
         (out / "config.toml").write_text(config_to_toml(cfg))
         marker = {"base_sha": "b", "numerics": numerics.tag(), "engine": "process",
                   "finished": True, "evals": {"1": {"eval": key, "result": {}}},
-                  **({"method_code": recorded} if recorded else {})}  # fmt: skip
+                  **({"method_code": recorded} if recorded else {}),
+                  **({"task_code": task} if task else {})}  # fmt: skip
         (out / RUN_MARKER).write_text(json.dumps(marker))
         written, finished, _ = _prepare(job, cfg, "process")
         assert finished == reused, recorded

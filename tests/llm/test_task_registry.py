@@ -3,7 +3,10 @@ fails on the code before it), and a task added in one file trained and evaluated
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +14,7 @@ import torch
 
 from llm.config import config_from_dict
 from llm.eval.diversity import diversity_scores, formula_set, formula_uniqueness
+from llm.orchestrate.jobs import eval_key
 from llm.rollout.base import RolloutBatch, response_mask_from_eos
 from llm.rollout.hf import HFGenerateBackend
 from llm.run.checkpoint import latest_checkpoint
@@ -24,6 +28,7 @@ from llm.tasks import (
     solution_key,
 )
 from llm.tasks.math.task import math_expressions
+from llm.train.loop import user_code
 from llm.train.trainer import train
 from tests.llm import parity_task
 
@@ -163,3 +168,31 @@ def test_a_new_task_trains_and_evaluates_end_to_end(tiny_model_path, tmp_path, m
     assert [p["bits"] for p in res["per_problem"]] == [[1, 1, 0], [1, 0, 0, 0]]
     assert set(res["pass_at_k"]) == {"1", "2"} and 0 <= res["accuracy"] <= 1
     assert "solution_coverage" not in res  # parity counts no solutions
+
+
+def test_a_users_task_is_keyed_by_its_code(tmp_path):
+    """`Task.code`: None for the package's tasks; for a task whose functions come from a user's
+    file the SHA-256 of that file (a copy with one function of the user's own: that file's alone),
+    and it enters a run's `user_code` (reuse, checkpoints, resume) and the evaluation key (an
+    edited grader evaluates again)."""
+    assert TASKS["countdown"].code is None and TASKS["math"].code is None
+    parity = Path(parity_task.__file__).read_bytes()
+    assert TASKS["parity"].code == hashlib.sha256(parity).hexdigest()[:16]
+    mine = tmp_path / "my_grader.py"
+    mine.write_text("def score(text, problem, format_score=0.0):\n    return 0.0\n")
+    namespace: dict = {}
+    exec(compile(mine.read_text(), str(mine), "exec"), namespace)
+    copy = register_task(
+        dataclasses.replace(COUNTDOWN, name="graded_test", score=namespace["score"])
+    )
+    try:
+        assert copy.code == hashlib.sha256(mine.read_bytes()).hexdigest()[:16]
+        assert TASKS["graded_test"] is copy and COUNTDOWN.code is None
+        cfg = config_from_dict({"model_path": str(tmp_path / "m"), "task": "graded_test"})
+        assert user_code(cfg) == {"task_code": copy.code}
+        key = eval_key({"samples": 4}, cfg, [], "heldout")
+        assert key["task_code"] == copy.code
+        assert "task_code" not in eval_key({"samples": 4}, dataclasses.replace(
+            cfg, task="countdown"), [], "heldout")  # fmt: skip
+    finally:
+        TASKS._tasks.pop("graded_test")  # type: ignore[attr-defined]
