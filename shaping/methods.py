@@ -294,7 +294,7 @@ def method_code(names: Iterable[str]) -> dict[str, str]:
     """``{name: digest}`` of the methods of `names` defined outside the package (`Method.code`:
     the SHA-256 of the module file that registered each, as it was then), sorted by name. What a
     cached result of a user's method is keyed by, besides its config: editing the method's file
-    and running again trains again (the toy's sweep cache, `toymdp.sweep.run_cached`; an LLM run
+    and running again trains again (the toy's sweep cache, `toymdp.sweep.cache_file`; an LLM run
     folder's marker, `llm.orchestrate.jobs`). Another file that module imports is not part of the
     digest: after editing one, run with ``--no-cache`` (toy) or into a fresh ``--out``.
 

@@ -43,7 +43,7 @@ from llm.run.folder import LOCK_FILE, RunLock, read_metrics
 from llm.tasks import TASKS
 from llm.train.batched import VERSION as BATCHED_VERSION
 from llm.train.batched import train_batch
-from llm.train.loop import user_code
+from llm.train.loop import USER_CODE, user_code
 from llm.train.trainer import train
 from theory.measures import pass_at_k
 
@@ -237,7 +237,7 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
     same = (
         marker is not None
         and marker.get("base_sha") == job.base_sha
-        and {k: marker.get(k) for k in _USER_CODE} == {k: code.get(k) for k in _USER_CODE}
+        and {k: marker.get(k) for k in USER_CODE} == {k: code.get(k) for k in USER_CODE}
         and _same_numerics(marker.get("numerics"), cfg.system.device)
         and marker.get("engine", "process") == engine
         and marker.get("batched_version") == (BATCHED_VERSION if engine == "batched" else None)
@@ -276,10 +276,6 @@ def _prepare(job: Job, cfg: Any, engine: str) -> tuple[dict[str, Any], bool, boo
     }
     write_json(marker_path, marker)
     return marker, False, ckpt is not None
-
-
-_USER_CODE = ("method_code", "task_code")
-"""The marker's keys of `llm.train.loop.user_code`."""
 
 
 def _empty_run_folder(out: Path) -> None:

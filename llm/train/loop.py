@@ -106,15 +106,18 @@ class Engine:
     metrics: Mapping[str, float] = field(default_factory=dict)
 
 
+USER_CODE = ("method_code", "task_code")
+"""The keys of `user_code`: the run's method's and task's code (a run marker's and a checkpoint's)."""
+
+
 def user_code(cfg: TrainConfig) -> dict[str, str]:
     """The digests of the run's method and task where they are the user's own (``--import``):
     ``method_code`` (`shaping.method_code`) and ``task_code`` (`llm.tasks.Task.code`), each only
     when set; empty for the package's. What a sweep's run reuse (`llm.orchestrate.jobs`), a run's
     checkpoints and its ``--resume`` (`llm.train.trainer.check_user_code`) are keyed by: an edited
     method or task trains again."""
-    code = {"method_code": shaping.method_code([cfg.method]).get(cfg.method),
-            "task_code": TASKS[cfg.task].code}  # fmt: skip
-    return {k: v for k, v in code.items() if v is not None}
+    codes = (shaping.method_code([cfg.method]).get(cfg.method), TASKS[cfg.task].code)
+    return {k: v for k, v in zip(USER_CODE, codes, strict=True) if v is not None}
 
 
 def problems_of(cfg: TrainConfig, tokenizer: Any) -> list[Problem]:

@@ -76,7 +76,7 @@ from llm.run.folder import (
 )
 from llm.train import control, rollout_step
 from llm.train.behaviour import BehaviourBatch, sampler_is_behaviour
-from llm.train.loop import Engine, Rollout, Run, problems_of, train_loop, user_code
+from llm.train.loop import USER_CODE, Engine, Rollout, Run, problems_of, train_loop, user_code
 from llm.train.update import UpdateResult, make_optimizer, update_policy
 
 # The names other modules, tests and benchmarks import from here stay importable from here.
@@ -290,8 +290,10 @@ def check_user_code(cfg: TrainConfig, ckpt: Path | None) -> None:
     Raises:
         ValueError: naming the method or task, the checkpoint and both digests.
     """
-    saved, now = (trainer_extra(ckpt) if ckpt is not None else None) or {}, user_code(cfg)
-    for key, what, name in (("method_code", "method", cfg.method), ("task_code", "task", cfg.task)):
+    saved, now = trainer_extra(ckpt) or {}, user_code(cfg)
+    for key, (what, name) in zip(
+        USER_CODE, (("method", cfg.method), ("task", cfg.task)), strict=True
+    ):
         if key in saved and saved[key] != now.get(key):
             raise ValueError(
                 f"--resume: {what} {name!r}: its code changed since {ckpt} was saved (digest "
